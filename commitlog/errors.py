@@ -1,0 +1,76 @@
+"""The errors every mqstore package raises, in one tree.
+
+::
+
+    StoreError                      base of everything mqstore raises on purpose
+     +-- InvalidMessageError        (also a ValueError) a message or argument is refused; nothing was written
+     +-- InvalidConfigError         (also a ValueError) a StoreConfig value is out of range
+     +-- ConfigMismatchError        reopening a store with format-fixing settings that differ from its own
+     +-- StoreClosedError           the store (or one of its files) was used after close()
+     +-- StoreLockedError           another writer holds the store's lock
+     +-- ReadOnlyStoreError         a write was attempted on a store opened read_only
+     +-- CorruptionError            bytes on disk break a format rule; carries file and offset
+     +-- StoreIOError               the operating system failed a read, write, map or sync (raised from OSError)
+     +-- SegmentFullError           internal: a record does not fit in what is left of a segment
+
+Expected outcomes (a full queue, a message not found, a flush that timed out) are not errors: they are statuses
+(`PutStatus`, `GetStatus`) returned as values.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error mqstore raises on purpose."""
+
+
+class InvalidMessageError(StoreError, ValueError):
+    """A message or an argument was refused before anything was written."""
+
+
+class InvalidConfigError(StoreError, ValueError):
+    """A StoreConfig field holds a value outside its allowed range."""
+
+
+class ConfigMismatchError(StoreError):
+    """The store on disk was created with format-fixing settings that differ from the ones given."""
+
+
+class StoreClosedError(StoreError):
+    """The store, or one of its files, was used after it was closed."""
+
+
+class StoreLockedError(StoreError):
+    """Another writer process holds the store's lock file."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was attempted through a store opened with read_only=True."""
+
+
+class CorruptionError(StoreError):
+    """Bytes read from disk break a rule of their format.
+
+    `path` is the file, `offset` the byte position inside it (or the absolute commitlog offset when
+    `path` is None), `rule` names the validity rule that failed.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None, rule: str = ""):
+        where = ""
+        if path is not None:
+            where = f" (file {path}"
+            where += f", offset {offset})" if offset is not None else ")"
+        elif offset is not None:
+            where = f" (offset {offset})"
+        super().__init__(message + where)
+        self.path = path
+        self.offset = offset
+        self.rule = rule
+
+
+class StoreIOError(StoreError):
+    """The operating system failed an I/O call; the OSError is the __cause__."""
+
+
+class SegmentFullError(StoreError):
+    """Internal signal: a record does not fit in what is left of the current segment."""

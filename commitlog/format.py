@@ -1,0 +1,321 @@
+"""CommitLog record format: the bytes RocketMQ 4.x writes for one message, and the segment naming rule.
+
+Every message of every topic is appended to one log, the CommitLog, split into fixed-size segment files.
+A record is self-describing; ConsumeQueues and IndexFiles only point into the log.
+
+Record, version 1 (magic 0xDAA320A7), all integers big-endian and signed (Java):
+
+    OFFSET  SIZE  TYPE   FIELD
+    0       4     i32    TOTALSIZE            whole record in bytes, this field included
+    4       4     u32    MAGICCODE            0xDAA320A7 (v1) or 0xDAA320AB (v2)
+    8       4     i32    BODYCRC              zlib.crc32(body) & 0x7FFFFFFF
+    12      4     i32    QUEUEID
+    16      4     i32    FLAG                 opaque to the store
+    20      8     i64    QUEUEOFFSET          entry number in the (topic, queue) ConsumeQueue
+    28      8     i64    PHYSICALOFFSET       absolute commitlog offset of this record
+    36      4     i32    SYSFLAG              bit flags, see SYS_FLAG_*
+    40      8     i64    BORNTIMESTAMP        ms since the epoch, set by the producer
+    48      8|20  bytes  BORNHOST             IPv4 (4) + port (i32), or IPv6 (16) + port when SYSFLAG bit 4
+    56      8     i64    STORETIMESTAMP       ms since the epoch, set by the store     (offsets from here on
+    64      8|20  bytes  STOREHOSTADDRESS     IPv4 + port, or IPv6 + port when bit 5    are for IPv4 hosts)
+    72      4     i32    RECONSUMETIMES
+    76      8     i64    PREPAREDTRANSACTIONOFFSET
+    84      4     i32    BODYLENGTH
+    88      n     bytes  BODY
+    88+n    1|2   u8|u16 TOPICLENGTH          1 byte in v1, 2 bytes in v2
+    ...     t     bytes  TOPIC                ASCII
+    ...     2     i16    PROPERTIESLENGTH
+    ...     p     bytes  PROPERTIES           UTF-8 'name\\x01value\\x02' pairs
+                         = 91 + n + t + p bytes (v1, IPv4 hosts)
+
+End-of-segment blank: when a record plus END_FILE_MIN_BLANK_LENGTH (8) bytes does not fit in what is left
+of a segment, the writer puts TOTALSIZE = bytes left and MAGICCODE = 0xCBD43194 there and the record goes
+to the start of the next segment. A segment's unwritten tail is zeros.
+
+Validity rule. A record at absolute offset `o`, with `r` bytes left in its segment, is valid iff
+    (1) r >= 8 and its MAGICCODE is 0xDAA320A7 or 0xDAA320AB;
+    (2) RECORD_SIZE_MIN <= TOTALSIZE <= r;
+    (3) BODYLENGTH >= 0, TOPICLENGTH >= 1, PROPERTIESLENGTH >= 0, and the header, body, topic and
+        properties add up to exactly TOTALSIZE;
+    (4) PHYSICALOFFSET == o;
+    (5) when CRCs are checked, BODYCRC == zlib.crc32(body) & 0x7FFFFFFF.
+A blank is valid iff its MAGICCODE is 0xCBD43194 and TOTALSIZE == r. Eight zero bytes (TOTALSIZE 0 and
+MAGICCODE 0) mark the end of the written log. Anything else is corruption.
+
+Segment files are named by the absolute offset of their first byte as 20 zero-padded decimal digits
+(00000000001073741824 is the second 1 GiB segment).
+
+The offset message id (`msg_id`) is 32 upper-case hex digits: store host IPv4 (4 bytes), store port
+(4 bytes, i32) and commitlog offset (8 bytes, i64); 56 digits for an IPv6 store host.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+
+from commitlog.errors import CorruptionError, InvalidMessageError
+
+# --- magic codes ---------------------------------------------------------------------------------------------
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
+BLANK_MAGIC_CODE = 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8
+
+# --- SYSFLAG bits --------------------------------------------------------------------------------------------
+SYS_FLAG_COMPRESSED = 0x1
+SYS_FLAG_MULTI_TAGS = 0x2
+SYS_FLAG_TRANSACTION_MASK = 0xC
+SYS_FLAG_TRANSACTION_NOT_TYPE = 0x0
+SYS_FLAG_TRANSACTION_PREPARED_TYPE = 0x4
+SYS_FLAG_TRANSACTION_COMMIT_TYPE = 0x8
+SYS_FLAG_TRANSACTION_ROLLBACK_TYPE = 0xC
+SYS_FLAG_BORNHOST_V6 = 0x10
+SYS_FLAG_STOREHOST_V6 = 0x20
+
+# --- field offsets (v1, IPv4 hosts), each built from the previous one ------------------------------------------
+OFFSET_TOTAL_SIZE = 0
+OFFSET_MAGIC_CODE = OFFSET_TOTAL_SIZE + 4
+OFFSET_BODY_CRC = OFFSET_MAGIC_CODE + 4
+OFFSET_QUEUE_ID = OFFSET_BODY_CRC + 4
+OFFSET_FLAG = OFFSET_QUEUE_ID + 4
+OFFSET_QUEUE_OFFSET = OFFSET_FLAG + 4
+OFFSET_PHYSICAL_OFFSET = OFFSET_QUEUE_OFFSET + 8
+OFFSET_SYS_FLAG = OFFSET_PHYSICAL_OFFSET + 8
+OFFSET_BORN_TIMESTAMP = OFFSET_SYS_FLAG + 4
+OFFSET_BORN_HOST = OFFSET_BORN_TIMESTAMP + 8
+HOST_V4_LENGTH = 8
+HOST_V6_LENGTH = 20
+OFFSET_STORE_TIMESTAMP = OFFSET_BORN_HOST + HOST_V4_LENGTH
+OFFSET_STORE_HOST = OFFSET_STORE_TIMESTAMP + 8
+OFFSET_RECONSUME_TIMES = OFFSET_STORE_HOST + HOST_V4_LENGTH
+OFFSET_PREPARED_TRANSACTION_OFFSET = OFFSET_RECONSUME_TIMES + 4
+OFFSET_BODY_LENGTH = OFFSET_PREPARED_TRANSACTION_OFFSET + 8
+OFFSET_BODY = OFFSET_BODY_LENGTH + 4
+HEADER_SIZE = OFFSET_BODY  # bytes before the body, v1 with IPv4 hosts
+
+TOPIC_LENGTH_MAX = 127  # v1 stores the topic length in one signed byte
+PROPERTIES_LENGTH_MAX = 32767  # a signed 16-bit length
+RECORD_SIZE_MIN = HEADER_SIZE + 1 + 1 + 2  # empty body, one-character topic, no properties
+RECORD_SIZE_FIXED = HEADER_SIZE + 1 + 2  # everything but body, topic and properties (v1, IPv4)
+
+# The v1 IPv4 header, TOTALSIZE to BODYLENGTH. Hosts are kept as their 8 raw bytes.
+HEADER_V1 = struct.Struct(">iIiiiqqiq8sq8siqi")
+BLANK = struct.Struct(">iI")
+U16 = struct.Struct(">H")
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+
+PROPERTY_NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+KEY_SEPARATOR = " "
+
+SEGMENT_NAME_DIGITS = 20
+
+assert HEADER_SIZE == 88
+assert HEADER_V1.size == HEADER_SIZE
+assert RECORD_SIZE_FIXED == 91
+assert MESSAGE_MAGIC_CODE == 0xDAA320A7 and BLANK_MAGIC_CODE == 0xCBD43194
+
+
+def segment_name(segment_base_offset: int) -> str:
+    """The file name of the segment that starts at `segment_base_offset`."""
+    assert segment_base_offset >= 0
+    return f"{segment_base_offset:0{SEGMENT_NAME_DIGITS}d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset a segment file name encodes, or None when the name is not a segment name."""
+    if len(name) != SEGMENT_NAME_DIGITS or not name.isdigit() or not name.isascii():
+        return None
+    return int(name)
+
+
+def body_crc(body) -> int:
+    """RocketMQ's body checksum: CRC-32 (zlib) with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (31-polynomial over UTF-16 code units, wrapping to a signed 32-bit int)."""
+    h = 0
+    if text.isascii():
+        for ch in text.encode("ascii"):
+            h = (31 * h + ch) & 0xFFFFFFFF
+    else:
+        units = text.encode("utf-16-be")
+        for i in range(0, len(units), 2):
+            h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The ConsumeQueue tag hash of a message's TAGS property (0 without tags), as RocketMQ computes it."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+# --- hosts ---------------------------------------------------------------------------------------------------
+def encode_host(host: str, port: int) -> bytes:
+    """An IPv4 host and port as the 8 bytes a record stores (4 address bytes, then the port as i32)."""
+    try:
+        address = socket.inet_aton(host)
+    except OSError as exc:
+        raise InvalidMessageError(f"not an IPv4 address: {host!r}") from exc
+    if not 0 <= port <= 65535:
+        raise InvalidMessageError(f"port out of range 0..65535: {port}")
+    return address + I32.pack(port)
+
+
+def decode_host(raw: bytes) -> str:
+    """'ip:port' from the 8 (IPv4) or 20 (IPv6) bytes a record stores."""
+    if len(raw) == HOST_V4_LENGTH:
+        return f"{socket.inet_ntoa(raw[:4])}:{I32.unpack_from(raw, 4)[0]}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, raw[:16])}]:{I32.unpack_from(raw, 16)[0]}"
+
+
+def message_id(store_host_raw: bytes, commitlog_offset: int) -> str:
+    """RocketMQ's offset message id: store host address and port, then the commitlog offset, in hex."""
+    return (store_host_raw + commitlog_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+def parse_message_id(msg_id: str) -> tuple[bytes, int]:
+    """(store host bytes, commitlog offset) from an offset message id; InvalidMessageError when malformed."""
+    if not isinstance(msg_id, str) or len(msg_id) not in (32, 56):
+        raise InvalidMessageError(f"a message id has 32 or 56 hex digits, got {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise InvalidMessageError(f"a message id is hexadecimal, got {msg_id!r}") from exc
+    return raw[:-8], int.from_bytes(raw[-8:], "big", signed=True)
+
+
+# --- properties ----------------------------------------------------------------------------------------------
+def encode_properties(properties: dict[str, str]) -> bytes:
+    """The PROPERTIES bytes for a mapping: UTF-8 'name\\x01value\\x02' for each pair, in order."""
+    if not properties:
+        return b""
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode("utf-8")
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    """The mapping PROPERTIES bytes hold. Items without a separator are skipped, as RocketMQ does."""
+    result: dict[str, str] = {}
+    if not raw:
+        return result
+    for item in raw.decode("utf-8", "replace").split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep and "\x01" not in value:
+            result[name] = value
+    return result
+
+
+def property_value(raw: bytes, name: bytes) -> bytes | None:
+    """The raw value of one property, found without decoding the rest (a hot path of the dispatchers)."""
+    start = 0
+    needle = name + b"\x01"
+    while True:
+        i = raw.find(needle, start)
+        if i < 0:
+            return None
+        if i == 0 or raw[i - 1] == 2:
+            end = raw.find(b"\x02", i)
+            return raw[i + len(needle) : end if end >= 0 else len(raw)]
+        start = i + 1
+
+
+# --- decoding ------------------------------------------------------------------------------------------------
+class RecordLayout:
+    """Where the variable parts of one record lie, found by `locate` (all positions absolute in the buffer)."""
+
+    __slots__ = (
+        "size", "magic", "sys_flag", "born_host", "store_host", "body_start", "body_length",
+        "topic_start", "topic_length", "properties_start", "properties_length", "fixed",
+    )
+
+
+def _corrupt(rule: str, detail: str, path: str | None, offset: int) -> CorruptionError:
+    return CorruptionError(f"invalid commitlog record: {detail} [rule {rule}]", path=path, offset=offset, rule=rule)
+
+
+def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | None = None) -> RecordLayout:
+    """Check rules (1) to (4) for the message record at `pos` and return where its parts are.
+
+    `buf` is any buffer over the segment, `remaining` the bytes left in the segment from `pos`.
+    Raises CorruptionError naming the rule that failed. Blanks and end-of-data are not messages: callers
+    look at the magic code first (`peek`).
+    """
+    if remaining < END_FILE_MIN_BLANK_LENGTH:
+        raise _corrupt("1", f"only {remaining} bytes left in the segment", path, commitlog_offset)
+    size, magic = BLANK.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
+        raise _corrupt("1", f"magic code 0x{magic:08X}", path, commitlog_offset)
+    if size < RECORD_SIZE_MIN or size > remaining:
+        raise _corrupt("2", f"TOTALSIZE {size} outside {RECORD_SIZE_MIN}..{remaining}", path, commitlog_offset)
+    layout = RecordLayout()
+    layout.size = size
+    layout.magic = magic
+    sys_flag = I32.unpack_from(buf, pos + OFFSET_SYS_FLAG)[0]
+    layout.sys_flag = sys_flag
+    born_length = HOST_V6_LENGTH if sys_flag & SYS_FLAG_BORNHOST_V6 else HOST_V4_LENGTH
+    store_length = HOST_V6_LENGTH if sys_flag & SYS_FLAG_STOREHOST_V6 else HOST_V4_LENGTH
+    born_at = pos + OFFSET_BORN_HOST
+    store_at = born_at + born_length + 8
+    body_length_at = store_at + store_length + 4 + 8
+    fixed = body_length_at + 4 - pos
+    topic_length_bytes = 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
+    if fixed + topic_length_bytes + 2 > size:
+        raise _corrupt("3", f"TOTALSIZE {size} smaller than the fixed fields", path, commitlog_offset)
+    body_length = I32.unpack_from(buf, body_length_at)[0]
+    body_start = body_length_at + 4
+    if body_length < 0 or fixed + body_length + topic_length_bytes + 2 > size:
+        raise _corrupt("3", f"BODYLENGTH {body_length} does not fit TOTALSIZE {size}", path, commitlog_offset)
+    topic_length_at = body_start + body_length
+    if topic_length_bytes == 1:
+        topic_length = buf[topic_length_at]
+    else:
+        topic_length = U16.unpack_from(buf, topic_length_at)[0]
+    topic_start = topic_length_at + topic_length_bytes
+    properties_length_at = topic_start + topic_length
+    if topic_length < 1 or properties_length_at + 2 > pos + size:
+        raise _corrupt("3", f"TOPICLENGTH {topic_length} does not fit TOTALSIZE {size}", path, commitlog_offset)
+    properties_length = I16.unpack_from(buf, properties_length_at)[0]
+    properties_start = properties_length_at + 2
+    if properties_length < 0 or properties_start + properties_length != pos + size:
+        raise _corrupt(
+            "3", f"fields add up to {properties_start + properties_length - pos} bytes, TOTALSIZE is {size}",
+            path, commitlog_offset,
+        )
+    physical = struct.unpack_from(">q", buf, pos + OFFSET_PHYSICAL_OFFSET)[0]
+    if physical != commitlog_offset:
+        raise _corrupt("4", f"PHYSICALOFFSET {physical} at offset {commitlog_offset}", path, commitlog_offset)
+    layout.born_host = (born_at, born_length)
+    layout.store_host = (store_at, store_length)
+    layout.body_start = body_start
+    layout.body_length = body_length
+    layout.topic_start = topic_start
+    layout.topic_length = topic_length
+    layout.properties_start = properties_start
+    layout.properties_length = properties_length
+    layout.fixed = fixed
+    return layout
+
+
+def check_body_crc(buf, layout: RecordLayout, pos: int, commitlog_offset: int, *, path: str | None = None) -> None:
+    """Rule (5): the stored BODYCRC matches the body."""
+    stored = I32.unpack_from(buf, pos + OFFSET_BODY_CRC)[0]
+    actual = body_crc(buf[layout.body_start : layout.body_start + layout.body_length])
+    if stored != actual:
+        raise _corrupt("5", f"BODYCRC {stored} but the body's is {actual}", path, commitlog_offset)
+
+
+def peek(buf, pos: int, remaining: int) -> tuple[int, int]:
+    """(TOTALSIZE, MAGICCODE) at `pos`, or (0, 0) when fewer than 8 bytes are left."""
+    if remaining < END_FILE_MIN_BLANK_LENGTH:
+        return 0, 0
+    return BLANK.unpack_from(buf, pos)
