@@ -1,0 +1,33 @@
+"""mqstore: an embedded, RocketMQ-compatible message store (CommitLog, ConsumeQueue, IndexFile on numpy.memmap).
+
+    from mqstore import MessageStore, StoreConfig, Message
+    with MessageStore.open("store-dir", StoreConfig()) as store:
+        store.put(Message("orders", b"hello"))
+"""
+
+from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidConfigError, InvalidMessageError,
+                              ReadOnlyStoreError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
+from commitlog.message import Message, PutResult, PutStatus, StoredMessage
+from mqstore.config import FlushMode, StoreConfig
+from mqstore.engine import GetResult, GetStatus, MessageStore
+
+__all__ = [
+    "ConfigMismatchError",
+    "CorruptionError",
+    "FlushMode",
+    "GetResult",
+    "GetStatus",
+    "InvalidConfigError",
+    "InvalidMessageError",
+    "Message",
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "ReadOnlyStoreError",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreError",
+    "StoreIOError",
+    "StoreLockedError",
+    "StoredMessage",
+]

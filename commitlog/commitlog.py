@@ -1,0 +1,335 @@
+"""The CommitLog: one append-only log of every message, in segments (RocketMQ's CommitLog).
+
+Passive: it checks and encodes messages (`prepare`), appends them under one writer lock (`append`,
+`append_batch`), reads them back (`read`), and knows its written end. Dispatching, flushing on a schedule
+and recovery policy live elsewhere; they call in here.
+
+Queue offsets are assigned here, under the writer lock, from `queue_offsets` (RocketMQ's topicQueueTable):
+dense per (topic, queue_id), starting at 0. The owner restores that table on open.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+from commitlog import format as fmt
+from commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedError, StoreIOError
+from commitlog.mapped_file import MappedFile
+from commitlog.message import Message, StoredMessage, decode_message
+from commitlog.segments import SegmentList
+
+TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+_RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS))
+_FORBIDDEN = ("\x01", "\x02")
+
+# A prepared record: (queue_key, flag, body, crc, born_timestamp_ms, tail, size)
+#   queue_key = (topic, queue_id); tail = TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES bytes.
+PreparedRecord = tuple
+
+
+def validate_topic(topic) -> bytes:
+    """The topic's ASCII bytes; InvalidMessageError unless it is 1-127 characters of [A-Za-z0-9_%|-]."""
+    if not isinstance(topic, str):
+        raise InvalidMessageError(f"topic must be a str, got {type(topic).__name__}")
+    if not TOPIC_PATTERN.fullmatch(topic):
+        raise InvalidMessageError(
+            f"topic {topic!r} must be 1 to {fmt.TOPIC_LENGTH_MAX} characters of A-Z a-z 0-9 _ % | -")
+    return topic.encode("ascii")
+
+
+def _check_text(what: str, value) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessageError(f"{what} must be a str, got {type(value).__name__}")
+    if "\x01" in value or "\x02" in value:
+        raise InvalidMessageError(f"{what} must not contain the separator characters \\x01 or \\x02: {value!r}")
+    return value
+
+
+def _properties_text(message: Message) -> str:
+    """The PROPERTIES string of a message with tags, keys or user properties (the slow path of prepare)."""
+    parts = []
+    tags = message.tags
+    if tags is not None:
+        if not _check_text("tags", tags):
+            raise InvalidMessageError("tags must be None or a non-empty str")
+        parts.append(f"TAGS\x01{tags}\x02")
+    keys = message.keys
+    if keys:
+        if isinstance(keys, (str, bytes)):
+            raise InvalidMessageError("keys must be a sequence of str, not a single str")
+        for key in keys:
+            if not _check_text("a key", key) or " " in key:
+                raise InvalidMessageError(f"a key must be a non-empty str without spaces: {key!r}")
+        parts.append(f"KEYS\x01{' '.join(keys)}\x02")
+    properties = message.properties
+    if properties:
+        if not isinstance(properties, dict):
+            raise InvalidMessageError(f"properties must be a dict, got {type(properties).__name__}")
+        for name, value in properties.items():
+            if not _check_text("a property name", name):
+                raise InvalidMessageError("a property name must not be empty")
+            if name in _RESERVED_PROPERTIES:
+                raise InvalidMessageError(f"property {name!r} is set through Message.{name.lower()}")
+            _check_text(f"property {name!r}", value)
+            parts.append(f"{name}\x01{value}\x02")
+    return "".join(parts)
+
+
+class CommitLog:
+    """Segments plus the writer's state: the written end and the queue offset table."""
+
+    def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
+                 max_message_size_bytes: int, max_queues_per_topic: int,
+                 born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True):
+        assert len(born_host_raw) == len(store_host_raw) == fmt.HOST_V4_LENGTH
+        assert max_message_size_bytes + fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX \
+            + fmt.END_FILE_MIN_BLANK_LENGTH <= segment_size_bytes
+        self.directory = directory
+        self.segment_size_bytes = segment_size_bytes
+        self.writable = writable
+        self.max_message_size_bytes = max_message_size_bytes
+        self.max_queues_per_topic = max_queues_per_topic
+        self.born_host_raw = born_host_raw
+        self.store_host_raw = store_host_raw
+        if writable:
+            os.makedirs(directory, exist_ok=True)
+        self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate)
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.lock = threading.Lock()
+        self._topic_tails: dict[str, bytes] = {}
+        self._end = self.segments.first_base_offset
+        self._closed = False
+        self.appended_records = 0
+        self.roll_listeners: list = []  # called with the new segment after a roll, under the writer lock
+
+    # --- positions -----------------------------------------------------------------------------------------
+    def readable_end(self) -> int:
+        """The offset just past the last complete record (readers never look beyond it)."""
+        return self._end
+
+    def min_offset(self) -> int:
+        return self.segments.first_base_offset
+
+    def reader_end(self) -> int:
+        """For a read-only log another process writes: the end of the last segment now on disk.
+
+        Readers below it decode records only where a ConsumeQueue entry (or the caller) says one starts, and
+        every decoded record is checked, so an unfinished record is an error, never a message.
+        """
+        self.segments.load()
+        last = self.segments.last()
+        return last.base_offset + last.size_bytes if last is not None else 0
+
+    def set_end(self, commitlog_offset: int) -> None:
+        """Set the written end (after the owner found it by recovery or by walking the log)."""
+        assert commitlog_offset >= self.segments.first_base_offset
+        self._end = commitlog_offset
+
+    def segment_at(self, commitlog_offset: int) -> MappedFile:
+        segment = self.segments.segment_at(commitlog_offset)
+        if segment is None and not self.writable:
+            self.segments.load()
+            segment = self.segments.segment_at(commitlog_offset)
+        if segment is None:
+            raise InvalidMessageError(f"commitlog offset {commitlog_offset} is outside the log "
+                                      f"[{self.min_offset()}, {self._end})")
+        return segment
+
+    def find_end(self, start: int | None = None) -> int:
+        """Walk valid records from `start` (default: the last segment's start) to the end of written data.
+
+        Stops at eight zero bytes or at the end of the last segment. A record that breaks the format rule
+        raises CorruptionError (clean opens only: crash recovery decides differently).
+        """
+        last = self.segments.last()
+        if last is None:
+            return 0
+        offset = last.base_offset if start is None else start
+        while True:
+            segment = self.segments.segment_at(offset)
+            if segment is None:
+                return offset
+            pos = offset - segment.base_offset
+            remaining = segment.size_bytes - pos
+            size, magic = fmt.peek(segment.view, pos, remaining)
+            if size == 0 and magic == 0:
+                return offset
+            if magic == fmt.BLANK_MAGIC_CODE:
+                if size != remaining:
+                    raise CorruptionError(f"blank of {size} bytes with {remaining} left", path=segment.path,
+                                          offset=pos, rule="blank")
+                offset += remaining
+                continue
+            decode_message(segment.view, pos, remaining, offset, path=segment.path)
+            offset += size
+
+    # --- writing -------------------------------------------------------------------------------------------
+    def prepare(self, message: Message) -> PreparedRecord:
+        """Check a message and encode everything but the store-assigned fields. Nothing is written."""
+        if not isinstance(message, Message):
+            raise InvalidMessageError(f"expected a Message, got {type(message).__name__}")
+        topic = message.topic
+        tail_topic = self._topic_tails.get(topic)
+        if tail_topic is None:
+            tail_topic = self._topic_tail(topic)
+        queue_id = message.queue_id
+        if type(queue_id) is not int or not 0 <= queue_id < self.max_queues_per_topic:
+            raise InvalidMessageError(
+                f"queue_id must be an int in 0..{self.max_queues_per_topic - 1}, got {queue_id!r}")
+        body = message.body
+        if type(body) is not bytes:
+            if not isinstance(body, (bytes, bytearray, memoryview)):
+                raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}")
+            body = bytes(body)
+        if len(body) > self.max_message_size_bytes:
+            raise InvalidMessageError(
+                f"body of {len(body)} bytes is over max_message_size_bytes={self.max_message_size_bytes}")
+        flag = message.flag
+        if type(flag) is not int or not INT32_MIN <= flag <= INT32_MAX:
+            raise InvalidMessageError(f"flag must be a 32-bit int, got {flag!r}")
+        born = message.born_timestamp_ms
+        if born is None:
+            born = time.time_ns() // 1_000_000
+        elif type(born) is not int or born < 0:
+            raise InvalidMessageError(f"born_timestamp_ms must be a non-negative int, got {born!r}")
+        if message.tags is None and not message.keys and not message.properties:
+            tail = tail_topic + b"\x00\x00"
+        else:
+            properties = _properties_text(message).encode("utf-8")
+            if len(properties) > fmt.PROPERTIES_LENGTH_MAX:
+                raise InvalidMessageError(
+                    f"properties take {len(properties)} bytes, over the limit of {fmt.PROPERTIES_LENGTH_MAX}")
+            tail = tail_topic + fmt.I16.pack(len(properties)) + properties
+        size = fmt.HEADER_SIZE + len(body) + len(tail)
+        return ((topic, queue_id), flag, body, fmt.body_crc(body), born, tail, size)
+
+    def _topic_tail(self, topic) -> bytes:
+        encoded = validate_topic(topic)
+        tail = bytes((len(encoded),)) + encoded
+        self._topic_tails[topic] = tail
+        return tail
+
+    def append(self, record: PreparedRecord) -> tuple[int, int, int]:
+        """Append one prepared record; returns (commitlog_offset, queue_offset, store_timestamp_ms)."""
+        queue_key, flag, body, crc, born, tail, size = record
+        with self.lock:
+            if self._closed:
+                raise StoreClosedError("the commitlog is closed")
+            offset = self._end
+            segment = self.segments.segment_at(offset)
+            if segment is None or offset + size + 8 > segment.base_offset + segment.size_bytes:
+                segment, offset = self._roll(offset)
+            queue_offset = self.queue_offsets.get(queue_key, 0)
+            store_ts = time.time_ns() // 1_000_000
+            self._write(segment, offset, record, queue_offset, store_ts)
+            self.queue_offsets[queue_key] = queue_offset + 1
+            self._end = offset + size
+            self.appended_records += 1
+        return offset, queue_offset, store_ts
+
+    def append_batch(self, records: list[PreparedRecord]) -> tuple[list[tuple[int, int]], int]:
+        """Append prepared records under one lock hold; returns ([(commitlog_offset, queue_offset)], store ts)."""
+        placed = []
+        with self.lock:
+            if self._closed:
+                raise StoreClosedError("the commitlog is closed")
+            store_ts = time.time_ns() // 1_000_000
+            offset = self._end
+            segment = self.segments.segment_at(offset)
+            segment_end = segment.base_offset + segment.size_bytes if segment is not None else -1
+            queue_offsets = self.queue_offsets
+            write = self._write
+            try:
+                for record in records:
+                    size = record[6]
+                    if offset + size + 8 > segment_end:
+                        segment, offset = self._roll(offset)
+                        segment_end = segment.base_offset + segment.size_bytes
+                    queue_key = record[0]
+                    queue_offset = queue_offsets.get(queue_key, 0)
+                    write(segment, offset, record, queue_offset, store_ts)
+                    queue_offsets[queue_key] = queue_offset + 1
+                    placed.append((offset, queue_offset))
+                    offset += size
+                    self._end = offset
+            finally:
+                self.appended_records += len(placed)
+        return placed, store_ts
+
+    def _write(self, segment: MappedFile, offset: int, record, queue_offset: int, store_ts: int) -> None:
+        queue_key, flag, body, crc, born, tail, size = record
+        view = segment.view
+        pos = offset - segment.base_offset
+        body_end = pos + 88 + len(body)
+        fmt.HEADER_V1.pack_into(view, pos, size, fmt.MESSAGE_MAGIC_CODE, crc, queue_key[1], flag, queue_offset,
+                                offset, 0, born, self.born_host_raw, store_ts, self.store_host_raw, 0, 0,
+                                len(body))
+        view[pos + 88 : body_end] = body
+        view[body_end : pos + size] = tail
+
+    def _roll(self, offset: int) -> tuple[MappedFile, int]:
+        """Close the current segment with a blank and return the next segment (created if needed)."""
+        segment = self.segments.segment_at(offset)
+        if segment is not None:
+            pos = offset - segment.base_offset
+            left = segment.size_bytes - pos
+            assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left
+            fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
+            next_base = segment.base_offset + segment.size_bytes
+        else:
+            next_base = offset - offset % self.segment_size_bytes if offset % self.segment_size_bytes else offset
+        self._end = next_base  # the blank is written: readers may pass it
+        following = self.segments.segment_at(next_base)
+        if following is None:
+            following = self.segments.create(next_base)
+            for listener in self.roll_listeners:
+                listener(following)
+        return following, next_base
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def read(self, commitlog_offset: int, *, check_crc: bool = False) -> StoredMessage:
+        """Decode the message record at `commitlog_offset` (below the written end)."""
+        if commitlog_offset >= self._end and not self.writable:
+            self._end = max(self._end, self.reader_end())
+        if not self.segments.first_base_offset <= commitlog_offset < self._end:
+            raise InvalidMessageError(f"commitlog offset {commitlog_offset} is outside the log "
+                                      f"[{self.min_offset()}, {self._end})")
+        segment = self.segment_at(commitlog_offset)
+        view = segment.view
+        if view is None:
+            raise StoreClosedError("the commitlog is closed")
+        pos = commitlog_offset - segment.base_offset
+        return decode_message(view, pos, segment.size_bytes - pos, commitlog_offset, path=segment.path,
+                              check_crc=check_crc)
+
+    # --- durability and lifecycle --------------------------------------------------------------------------
+    def flush(self, start: int, end: int) -> None:
+        """msync the bytes [start, end) of the log, across segments."""
+        offset = start
+        while offset < end:
+            segment = self.segments.segment_at(offset)
+            if segment is None:
+                break
+            stop = min(end, segment.base_offset + segment.size_bytes)
+            segment.flush(offset - segment.base_offset, stop - segment.base_offset)
+            offset = stop
+
+    def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            self.segments.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def ensure_directory(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise StoreIOError(f"cannot create directory {path}: {exc.strerror}") from exc

@@ -1,0 +1,119 @@
+"""One fixed-size file mapped into memory with numpy.memmap (RocketMQ's MappedFile).
+
+Files are created at their full size in one step (space reserved with posix_fallocate where the file system
+supports it, so a full disk shows up as an error at creation rather than as SIGBUS on a later write to a
+sparse page), then mapped. Writers write through `view` (a memoryview over the mapping); `flush()` msyncs a
+byte range. The owner decides what is written where: this class keeps no positions.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+
+import numpy as np
+
+from commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
+
+PAGE_SIZE_BYTES = mmap.PAGESIZE
+
+
+class MappedFile:
+    """A file of exactly `size_bytes` bytes, mapped read-write or read-only."""
+
+    __slots__ = ("path", "base_offset", "size_bytes", "array", "view", "writable", "_closed")
+
+    def __init__(self, path: str, base_offset: int, size_bytes: int, array: np.memmap, writable: bool):
+        self.path = path
+        self.base_offset = base_offset
+        self.size_bytes = size_bytes
+        self.array = array
+        self.view = memoryview(array)
+        self.writable = writable
+        self._closed = False
+
+    @classmethod
+    def create(cls, path: str, base_offset: int, size_bytes: int, *, preallocate: bool = True) -> "MappedFile":
+        """Create a new zero-filled file (never an existing one) and map it read-write."""
+        assert size_bytes > 0
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError as exc:
+            raise StoreIOError(f"refusing to create {path}: it already exists") from exc
+        except OSError as exc:
+            raise StoreIOError(f"cannot create {path}: {exc.strerror}") from exc
+        try:
+            try:
+                if preallocate:
+                    _reserve(fd, size_bytes)
+                else:
+                    os.ftruncate(fd, size_bytes)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            _unlink_quietly(path)
+            raise StoreIOError(f"cannot size {path} to {size_bytes} bytes: {exc.strerror}") from exc
+        return cls.open(path, base_offset, size_bytes, writable=True)
+
+    @classmethod
+    def open(cls, path: str, base_offset: int, size_bytes: int, *, writable: bool) -> "MappedFile":
+        """Map an existing file, which must be exactly `size_bytes` long."""
+        try:
+            actual = os.path.getsize(path)
+        except OSError as exc:
+            raise StoreIOError(f"cannot stat {path}: {exc.strerror}") from exc
+        if actual != size_bytes:
+            raise CorruptionError(f"file is {actual} bytes, expected {size_bytes}", path=path, rule="file size")
+        try:
+            array = np.memmap(path, dtype=np.uint8, mode="r+" if writable else "r", shape=(size_bytes,))
+        except OSError as exc:
+            raise StoreIOError(f"cannot map {path}: {exc.strerror}") from exc
+        return cls(path, base_offset, size_bytes, array, writable)
+
+    def flush(self, start: int = 0, end: int | None = None) -> None:
+        """Write the dirty pages of [start, end) to disk (msync) and wait for it."""
+        if self._closed:
+            raise StoreClosedError(f"{self.path} is closed")
+        if not self.writable:
+            return
+        end = self.size_bytes if end is None else end
+        start -= start % PAGE_SIZE_BYTES
+        if end <= start:
+            return
+        try:
+            self.array._mmap.flush(start, end - start)
+        except OSError as exc:
+            raise StoreIOError(f"msync of {self.path} [{start}, {end}) failed: {exc.strerror}") from exc
+
+    def close(self) -> None:
+        """Drop the mapping (the operating system unmaps it once no reader holds a view)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.view = None
+        self.array = None
+
+    def delete(self) -> None:
+        self.close()
+        _unlink_quietly(self.path)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def _reserve(fd: int, size_bytes: int) -> None:
+    os.ftruncate(fd, size_bytes)
+    try:
+        os.posix_fallocate(fd, 0, size_bytes)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,95 @@
+"""The ordered list of a CommitLog's segment files (RocketMQ's MappedFileQueue).
+
+Segments all have `segment_size_bytes`, are named by their base offset (commitlog.format.segment_name)
+and are contiguous: segment k+1 starts where segment k ends. Retention deletes from the front only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from commitlog import format as fmt
+from commitlog.errors import CorruptionError, StoreIOError
+from commitlog.mapped_file import MappedFile
+
+
+class SegmentList:
+    """The segments of one directory, mapped; lookup by absolute offset is O(1)."""
+
+    def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool, preallocate: bool = True):
+        self.directory = directory
+        self.segment_size_bytes = segment_size_bytes
+        self.writable = writable
+        self.preallocate = preallocate
+        self.segments: list[MappedFile] = []
+        self._lock = threading.Lock()
+        self.load()
+
+    def load(self) -> None:
+        """Map every segment file of the directory that is not mapped yet (a reader calls it to see new ones)."""
+        with self._lock:
+            try:
+                names = os.listdir(self.directory)
+            except FileNotFoundError:
+                names = []
+            except OSError as exc:
+                raise StoreIOError(f"cannot list {self.directory}: {exc.strerror}") from exc
+            bases = []
+            for name in names:
+                base = fmt.parse_segment_name(name)
+                if base is None:
+                    continue  # temporary or foreign files are not segments
+                if base % self.segment_size_bytes:
+                    raise CorruptionError(
+                        f"segment base offset {base} is not a multiple of the segment size {self.segment_size_bytes}",
+                        path=os.path.join(self.directory, name), rule="segment name")
+                bases.append(base)
+            bases.sort()
+            known = {s.base_offset for s in self.segments}
+            for previous, base in zip(bases, bases[1:]):
+                if base - previous != self.segment_size_bytes:
+                    raise CorruptionError(f"segments are not contiguous: {fmt.segment_name(previous)} is followed "
+                                          f"by {fmt.segment_name(base)}", path=self.directory, rule="contiguous")
+            for base in bases:
+                if base in known:
+                    continue
+                if self.segments and base != self.segments[-1].base_offset + self.segment_size_bytes:
+                    continue  # below our first segment: already deleted by retention
+                path = os.path.join(self.directory, fmt.segment_name(base))
+                self.segments.append(MappedFile.open(path, base, self.segment_size_bytes, writable=self.writable))
+
+    @property
+    def first_base_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    def segment_at(self, commitlog_offset: int) -> MappedFile | None:
+        """The segment holding `commitlog_offset`, or None when no mapped segment does."""
+        segments = self.segments
+        if not segments:
+            return None
+        index = (commitlog_offset - segments[0].base_offset) // self.segment_size_bytes
+        if 0 <= index < len(segments):
+            return segments[index]
+        return None
+
+    def last(self) -> MappedFile | None:
+        return self.segments[-1] if self.segments else None
+
+    def create(self, base_offset: int) -> MappedFile:
+        """Create and map the segment starting at `base_offset` (the next one after the last)."""
+        assert self.writable
+        assert base_offset % self.segment_size_bytes == 0
+        with self._lock:
+            if self.segments:
+                assert base_offset == self.segments[-1].base_offset + self.segment_size_bytes, base_offset
+            path = os.path.join(self.directory, fmt.segment_name(base_offset))
+            segment = MappedFile.create(path, base_offset, self.segment_size_bytes, preallocate=self.preallocate)
+            self.segments.append(segment)
+            return segment
+
+    def close(self) -> None:
+        with self._lock:
+            for segment in self.segments:
+                segment.close()
+            self.segments = []

@@ -1,0 +1,309 @@
+"""ConsumeQueues: one per (topic, queue_id), each a run of fixed-size files of 20-byte units.
+
+The unit layout and the file naming rule are in `consumequeue.format`. A queue keeps three positions, in
+entries: `min_offset` (first entry still kept), `max_offset` (next entry to write) and `flushed_offset`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import numpy as np
+
+from commitlog.commitlog import TOPIC_PATTERN
+from commitlog.errors import CorruptionError, StoreIOError
+from commitlog.mapped_file import MappedFile
+from consumequeue import format as cqf
+
+log = logging.getLogger(__name__)
+
+UNIT = cqf.CONSUME_QUEUE_UNIT
+
+
+class ConsumeQueue:
+    """The entries of one (topic, queue_id)."""
+
+    def __init__(self, directory: str, topic: str, queue_id: int, entries_per_file: int, *, writable: bool):
+        self.directory = directory
+        self.topic = topic
+        self.queue_id = queue_id
+        self.entries_per_file = entries_per_file
+        self.file_size_bytes = entries_per_file * cqf.UNIT_SIZE_BYTES
+        self.writable = writable
+        self.files: list[MappedFile] = []
+        self.units: list[np.ndarray] = []
+        self.min_offset = 0
+        self.max_offset = 0
+        self.flushed_offset = 0
+        self.lock = threading.Lock()
+        self._load()
+
+    # --- loading -------------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if cqf.parse_file_name(n) is not None)
+        except FileNotFoundError:
+            names = []
+        except OSError as exc:
+            raise StoreIOError(f"cannot list {self.directory}: {exc.strerror}") from exc
+        expected = None
+        for name in names:
+            path = os.path.join(self.directory, name)
+            byte_offset = cqf.parse_file_name(name)
+            if byte_offset % self.file_size_bytes:
+                raise CorruptionError(f"queue file offset {byte_offset} is not a multiple of the file size "
+                                      f"{self.file_size_bytes}", path=path, rule="file name")
+            if expected is not None and byte_offset != expected:
+                raise CorruptionError("queue files are not contiguous", path=path, rule="file name")
+            expected = byte_offset + self.file_size_bytes
+            mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=self.writable)
+            self.files.append(mapped)
+            self.units.append(mapped.array.view(UNIT))
+        if not self.files:
+            return
+        self.min_offset = self.files[0].base_offset // cqf.UNIT_SIZE_BYTES
+        self.max_offset = self.min_offset
+        for index, units in enumerate(self.units):
+            written = _written_count(units)
+            _check_units(units[:written], self.files[index].path, 0)
+            self.max_offset = self.files[index].base_offset // cqf.UNIT_SIZE_BYTES + written
+            if written < self.entries_per_file:
+                if index != len(self.units) - 1:
+                    raise CorruptionError(f"queue file ends after {written} entries but is not the last",
+                                          path=self.files[index].path, offset=written * cqf.UNIT_SIZE_BYTES,
+                                          rule="1")
+                break
+        self._check_order_across_files()
+        self.flushed_offset = self.max_offset
+
+    def _check_order_across_files(self) -> None:
+        previous = None
+        for index, units in enumerate(self.units):
+            start = self.files[index].base_offset // cqf.UNIT_SIZE_BYTES
+            count = min(self.entries_per_file, self.max_offset - start)
+            if count <= 0:
+                break
+            first = int(units[0]["commitlog_offset"])
+            if previous is not None and first <= previous:
+                raise CorruptionError("commitlog offsets go backwards between queue files",
+                                      path=self.files[index].path, offset=0, rule="3")
+            previous = int(units[count - 1]["commitlog_offset"])
+
+    def refresh(self) -> None:
+        """For a reader of a store another process writes: pick up entries and files written since."""
+        if self.writable:
+            return
+        with self.lock:
+            names = sorted(n for n in os.listdir(self.directory) if cqf.parse_file_name(n) is not None)
+            for name in names[len(self.files):]:
+                byte_offset = cqf.parse_file_name(name)
+                if self.files and byte_offset != self.files[-1].base_offset + self.file_size_bytes:
+                    continue
+                path = os.path.join(self.directory, name)
+                try:
+                    mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False)
+                except CorruptionError:
+                    break  # being created by the writer right now
+                self.files.append(mapped)
+                self.units.append(mapped.array.view(UNIT))
+            while True:
+                index, position = self._locate(self.max_offset)
+                if index >= len(self.units):
+                    return
+                units = self.units[index][position:]
+                written = _written_count(units)
+                self.max_offset += written
+                if written < len(units):
+                    return
+
+    # --- positions -----------------------------------------------------------------------------------------
+    def _locate(self, queue_offset: int) -> tuple[int, int]:
+        first = self.files[0].base_offset // cqf.UNIT_SIZE_BYTES if self.files else 0
+        return divmod(queue_offset - first, self.entries_per_file)
+
+    def last_commitlog_end(self) -> int:
+        """The commitlog offset just past the message of the last entry (0 for an empty queue)."""
+        if self.max_offset <= self.min_offset:
+            return 0
+        unit = self.read(self.max_offset - 1, 1)[0]
+        return int(unit["commitlog_offset"]) + int(unit["size"])
+
+    # --- writing -------------------------------------------------------------------------------------------
+    def put(self, first_queue_offset: int, units: np.ndarray) -> int:
+        """Write units for entries first_queue_offset.. (consecutive); entries already present are skipped.
+
+        Returns how many units were written. A first offset past `max_offset` would leave a hole: that is
+        refused with CorruptionError (the queue lost entries the log still has: rebuild it).
+        """
+        assert self.writable
+        assert units.dtype == UNIT
+        with self.lock:
+            skip = self.max_offset - first_queue_offset
+            if skip < 0:
+                raise CorruptionError(
+                    f"queue {self.topic}/{self.queue_id} ends at entry {self.max_offset} but the log continues "
+                    f"it at entry {first_queue_offset}", path=self.directory, rule="dense")
+            if skip >= len(units):
+                return 0
+            if skip:
+                units = units[skip:]
+            written = 0
+            while written < len(units):
+                index, position = self._locate(self.max_offset)
+                if index == len(self.files):
+                    self._create_file(self.max_offset)
+                count = min(len(units) - written, self.entries_per_file - position)
+                self.units[index][position : position + count] = units[written : written + count]
+                written += count
+                self.max_offset += count
+            return written
+
+    def _create_file(self, first_queue_offset: int) -> None:
+        if not self.files:
+            os.makedirs(self.directory, exist_ok=True)
+            self.min_offset = first_queue_offset
+        byte_offset = first_queue_offset * cqf.UNIT_SIZE_BYTES
+        assert byte_offset % self.file_size_bytes == 0
+        path = os.path.join(self.directory, cqf.file_name(first_queue_offset))
+        mapped = MappedFile.create(path, byte_offset, self.file_size_bytes)
+        self.files.append(mapped)
+        self.units.append(mapped.array.view(UNIT))
+
+    def flush(self) -> None:
+        """msync the entries written since the last flush."""
+        with self.lock:
+            target = self.max_offset
+            offset = self.flushed_offset
+            while offset < target:
+                index, position = self._locate(offset)
+                count = min(target - offset, self.entries_per_file - position)
+                self.files[index].flush(position * cqf.UNIT_SIZE_BYTES, (position + count) * cqf.UNIT_SIZE_BYTES)
+                offset += count
+            self.flushed_offset = target
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def read(self, queue_offset: int, count: int) -> np.ndarray:
+        """A copy of the units [queue_offset, queue_offset + count) that exist, checked."""
+        start = max(queue_offset, self.min_offset)
+        stop = min(queue_offset + count, self.max_offset)
+        if stop <= start:
+            return np.empty(0, dtype=UNIT)
+        parts = []
+        offset = start
+        while offset < stop:
+            index, position = self._locate(offset)
+            take = min(stop - offset, self.entries_per_file - position)
+            parts.append(self.units[index][position : position + take])
+            offset += take
+        result = parts[0].copy() if len(parts) == 1 else np.concatenate(parts)
+        if len(result) and (result["size"].min() <= 0 or result["commitlog_offset"].min() < 0):
+            bad = int(np.argmax((result["size"] <= 0) | (result["commitlog_offset"] < 0)))
+            index, position = self._locate(start + bad)
+            raise CorruptionError(f"queue entry {start + bad} is not a valid unit", path=self.files[index].path,
+                                  offset=position * cqf.UNIT_SIZE_BYTES, rule="1")
+        return result
+
+    def close(self) -> None:
+        with self.lock:
+            for mapped in self.files:
+                mapped.close()
+            self.files = []
+            self.units = []
+
+
+def _written_count(units: np.ndarray) -> int:
+    """How many units from the start are written (the first with size <= 0 ends them)."""
+    if not len(units):
+        return 0
+    free = units["size"] <= 0
+    first_free = int(np.argmax(free))
+    return first_free if free[first_free] else len(units)
+
+
+def _check_units(units: np.ndarray, path: str, first_index: int) -> None:
+    """Rules (2) and (3) for a run of written units read from disk."""
+    if not len(units):
+        return
+    offsets = units["commitlog_offset"]
+    if offsets.min() < 0:
+        bad = int(np.argmax(offsets < 0))
+        raise CorruptionError("negative commitlog offset in a queue entry", path=path,
+                              offset=(first_index + bad) * cqf.UNIT_SIZE_BYTES, rule="2")
+    if len(units) > 1:
+        steps = np.diff(offsets.astype(np.int64))
+        if steps.min() <= 0:
+            bad = int(np.argmax(steps <= 0)) + 1
+            raise CorruptionError("commitlog offsets do not increase", path=path,
+                                  offset=(first_index + bad) * cqf.UNIT_SIZE_BYTES, rule="3")
+
+
+class ConsumeQueueTable:
+    """Every ConsumeQueue of a store, by (topic, queue_id), under `<root>/consumequeue`."""
+
+    def __init__(self, directory: str, entries_per_file: int, *, writable: bool):
+        self.directory = directory
+        self.entries_per_file = entries_per_file
+        self.writable = writable
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+        self.load()
+
+    def load(self) -> None:
+        """Open every queue directory not opened yet (readers call it again to find new queues)."""
+        try:
+            topics = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreIOError(f"cannot list {self.directory}: {exc.strerror}") from exc
+        for topic in topics:
+            if not TOPIC_PATTERN.fullmatch(topic):
+                log.warning("ignoring %s: not a valid topic name", os.path.join(self.directory, topic))
+                continue
+            topic_dir = os.path.join(self.directory, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for name in os.listdir(topic_dir):
+                if not name.isdigit() or not name.isascii() or len(name) > 9:
+                    continue
+                key = (topic, int(name))
+                if key not in self.queues:
+                    queue = ConsumeQueue(os.path.join(topic_dir, name), topic, int(name), self.entries_per_file,
+                                         writable=self.writable)
+                    with self._lock:
+                        self.queues.setdefault(key, queue)
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        queue = self.queues.get(key)
+        if queue is None:
+            assert self.writable
+            queue = ConsumeQueue(os.path.join(self.directory, topic, str(queue_id)), topic, queue_id,
+                                 self.entries_per_file, writable=True)
+            with self._lock:
+                queue = self.queues.setdefault(key, queue)
+        return queue
+
+    def topics(self) -> dict[str, list[int]]:
+        result: dict[str, list[int]] = {}
+        for topic, queue_id in list(self.queues):
+            result.setdefault(topic, []).append(queue_id)
+        return {topic: sorted(ids) for topic, ids in sorted(result.items())}
+
+    def max_commitlog_end(self) -> int:
+        """The largest commitlog offset any queue has dispatched up to (0 when all are empty)."""
+        return max((q.last_commitlog_end() for q in list(self.queues.values())), default=0)
+
+    def flush(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.flush()
+
+    def close(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.close()
+        self.queues = {}

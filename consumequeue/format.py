@@ -1,0 +1,55 @@
+"""ConsumeQueue format: the per-(topic, queue) list of pointers into the CommitLog (RocketMQ's ConsumeQueue).
+
+A consumer reads a queue by entry number (`queue_offset`); entry k of a queue is the k-th message stored for
+that (topic, queue_id). Entries are fixed-size, so entry k sits at byte k * 20 of the queue's logical file.
+
+Unit, big-endian:
+
+    OFFSET  SIZE  TYPE  FIELD
+    0       8     i64   commitlog_offset   where the message record starts in the CommitLog
+    8       4     i32   size               the whole record's TOTALSIZE
+    12      8     i64   tags_code          Java String.hashCode of the TAGS property (0 without tags)
+                        = 20 bytes
+
+Validity rule. An entry read from disk is valid iff (1) size > 0 and (2) commitlog_offset >= 0. The first
+entry of a file (or of the unwritten tail) with size <= 0 ends the queue's written part; written entries
+never have size 0, so a zero-filled unit is free space. (3) Entries hold strictly increasing
+commitlog offsets.
+
+Files: `consumequeue/<topic>/<queue_id>/<name>`, each holding `consume_queue_entries_per_file` units
+(default 300 000, 6 000 000 bytes), named by the logical byte offset of their first unit as 20 zero-padded
+decimal digits: the second default file is 00000000000006000000.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CONSUME_QUEUE_UNIT = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+UNIT_SIZE_BYTES = 20
+FILE_NAME_DIGITS = 20
+
+assert CONSUME_QUEUE_UNIT.itemsize == UNIT_SIZE_BYTES
+assert CONSUME_QUEUE_UNIT.fields["size"][1] == 8 and CONSUME_QUEUE_UNIT.fields["tags_code"][1] == 12
+
+
+def file_name(first_queue_offset: int) -> str:
+    """The name of the file whose first unit is entry `first_queue_offset`."""
+    assert first_queue_offset >= 0
+    return f"{first_queue_offset * UNIT_SIZE_BYTES:0{FILE_NAME_DIGITS}d}"
+
+
+def parse_file_name(name: str) -> int | None:
+    """The logical byte offset a file name encodes, or None when it is not a queue file name."""
+    if len(name) != FILE_NAME_DIGITS or not name.isascii() or not name.isdigit():
+        return None
+    return int(name)
+
+
+def make_units(commitlog_offsets, sizes, tags_codes) -> np.ndarray:
+    """A unit array from three columns."""
+    units = np.empty(len(commitlog_offsets), dtype=CONSUME_QUEUE_UNIT)
+    units["commitlog_offset"] = commitlog_offsets
+    units["size"] = sizes
+    units["tags_code"] = tags_codes
+    return units

@@ -1,0 +1,160 @@
+"""StoreConfig: every setting of a store, checked when it is built.
+
+The fields marked "format" fix the on-disk layout: they are saved in `<root>/config/mqstore.json` when the
+store is created and must match on every reopen (ConfigMismatchError otherwise).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass, field, fields
+
+from commitlog import format as fmt
+from commitlog.errors import ConfigMismatchError, CorruptionError, InvalidConfigError, StoreIOError
+
+GIB = 1 << 30
+MIB = 1 << 20
+CONFIG_FILE_NAME = "mqstore.json"
+CONFIG_FORMAT_VERSION = 1
+
+
+class FlushMode(enum.Enum):
+    """When a put is acknowledged: SYNC after its bytes are on disk, ASYNC once they are in the page cache."""
+
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+
+
+def default_host() -> str:
+    """This machine's IPv4 address as its name resolves, or 127.0.0.1 when it does not resolve to one."""
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+        socket.inet_aton(address)
+        return address
+    except OSError:
+        return "127.0.0.1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreConfig:
+    """Settings of a store. Units are in the names; the docstring of each field gives its default and why."""
+
+    segment_size_bytes: int = GIB
+    """format. 1 GiB, RocketMQ's CommitLog segment size: few files, long sequential runs."""
+
+    consume_queue_entries_per_file: int = 300_000
+    """format. 300 000 entries (6 MB files), RocketMQ's default."""
+
+    max_message_size_bytes: int = 4 * MIB
+    """4 MiB, RocketMQ's maxMessageSize: a larger body is refused."""
+
+    max_queues_per_topic: int = 1024
+    """queue ids run 0..1023; bounds the directories a topic can create."""
+
+    flush_mode: FlushMode = FlushMode.ASYNC
+    """ASYNC: a put is acknowledged once in the page cache (RocketMQ's default)."""
+
+    store_host: str = field(default_factory=default_host)
+    """IPv4 address written as STOREHOST and used in message ids; this machine's address by default."""
+
+    store_port: int = 10911
+    """port written with store_host; 10911 is a RocketMQ broker's default listen port."""
+
+    born_host: str | None = None
+    """IPv4 address written as BORNHOST of messages put through this store; None means store_host."""
+
+    born_port: int = 0
+    """port written with born_host (a producer's ephemeral port in RocketMQ; 0 for an embedded producer)."""
+
+    preallocate_segments: bool = True
+    """reserve each new file's space at creation (posix_fallocate), so a full disk fails creation, not a write."""
+
+    check_crc_on_dispatch: bool = False
+    """verify each body CRC while dispatching (RocketMQ does not: the writer computed it moments ago)."""
+
+    def __post_init__(self) -> None:
+        _check_int("segment_size_bytes", self.segment_size_bytes, 4096, 1 << 40)
+        _check_int("consume_queue_entries_per_file", self.consume_queue_entries_per_file, 1, 50_000_000)
+        _check_int("max_message_size_bytes", self.max_message_size_bytes, 0, (1 << 31) - 1024)
+        _check_int("max_queues_per_topic", self.max_queues_per_topic, 1, 1 << 20)
+        if not isinstance(self.flush_mode, FlushMode):
+            raise InvalidConfigError(f"flush_mode must be a FlushMode, got {self.flush_mode!r}")
+        fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH
+        if self.max_message_size_bytes + fixed > self.segment_size_bytes:
+            raise InvalidConfigError(
+                f"segment_size_bytes={self.segment_size_bytes} cannot hold a message of max_message_size_bytes="
+                f"{self.max_message_size_bytes} (needs {self.max_message_size_bytes + fixed} bytes)")
+        for name in ("store_host", "born_host"):
+            value = getattr(self, name)
+            if value is None and name == "born_host":
+                continue
+            try:
+                socket.inet_aton(value)
+            except (OSError, TypeError) as exc:
+                raise InvalidConfigError(f"{name} must be an IPv4 address, got {value!r}") from exc
+        _check_int("store_port", self.store_port, 0, 65535)
+        _check_int("born_port", self.born_port, 0, 65535)
+
+    def format_fields(self) -> dict:
+        """The fields that fix the on-disk format, as saved in the store."""
+        return {name: getattr(self, name) for name in FORMAT_FIELDS}
+
+
+FORMAT_FIELDS = ("segment_size_bytes", "consume_queue_entries_per_file")
+assert set(FORMAT_FIELDS) <= {f.name for f in fields(StoreConfig)}
+
+
+def _check_int(name: str, value, low: int, high: int) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise InvalidConfigError(f"{name} must be an int in {low}..{high}, got {value!r}")
+
+
+def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool) -> None:
+    """Save the format fields of a new store, or check them against a store's saved ones."""
+    path = os.path.join(config_dir, CONFIG_FILE_NAME)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        if writable:
+            _write_atomically(path, json.dumps({"format_version": CONFIG_FORMAT_VERSION, **config.format_fields()},
+                                               indent=2).encode())
+        return
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        saved = json.loads(raw)
+        if not isinstance(saved, dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        raise CorruptionError(f"store settings file is not a JSON object: {exc}", path=path, rule="json") from exc
+    if saved.get("format_version") != CONFIG_FORMAT_VERSION:
+        raise ConfigMismatchError(f"{path}: format_version {saved.get('format_version')!r} is not "
+                                  f"{CONFIG_FORMAT_VERSION}")
+    differences = [f"{name}: store has {saved.get(name)!r}, config has {value!r}"
+                   for name, value in config.format_fields().items() if saved.get(name) != value]
+    if differences:
+        raise ConfigMismatchError(f"the store at {os.path.dirname(config_dir)} was created with other format "
+                                  "settings: " + "; ".join(differences))
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    temporary = path + ".tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise StoreIOError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+def config_as_dict(config: StoreConfig) -> dict:
+    result = asdict(config)
+    result["flush_mode"] = config.flush_mode.value
+    return result

@@ -1,0 +1,406 @@
+"""MessageStore: the facade that wires the CommitLog, the dispatchers and the ConsumeQueues together.
+
+Lifecycle of a writable store: open takes the lock, checks the saved format settings, maps the CommitLog and
+finds its end, loads the ConsumeQueues, dispatches whatever the queues have not seen yet, restores the queue
+offset table from the queues and starts the dispatch thread. close() stops accepting puts, lets dispatch
+reach the end of the log, flushes everything and releases the lock.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import logging
+import os
+import threading
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+from commitlog import format as fmt
+from commitlog.commitlog import CommitLog, validate_topic
+from commitlog.dispatch import DispatchService
+from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
+                              StoreIOError, StoreLockedError)
+from commitlog.message import Message, PutResult, PutStatus, StoredMessage
+from consumequeue.consume_queue import ConsumeQueueTable
+from consumequeue.dispatcher import ConsumeQueueDispatcher
+from mqstore.config import FlushMode, StoreConfig, save_or_check_format
+
+log = logging.getLogger(__name__)
+
+GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
+GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
+CLOSE_DISPATCH_TIMEOUT_S = 300.0
+
+
+class GetStatus(enum.Enum):
+    """The outcome of a get, with RocketMQ's names and meanings."""
+
+    FOUND = "FOUND"  # messages returned
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # entries examined, none matched the tag filter
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"  # entries point below the log's minimum (retention)
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"  # the queue has no entry file for that offset
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # offset > max_offset
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # offset == max_offset: caught up, nothing new yet
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # offset < min_offset: those entries were deleted
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such (topic, queue_id) in this store
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # the queue exists and is empty
+
+
+class GetResult(NamedTuple):
+    """Messages read from one queue. `next_offset` is where the next get should start."""
+
+    status: GetStatus
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class MessageStore:
+    """An embedded RocketMQ-format message store. Use `MessageStore.open(...)`; it is a context manager."""
+
+    def __init__(self, root_dir: str, config: StoreConfig, read_only: bool):
+        self.root_dir = root_dir
+        self.config = config
+        self.read_only = read_only
+        self._closed = True
+        self._lock_handle = None
+        self._close_lock = threading.Lock()
+        self._flushed_offset = 0
+        self._dispatch: DispatchService | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, root_dir, config: StoreConfig | None = None, read_only: bool = False) -> "MessageStore":
+        """Open (creating it unless read_only) the store under `root_dir`."""
+        if config is None:
+            config = StoreConfig()
+        if not isinstance(config, StoreConfig):
+            raise InvalidMessageError(f"config must be a StoreConfig, got {type(config).__name__}")
+        root_dir = os.fspath(root_dir)
+        store = cls(root_dir, config, read_only)
+        try:
+            store._open()
+        except BaseException:
+            store._release()
+            raise
+        return store
+
+    def _open(self) -> None:
+        config = self.config
+        root = self.root_dir
+        if self.read_only:
+            if not os.path.isdir(os.path.join(root, "commitlog")):
+                raise StoreIOError(f"{root} is not a store: it has no commitlog directory")
+        else:
+            try:
+                os.makedirs(os.path.join(root, "commitlog"), exist_ok=True)
+                os.makedirs(os.path.join(root, "consumequeue"), exist_ok=True)
+            except OSError as exc:
+                raise StoreIOError(f"cannot create the store at {root}: {exc.strerror}") from exc
+            self._take_lock()
+        save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only)
+        born_host = config.born_host or config.store_host
+        self._commitlog = CommitLog(
+            os.path.join(root, "commitlog"), config.segment_size_bytes, writable=not self.read_only,
+            max_message_size_bytes=config.max_message_size_bytes, max_queues_per_topic=config.max_queues_per_topic,
+            born_host_raw=fmt.encode_host(born_host, config.born_port),
+            store_host_raw=fmt.encode_host(config.store_host, config.store_port),
+            preallocate=config.preallocate_segments)
+        self._msg_id_prefix = self._commitlog.store_host_raw.hex().upper()
+        self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
+                                         writable=not self.read_only)
+        self._closed = False
+        if self.read_only:
+            return
+        end = self._commitlog.find_end()
+        self._commitlog.set_end(end)
+        self._flushed_offset = end
+        dispatched = max(self._queues.max_commitlog_end(), self._commitlog.min_offset())
+        if dispatched > end:
+            raise CorruptionError(f"consume queues point to offset {dispatched}, past the log's end {end}",
+                                  path=os.path.join(root, "consumequeue"), rule="cq-past-log")
+        self._dispatch = DispatchService(self._commitlog, [ConsumeQueueDispatcher(self._queues)], dispatched,
+                                         check_crc=config.check_crc_on_dispatch)
+        self._dispatch.dispatch_available()
+        self._commitlog.queue_offsets.update(
+            {key: queue.max_offset for key, queue in self._queues.queues.items()})
+        self._dispatch.start()
+
+    def _take_lock(self) -> None:
+        path = os.path.join(self.root_dir, "lock")
+        try:
+            handle = open(path, "a+b")
+        except OSError as exc:
+            raise StoreIOError(f"cannot open {path}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a Java broker's tryLock sees
+        except OSError as exc:
+            handle.close()
+            raise StoreLockedError(f"{self.root_dir} is open for writing elsewhere (lock file {path})") from exc
+        self._lock_handle = handle
+
+    def close(self) -> None:
+        """Stop accepting puts, dispatch to the end of the log, flush everything, release the lock."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._dispatch is not None:
+                    self._dispatch.wait_dispatched(CLOSE_DISPATCH_TIMEOUT_S)
+                    self._dispatch.stop()
+                    if self._dispatch.error is not None:
+                        log.error("closing with dispatch stopped by: %s", self._dispatch.error)
+                if not self.read_only:
+                    self.flush()
+            finally:
+                self._release()
+
+    def _release(self) -> None:
+        for part in ("_queues", "_commitlog"):
+            component = getattr(self, part, None)
+            if component is not None:
+                component.close()
+        if self._lock_handle is not None:
+            self._lock_handle.close()
+            self._lock_handle = None
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the store at {self.root_dir} is closed")
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the store at {self.root_dir} is closed")
+        if self.read_only:
+            raise ReadOnlyStoreError(f"the store at {self.root_dir} was opened read_only")
+
+    # --- writing -------------------------------------------------------------------------------------------
+    def put(self, message: Message) -> PutResult:
+        """Store one message; it becomes visible to get() once dispatched."""
+        if self._closed or self.read_only:
+            self._check_writable()
+        record = self._commitlog.prepare(message)
+        offset, queue_offset, store_ts = self._commitlog.append(record)
+        self._dispatch.wake()
+        if self.config.flush_mode is FlushMode.SYNC:
+            self._flush_log()
+        return PutResult(PutStatus.PUT_OK, offset, queue_offset, record[6], store_ts,
+                         self._msg_id_prefix + "%016X" % offset)
+
+    def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
+        """Store many messages under one lock hold. Every message is checked first: one bad one writes none."""
+        self._check_writable()
+        prepare = self._commitlog.prepare
+        records = [prepare(message) for message in messages]
+        if not records:
+            return []
+        placed, store_ts = self._commitlog.append_batch(records)
+        self._dispatch.wake()
+        if self.config.flush_mode is FlushMode.SYNC:
+            self._flush_log()
+        ok = PutStatus.PUT_OK
+        prefix = self._msg_id_prefix
+        return [PutResult(ok, offset, queue_offset, record[6], store_ts, prefix + "%016X" % offset)
+                for (offset, queue_offset), record in zip(placed, records)]
+
+    def flush(self) -> None:
+        """Write everything stored so far to disk: the CommitLog, then the ConsumeQueues."""
+        self._check_writable() if not self._closed else None
+        if self.read_only:
+            return
+        self._flush_log()
+        self._queues.flush()
+
+    def _flush_log(self) -> None:
+        end = self._commitlog.readable_end()
+        start = self._flushed_offset
+        if end > start:
+            self._commitlog.flush(start, end)
+            self._flushed_offset = max(self._flushed_offset, end)
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def _queue(self, topic, queue_id):
+        validate_topic(topic)
+        if type(queue_id) is not int or queue_id < 0:
+            raise InvalidMessageError(f"queue_id must be a non-negative int, got {queue_id!r}")
+        queue = self._queues.get(topic, queue_id)
+        if self.read_only:
+            if queue is None:
+                self._queues.load()
+                queue = self._queues.get(topic, queue_id)
+            if queue is not None:
+                queue.refresh()
+        return queue
+
+    def get(self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None) -> GetResult:
+        """Up to `max_count` messages of one queue from entry `offset`, optionally only those with given tags.
+
+        `tags` is None or "*" for all, a tag, "A || B", or a collection of tags.
+        """
+        self._check_open()
+        if type(offset) is not int:
+            raise InvalidMessageError(f"offset must be an int, got {offset!r}")
+        if type(max_count) is not int or not 1 <= max_count <= GET_MAX_COUNT_LIMIT:
+            raise InvalidMessageError(f"max_count must be an int in 1..{GET_MAX_COUNT_LIMIT}, got {max_count!r}")
+        wanted = _parse_tags(tags)
+        queue = self._queue(topic, queue_id)
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        low, high = queue.min_offset, queue.max_offset
+        if high == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high)
+        if offset < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
+        if offset == high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
+        if offset > high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], low if low == 0 else high, low, high)
+        scan = max(max_count, GET_FILTER_SCAN_ENTRIES_MIN) if wanted else max_count
+        units = queue.read(offset, scan)
+        if not len(units):
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], offset + 1, low, high)
+        return self._collect(queue, offset, units, max_count, wanted, low, high)
+
+    def _collect(self, queue, offset, units, max_count, wanted, low, high) -> GetResult:
+        commitlog_offsets = units["commitlog_offset"].tolist()
+        sizes = units["size"].tolist()
+        candidates = range(len(commitlog_offsets))
+        if wanted:
+            codes = np.array([fmt.tags_code(tag) for tag in wanted], dtype=np.int64)
+            candidates = np.flatnonzero(np.isin(units["tags_code"], codes)).tolist()
+        messages = []
+        examined = len(commitlog_offsets)
+        log_min = self._commitlog.min_offset()
+        removed = 0
+        read = self._commitlog.read
+        for index in candidates:
+            position = commitlog_offsets[index]
+            if position < log_min:
+                removed += 1
+                continue
+            message = read(position)
+            if (message.size_bytes != sizes[index] or message.queue_offset != offset + index
+                    or message.queue_id != queue.queue_id or message.topic != queue.topic):
+                raise CorruptionError(
+                    f"queue entry {offset + index} of {queue.topic}/{queue.queue_id} points to a record of "
+                    f"{message.topic}/{message.queue_id} entry {message.queue_offset} ({message.size_bytes} bytes)",
+                    offset=position, rule="cq-matches-log")
+            if wanted and message.tags not in wanted:
+                continue
+            messages.append(message)
+            if len(messages) == max_count:
+                examined = index + 1
+                break
+        if messages:
+            status = GetStatus.FOUND
+        elif removed:
+            status = GetStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, messages, offset + examined, low, high)
+
+    def read_at(self, commitlog_offset: int) -> StoredMessage:
+        """The message whose record starts at `commitlog_offset`."""
+        self._check_open()
+        if type(commitlog_offset) is not int:
+            raise InvalidMessageError(f"commitlog_offset must be an int, got {commitlog_offset!r}")
+        try:
+            return self._commitlog.read(commitlog_offset)
+        except CorruptionError as exc:
+            if exc.rule == "4" or exc.rule == "1":
+                raise InvalidMessageError(f"no message record starts at commitlog offset {commitlog_offset}") \
+                    from exc
+            raise
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        self._check_open()
+        queue = self._queue(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of this queue will get (= the count of entries ever written)."""
+        self._check_open()
+        queue = self._queue(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after `timestamp_ms` (max_offset if none)."""
+        self._check_open()
+        queue = self._queue(topic, queue_id)
+        if queue is None:
+            return 0
+        low, high = queue.min_offset, queue.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            unit = queue.read(middle, 1)
+            if self._commitlog.read(int(unit["commitlog_offset"][0])).store_timestamp_ms < timestamp_ms:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def topics(self) -> dict[str, list[int]]:
+        """Every topic with the queue ids it has (dispatched queues only)."""
+        self._check_open()
+        if self.read_only:
+            self._queues.load()
+        return self._queues.topics()
+
+    def wait_dispatched(self, timeout_s: float | None = None) -> bool:
+        """Block until everything put so far is visible to get(); False on timeout or dispatch failure."""
+        self._check_open()
+        if self._dispatch is None:
+            return True
+        return self._dispatch.wait_dispatched(timeout_s)
+
+    def stats(self) -> dict:
+        """Positions, counts and lags of the store, as plain data."""
+        self._check_open()
+        log_ = self._commitlog
+        end = log_.readable_end() if not self.read_only else log_.reader_end()
+        dispatched = self._dispatch.dispatched_offset if self._dispatch is not None else None
+        queues = {}
+        for (topic, queue_id), queue in sorted(self._queues.queues.items()):
+            queues.setdefault(topic, {})[queue_id] = {"min_offset": queue.min_offset, "max_offset": queue.max_offset}
+        return {
+            "root_dir": self.root_dir,
+            "read_only": self.read_only,
+            "commitlog": {"min_offset": log_.min_offset(), "max_offset": end,
+                          "segments": len(log_.segments.segments), "flushed_offset": self._flushed_offset,
+                          "flush_lag_bytes": max(0, end - self._flushed_offset)},
+            "dispatch": {"dispatched_offset": dispatched,
+                         "lag_bytes": None if dispatched is None else max(0, end - dispatched),
+                         "records": self._dispatch.dispatched_records if self._dispatch else 0,
+                         "error": repr(self._dispatch.error) if self._dispatch and self._dispatch.error else None},
+            "queues": queues,
+            "messages_put": log_.appended_records,
+        }
+
+
+def _parse_tags(tags) -> frozenset[str] | None:
+    if tags is None:
+        return None
+    if isinstance(tags, str):
+        parts = [part.strip() for part in tags.split("||")]
+    else:
+        try:
+            parts = list(tags)
+        except TypeError as exc:
+            raise InvalidMessageError(f"tags must be None, a str or a collection of str, got {tags!r}") from exc
+        if not all(isinstance(part, str) for part in parts):
+            raise InvalidMessageError(f"tags must be str, got {tags!r}")
+    parts = [part for part in parts if part]
+    if not parts or "*" in parts:
+        return None
+    return frozenset(parts)

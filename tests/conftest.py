@@ -1,0 +1,48 @@
+"""Shared test helpers: where RocketMQ's fixture store is, and small store settings."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
+ROCKETMQ_STORE = FIXTURES_DIR / "rocketmq-4.4.0-store"
+
+
+@pytest.fixture
+def rocketmq_store_copy(tmp_path) -> Path:
+    """A writable copy of the store RocketMQ 4.4.0 wrote (the original is never opened for writing)."""
+    if not ROCKETMQ_STORE.is_dir():
+        pytest.fail(f"the RocketMQ fixture store is missing: {ROCKETMQ_STORE}")
+    target = tmp_path / "rocketmq-store"
+    shutil.copytree(ROCKETMQ_STORE / "store", target)
+    for path in target.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    target.chmod(0o755)
+    return target
+
+
+def rocketmq_manifest() -> list[dict]:
+    import json
+
+    with open(ROCKETMQ_STORE / "manifest.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def rocketmq_config():
+    """The settings the fixture store was written with (see shared/fixtures/README.md)."""
+    from mqstore import StoreConfig
+
+    return StoreConfig(segment_size_bytes=65536, consume_queue_entries_per_file=64, max_message_size_bytes=16384)
+
+
+def small_config(**overrides):
+    """Small segments and queue files, so tests roll files often."""
+    from mqstore import StoreConfig
+
+    settings = dict(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64, max_message_size_bytes=8192,
+                    store_host="10.0.0.7", store_port=10911, preallocate_segments=False)
+    settings.update(overrides)
+    return StoreConfig(**settings)
