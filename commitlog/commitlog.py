@@ -14,19 +14,27 @@ import os
 import re
 import threading
 import time
+import zlib
 
 from commitlog import format as fmt
+from commitlog.dispatch import parse_records
 from commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile
 from commitlog.message import Message, StoredMessage, decode_message
 from commitlog.segments import SegmentList
 
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
+FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS))
 _FORBIDDEN = ("\x01", "\x02")
 
-# A prepared record: (queue_key, flag, body, crc, born_timestamp_ms, tail, size)
+_crc32 = zlib.crc32
+_time_ns = time.time_ns
+_pack_header = fmt.HEADER_V1.pack_into
+_MAGIC = fmt.MESSAGE_MAGIC_CODE
+
+# A prepared record: (queue_key, flag, body, crc, born_timestamp_ms or None, tail, size)
 #   queue_key = (topic, queue_id); tail = TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES bytes.
 PreparedRecord = tuple
 
@@ -103,7 +111,7 @@ class CommitLog:
         self._topic_tails: dict[str, bytes] = {}
         self._end = self.segments.first_base_offset
         self._closed = False
-        self.appended_records = 0
+        self._use_segment(None)
         self.roll_listeners: list = []  # called with the new segment after a roll, under the writer lock
 
     # --- positions -----------------------------------------------------------------------------------------
@@ -149,39 +157,34 @@ class CommitLog:
         if last is None:
             return 0
         offset = last.base_offset if start is None else start
-        while True:
-            segment = self.segments.segment_at(offset)
-            if segment is None:
-                return offset
-            pos = offset - segment.base_offset
-            remaining = segment.size_bytes - pos
-            size, magic = fmt.peek(segment.view, pos, remaining)
-            if size == 0 and magic == 0:
-                return offset
-            if magic == fmt.BLANK_MAGIC_CODE:
-                if size != remaining:
-                    raise CorruptionError(f"blank of {size} bytes with {remaining} left", path=segment.path,
-                                          offset=pos, rule="blank")
-                offset += remaining
-                continue
-            decode_message(segment.view, pos, remaining, offset, path=segment.path)
-            offset += size
+        limit = last.base_offset + last.size_bytes
+        while offset < limit:
+            batch = parse_records(self, offset, limit, records_max=FIND_END_BATCH_RECORDS, zeros_end=True)
+            if batch.error is not None:
+                raise batch.error
+            if batch.end_offset == offset:
+                break
+            offset = batch.end_offset
+        return offset
 
     # --- writing -------------------------------------------------------------------------------------------
     def prepare(self, message: Message) -> PreparedRecord:
-        """Check a message and encode everything but the store-assigned fields. Nothing is written."""
-        if not isinstance(message, Message):
+        """Check a message and encode everything but the store-assigned fields. Nothing is written.
+
+        A hot path: the common case (known topic, bytes body, no properties) takes the fewest steps.
+        """
+        if message.__class__ is not Message and not isinstance(message, Message):
             raise InvalidMessageError(f"expected a Message, got {type(message).__name__}")
         topic = message.topic
-        tail_topic = self._topic_tails.get(topic)
-        if tail_topic is None:
-            tail_topic = self._topic_tail(topic)
+        tails = self._topic_tails.get(topic) if topic.__class__ is str else None
+        if tails is None:
+            tails = self._topic_tail(topic)
         queue_id = message.queue_id
-        if type(queue_id) is not int or not 0 <= queue_id < self.max_queues_per_topic:
+        if queue_id.__class__ is not int or not 0 <= queue_id < self.max_queues_per_topic:
             raise InvalidMessageError(
                 f"queue_id must be an int in 0..{self.max_queues_per_topic - 1}, got {queue_id!r}")
         body = message.body
-        if type(body) is not bytes:
+        if body.__class__ is not bytes:
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}")
             body = bytes(body)
@@ -189,106 +192,121 @@ class CommitLog:
             raise InvalidMessageError(
                 f"body of {len(body)} bytes is over max_message_size_bytes={self.max_message_size_bytes}")
         flag = message.flag
-        if type(flag) is not int or not INT32_MIN <= flag <= INT32_MAX:
+        if flag.__class__ is not int or not INT32_MIN <= flag <= INT32_MAX:
             raise InvalidMessageError(f"flag must be a 32-bit int, got {flag!r}")
         born = message.born_timestamp_ms
-        if born is None:
-            born = time.time_ns() // 1_000_000
-        elif type(born) is not int or born < 0:
-            raise InvalidMessageError(f"born_timestamp_ms must be a non-negative int, got {born!r}")
+        if born is not None and (born.__class__ is not int or born < 0):
+            raise InvalidMessageError(f"born_timestamp_ms must be a non-negative int or None, got {born!r}")
         if message.tags is None and not message.keys and not message.properties:
-            tail = tail_topic + b"\x00\x00"
+            tail = tails[1]
         else:
             properties = _properties_text(message).encode("utf-8")
             if len(properties) > fmt.PROPERTIES_LENGTH_MAX:
                 raise InvalidMessageError(
                     f"properties take {len(properties)} bytes, over the limit of {fmt.PROPERTIES_LENGTH_MAX}")
-            tail = tail_topic + fmt.I16.pack(len(properties)) + properties
-        size = fmt.HEADER_SIZE + len(body) + len(tail)
-        return ((topic, queue_id), flag, body, fmt.body_crc(body), born, tail, size)
+            tail = tails[0] + fmt.I16.pack(len(properties)) + properties
+        return ((topic, queue_id), flag, body, _crc32(body) & 0x7FFFFFFF, born, tail, 88 + len(body) + len(tail))
 
-    def _topic_tail(self, topic) -> bytes:
+    def _topic_tail(self, topic) -> tuple[bytes, bytes]:
+        """(TOPICLENGTH + TOPIC, the same followed by an empty PROPERTIES) for a topic, checked and cached."""
         encoded = validate_topic(topic)
-        tail = bytes((len(encoded),)) + encoded
-        self._topic_tails[topic] = tail
-        return tail
+        prefix = bytes((len(encoded),)) + encoded
+        tails = (prefix, prefix + b"\x00\x00")
+        self._topic_tails[topic] = tails
+        return tails
 
     def append(self, record: PreparedRecord) -> tuple[int, int, int]:
         """Append one prepared record; returns (commitlog_offset, queue_offset, store_timestamp_ms)."""
         queue_key, flag, body, crc, born, tail, size = record
         with self.lock:
-            if self._closed:
-                raise StoreClosedError("the commitlog is closed")
             offset = self._end
-            segment = self.segments.segment_at(offset)
-            if segment is None or offset + size + 8 > segment.base_offset + segment.size_bytes:
-                segment, offset = self._roll(offset)
+            if offset + size + 8 > self._segment_end:
+                offset = self._roll(offset, size)
+            pos = offset - self._segment_base
+            view = self._view
             queue_offset = self.queue_offsets.get(queue_key, 0)
-            store_ts = time.time_ns() // 1_000_000
-            self._write(segment, offset, record, queue_offset, store_ts)
+            store_ts = _time_ns() // 1_000_000
+            body_end = pos + 88 + len(body)
+            _pack_header(view, pos, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
+                         store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
+                         0, 0, len(body))
+            view[pos + 88 : body_end] = body
+            view[body_end : pos + size] = tail
             self.queue_offsets[queue_key] = queue_offset + 1
             self._end = offset + size
-            self.appended_records += 1
         return offset, queue_offset, store_ts
 
     def append_batch(self, records: list[PreparedRecord]) -> tuple[list[tuple[int, int]], int]:
-        """Append prepared records under one lock hold; returns ([(commitlog_offset, queue_offset)], store ts)."""
+        """Append prepared records under one lock hold; returns ([(commitlog_offset, queue_offset)], store ts).
+
+        Messages are written and published one by one, so a failure part way (a segment that cannot be
+        created) leaves the ones before it stored; the exception says so.
+        """
         placed = []
         with self.lock:
-            if self._closed:
-                raise StoreClosedError("the commitlog is closed")
-            store_ts = time.time_ns() // 1_000_000
+            store_ts = _time_ns() // 1_000_000
             offset = self._end
-            segment = self.segments.segment_at(offset)
-            segment_end = segment.base_offset + segment.size_bytes if segment is not None else -1
             queue_offsets = self.queue_offsets
-            write = self._write
-            try:
-                for record in records:
-                    size = record[6]
-                    if offset + size + 8 > segment_end:
-                        segment, offset = self._roll(offset)
-                        segment_end = segment.base_offset + segment.size_bytes
-                    queue_key = record[0]
-                    queue_offset = queue_offsets.get(queue_key, 0)
-                    write(segment, offset, record, queue_offset, store_ts)
-                    queue_offsets[queue_key] = queue_offset + 1
-                    placed.append((offset, queue_offset))
-                    offset += size
-                    self._end = offset
-            finally:
-                self.appended_records += len(placed)
+            born_host, store_host = self.born_host_raw, self.store_host_raw
+            segment_end = self._segment_end
+            view, base = self._view, self._segment_base
+            for queue_key, flag, body, crc, born, tail, size in records:
+                if offset + size + 8 > segment_end:
+                    offset = self._roll(offset, size)
+                    segment_end, view, base = self._segment_end, self._view, self._segment_base
+                queue_offset = queue_offsets.get(queue_key, 0)
+                pos = offset - base
+                body_end = pos + 88 + len(body)
+                _pack_header(view, pos, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
+                             store_ts if born is None else born, born_host, store_ts, store_host, 0, 0, len(body))
+                view[pos + 88 : body_end] = body
+                view[body_end : pos + size] = tail
+                queue_offsets[queue_key] = queue_offset + 1
+                placed.append((offset, queue_offset))
+                offset += size
+                self._end = offset
         return placed, store_ts
 
-    def _write(self, segment: MappedFile, offset: int, record, queue_offset: int, store_ts: int) -> None:
-        queue_key, flag, body, crc, born, tail, size = record
-        view = segment.view
-        pos = offset - segment.base_offset
-        body_end = pos + 88 + len(body)
-        fmt.HEADER_V1.pack_into(view, pos, size, fmt.MESSAGE_MAGIC_CODE, crc, queue_key[1], flag, queue_offset,
-                                offset, 0, born, self.born_host_raw, store_ts, self.store_host_raw, 0, 0,
-                                len(body))
-        view[pos + 88 : body_end] = body
-        view[body_end : pos + size] = tail
+    def _use_segment(self, segment: MappedFile | None) -> None:
+        """Make `segment` the one appends go to (None: no segment yet, or closed)."""
+        if segment is None:
+            self._view, self._segment_base, self._segment_end = None, 0, -1
+        else:
+            self._view = segment.view
+            self._segment_base = segment.base_offset
+            self._segment_end = segment.base_offset + segment.size_bytes
 
-    def _roll(self, offset: int) -> tuple[MappedFile, int]:
-        """Close the current segment with a blank and return the next segment (created if needed)."""
+    def _roll(self, offset: int, size: int) -> int:
+        """Called under the lock when a record of `size` bytes may not fit the current segment.
+
+        Writes the end-of-segment blank and moves to the next segment (created if needed) when it does not
+        fit; returns the offset the record goes to. Also where a closed log refuses appends.
+        """
+        if self._closed:
+            raise StoreClosedError("the commitlog is closed")
+        if not self.writable:
+            raise StoreClosedError("the commitlog is read-only")
         segment = self.segments.segment_at(offset)
         if segment is not None:
+            self._use_segment(segment)
+            if offset + size + fmt.END_FILE_MIN_BLANK_LENGTH <= self._segment_end:
+                return offset  # the first append after open
             pos = offset - segment.base_offset
             left = segment.size_bytes - pos
             assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left
             fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
-            next_base = segment.base_offset + segment.size_bytes
+            next_base = self._segment_end
+            self._end = next_base  # the blank is written: readers may pass it
         else:
-            next_base = offset - offset % self.segment_size_bytes if offset % self.segment_size_bytes else offset
-        self._end = next_base  # the blank is written: readers may pass it
+            assert offset % self.segment_size_bytes == 0, offset
+            next_base = offset
         following = self.segments.segment_at(next_base)
         if following is None:
             following = self.segments.create(next_base)
             for listener in self.roll_listeners:
                 listener(following)
-        return following, next_base
+        self._use_segment(following)
+        return next_base
 
     # --- reading -------------------------------------------------------------------------------------------
     def read(self, commitlog_offset: int, *, check_crc: bool = False) -> StoredMessage:
@@ -321,6 +339,7 @@ class CommitLog:
     def close(self) -> None:
         with self.lock:
             self._closed = True
+            self._use_segment(None)
             self.segments.close()
 
     @property

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Protocol
+
+import numpy as np
 
 from commitlog import format as fmt
 from commitlog.errors import CorruptionError
@@ -23,35 +24,114 @@ DISPATCH_BATCH_RECORDS_MAX = 8192  # records handed to the dispatchers at once
 DISPATCH_IDLE_WAIT_S = 0.001  # how long the loop sleeps when it has caught up and nobody wakes it
 DISPATCH_ERROR_BACKOFF_S = 0.5
 
-_TAGS_NEEDLE = b"TAGS\x01"
-_KEYS_NEEDLE = b"KEYS\x01"
-_UNIQ_NEEDLE = b"UNIQ_KEY\x01"
+_TAGS = b"TAGS"
+_KEYS = b"KEYS"
+_UNIQ_KEY = b"UNIQ_KEY"
+
+# The v1 IPv4 header as a numpy record, for decoding many records at once.
+HEADER_DTYPE = np.dtype([
+    ("size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
+    ("born_host", "V8"), ("store_timestamp", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
+    ("prepared_transaction_offset", ">i8"), ("body_length", ">i4"),
+])
+assert HEADER_DTYPE.itemsize == fmt.HEADER_SIZE
+assert HEADER_DTYPE.fields["body_length"][1] == fmt.OFFSET_BODY_LENGTH
+assert HEADER_DTYPE.fields["store_timestamp"][1] == fmt.OFFSET_STORE_TIMESTAMP
+_I64 = fmt.struct.Struct(">q")
+_HEADER_SPAN = np.arange(fmt.HEADER_SIZE, dtype=np.int64)
 
 
-@dataclass(slots=True)
+class _Chunk:
+    """Records of one segment inside a batch: where their properties are, for lazy property lookups."""
+
+    __slots__ = ("buffer", "properties_start", "properties_end")
+
+    def __init__(self, buffer, properties_start: list[int], properties_end: list[int]):
+        self.buffer = buffer
+        self.properties_start = properties_start
+        self.properties_end = properties_end
+
+
 class DispatchBatch:
-    """Consecutive message records of the log, as parallel columns (RocketMQ's DispatchRequest, batched).
+    """Consecutive message records of the log, as parallel numpy columns (RocketMQ's DispatchRequest, batched).
 
     Transaction-prepared and rolled-back records are in the batch too (with their sys_flag); dispatchers
     that must skip them look at `sys_flags`. `end_offset` is the log offset right after the batch, blanks
-    included: once the batch is dispatched, everything below it is.
+    included: once the batch is dispatched, everything below it is. Topics are `topic_ids` into
+    `topic_names`; tags codes are computed for every record; other properties are looked up on demand
+    (`property_values`, `keys`, `uniq_keys`), so a dispatcher that does not need them does not pay for them.
     """
 
-    commitlog_offsets: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    topics: list[str] = field(default_factory=list)
-    queue_ids: list[int] = field(default_factory=list)
-    queue_offsets: list[int] = field(default_factory=list)
-    tags_codes: list[int] = field(default_factory=list)
-    store_timestamps_ms: list[int] = field(default_factory=list)
-    sys_flags: list[int] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)  # raw KEYS property (space-separated), or None
-    uniq_keys: list[bytes | None] = field(default_factory=list)  # raw UNIQ_KEY property, or None
-    start_offset: int = 0
-    end_offset: int = 0
+    def __init__(self, start_offset: int):
+        empty = np.empty(0, dtype=np.int64)
+        self.start_offset = start_offset
+        self.end_offset = start_offset
+        self.commitlog_offsets = empty
+        self.sizes = empty
+        self.topic_ids = empty
+        self.topic_names: list[str] = []
+        self.queue_ids = empty
+        self.queue_offsets = empty
+        self.tags_codes = empty
+        self.store_timestamps_ms = empty
+        self.sys_flags = empty
+        self.error: CorruptionError | None = None
+        self._chunks: list[_Chunk] = []
+        self._cache: dict[bytes, list] = {}
 
     def __len__(self) -> int:
         return len(self.commitlog_offsets)
+
+    @classmethod
+    def from_rows(cls, rows: list[dict], *, start_offset: int | None = None,
+                  end_offset: int | None = None) -> "DispatchBatch":
+        """A batch from one dict per record (keys: commitlog_offset, size, topic, queue_id, queue_offset,
+        tags_code, store_timestamp_ms, sys_flag, and optionally keys / uniq_key raw bytes). For tests and tools
+        that build dispatch input without a log."""
+        batch = cls(rows[0]["commitlog_offset"] if rows and start_offset is None else (start_offset or 0))
+        column = lambda name: np.asarray([row.get(name, 0) for row in rows], dtype=np.int64)  # noqa: E731
+        batch.commitlog_offsets = column("commitlog_offset")
+        batch.sizes = column("size")
+        batch.queue_ids = column("queue_id")
+        batch.queue_offsets = column("queue_offset")
+        batch.tags_codes = column("tags_code")
+        batch.store_timestamps_ms = column("store_timestamp_ms")
+        batch.sys_flags = column("sys_flag")
+        ids: dict[str, int] = {}
+        batch.topic_ids = np.asarray([ids.setdefault(row["topic"], len(ids)) for row in rows], dtype=np.int64)
+        batch.topic_names = list(ids)
+        batch._cache[_KEYS] = [row.get("keys") for row in rows]
+        batch._cache[_UNIQ_KEY] = [row.get("uniq_key") for row in rows]
+        if end_offset is None:
+            end_offset = rows[-1]["commitlog_offset"] + rows[-1]["size"] if rows else batch.start_offset
+        batch.end_offset = end_offset
+        return batch
+
+    @property
+    def topics(self) -> list[str]:
+        names = self.topic_names
+        return [names[i] for i in self.topic_ids.tolist()]
+
+    def property_values(self, name: bytes) -> list[bytes | None]:
+        """The raw value of property `name` for every record (None where a record does not have it)."""
+        values = self._cache.get(name)
+        if values is None:
+            values = []
+            for chunk in self._chunks:
+                values.extend(_find_property(chunk.buffer, chunk.properties_start, chunk.properties_end, name))
+            self._cache[name] = values
+        return values
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        """The raw KEYS property of every record (space-separated), or None."""
+        return self.property_values(_KEYS)
+
+    @property
+    def uniq_keys(self) -> list[bytes | None]:
+        """The raw UNIQ_KEY property of every record, or None."""
+        return self.property_values(_UNIQ_KEY)
 
 
 class Dispatcher(Protocol):
@@ -69,155 +149,251 @@ class LogReader(Protocol):
     def segment_at(self, commitlog_offset: int): ...
 
 
+def _find_property(buffer, starts: list[int], ends: list[int], name: bytes) -> list[bytes | None]:
+    """Raw values of property `name` in the properties spans [starts[i], ends[i]) of `buffer` (an mmap)."""
+    needle = name + b"\x01"
+    skip = len(needle)
+    find = buffer.find
+    values: list[bytes | None] = []
+    append = values.append
+    for start, end in zip(starts, ends):
+        if start == end:
+            append(None)
+            continue
+        at = find(needle, start, end)
+        while at > start and buffer[at - 1] != 2:  # a longer name that ends in `name`
+            at = find(needle, at + 1, end)
+        if at < 0:
+            append(None)
+            continue
+        value_end = find(b"\x02", at + skip, end)
+        append(buffer[at + skip : value_end if value_end >= 0 else end])
+    return values
+
+
 def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = False,
-                  records_max: int = DISPATCH_BATCH_RECORDS_MAX) -> DispatchBatch:
+                  records_max: int = DISPATCH_BATCH_RECORDS_MAX, zeros_end: bool = False) -> DispatchBatch:
     """Decode the records of [start, end) into a batch, stopping after `records_max` records.
 
-    `start` must be a record boundary. Crosses segment ends at blanks. Raises CorruptionError at the first
-    invalid record: the log is written by one writer and read only up to its published end, so anything
-    invalid below that end is real corruption.
+    `start` must be a record boundary. Crosses segment ends at blanks. With `zeros_end`, eight zero bytes
+    where a record should start end the batch (finding the end of a log); otherwise they are corruption. Records are found by walking their
+    TOTALSIZE chain; their fields are then decoded and checked for all records of a segment at once with
+    numpy. At the first invalid record the batch stops and `batch.error` holds the CorruptionError: the log
+    is read only up to its published end, so anything invalid below it is real corruption.
     """
-    batch = DispatchBatch(start_offset=start, end_offset=start)
-    offsets, sizes, topics = batch.commitlog_offsets, batch.sizes, batch.topics
-    queue_ids, queue_offsets, tags_codes = batch.queue_ids, batch.queue_offsets, batch.tags_codes
-    timestamps, sys_flags, keys, uniq_keys = batch.store_timestamps_ms, batch.sys_flags, batch.keys, batch.uniq_keys
-    header = _DISPATCH_HEADER.unpack_from
-    i16 = fmt.I16.unpack_from
-    topic_cache: dict[bytes, str] = {}
-    tags_cache: dict[bytes, int] = {}
+    batch = DispatchBatch(start)
+    parts: list[dict] = []
     offset = start
     count = 0
     while offset < end and count < records_max:
         segment = log.segment_at(offset)
-        mv = segment.view
         base = segment.base_offset
-        segment_end = min(end, base + segment.size_bytes)
-        path = segment.path
-        pos = offset - base
-        limit = segment_end - base
-        while pos < limit and count < records_max:
-            remaining = segment.size_bytes - pos
-            if remaining < fmt.HEADER_SIZE + 4:
-                size, magic = fmt.peek(mv, pos, remaining)
-                if magic == fmt.BLANK_MAGIC_CODE and size == remaining:
-                    pos += remaining
-                    break
-                _raise_invalid(mv, pos, remaining, base + pos, path)
-            size, magic, queue_id, queue_offset, physical, sys_flag, store_ts, body_length = header(mv, pos)
-            if magic != _MAGIC_V1 or sys_flag & _V6_FLAGS:
-                if magic == fmt.BLANK_MAGIC_CODE and size == remaining:
-                    pos += remaining
-                    break
-                if magic == fmt.MESSAGE_MAGIC_CODE_V2 or (magic == _MAGIC_V1 and sys_flag & _V6_FLAGS):
-                    size, fields = _parse_general(mv, pos, remaining, base + pos, path, check_crc)
-                    (topic, queue_id, queue_offset, sys_flag, store_ts, properties) = fields
-                    pos = _append(batch, base + pos, size, topic, queue_id, queue_offset, sys_flag, store_ts,
-                                  properties, tags_cache) - base
-                    count += 1
-                    continue
-                _raise_invalid(mv, pos, remaining, base + pos, path)
-            body_end = pos + 88 + body_length
-            record_end = pos + size
-            if not (_RECORD_SIZE_MIN <= size <= remaining and 0 <= body_length and body_end + 3 <= record_end
-                    and physical == base + pos):
-                _raise_invalid(mv, pos, remaining, base + pos, path)
-            topic_length = mv[body_end]
-            properties_at = body_end + 1 + topic_length
-            properties_length = i16(mv, properties_at)[0] if properties_at + 2 <= record_end else -1
-            if topic_length == 0 or properties_at + 2 + properties_length != record_end or properties_length < 0:
-                _raise_invalid(mv, pos, remaining, base + pos, path)
-            if check_crc:
-                fmt.check_body_crc(mv, fmt.locate(mv, pos, remaining, base + pos, path=path), pos, base + pos,
-                                   path=path)
-            topic_raw = bytes(mv[body_end + 1 : properties_at])
-            topic = topic_cache.get(topic_raw)
-            if topic is None:
-                topic = _decode_topic(topic_raw, path, base + pos)
-                topic_cache[topic_raw] = topic
-            offsets.append(base + pos)
-            sizes.append(size)
-            topics.append(topic)
-            queue_ids.append(queue_id)
-            queue_offsets.append(queue_offset)
-            timestamps.append(store_ts)
-            sys_flags.append(sys_flag)
-            if properties_length:
-                properties = bytes(mv[properties_at + 2 : record_end])
-                tag = fmt.property_value(properties, b"TAGS") if _TAGS_NEEDLE in properties else None
-                if tag:
-                    code = tags_cache.get(tag)
-                    if code is None:
-                        code = tags_cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
-                    tags_codes.append(code)
-                else:
-                    tags_codes.append(0)
-                keys.append(fmt.property_value(properties, b"KEYS") if _KEYS_NEEDLE in properties else None)
-                uniq_keys.append(fmt.property_value(properties, b"UNIQ_KEY") if _UNIQ_NEEDLE in properties
-                                 else None)
-            else:
-                tags_codes.append(0)
-                keys.append(None)
-                uniq_keys.append(None)
-            pos = record_end
-            count += 1
-        offset = base + pos
+        positions, stop, error = _walk(segment, offset - base, min(end, base + segment.size_bytes) - base,
+                                       records_max - count, zeros_end)
+        if positions:
+            part, part_error = _decode(segment, positions, check_crc)
+            parts.append(part)
+            count += len(part["offsets"])
+            if part_error is not None:
+                batch.error = part_error
+                offset = int(part["end"])
+                break
+        if error is not None:
+            batch.error = error
+            offset = base + stop
+            break
+        if base + stop == offset:
+            break  # the next record is not complete yet
+        offset = base + stop
+    _assemble(batch, parts)
     batch.end_offset = offset
     return batch
 
 
-_DISPATCH_HEADER = fmt.struct.Struct(">iI4xi4xqqi16xq20xi")
-assert _DISPATCH_HEADER.size == fmt.HEADER_SIZE
+def _walk(segment, pos: int, limit: int, records_max: int,
+          zeros_end: bool = False) -> tuple[list[int], int, CorruptionError | None]:
+    """Follow the TOTALSIZE chain from `pos`: (record positions, where it stopped, the error that stopped it)."""
+    view = segment.view
+    size_bytes = segment.size_bytes
+    peek = fmt.BLANK.unpack_from
+    positions: list[int] = []
+    append = positions.append
+    while pos < limit and len(positions) < records_max:
+        remaining = size_bytes - pos
+        if remaining < fmt.END_FILE_MIN_BLANK_LENGTH:
+            return positions, pos, CorruptionError(f"{remaining} bytes left in the segment, no room for a blank",
+                                                   path=segment.path, offset=pos, rule="blank")
+        size, magic = peek(view, pos)
+        if magic == _MAGIC_V1 or magic == _MAGIC_V2:
+            if size < _RECORD_SIZE_MIN or size > remaining:
+                return positions, pos, _invalid(view, pos, remaining, segment.base_offset + pos, segment.path)
+            if pos + size > limit:
+                break  # not yet complete (a reader racing a writer): stop before it
+            append(pos)
+            pos += size
+        elif magic == fmt.BLANK_MAGIC_CODE and size == remaining:
+            return positions, size_bytes, None
+        elif zeros_end and size == 0 and magic == 0:
+            break
+        else:
+            return positions, pos, _invalid(view, pos, remaining, segment.base_offset + pos, segment.path)
+    return positions, pos, None
+
+
+def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, CorruptionError | None]:
+    """Decode and check the records at `positions` of one segment with numpy; stops at the first bad one."""
+    data = segment.array
+    base = segment.base_offset
+    pos = np.asarray(positions, dtype=np.int64)
+    header = data[pos[:, None] + _HEADER_SPAN].view(HEADER_DTYPE)[:, 0]
+    size = header["size"].astype(np.int64)
+    magic = header["magic"]
+    sys_flag = header["sys_flag"].astype(np.int64)
+    body_length = header["body_length"].astype(np.int64)
+    record_end = pos + size
+    general = (magic != _MAGIC_V1) | ((sys_flag & _V6_FLAGS) != 0)
+    valid = (body_length >= 0) & (pos + 88 + body_length + 3 <= record_end) & (
+        header["physical_offset"] == base + pos)
+    topic_length_at = np.where(valid, pos + 88 + body_length, pos)
+    topic_length = data[topic_length_at].astype(np.int64)
+    properties_length_at = topic_length_at + 1 + topic_length
+    valid &= (topic_length >= 1) & (properties_length_at + 2 <= record_end)
+    properties_length_at = np.where(valid, properties_length_at, pos)
+    properties_length = (data[properties_length_at].astype(np.int64) << 8) | data[properties_length_at + 1]
+    properties_length = np.where(properties_length >= 0x8000, properties_length - 0x10000, properties_length)
+    properties_start = properties_length_at + 2
+    valid &= (properties_length >= 0) & (properties_start + properties_length == record_end)
+    fields = {
+        "queue_id": header["queue_id"].astype(np.int64),
+        "queue_offset": header["queue_offset"].astype(np.int64),
+        "store_timestamp": header["store_timestamp"].astype(np.int64),
+        "sys_flag": sys_flag,
+    }
+    topic_start = topic_length_at + 1
+    general_errors: dict[int, CorruptionError] = {}
+    for row in np.flatnonzero(general).tolist():  # v2 records and IPv6 hosts: rare, decoded one by one
+        at = positions[row]
+        try:
+            layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
+        except CorruptionError as exc:
+            valid[row] = False
+            general_errors[row] = exc
+            break
+        valid[row] = True
+        store_at = layout.store_host[0]
+        fields["store_timestamp"][row] = _I64.unpack_from(segment.view, store_at - 8)[0]
+        topic_start[row] = layout.topic_start
+        topic_length[row] = layout.topic_length
+        properties_start[row] = layout.properties_start
+        properties_length[row] = layout.properties_length
+    bad = np.flatnonzero(~valid)
+    keep = int(bad[0]) if len(bad) else len(positions)
+    error = None
+    if keep < len(positions):
+        at = positions[keep]
+        error = general_errors.get(keep) or _invalid(segment.view, at, segment.size_bytes - at, base + at,
+                                                     segment.path)
+    if check_crc and keep:
+        for row in range(keep):
+            at = positions[row]
+            layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
+            try:
+                fmt.check_body_crc(segment.view, layout, at, base + at, path=segment.path)
+            except CorruptionError as exc:
+                keep, error = row, exc
+                break
+    part = {
+        "offsets": base + pos[:keep], "sizes": size[:keep],
+        "topic_start": topic_start[:keep], "topic_length": topic_length[:keep],
+        "properties_start": properties_start[:keep].tolist(),
+        "properties_end": (properties_start[:keep] + properties_length[:keep]).tolist(),
+        "buffer": segment.array._mmap, "data": data,
+        "end": base + (positions[keep] if keep < len(positions) else int(record_end[-1])),
+    }
+    part.update({name: column[:keep] for name, column in fields.items()})
+    return part, error
+
+
+def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: dict[bytes, int],
+               path: str) -> np.ndarray:
+    """Map each record's topic bytes to an id in `names` (new topics are added), decoding each topic once."""
+    if not len(topic_start):
+        return np.empty(0, dtype=np.int64)
+    width = int(topic_length.max())
+    span = np.arange(width, dtype=np.int64)
+    matrix = data[np.minimum(topic_start[:, None] + span, len(data) - 1)]
+    matrix[span[None, :] >= topic_length[:, None]] = 0
+    keyed = np.concatenate([topic_length.astype(np.uint8)[:, None], matrix], axis=1)
+    rows = np.ascontiguousarray(keyed).view(np.dtype((np.void, width + 1)))[:, 0]
+    unique, inverse = np.unique(rows, return_inverse=True)
+    ids = np.empty(len(unique), dtype=np.int64)
+    for index, row in enumerate(unique):
+        raw = bytes(row)
+        key = raw[1 : 1 + raw[0]]
+        topic_id = names.get(key)
+        if topic_id is None:
+            if not key.isascii():
+                raise CorruptionError(f"topic is not ASCII: {key!r}", path=path, rule="3")
+            topic_id = names[key] = len(names)
+        ids[index] = topic_id
+    return ids[inverse.ravel()]
+
+
+def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
+    if not parts:
+        return
+    names: dict[bytes, int] = {}
+    topic_ids = []
+    for part in parts:
+        try:
+            topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names, ""))
+        except CorruptionError as exc:
+            batch.error = exc
+            topic_ids.append(np.zeros(len(part["offsets"]), dtype=np.int64))
+        batch._chunks.append(_Chunk(part["buffer"], part["properties_start"], part["properties_end"]))
+    batch.topic_names = [name.decode("ascii") for name in names]
+    batch.topic_ids = np.concatenate(topic_ids)
+    join = np.concatenate
+    batch.commitlog_offsets = join([p["offsets"] for p in parts])
+    batch.sizes = join([p["sizes"] for p in parts])
+    batch.queue_ids = join([p["queue_id"] for p in parts])
+    batch.queue_offsets = join([p["queue_offset"] for p in parts])
+    batch.store_timestamps_ms = join([p["store_timestamp"] for p in parts])
+    batch.sys_flags = join([p["sys_flag"] for p in parts])
+    codes: list[int] = []
+    cache: dict[bytes, int] = {}
+    for part in parts:
+        for tag in _find_property(part["buffer"], part["properties_start"], part["properties_end"], _TAGS):
+            if tag:
+                code = cache.get(tag)
+                if code is None:
+                    code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
+                codes.append(code)
+            else:
+                codes.append(0)
+    batch.tags_codes = np.asarray(codes, dtype=np.int64)
+
+
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE
+_MAGIC_V2 = fmt.MESSAGE_MAGIC_CODE_V2
 _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
 _RECORD_SIZE_MIN = fmt.RECORD_SIZE_MIN
 
 
-def _decode_topic(raw: bytes, path, offset) -> str:
-    if not raw.isascii():
-        raise CorruptionError(f"topic is not ASCII: {raw!r}", path=path, offset=offset, rule="3")
-    return raw.decode("ascii")
-
-
-def _raise_invalid(mv, pos, remaining, commitlog_offset, path):
-    """Raise the precise CorruptionError for a record the fast path refused."""
-    size, magic = fmt.peek(mv, pos, remaining)
+def _invalid(view, pos, remaining, commitlog_offset, path) -> CorruptionError:
+    """The precise CorruptionError for a record the fast checks refused."""
+    size, magic = fmt.peek(view, pos, remaining)
     if size == 0 and magic == 0:
-        raise CorruptionError("zero bytes inside the written part of the log", path=path, offset=commitlog_offset,
-                              rule="1")
+        return CorruptionError("zero bytes inside the written part of the log", path=path, offset=commitlog_offset,
+                               rule="1")
     if magic == fmt.BLANK_MAGIC_CODE:
-        raise CorruptionError(f"end-of-segment blank of {size} bytes with {remaining} left", path=path,
-                              offset=commitlog_offset, rule="blank")
-    fmt.locate(mv, pos, remaining, commitlog_offset, path=path)
-    raise AssertionError("locate() accepted a record the fast path refused")
-
-
-def _parse_general(mv, pos, remaining, commitlog_offset, path, check_crc):
-    layout = fmt.locate(mv, pos, remaining, commitlog_offset, path=path)
-    if check_crc:
-        fmt.check_body_crc(mv, layout, pos, commitlog_offset, path=path)
-    queue_id = fmt.I32.unpack_from(mv, pos + fmt.OFFSET_QUEUE_ID)[0]
-    queue_offset = fmt.struct.unpack_from(">q", mv, pos + fmt.OFFSET_QUEUE_OFFSET)[0]
-    store_at = layout.store_host[0]
-    store_ts = fmt.struct.unpack_from(">q", mv, store_at - 8)[0]
-    topic = _decode_topic(bytes(mv[layout.topic_start : layout.topic_start + layout.topic_length]), path,
-                          commitlog_offset)
-    properties = bytes(mv[layout.properties_start : layout.properties_start + layout.properties_length])
-    return layout.size, (topic, queue_id, queue_offset, layout.sys_flag, store_ts, properties)
-
-
-def _append(batch, offset, size, topic, queue_id, queue_offset, sys_flag, store_ts, properties, tags_cache):
-    batch.commitlog_offsets.append(offset)
-    batch.sizes.append(size)
-    batch.topics.append(topic)
-    batch.queue_ids.append(queue_id)
-    batch.queue_offsets.append(queue_offset)
-    batch.store_timestamps_ms.append(store_ts)
-    batch.sys_flags.append(sys_flag)
-    tag = fmt.property_value(properties, b"TAGS")
-    batch.tags_codes.append(fmt.tags_code(tag.decode("utf-8", "replace")) if tag else 0)
-    batch.keys.append(fmt.property_value(properties, b"KEYS"))
-    batch.uniq_keys.append(fmt.property_value(properties, b"UNIQ_KEY"))
-    return offset + size
+        return CorruptionError(f"end-of-segment blank of {size} bytes with {remaining} left", path=path,
+                               offset=commitlog_offset, rule="blank")
+    try:
+        fmt.locate(view, pos, remaining, commitlog_offset, path=path)
+    except CorruptionError as exc:
+        return exc
+    return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset, rule="3")
 
 
 class DispatchService:
@@ -255,15 +431,18 @@ class DispatchService:
         end = self._log.readable_end()
         while self.dispatched_offset < end:
             batch = parse_records(self._log, self.dispatched_offset, end, check_crc=self._check_crc)
-            if batch.end_offset == self.dispatched_offset:
-                break
-            for dispatcher in self._dispatchers:
-                dispatcher.dispatch(batch)
-            done += len(batch)
+            if len(batch):
+                for dispatcher in self._dispatchers:
+                    dispatcher.dispatch(batch)
+                done += len(batch)
             with self._progress:
                 self.dispatched_offset = batch.end_offset
                 self.dispatched_records += len(batch)
                 self._progress.notify_all()
+            if batch.error is not None:
+                raise batch.error
+            if batch.end_offset == batch.start_offset:
+                break
         return done
 
     def _run(self) -> None:

@@ -27,34 +27,27 @@ class ConsumeQueueDispatcher:
         count = len(batch)
         if not count:
             return
-        codes_of: dict[tuple[str, int], int] = {}
-        codes = np.fromiter(
-            (codes_of.setdefault(key, len(codes_of)) for key in zip(batch.topics, batch.queue_ids)),
-            dtype=np.int64, count=count)
-        offsets = np.asarray(batch.commitlog_offsets, dtype=np.int64)
-        sizes = np.asarray(batch.sizes, dtype=np.int64)
-        tags = np.asarray(batch.tags_codes, dtype=np.int64)
-        queue_offsets = np.asarray(batch.queue_offsets, dtype=np.int64)
-        transaction = np.asarray(batch.sys_flags, dtype=np.int64) & fmt.SYS_FLAG_TRANSACTION_MASK
+        transaction = batch.sys_flags & fmt.SYS_FLAG_TRANSACTION_MASK
         visible = ~np.isin(transaction, _HIDDEN_TRANSACTION_TYPES)
-        if len(codes_of) == 1:
-            groups = [(next(iter(codes_of)), np.flatnonzero(visible) if not visible.all() else slice(None))]
-        else:
-            order = np.argsort(codes, kind="stable")
+        queue_ids = batch.queue_ids
+        codes = batch.topic_ids * (int(queue_ids.max()) + 1) + queue_ids
+        order = np.argsort(codes, kind="stable")
+        if not visible.all():
             order = order[visible[order]]
-            sorted_codes = codes[order]
-            bounds = np.flatnonzero(np.diff(sorted_codes)) + 1
-            keys = list(codes_of)
-            groups = [(keys[int(sorted_codes[a])], order[a:b])
-                      for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(order)]) if b > a]
-        for (topic, queue_id), index in groups:
-            group_offsets = queue_offsets[index]
-            if not len(group_offsets):
+        sorted_codes = codes[order]
+        bounds = (np.flatnonzero(np.diff(sorted_codes)) + 1).tolist()
+        names = batch.topic_names
+        for start, stop in zip([0] + bounds, bounds + [len(order)]):
+            if stop <= start:
                 continue
+            index = order[start:stop]
+            first_row = int(index[0])
+            topic, queue_id = names[int(batch.topic_ids[first_row])], int(queue_ids[first_row])
+            group_offsets = batch.queue_offsets[index]
             first = int(group_offsets[0])
-            if int(group_offsets[-1]) - first != len(group_offsets) - 1 or (
-                    len(group_offsets) > 1 and np.diff(group_offsets).min() != 1):
+            if int(group_offsets[-1]) - first != len(index) - 1 or (
+                    len(index) > 1 and int(np.diff(group_offsets).min()) != 1):
                 raise CorruptionError(f"queue offsets of {topic}/{queue_id} are not consecutive in the log "
                                       f"from commitlog offset {batch.start_offset}", rule="dense")
-            units = cqf.make_units(offsets[index], sizes[index], tags[index])
+            units = cqf.make_units(batch.commitlog_offsets[index], batch.sizes[index], batch.tags_codes[index])
             self.dispatched_entries += self.table.get_or_create(topic, queue_id).put(first, units)

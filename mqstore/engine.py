@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
+_new_tuple = tuple.__new__  # builds a PutResult without the NamedTuple constructor's Python frame
+_PUT_OK = PutStatus.PUT_OK
 
 
 class GetStatus(enum.Enum):
@@ -195,8 +197,8 @@ class MessageStore:
         self._dispatch.wake()
         if self.config.flush_mode is FlushMode.SYNC:
             self._flush_log()
-        return PutResult(PutStatus.PUT_OK, offset, queue_offset, record[6], store_ts,
-                         self._msg_id_prefix + "%016X" % offset)
+        return _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[6], store_ts,
+                                      self._msg_id_prefix + "%016X" % offset))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Store many messages under one lock hold. Every message is checked first: one bad one writes none."""
@@ -384,7 +386,6 @@ class MessageStore:
                          "records": self._dispatch.dispatched_records if self._dispatch else 0,
                          "error": repr(self._dispatch.error) if self._dispatch and self._dispatch.error else None},
             "queues": queues,
-            "messages_put": log_.appended_records,
         }
 
 

@@ -1,0 +1,88 @@
+"""The index dispatcher: builds the IndexFiles from the CommitLog's dispatch batches (RocketMQ's buildIndex).
+
+For each message, in log order, the UNIQ_KEY property is indexed first, then each non-empty word of the
+space-separated KEYS property, each under `topic#key`. As in RocketMQ 4.4.0, only transaction rollback
+messages are skipped (prepared, commit and plain messages are indexed), and messages below the index's end
+(`IndexService.max_indexed_offset`) are a replay and ignored. The message at that end may have been cut
+short between two of its keys: its keys already in the index are skipped, the rest are added, so a replay
+neither loses nor duplicates keys (RocketMQ re-indexes that message in full).
+"""
+
+from __future__ import annotations
+
+from commitlog import format as log_format
+from commitlog.dispatch import DispatchBatch
+from indexfile import format as fmt
+from indexfile.index_service import IndexService
+
+TOPIC_PREFIX_CACHE_MAX = 4096  # distinct topics whose `topic#` bytes are kept between batches
+_KEY_SEPARATOR = log_format.KEY_SEPARATOR.encode("ascii")
+_INDEX_KEY_SEPARATOR = fmt.INDEX_KEY_SEPARATOR.encode("ascii")
+_TRANSACTION_MASK = log_format.SYS_FLAG_TRANSACTION_MASK
+_ROLLBACK = log_format.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE
+
+
+def message_index_keys(prefix: bytes, uniq_key: bytes | None, keys: bytes | None) -> list[bytes]:
+    """The index keys of one message, in the order RocketMQ puts them: UNIQ_KEY, then each KEYS word."""
+    found = [] if uniq_key is None else [prefix + uniq_key]
+    if keys:
+        found.extend(prefix + key for key in keys.split(_KEY_SEPARATOR) if key)
+    return found
+
+
+class IndexDispatcher:
+    """A `commitlog.dispatch.Dispatcher` that feeds an `IndexService`, one `put_keys` call per batch."""
+
+    def __init__(self, service: IndexService):
+        self.service = service
+        self._prefixes: dict[str, bytes] = {}
+
+    def _prefix(self, topic: str) -> bytes:
+        prefix = self._prefixes.get(topic)
+        if prefix is None:
+            if len(self._prefixes) >= TOPIC_PREFIX_CACHE_MAX:
+                self._prefixes.clear()
+            prefix = self._prefixes[topic] = topic.encode("utf-8") + _INDEX_KEY_SEPARATOR
+        return prefix
+
+    def dispatch(self, batch: DispatchBatch) -> None:
+        """Index the keys of every message of `batch` not indexed yet."""
+        indexed = self.service.max_indexed_offset
+        index_keys: list[bytes] = []
+        offsets: list[int] = []
+        timestamps: list[int] = []
+        add_key, add_offset, add_timestamp = index_keys.append, offsets.append, timestamps.append
+        prefixes = self._prefixes
+        for offset, topic, sys_flag, timestamp, uniq_key, keys in zip(
+                batch.commitlog_offsets.tolist(), batch.topics, batch.sys_flags.tolist(),
+                batch.store_timestamps_ms.tolist(), batch.uniq_keys, batch.keys):
+            if offset <= indexed or sys_flag & _TRANSACTION_MASK == _ROLLBACK:
+                if offset == indexed and sys_flag & _TRANSACTION_MASK != _ROLLBACK:
+                    resumed = message_index_keys(self._prefix(topic), uniq_key, keys)
+                    resumed = resumed[self.service.indexed_key_count_at(offset):]
+                    index_keys.extend(resumed)
+                    offsets.extend([offset] * len(resumed))
+                    timestamps.extend([timestamp] * len(resumed))
+                continue
+            if uniq_key is None and not keys:
+                continue
+            prefix = prefixes.get(topic)
+            if prefix is None:
+                prefix = self._prefix(topic)
+            if uniq_key is not None:
+                add_key(prefix + uniq_key)
+                add_offset(offset)
+                add_timestamp(timestamp)
+            if keys:
+                if _KEY_SEPARATOR in keys:
+                    for key in keys.split(_KEY_SEPARATOR):
+                        if key:
+                            add_key(prefix + key)
+                            add_offset(offset)
+                            add_timestamp(timestamp)
+                else:
+                    add_key(prefix + keys)
+                    add_offset(offset)
+                    add_timestamp(timestamp)
+        if index_keys:
+            self.service.put_keys(index_keys, offsets, timestamps)

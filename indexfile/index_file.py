@@ -1,0 +1,411 @@
+"""One index file on numpy.memmap: put keys, select commitlog offsets by key hash and time (RocketMQ's IndexFile).
+
+The layout and the validity rule are in `indexfile.format`. Writes go through the map and reach the disk on
+`flush()` (msync). A put writes, in this order, the new entries, the header, then the slots: a writer
+stopped between them leaves entries that no slot reaches yet (lost from queries, never corrupt), which
+`rebuild_slots()` restores from the entries. Every value read from the file is checked before it is used:
+an out-of-range slot, link or time is a `CorruptionError`, and every chain walk is bounded by indexCount.
+
+Not thread-safe: `IndexService` serializes the calls.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from indexfile import format as fmt
+
+TEMP_SUFFIX = ".creating"  # a file being created, linked into place once its size and header are set
+
+
+def _java_int(value: int) -> int:
+    """`value` wrapped to a Java int, as AtomicInteger.incrementAndGet wraps."""
+    return ((value + 2**31) % 2**32) - 2**31
+
+
+class IndexFile:
+    """One index file. Open with `IndexFile.create` or `IndexFile.open`."""
+
+    def __init__(self, path: str, hash_slot_count: int, index_entry_count_max: int, *, read_only: bool):
+        """Map an existing file and check rules (1) to (3); use `create` or `open`."""
+        assert hash_slot_count >= 1 and index_entry_count_max >= fmt.INDEX_ENTRY_COUNT_MAX_MIN
+        self.path = path
+        self.name = os.path.basename(path)
+        self.hash_slot_count = hash_slot_count
+        self.index_entry_count_max = index_entry_count_max
+        self.read_only = read_only
+        size = fmt.file_size_bytes(hash_slot_count, index_entry_count_max)
+        try:
+            actual = os.path.getsize(path)
+            if actual != size:
+                raise CorruptionError(
+                    f"index file is {actual} bytes, {size} expected for {hash_slot_count} slots and "
+                    f"{index_entry_count_max} entries [rule 1]", path=path, offset=0, rule="1")
+            self._map = np.memmap(path, dtype=np.uint8, mode="r" if read_only else "r+", shape=(size,))
+        except OSError as exc:
+            raise StoreIOError(f"cannot map index file {path}: {exc}") from exc
+        self._buf = memoryview(self._map)
+        self._entries_at = fmt.entries_offset(hash_slot_count)
+        raw = np.asarray(self._map)  # a plain ndarray view: memmap's own __getitem__ is slow on hot paths
+        self._slots = raw[fmt.slots_offset() : self._entries_at].view(fmt.SLOT)
+        self._entries = raw[self._entries_at :].view(fmt.INDEX_ENTRY)
+        self._dirty = False
+        (self._begin_timestamp_ms, self._end_timestamp_ms, self._begin_phy_offset, self._end_phy_offset,
+         self._put_count, index_count) = fmt.HEADER_STRUCT.unpack_from(self._buf, 0)
+        if not 0 <= index_count <= index_entry_count_max:
+            self.close()
+            raise CorruptionError(f"indexCount {index_count} outside 0..{index_entry_count_max} [rule 2]",
+                                  path=path, offset=fmt.OFFSET_INDEX_COUNT, rule="2")
+        if self._begin_phy_offset < 0 or self._end_phy_offset < 0:
+            self.close()
+            raise CorruptionError(
+                f"negative commitlog offset in header: begin {self._begin_phy_offset}, end "
+                f"{self._end_phy_offset} [rule 3]", path=path, offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="3")
+        self._index_count = max(index_count, 1)
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str, hash_slot_count: int, index_entry_count_max: int, *, end_phy_offset: int = 0,
+               end_timestamp_ms: int = 0) -> IndexFile:
+        """Create a zero-filled file at full size, inheriting the previous file's end (RocketMQ's constructor).
+
+        The file is built under a temporary name and linked into place, so `path` either does not exist or
+        is complete; an existing `path` is never overwritten (StoreIOError).
+        """
+        size = fmt.file_size_bytes(hash_slot_count, index_entry_count_max)
+        assert size <= fmt.FILE_SIZE_BYTES_MAX
+        begin_end_phy = end_phy_offset if end_phy_offset > 0 else 0
+        begin_end_timestamp = end_timestamp_ms if end_timestamp_ms > 0 else 0
+        temp = path + TEMP_SUFFIX
+        try:
+            with open(temp, "wb") as handle:
+                handle.truncate(size)
+                handle.write(fmt.HEADER_STRUCT.pack(begin_end_timestamp, begin_end_timestamp, begin_end_phy,
+                                                    begin_end_phy, 0, 0))
+            os.link(temp, path)
+            os.unlink(temp)
+        except OSError as exc:
+            raise StoreIOError(f"cannot create index file {path}: {exc}") from exc
+        return cls(path, hash_slot_count, index_entry_count_max, read_only=False)
+
+    @classmethod
+    def open(cls, path: str, hash_slot_count: int, index_entry_count_max: int, *,
+             read_only: bool = False) -> IndexFile:
+        """Map an existing index file; CorruptionError when its size or header breaks rules (1) to (3)."""
+        return cls(path, hash_slot_count, index_entry_count_max, read_only=read_only)
+
+    def flush(self) -> None:
+        """msync the file when anything was written since the last flush."""
+        self._check_open()
+        if self._dirty and not self.read_only:
+            try:
+                self._map.flush()
+            except OSError as exc:
+                raise StoreIOError(f"cannot flush index file {self.path}: {exc}") from exc
+            self._dirty = False
+
+    def close(self) -> None:
+        """Flush (when writable) and unmap. Idempotent."""
+        if self._map is None:
+            return
+        try:
+            if self._dirty and not self.read_only:
+                self.flush()
+        finally:
+            self._slots = self._entries = None
+            self._buf.release()
+            self._map = None  # the last reference: CPython unmaps here
+
+    @property
+    def closed(self) -> bool:
+        return self._map is None
+
+    def _check_open(self) -> None:
+        if self._map is None:
+            raise StoreClosedError(f"index file {self.path} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"index file {self.path} is open read-only")
+
+    # --- header ------------------------------------------------------------------------------------------
+    @property
+    def begin_timestamp_ms(self) -> int:
+        return self._begin_timestamp_ms
+
+    @property
+    def end_timestamp_ms(self) -> int:
+        return self._end_timestamp_ms
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return self._begin_phy_offset
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self._end_phy_offset
+
+    @property
+    def index_count(self) -> int:
+        """Number of the next entry to write (1 when empty), RocketMQ's indexCount."""
+        return self._index_count
+
+    @property
+    def entry_count(self) -> int:
+        """Entries written (indexCount - 1)."""
+        return self._index_count - 1
+
+    @property
+    def header_hash_slot_count(self) -> int:
+        """The header's hashSlotCount field as kept (RocketMQ counts keys put in it)."""
+        return self._put_count
+
+    @property
+    def is_full(self) -> bool:
+        return self._index_count >= self.index_entry_count_max
+
+    def _write_header(self) -> None:
+        fmt.HEADER_STRUCT.pack_into(self._buf, 0, self._begin_timestamp_ms, self._end_timestamp_ms,
+                                    self._begin_phy_offset, self._end_phy_offset, _java_int(self._put_count),
+                                    self._index_count)
+
+    def _advance_header(self, first_phy: int, first_timestamp_ms: int, last_phy: int, last_timestamp_ms: int,
+                        put: int) -> None:
+        if self._index_count <= 1:
+            self._begin_phy_offset = first_phy
+            self._begin_timestamp_ms = first_timestamp_ms
+        self._put_count += put
+        self._index_count += put
+        self._end_phy_offset = last_phy
+        self._end_timestamp_ms = last_timestamp_ms
+        self._write_header()
+        self._dirty = True
+
+    # --- writing -----------------------------------------------------------------------------------------
+    def _slot_corruption(self, slot: int, value: int) -> CorruptionError:
+        return CorruptionError(
+            f"slot {slot} holds entry {value}, outside 0..{self._index_count - 1} [rule 4]",
+            path=self.path, offset=fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot, rule="4")
+
+    def put_key(self, key_hash: int, commitlog_offset: int, store_timestamp_ms: int) -> bool:
+        """Append one entry (RocketMQ's putKey); False when the file is full."""
+        self._check_writable()
+        assert 0 <= key_hash < 2**31 and commitlog_offset >= 0
+        count = self._index_count
+        if count >= self.index_entry_count_max:
+            return False
+        slot = key_hash % self.hash_slot_count
+        slot_at = fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot
+        head = fmt.SLOT_STRUCT.unpack_from(self._buf, slot_at)[0]
+        if not 0 <= head < count:
+            raise self._slot_corruption(slot, head)
+        time_diff = fmt.time_diff_s(store_timestamp_ms, self._begin_timestamp_ms)
+        fmt.ENTRY_STRUCT.pack_into(self._buf, self._entries_at + fmt.ENTRY_SIZE_BYTES * count, key_hash,
+                                   commitlog_offset, time_diff, head)
+        self._advance_header(commitlog_offset, store_timestamp_ms, commitlog_offset, store_timestamp_ms, 1)
+        fmt.SLOT_STRUCT.pack_into(self._buf, slot_at, count)
+        return True
+
+    def put_hashes(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
+                   store_timestamps_ms: np.ndarray) -> int:
+        """Append entries from three int64 columns as far as room allows; returns how many were put.
+
+        The same bytes as `put_key` once per row, in vector passes: rows are grouped by slot (stable sort),
+        each row links to the previous row of its slot, or to the slot's old head for the first row.
+        """
+        self._check_writable()
+        count = self._index_count
+        put = min(self.index_entry_count_max - count, len(key_hashes))
+        if put <= 0:
+            return 0
+        hashes = key_hashes[:put]
+        offsets = commitlog_offsets[:put]
+        timestamps = store_timestamps_ms[:put]
+        assert hashes.min() >= 0 and hashes.max() < 2**31 and offsets.min() >= 0
+        slots = hashes % self.hash_slot_count
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        sorted_numbers = order + count
+        boundary = sorted_slots[1:] != sorted_slots[:-1]
+        first = np.concatenate(([True], boundary))
+        last = np.concatenate((boundary, [True]))
+        head_slots = sorted_slots[first]
+        heads = self._slots[head_slots].astype(np.int64)
+        bad = (heads < 0) | (heads >= count)
+        if bad.any():
+            at = int(np.argmax(bad))
+            raise self._slot_corruption(int(head_slots[at]), int(heads[at]))
+        sorted_prev = np.empty(put, dtype=np.int64)
+        sorted_prev[1:] = sorted_numbers[:-1]
+        sorted_prev[first] = heads
+        prev = np.empty(put, dtype=np.int64)
+        prev[order] = sorted_prev
+
+        begins = np.full(put, self._begin_timestamp_ms, dtype=np.int64)
+        if count <= 1:  # the file's first put resets beginTimestamp for the rows after it
+            begins[1:] = timestamps[0]
+        time_diffs = np.clip((timestamps - begins) // 1000, 0, fmt.TIME_DIFF_MAX)
+        time_diffs[begins <= 0] = 0
+
+        rows = np.empty(put, dtype=fmt.INDEX_ENTRY)
+        rows["key_hash"] = hashes
+        rows["phy_offset"] = offsets
+        rows["time_diff"] = time_diffs
+        rows["prev_index"] = prev
+        self._entries[count : count + put] = rows
+        self._advance_header(int(offsets[0]), int(timestamps[0]), int(offsets[-1]), int(timestamps[-1]), put)
+        self._slots[sorted_slots[last]] = sorted_numbers[last]
+        return put
+
+    # --- reading -----------------------------------------------------------------------------------------
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether [begin_ms, end_ms] overlaps the file's time range, with RocketMQ's formula."""
+        first, last = self._begin_timestamp_ms, self._end_timestamp_ms
+        return ((begin_ms < first and end_ms > last) or first <= begin_ms <= last or first <= end_ms <= last)
+
+    def select(self, key_hash: int, begin_ms: int, end_ms: int, max_count: int, out: list[int]) -> list[int]:
+        """Append to `out` the commitlog offsets of the entries with `key_hash` stored within [begin_ms,
+        end_ms], newest first, until `out` holds `max_count` (RocketMQ's selectPhyOffset). Returns `out`.
+
+        Like RocketMQ, the walk stops at the first entry older than `begin_ms`.
+        """
+        self._check_open()
+        assert 0 <= key_hash < 2**31 and max_count >= 0
+        count = self._index_count
+        slot = key_hash % self.hash_slot_count
+        buf = self._buf
+        number = fmt.SLOT_STRUCT.unpack_from(buf, fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot)[0]
+        if not 0 <= number < count:
+            raise self._slot_corruption(slot, number)
+        unpack = fmt.ENTRY_STRUCT.unpack_from
+        entries_at = self._entries_at
+        begin_timestamp_ms = self._begin_timestamp_ms
+        for _step in range(count):  # bounded: rule (5) makes every link strictly smaller
+            if number == fmt.INVALID_INDEX or len(out) >= max_count:
+                break
+            at = entries_at + fmt.ENTRY_SIZE_BYTES * number
+            hash_read, phy_offset, time_diff, prev = unpack(buf, at)
+            if time_diff < 0:
+                raise CorruptionError(f"entry {number} has timeDiff {time_diff} [rule 6]", path=self.path,
+                                      offset=at, rule="6")
+            if not 0 <= prev < number:
+                raise CorruptionError(f"entry {number} links to entry {prev} [rule 5]", path=self.path,
+                                      offset=at, rule="5")
+            stored_ms = begin_timestamp_ms + time_diff * 1000
+            if hash_read == key_hash and begin_ms <= stored_ms <= end_ms:
+                out.append(phy_offset)
+            if stored_ms < begin_ms:
+                break
+            number = prev
+        return out
+
+    def tail_count(self, commitlog_offset: int) -> int:
+        """How many of the newest entries point at `commitlog_offset` (the keys already put for it)."""
+        self._check_open()
+        unpack = fmt.ENTRY_STRUCT.unpack_from
+        found = 0
+        number = self._index_count - 1
+        while number >= 1:  # bounded by indexCount
+            if unpack(self._buf, self._entries_at + fmt.ENTRY_SIZE_BYTES * number)[1] != commitlog_offset:
+                break
+            found += 1
+            number -= 1
+        return found
+
+    def entries(self) -> np.ndarray:
+        """A copy of the written entries 1..indexCount-1 (native byte order), for checks and tests."""
+        self._check_open()
+        return self._entries[1 : self._index_count].astype(
+            [("key_hash", "i4"), ("phy_offset", "i8"), ("time_diff", "i4"), ("prev_index", "i4")])
+
+    def check(self) -> None:
+        """Check rules (4) to (6) on every slot and every written entry at once; CorruptionError at the first
+        break. `select` checks only what it reads; this is for `IndexService.check` and tests."""
+        self._check_open()
+        count = self._index_count
+        heads = self._slots.astype(np.int64)
+        bad = np.flatnonzero((heads < 0) | (heads >= count))
+        if bad.size:
+            raise self._slot_corruption(int(bad[0]), int(heads[bad[0]]))
+        written = self._entries[1:count]
+        numbers = np.arange(1, count, dtype=np.int64)
+        prev = written["prev_index"].astype(np.int64)
+        time_diffs = written["time_diff"].astype(np.int64)
+        for rule, broken in (("5", (prev < 0) | (prev >= numbers)), ("6", time_diffs < 0)):
+            at = np.flatnonzero(broken)
+            if at.size:
+                number = int(at[0]) + 1
+                raise CorruptionError(
+                    f"entry {number}: prevIndex {int(prev[at[0]])}, timeDiff {int(time_diffs[at[0]])} [rule {rule}]",
+                    path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number, rule=rule)
+
+    # --- repair ------------------------------------------------------------------------------------------
+    def truncate(self, commitlog_offset: int) -> int:
+        """Keep the longest prefix of valid entries pointing below `commitlog_offset`; returns entries dropped.
+
+        An entry stays iff it and every entry before it (a) points below `commitlog_offset`, (b) points at
+        or past the entry before it (log order), and (c) keeps rules (5) and (6). So the cut also drops what
+        a lost page left behind (zeroed or stale entries under a newer header). The slots are rebuilt from the
+        kept entries (whose links all point lower, so they stay valid), the dropped entries are zeroed, the
+        header comes last. A shortened file's end timestamp is rebuilt from the kept timeDiffs (second
+        precision, where RocketMQ kept the exact ms). A file left without entries gets a zero header, like a
+        file never written. Idempotent.
+        """
+        self._check_writable()
+        count = self._index_count
+        written = self._entries[1:count]
+        phy_offsets = written["phy_offset"].astype(np.int64)
+        prev = written["prev_index"].astype(np.int64)
+        time_diffs = written["time_diff"].astype(np.int64)
+        broken = ((phy_offsets >= commitlog_offset) | (prev < 0) | (prev >= np.arange(1, count))
+                  | (time_diffs < 0))
+        broken[1:] |= phy_offsets[1:] < np.maximum.accumulate(phy_offsets)[:-1]
+        past = np.flatnonzero(broken)
+        kept = int(past[0]) if past.size else count - 1
+        self.rebuild_slots(kept + 1)
+        if kept == count - 1:
+            return 0
+        self._map[self._entries_at + fmt.ENTRY_SIZE_BYTES * (kept + 1) : self._entries_at
+                  + fmt.ENTRY_SIZE_BYTES * count] = 0
+        self.flush()
+        if kept:
+            self._end_phy_offset = int(phy_offsets[kept - 1])
+            if self._begin_timestamp_ms > 0:
+                self._end_timestamp_ms = self._begin_timestamp_ms + 1000 * int(time_diffs[:kept].max())
+        else:
+            self._begin_timestamp_ms = self._end_timestamp_ms = 0
+            self._begin_phy_offset = self._end_phy_offset = 0
+        self._put_count = kept
+        self._index_count = kept + 1
+        self._write_header()
+        self._dirty = True
+        self.flush()
+        return count - 1 - kept
+
+    def rebuild_slots(self, index_count: int | None = None) -> None:
+        """Recompute every slot from entries 1..index_count-1 (default: all written): each slot gets the
+        newest entry of its hash. Heals a put interrupted between its header and slot writes."""
+        self._check_writable()
+        count = self._index_count if index_count is None else index_count
+        assert 1 <= count <= self._index_count
+        hashes = self._entries["key_hash"][1:count].astype(np.int64)
+        heads = np.zeros(self.hash_slot_count, dtype=np.int32)
+        np.maximum.at(heads, hashes % self.hash_slot_count, np.arange(1, count, dtype=np.int32))
+        self._slots[:] = heads
+        self._dirty = True
+
+    def delete(self) -> None:
+        """Close and remove the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except OSError as exc:
+            raise StoreIOError(f"cannot delete index file {self.path}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.entry_count}/{self.index_entry_count_max - 1} entries"
+        return f"IndexFile({self.name}, {state}, phy {self._begin_phy_offset}..{self._end_phy_offset})"

@@ -1,0 +1,286 @@
+"""The index files of a store as one index: build, query, roll, truncate, expire (RocketMQ's IndexService).
+
+Files are kept oldest first (name order = creation order). Keys go to the newest file until it is full, then
+a new file is created that inherits the previous file's end offset and end time. A query walks the files
+newest first, as RocketMQ does, so results are newest first too. One lock serializes writers and readers:
+the dispatch thread builds while client threads query.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from commitlog.errors import (
+    InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
+)
+from indexfile import format as fmt
+from indexfile.index_file import TEMP_SUFFIX, IndexFile
+
+log = logging.getLogger(__name__)
+
+QUERY_COUNT_MAX = 1 << 20  # offsets one query may return (RocketMQ caps at maxMsgsNumBatch, 64 by default)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class IndexService:
+    """Every index file in `directory` (the store's `index/`), as one index.
+
+    `hash_slot_count` and `index_entry_count_max` fix the file size and must be those the files were
+    written with (RocketMQ's maxHashSlotNum and maxIndexNum). `clock_ms` names new files (tests pin it).
+    """
+
+    def __init__(self, directory: str | os.PathLike, hash_slot_count: int = fmt.HASH_SLOT_COUNT_DEFAULT,
+                 index_entry_count_max: int = fmt.INDEX_ENTRY_COUNT_MAX_DEFAULT, read_only: bool = False, *,
+                 clock_ms: Callable[[], int] = _now_ms):
+        if hash_slot_count < 1:
+            raise InvalidConfigError(f"hash_slot_count must be >= 1, got {hash_slot_count}")
+        if index_entry_count_max < fmt.INDEX_ENTRY_COUNT_MAX_MIN:
+            raise InvalidConfigError(
+                f"index_entry_count_max must be >= {fmt.INDEX_ENTRY_COUNT_MAX_MIN}, got {index_entry_count_max}")
+        size = fmt.file_size_bytes(hash_slot_count, index_entry_count_max)
+        if size > fmt.FILE_SIZE_BYTES_MAX:
+            raise InvalidConfigError(f"an index file of {hash_slot_count} slots and {index_entry_count_max} "
+                                     f"entries is {size} bytes, over RocketMQ's {fmt.FILE_SIZE_BYTES_MAX}")
+        self.directory = os.fspath(directory)
+        self.hash_slot_count = hash_slot_count
+        self.index_entry_count_max = index_entry_count_max
+        self.read_only = read_only
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._files: list[IndexFile] = []
+        self._closed = False
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            if not os.path.isdir(self.directory):
+                if self.read_only:
+                    return
+                os.makedirs(self.directory, exist_ok=True)
+            names = sorted(os.listdir(self.directory))
+        except OSError as exc:
+            raise StoreIOError(f"cannot list index directory {self.directory}: {exc}") from exc
+        try:
+            for name in names:
+                path = os.path.join(self.directory, name)
+                if name.endswith(TEMP_SUFFIX) and not self.read_only:
+                    log.warning("removing %s: a file whose creation was cut short", path)
+                    os.unlink(path)
+                    continue
+                if fmt.parse_file_name(name) is None:
+                    log.warning("ignoring %s: not an index file name", path)
+                    continue
+                self._files.append(IndexFile.open(path, self.hash_slot_count, self.index_entry_count_max,
+                                                  read_only=self.read_only))
+        except OSError as exc:
+            for index_file in self._files:
+                index_file.close()
+            raise StoreIOError(f"cannot load index directory {self.directory}: {exc}") from exc
+        except BaseException:
+            for index_file in self._files:
+                index_file.close()
+            raise
+
+    # --- state -------------------------------------------------------------------------------------------
+    @property
+    def files(self) -> list[IndexFile]:
+        """The open index files, oldest first (a copy of the list)."""
+        with self._lock:
+            return list(self._files)
+
+    @property
+    def max_indexed_offset(self) -> int:
+        """The commitlog offset of the last message indexed (the newest file's endPhyOffset), 0 when none.
+
+        Messages below it are indexed; the message at it may be, see `indexed_key_count_at`.
+        """
+        with self._lock:
+            return self._files[-1].end_phy_offset if self._files else 0
+
+    @property
+    def entry_count(self) -> int:
+        """Keys indexed over all files."""
+        with self._lock:
+            return sum(index_file.entry_count for index_file in self._files)
+
+    def indexed_key_count_at(self, commitlog_offset: int) -> int:
+        """How many keys of the message at `commitlog_offset` the newest entries already hold.
+
+        The dispatcher uses it to resume a message whose keys were only partly indexed, without duplicates.
+        """
+        with self._lock:
+            self._check_open()
+            found = 0
+            for index_file in reversed(self._files):  # bounded by the file count
+                tail = index_file.tail_count(commitlog_offset)
+                found += tail
+                if tail < index_file.entry_count:
+                    break
+            return found
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"index service on {self.directory} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"index service on {self.directory} is open read-only")
+
+    # --- building ----------------------------------------------------------------------------------------
+    def _writable_file(self) -> IndexFile:
+        """The newest file when it has room, else a new one inheriting the newest file's end."""
+        newest = self._files[-1] if self._files else None
+        if newest is not None and not newest.is_full:
+            return newest
+        name = fmt.next_file_name(self._clock_ms(), newest.name if newest is not None else None)
+        created = IndexFile.create(
+            os.path.join(self.directory, name), self.hash_slot_count, self.index_entry_count_max,
+            end_phy_offset=newest.end_phy_offset if newest is not None else 0,
+            end_timestamp_ms=newest.end_timestamp_ms if newest is not None else 0)
+        self._files.append(created)
+        return created
+
+    def put_key(self, topic: str, key: str, commitlog_offset: int, store_timestamp_ms: int) -> None:
+        """Index one key of one message (the scalar path; `put_keys` is the fast one)."""
+        with self._lock:
+            self._check_writable()
+            self._check_order(commitlog_offset, commitlog_offset)
+            key_hash = fmt.index_key_hash(fmt.index_key(topic, key))
+            if not self._writable_file().put_key(key_hash, commitlog_offset, store_timestamp_ms):
+                put = self._writable_file().put_key(key_hash, commitlog_offset, store_timestamp_ms)
+                assert put, "a file just created has room"
+
+    def put_keys(self, index_keys: Sequence[bytes], commitlog_offsets: Sequence[int],
+                 store_timestamps_ms: Sequence[int]) -> int:
+        """Index a batch of keys, one row per key, rows in commitlog order; returns the rows put.
+
+        `index_keys` are UTF-8 encoded `topic#key` strings (`format.index_key`). Rolls to new files as they
+        fill; a message's keys may span two files, as in RocketMQ.
+        """
+        count = len(index_keys)
+        assert len(commitlog_offsets) == count == len(store_timestamps_ms)
+        if count == 0:
+            return 0
+        hashes = fmt.index_key_hashes(index_keys)
+        offsets = np.asarray(commitlog_offsets, dtype=np.int64)
+        timestamps = np.asarray(store_timestamps_ms, dtype=np.int64)
+        with self._lock:
+            self._check_writable()
+            if count > 1 and bool((offsets[1:] < offsets[:-1]).any()):
+                raise InvalidMessageError("index keys must come in commitlog order")
+            self._check_order(int(offsets[0]), int(offsets[-1]))
+            done = 0
+            while done < count:  # bounded: every pass puts at least one row (a new file has room)
+                done += self._writable_file().put_hashes(hashes[done:], offsets[done:], timestamps[done:])
+        return count
+
+    def _check_order(self, first_offset: int, last_offset: int) -> None:
+        assert first_offset <= last_offset
+        indexed = self._files[-1].end_phy_offset if self._files else 0
+        if first_offset < indexed or first_offset < 0:
+            raise InvalidMessageError(f"commitlog offset {first_offset} is below the indexed end {indexed}")
+
+    # --- querying ----------------------------------------------------------------------------------------
+    def query(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commitlog offsets of messages indexed under (topic, key) and stored within [begin_ms, end_ms],
+        newest first, at most `max_count` (RocketMQ's queryOffset).
+
+        Entries are matched by key hash only: another key with the same hash matches too, and the caller
+        filters by reading the messages. Like RocketMQ, the walk stops at the first file that begins
+        before `begin_ms`.
+        """
+        assert 0 <= max_count <= QUERY_COUNT_MAX, max_count
+        key_hash = fmt.index_key_hash(fmt.index_key(topic, key))
+        found: list[int] = []
+        if max_count <= 0 or begin_ms > end_ms:
+            return found
+        with self._lock:
+            self._check_open()
+            for index_file in reversed(self._files):  # bounded by the file count
+                if index_file.is_time_matched(begin_ms, end_ms):
+                    index_file.select(key_hash, begin_ms, end_ms, max_count, found)
+                if index_file.begin_timestamp_ms < begin_ms or len(found) >= max_count:
+                    break
+        return found
+
+    # --- maintenance -------------------------------------------------------------------------------------
+    def truncate(self, commitlog_offset: int) -> int:
+        """Drop every entry pointing at or past `commitlog_offset` (the log was cut there); returns how many.
+
+        Files whose entries all go are deleted (newest first), the file holding the cut is shortened
+        (`IndexFile.truncate`), and the newest file's slots are always rebuilt from its entries, so calling
+        this after an unclean shutdown also heals a put that stopped between its header and slot writes.
+        """
+        with self._lock:
+            self._check_writable()
+            dropped = 0
+            while self._files:  # bounded by the file count
+                newest = self._files[-1]
+                empty = newest.entry_count == 0
+                if (empty and newest.end_phy_offset >= commitlog_offset) or (
+                        not empty and newest.begin_phy_offset >= commitlog_offset):
+                    dropped += newest.entry_count
+                    self._files.pop()
+                    newest.delete()
+                    continue
+                dropped += newest.truncate(commitlog_offset)
+                break
+            return dropped
+
+    def delete_files_below(self, commitlog_offset_min: int) -> int:
+        """Delete the oldest files whose endPhyOffset is below the log's new minimum offset (RocketMQ's
+        deleteExpiredFile): consecutive from the oldest, never the newest file. Returns the files deleted."""
+        with self._lock:
+            self._check_writable()
+            deleted = 0
+            while len(self._files) > 1 and self._files[0].end_phy_offset < commitlog_offset_min:
+                oldest = self._files.pop(0)
+                oldest.delete()
+                deleted += 1
+            return deleted
+
+    def check(self) -> None:
+        """Check every slot and entry of every file (rules 4 to 6); CorruptionError at the first break."""
+        with self._lock:
+            self._check_open()
+            for index_file in self._files:
+                index_file.check()
+
+    def flush(self) -> int:
+        """msync every file written since the last flush; returns the `max_indexed_offset` now durable.
+
+        `put_keys` runs under the same lock and IndexDispatcher puts all keys of a message in one call, so
+        the message at the returned offset has all its keys on disk: after a power loss,
+        `truncate(returned + 1)` keeps only entries that were durable.
+        """
+        with self._lock:
+            self._check_open()
+            for index_file in self._files:
+                index_file.flush()
+            return self._files[-1].end_phy_offset if self._files else 0
+
+    def close(self) -> None:
+        """Flush and unmap every file. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            files, self._files = self._files, []
+            for index_file in files:
+                index_file.close()
+
+    def __enter__(self) -> IndexService:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
