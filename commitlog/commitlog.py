@@ -20,7 +20,7 @@ from commitlog import format as fmt
 from commitlog.dispatch import parse_records
 from commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile
-from commitlog.message import Message, StoredMessage, decode_message
+from commitlog.message import Message, StoredMessage, decode_message, decode_records
 from commitlog.segments import SegmentList
 
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
@@ -323,6 +323,17 @@ class CommitLog:
         pos = commitlog_offset - segment.base_offset
         return decode_message(view, pos, segment.size_bytes - pos, commitlog_offset, path=segment.path,
                               check_crc=check_crc)
+
+    def read_many(self, commitlog_offsets: list[int], sizes: list[int]) -> list[StoredMessage]:
+        """Decode many records, as an index (ConsumeQueue) locates them; all must lie in the log."""
+        if commitlog_offsets:
+            low, high = min(commitlog_offsets), max(commitlog_offsets)
+            if high >= self._end and not self.writable:
+                self._end = max(self._end, self.reader_end())
+            if low < self.segments.first_base_offset or high >= self._end:
+                raise InvalidMessageError(f"commitlog offsets {low}..{high} are not all inside the log "
+                                          f"[{self.min_offset()}, {self._end})")
+        return decode_records(self.segment_at, commitlog_offsets, sizes)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
     def flush(self, start: int, end: int) -> None:

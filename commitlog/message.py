@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 from commitlog import format as fmt
@@ -53,84 +54,69 @@ class PutResult(NamedTuple):
     msg_id: str
 
 
-class StoredMessage:
-    """A message read back from the CommitLog, with every stored field.
+class StoredMessage(tuple):
+    """A message read back from the CommitLog, with every stored field (read-only).
 
-    Properties, tags, keys, hosts and msg_id are decoded when first asked for.
+    It is a tuple of the record's fields in log order (TOTALSIZE .. BODYLENGTH, then body, topic and the raw
+    PROPERTIES bytes), so decoding one costs a single struct unpack; use the named attributes. `properties`,
+    `tags`, `keys`, the hosts and `msg_id` are decoded from the raw bytes on each access.
     """
 
-    __slots__ = (
-        "topic", "queue_id", "queue_offset", "commitlog_offset", "size_bytes", "body", "flag", "sys_flag",
-        "born_timestamp_ms", "store_timestamp_ms", "reconsume_times", "prepared_transaction_offset",
-        "body_crc", "born_host_raw", "store_host_raw", "properties_raw", "_properties",
-    )
+    __slots__ = ()
 
-    def __init__(
-        self, topic, queue_id, queue_offset, commitlog_offset, size_bytes, body, flag, sys_flag,
-        born_timestamp_ms, store_timestamp_ms, reconsume_times, prepared_transaction_offset, body_crc,
-        born_host_raw, store_host_raw, properties_raw,
-    ):
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.commitlog_offset = commitlog_offset
-        self.size_bytes = size_bytes
-        self.body = body
-        self.flag = flag
-        self.sys_flag = sys_flag
-        self.born_timestamp_ms = born_timestamp_ms
-        self.store_timestamp_ms = store_timestamp_ms
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
-        self.body_crc = body_crc
-        self.born_host_raw = born_host_raw
-        self.store_host_raw = store_host_raw
-        self.properties_raw = properties_raw
-        self._properties = None
+    size_bytes = property(itemgetter(0), doc="the whole record's TOTALSIZE")
+    magic_code = property(itemgetter(1))
+    body_crc = property(itemgetter(2))
+    queue_id = property(itemgetter(3))
+    flag = property(itemgetter(4))
+    queue_offset = property(itemgetter(5))
+    commitlog_offset = property(itemgetter(6), doc="the record's PHYSICALOFFSET (checked against where it was read)")
+    sys_flag = property(itemgetter(7))
+    born_timestamp_ms = property(itemgetter(8))
+    born_host_raw = property(itemgetter(9))
+    store_timestamp_ms = property(itemgetter(10))
+    store_host_raw = property(itemgetter(11))
+    reconsume_times = property(itemgetter(12))
+    prepared_transaction_offset = property(itemgetter(13))
+    body = property(itemgetter(15))
+    topic = property(itemgetter(16))
+    properties_raw = property(itemgetter(17))
 
     @property
     def properties(self) -> dict[str, str]:
-        """Every property, TAGS, KEYS and UNIQ_KEY included."""
-        if self._properties is None:
-            self._properties = fmt.decode_properties(self.properties_raw)
-        return self._properties
+        """Every property, TAGS, KEYS and UNIQ_KEY included (a new dict on each access)."""
+        return fmt.decode_properties(self[17])
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(fmt.PROPERTY_TAGS)
+        raw = fmt.property_value(self[17], b"TAGS") if self[17] else None
+        return None if raw is None else raw.decode("utf-8", "replace")
 
     @property
     def keys(self) -> tuple[str, ...]:
-        raw = self.properties.get(fmt.PROPERTY_KEYS)
-        return tuple(k for k in raw.split(fmt.KEY_SEPARATOR) if k) if raw else ()
+        raw = fmt.property_value(self[17], b"KEYS") if self[17] else None
+        return tuple(k for k in raw.decode("utf-8", "replace").split(fmt.KEY_SEPARATOR) if k) if raw else ()
 
     @property
     def born_host(self) -> str:
-        return fmt.decode_host(self.born_host_raw)
+        return fmt.decode_host(self[9])
 
     @property
     def store_host(self) -> str:
-        return fmt.decode_host(self.store_host_raw)
+        return fmt.decode_host(self[11])
 
     @property
     def msg_id(self) -> str:
-        return fmt.message_id(self.store_host_raw, self.commitlog_offset)
+        return fmt.message_id(self[11], self[6])
 
     def __repr__(self) -> str:
-        return (
-            f"StoredMessage(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
-            f"commitlog_offset={self.commitlog_offset}, size_bytes={self.size_bytes}, body={self.body[:32]!r}"
-            f"{'...' if len(self.body) > 32 else ''}, tags={self.tags!r})"
-        )
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, StoredMessage):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__[:-1])
-
-    __hash__ = None
+        body = self[15]
+        return (f"StoredMessage(topic={self[16]!r}, queue_id={self[3]}, queue_offset={self[5]}, "
+                f"commitlog_offset={self[6]}, size_bytes={self[0]}, body={body[:32]!r}"
+                f"{'...' if len(body) > 32 else ''}, tags={self.tags!r})")
 
 
+_new_tuple = tuple.__new__
 _HEADER = fmt.HEADER_V1
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE
 _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
@@ -166,12 +152,55 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
                         if not topic.isascii():
                             raise CorruptionError(f"topic is not ASCII: {topic!r}", path=path,
                                                   offset=commitlog_offset, rule="3")
-                        return StoredMessage(
-                            topic.decode("ascii"), queue_id, queue_offset,
-                            commitlog_offset, size, body, flag, sys_flag, born_ts, store_ts, reconsume,
-                            prepared, crc, born_host, store_host, bytes(buf[properties_at + 2 : end]),
-                        )
+                        return _new_tuple(StoredMessage, (
+                            size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
+                            store_ts, store_host, reconsume, prepared, body_length, body, topic.decode("ascii"),
+                            bytes(buf[properties_at + 2 : end])))
     return _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc)
+
+
+def decode_records(segments, commitlog_offsets: list[int], sizes: list[int]) -> list[StoredMessage]:
+    """Decode the records at `commitlog_offsets` whose TOTALSIZE an index says is `sizes`.
+
+    `segments(offset)` returns the MappedFile holding an offset. Each record is copied out of the mapping
+    once and checked as decode_message checks it (a record whose size differs from the index's is corrupt).
+    """
+    messages = []
+    append = messages.append
+    unpack = _HEADER.unpack_from
+    segment = None
+    segment_start = segment_end = 0
+    for offset, expected_size in zip(commitlog_offsets, sizes):
+        if not segment_start <= offset < segment_end:
+            segment = segments(offset)
+            segment_start = segment.base_offset
+            segment_end = segment_start + segment.size_bytes
+        pos = offset - segment_start
+        if expected_size < _RECORD_SIZE_MIN or pos + expected_size > segment.size_bytes:
+            raise CorruptionError(f"an index gives size {expected_size} for the record at offset {offset}",
+                                  path=segment.path, offset=pos, rule="cq-matches-log")
+        raw = bytes(segment.view[pos : pos + expected_size])
+        (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host, store_ts,
+         store_host, reconsume, prepared, body_length) = unpack(raw)
+        body_end = 88 + body_length
+        if (magic == _MAGIC_V1 and not sys_flag & _V6_FLAGS and size == expected_size and physical == offset
+                and 0 <= body_length and body_end + 3 <= size):
+            properties_at = body_end + 1 + raw[body_end]
+            if raw[body_end] and properties_at + 2 <= size and properties_at + 2 + (
+                    (raw[properties_at] << 8) | raw[properties_at + 1]) == size and raw[properties_at] < 0x80:
+                topic = raw[body_end + 1 : properties_at]
+                if topic.isascii():
+                    append(_new_tuple(StoredMessage, (
+                        size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
+                        store_ts, store_host, reconsume, prepared, body_length, raw[88:body_end],
+                        topic.decode("ascii"), raw[properties_at + 2 :])))
+                    continue
+        message = decode_message(segment.view, pos, segment.size_bytes - pos, offset, path=segment.path)
+        if message[0] != expected_size:
+            raise CorruptionError(f"an index gives size {expected_size}, the record has {message[0]}",
+                                  path=segment.path, offset=pos, rule="cq-matches-log")
+        append(message)
+    return messages
 
 
 def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc) -> StoredMessage:
@@ -192,10 +221,8 @@ def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc) -> S
     except UnicodeDecodeError as exc:
         raise CorruptionError(f"topic is not ASCII: {topic_raw!r}", path=path, offset=commitlog_offset,
                               rule="3") from exc
-    return StoredMessage(
-        topic, queue_id, queue_offset, commitlog_offset, size,
-        bytes(buf[body_start : body_start + layout.body_length]), flag, sys_flag, born_ts, store_ts,
-        reconsume, prepared, crc, bytes(buf[born_at : born_at + born_length]),
-        bytes(buf[store_at : store_at + store_length]),
-        bytes(buf[layout.properties_start : layout.properties_start + layout.properties_length]),
-    )
+    return _new_tuple(StoredMessage, (
+        size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts,
+        bytes(buf[born_at : born_at + born_length]), store_ts, bytes(buf[store_at : store_at + store_length]),
+        reconsume, prepared, layout.body_length, bytes(buf[body_start : body_start + layout.body_length]), topic,
+        bytes(buf[layout.properties_start : layout.properties_start + layout.properties_length])))

@@ -60,7 +60,7 @@ class ConsumeQueue:
             expected = byte_offset + self.file_size_bytes
             mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=self.writable)
             self.files.append(mapped)
-            self.units.append(mapped.array.view(UNIT))
+            self.units.append(mapped.array.view(np.ndarray).view(UNIT))
         if not self.files:
             return
         self.min_offset = self.files[0].base_offset // cqf.UNIT_SIZE_BYTES
@@ -107,7 +107,7 @@ class ConsumeQueue:
                 except CorruptionError:
                     break  # being created by the writer right now
                 self.files.append(mapped)
-                self.units.append(mapped.array.view(UNIT))
+                self.units.append(mapped.array.view(np.ndarray).view(UNIT))
             while True:
                 index, position = self._locate(self.max_offset)
                 if index >= len(self.units):
@@ -169,7 +169,7 @@ class ConsumeQueue:
         path = os.path.join(self.directory, cqf.file_name(first_queue_offset))
         mapped = MappedFile.create(path, byte_offset, self.file_size_bytes)
         self.files.append(mapped)
-        self.units.append(mapped.array.view(UNIT))
+        self.units.append(mapped.array.view(np.ndarray).view(UNIT))
 
     def flush(self) -> None:
         """msync the entries written since the last flush."""

@@ -233,10 +233,12 @@ class MessageStore:
 
     # --- reading -------------------------------------------------------------------------------------------
     def _queue(self, topic, queue_id):
-        validate_topic(topic)
+        """The ConsumeQueue of (topic, queue_id) or None; bad names and ids raise InvalidMessageError."""
         if type(queue_id) is not int or queue_id < 0:
             raise InvalidMessageError(f"queue_id must be a non-negative int, got {queue_id!r}")
-        queue = self._queues.get(topic, queue_id)
+        queue = self._queues.get(topic, queue_id) if topic.__class__ is str else None
+        if queue is None:
+            validate_topic(topic)  # known queues have valid names: only unknown ones need the check
         if self.read_only:
             if queue is None:
                 self._queues.load()
@@ -275,34 +277,33 @@ class MessageStore:
         return self._collect(queue, offset, units, max_count, wanted, low, high)
 
     def _collect(self, queue, offset, units, max_count, wanted, low, high) -> GetResult:
-        commitlog_offsets = units["commitlog_offset"].tolist()
-        sizes = units["size"].tolist()
-        candidates = range(len(commitlog_offsets))
+        log_min = self._commitlog.min_offset()
         if wanted:
             codes = np.array([fmt.tags_code(tag) for tag in wanted], dtype=np.int64)
-            candidates = np.flatnonzero(np.isin(units["tags_code"], codes)).tolist()
-        messages = []
-        examined = len(commitlog_offsets)
-        log_min = self._commitlog.min_offset()
-        removed = 0
-        read = self._commitlog.read
-        for index in candidates:
-            position = commitlog_offsets[index]
-            if position < log_min:
-                removed += 1
-                continue
-            message = read(position)
-            if (message.size_bytes != sizes[index] or message.queue_offset != offset + index
-                    or message.queue_id != queue.queue_id or message.topic != queue.topic):
-                raise CorruptionError(
-                    f"queue entry {offset + index} of {queue.topic}/{queue.queue_id} points to a record of "
-                    f"{message.topic}/{message.queue_id} entry {message.queue_offset} ({message.size_bytes} bytes)",
-                    offset=position, rule="cq-matches-log")
-            if wanted and message.tags not in wanted:
-                continue
-            messages.append(message)
+            rows = np.flatnonzero(np.isin(units["tags_code"], codes) & (units["commitlog_offset"] >= log_min))
+        else:
+            rows = np.flatnonzero(units["commitlog_offset"] >= log_min)
+        removed = len(units) - len(rows) if not wanted else int(np.count_nonzero(units["commitlog_offset"] < log_min))
+        examined = len(units)
+        messages: list[StoredMessage] = []
+        topic, queue_id = queue.topic, queue.queue_id
+        while len(rows):
+            take = rows[: max_count - len(messages)] if not wanted else rows[: max(max_count - len(messages), 32)]
+            rows = rows[len(take):]
+            found = self._commitlog.read_many(units["commitlog_offset"][take].tolist(), units["size"][take].tolist())
+            for row, message in zip(take.tolist(), found):
+                if message[5] != offset + row or message[3] != queue_id or message[16] != topic:
+                    raise CorruptionError(
+                        f"queue entry {offset + row} of {topic}/{queue_id} points to a record of "
+                        f"{message.topic}/{message.queue_id} entry {message.queue_offset}",
+                        offset=message.commitlog_offset, rule="cq-matches-log")
+                if wanted and message.tags not in wanted:
+                    continue
+                messages.append(message)
+                if len(messages) == max_count:
+                    examined = row + 1
+                    break
             if len(messages) == max_count:
-                examined = index + 1
                 break
         if messages:
             status = GetStatus.FOUND

@@ -1,0 +1,31 @@
+# Everything a new machine needs comes from here: a virtual environment with the project and its extras.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install bench clean-demo
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job: a demo store under ./demo-store, written, read back and summarised.
+demo: $(STAMP)
+	$(BIN)/python -m mqstore demo
+
+# The whole test suite. pytest's exit code 5 (no test collected) is reported as a failure with a reason.
+test: $(STAMP)
+	@$(BIN)/python -m pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
+	exit $$status
+
+bench: $(STAMP)
+	$(BIN)/python bench/put_get.py
+
+clean-demo:
+	rm -rf demo-store

@@ -1,0 +1,28 @@
+"""The put/get benchmark's --quick mode runs end to end and writes a complete result file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_put_get_quick_writes_every_row(tmp_path):
+    out = tmp_path / "put_get.json"
+    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "put_get.py"), "--quick", "--out", str(out)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(out.read_text())
+    cases = [row["case"] for row in result["rows"]]
+    assert any(case.startswith("put 100 B") for case in cases)
+    assert any(case.startswith("put_batch") for case in cases)
+    assert any(case.startswith("get") for case in cases)
+    assert any(case.startswith("dispatch") for case in cases)
+    for row in result["rows"]:
+        assert row["msgs_per_s"] > 0, row
+    get_row = next(row for row in result["rows"] if row["case"].startswith("get"))
+    assert get_row["messages"] == result["messages_per_row"]
+    assert "baseline" in completed.stdout
