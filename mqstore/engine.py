@@ -158,7 +158,7 @@ class MessageStore:
                     if self._dispatch.error is not None:
                         log.error("closing with dispatch stopped by: %s", self._dispatch.error)
                 if not self.read_only:
-                    self.flush()
+                    self._flush_all()
             finally:
                 self._release()
 
@@ -217,10 +217,12 @@ class MessageStore:
                 for (offset, queue_offset), record in zip(placed, records)]
 
     def flush(self) -> None:
-        """Write everything stored so far to disk: the CommitLog, then the ConsumeQueues."""
-        self._check_writable() if not self._closed else None
-        if self.read_only:
-            return
+        """Write everything stored so far to disk: the CommitLog, then the ConsumeQueues (no-op when read_only)."""
+        self._check_open()
+        if not self.read_only:
+            self._flush_all()
+
+    def _flush_all(self) -> None:
         self._flush_log()
         self._queues.flush()
 
