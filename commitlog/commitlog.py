@@ -113,6 +113,11 @@ class CommitLog:
         self._closed = False
         self._use_segment(None)
         self.roll_listeners: list = []  # called with the new segment after a roll, under the writer lock
+        self.segment_source = None  # optional callable(base_offset) -> MappedFile | None made ahead of need
+        self.last_store_timestamp_ms = 0  # store time of the newest appended record
+        self.flushed_position = 0  # everything below is on disk
+        self.flushed_timestamp_ms = 0  # store time of the newest record below flushed_position
+        self._flush_lock = threading.Lock()
 
     # --- positions -----------------------------------------------------------------------------------------
     def readable_end(self) -> int:
@@ -147,20 +152,29 @@ class CommitLog:
                                       f"[{self.min_offset()}, {self._end})")
         return segment
 
-    def find_end(self, start: int | None = None) -> int:
-        """Walk valid records from `start` (default: the last segment's start) to the end of written data.
+    def find_end(self, start: int | None = None, *, tolerant: bool = False) -> int:
+        """Walk valid records from `start` (default: the last segment with data) to the end of written data.
 
         Stops at eight zero bytes or at the end of the last segment. A record that breaks the format rule
-        raises CorruptionError (clean opens only: crash recovery decides differently).
+        raises CorruptionError (clean opens only: crash recovery decides differently); with `tolerant` the
+        walk stops there instead (a reader racing a writer in another process sees a half-written record).
         """
         last = self.segments.last()
         if last is None:
             return 0
-        offset = last.base_offset if start is None else start
+        if start is None:
+            start = last.base_offset
+            # Segments made ahead of need are empty: the data ends in the last segment that has any.
+            while start > self.segments.first_base_offset and not any(
+                    fmt.peek(self.segments.segment_at(start).view, 0, self.segment_size_bytes)):
+                start -= self.segment_size_bytes
+        offset = start
         limit = last.base_offset + last.size_bytes
         while offset < limit:
             batch = parse_records(self, offset, limit, records_max=FIND_END_BATCH_RECORDS, zeros_end=True)
             if batch.error is not None:
+                if tolerant:
+                    return batch.end_offset
                 raise batch.error
             if batch.end_offset == offset:
                 break
@@ -233,6 +247,7 @@ class CommitLog:
             view[pos + 88 : body_end] = body
             view[body_end : pos + size] = tail
             self.queue_offsets[queue_key] = queue_offset + 1
+            self.last_store_timestamp_ms = store_ts
             self._end = offset + size
         return offset, queue_offset, store_ts
 
@@ -245,6 +260,7 @@ class CommitLog:
         placed = []
         with self.lock:
             store_ts = _time_ns() // 1_000_000
+            self.last_store_timestamp_ms = store_ts
             offset = self._end
             queue_offsets = self.queue_offsets
             born_host, store_host = self.born_host_raw, self.store_host_raw
@@ -302,7 +318,8 @@ class CommitLog:
             next_base = offset
         following = self.segments.segment_at(next_base)
         if following is None:
-            following = self.segments.create(next_base)
+            made = self.segment_source(next_base) if self.segment_source is not None else None
+            following = self.segments.adopt(made) if made is not None else self.segments.create(next_base)
             for listener in self.roll_listeners:
                 listener(following)
         self._use_segment(following)
@@ -311,6 +328,8 @@ class CommitLog:
     # --- reading -------------------------------------------------------------------------------------------
     def read(self, commitlog_offset: int, *, check_crc: bool = False) -> StoredMessage:
         """Decode the message record at `commitlog_offset` (below the written end)."""
+        if self._closed:
+            raise StoreClosedError("the commitlog is closed")
         if commitlog_offset >= self._end and not self.writable:
             self._end = max(self._end, self.reader_end())
         if not self.segments.first_base_offset <= commitlog_offset < self._end:
@@ -326,6 +345,8 @@ class CommitLog:
 
     def read_many(self, commitlog_offsets: list[int], sizes: list[int]) -> list[StoredMessage]:
         """Decode many records, as an index (ConsumeQueue) locates them; all must lie in the log."""
+        if self._closed:
+            raise StoreClosedError("the commitlog is closed")
         if commitlog_offsets:
             low, high = min(commitlog_offsets), max(commitlog_offsets)
             if high >= self._end and not self.writable:
@@ -336,7 +357,22 @@ class CommitLog:
         return decode_records(self.segment_at, commitlog_offsets, sizes)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
-    def flush(self, start: int, end: int) -> None:
+    def dirty_bytes(self) -> int:
+        """Bytes appended but not yet flushed (the Flushable protocol of the flush services)."""
+        return self._end - self.flushed_position
+
+    def flush(self) -> int:
+        """Flush everything appended so far; returns the position now durable (the Flushable protocol)."""
+        with self._flush_lock:
+            timestamp = self.last_store_timestamp_ms  # read before the end: never newer than what is flushed
+            end = self._end
+            if end > self.flushed_position:
+                self.flush_range(self.flushed_position, end)
+                self.flushed_position = end
+                self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
+            return self.flushed_position
+
+    def flush_range(self, start: int, end: int) -> None:
         """msync the bytes [start, end) of the log, across segments."""
         offset = start
         while offset < end:

@@ -221,14 +221,18 @@ def _walk(segment, pos: int, limit: int, records_max: int,
     while pos < limit and len(positions) < records_max:
         remaining = size_bytes - pos
         if remaining < fmt.END_FILE_MIN_BLANK_LENGTH:
-            return positions, pos, CorruptionError(f"{remaining} bytes left in the segment, no room for a blank",
-                                                   path=segment.path, offset=pos, rule="blank")
+            return positions, pos, fmt._corrupt("blank", f"{remaining} bytes left in the segment, no room for a "
+                                                "blank", segment.path, segment.base_offset + pos, pos)
         size, magic = peek(view, pos)
         if magic == _MAGIC_V1 or magic == _MAGIC_V2:
             if size < _RECORD_SIZE_MIN or size > remaining:
                 return positions, pos, _invalid(view, pos, remaining, segment.base_offset + pos, segment.path)
             if pos + size > limit:
-                break  # not yet complete (a reader racing a writer): stop before it
+                if zeros_end:
+                    break  # finding the end: a record not complete yet ends the data
+                return positions, pos, fmt._corrupt(
+                    "2", f"TOTALSIZE {size} runs past the written end", segment.path, segment.base_offset + pos,
+                    pos)
             append(pos)
             pos += size
         elif magic == fmt.BLANK_MAGIC_CODE and size == remaining:
@@ -323,13 +327,14 @@ def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: d
     span = np.arange(width, dtype=np.int64)
     matrix = data[np.minimum(topic_start[:, None] + span, len(data) - 1)]
     matrix[span[None, :] >= topic_length[:, None]] = 0
-    keyed = np.concatenate([topic_length.astype(np.uint8)[:, None], matrix], axis=1)
-    rows = np.ascontiguousarray(keyed).view(np.dtype((np.void, width + 1)))[:, 0]
+    lengths = topic_length.astype(">u2").view(np.uint8).reshape(-1, 2)  # v2 topics may be longer than 255
+    keyed = np.concatenate([lengths, matrix], axis=1)
+    rows = np.ascontiguousarray(keyed).view(np.dtype((np.void, width + 2)))[:, 0]
     unique, inverse = np.unique(rows, return_inverse=True)
     ids = np.empty(len(unique), dtype=np.int64)
     for index, row in enumerate(unique):
         raw = bytes(row)
-        key = raw[1 : 1 + raw[0]]
+        key = raw[2 : 2 + ((raw[0] << 8) | raw[1])]
         topic_id = names.get(key)
         if topic_id is None:
             if not key.isascii():
@@ -384,11 +389,10 @@ def _invalid(view, pos, remaining, commitlog_offset, path) -> CorruptionError:
     """The precise CorruptionError for a record the fast checks refused."""
     size, magic = fmt.peek(view, pos, remaining)
     if size == 0 and magic == 0:
-        return CorruptionError("zero bytes inside the written part of the log", path=path, offset=commitlog_offset,
-                               rule="1")
+        return fmt._corrupt("1", "zero bytes inside the written part of the log", path, commitlog_offset, pos)
     if magic == fmt.BLANK_MAGIC_CODE:
-        return CorruptionError(f"end-of-segment blank of {size} bytes with {remaining} left", path=path,
-                               offset=commitlog_offset, rule="blank")
+        return fmt._corrupt("blank", f"end-of-segment blank of {size} bytes with {remaining} left", path,
+                            commitlog_offset, pos)
     try:
         fmt.locate(view, pos, remaining, commitlog_offset, path=path)
     except CorruptionError as exc:

@@ -239,8 +239,18 @@ class RecordLayout:
     )
 
 
-def _corrupt(rule: str, detail: str, path: str | None, offset: int) -> CorruptionError:
-    return CorruptionError(f"invalid commitlog record: {detail} [rule {rule}]", path=path, offset=offset, rule=rule)
+def _corrupt(rule: str, detail: str, path: str | None, commitlog_offset: int, position: int | None = None
+             ) -> CorruptionError:
+    """The error for a record that breaks rule `rule`: with a file path, the offset is the position in that
+    file (`position`, or derived from the segment name); the commitlog offset is in the message."""
+    offset = commitlog_offset
+    if path is not None:
+        if position is None:
+            base = parse_segment_name(path.rsplit("/", 1)[-1])
+            position = commitlog_offset - base if base is not None else commitlog_offset
+        offset = position
+    return CorruptionError(f"invalid commitlog record at commitlog offset {commitlog_offset}: {detail} "
+                           f"[rule {rule}]", path=path, offset=offset, rule=rule)
 
 
 def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | None = None) -> RecordLayout:
@@ -251,12 +261,12 @@ def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | 
     look at the magic code first (`peek`).
     """
     if remaining < END_FILE_MIN_BLANK_LENGTH:
-        raise _corrupt("1", f"only {remaining} bytes left in the segment", path, commitlog_offset)
+        raise _corrupt("1", f"only {remaining} bytes left in the segment", path, commitlog_offset, pos)
     size, magic = BLANK.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
-        raise _corrupt("1", f"magic code 0x{magic:08X}", path, commitlog_offset)
+        raise _corrupt("1", f"magic code 0x{magic:08X}", path, commitlog_offset, pos)
     if size < RECORD_SIZE_MIN or size > remaining:
-        raise _corrupt("2", f"TOTALSIZE {size} outside {RECORD_SIZE_MIN}..{remaining}", path, commitlog_offset)
+        raise _corrupt("2", f"TOTALSIZE {size} outside {RECORD_SIZE_MIN}..{remaining}", path, commitlog_offset, pos)
     layout = RecordLayout()
     layout.size = size
     layout.magic = magic
@@ -270,11 +280,11 @@ def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | 
     fixed = body_length_at + 4 - pos
     topic_length_bytes = 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
     if fixed + topic_length_bytes + 2 > size:
-        raise _corrupt("3", f"TOTALSIZE {size} smaller than the fixed fields", path, commitlog_offset)
+        raise _corrupt("3", f"TOTALSIZE {size} smaller than the fixed fields", path, commitlog_offset, pos)
     body_length = I32.unpack_from(buf, body_length_at)[0]
     body_start = body_length_at + 4
     if body_length < 0 or fixed + body_length + topic_length_bytes + 2 > size:
-        raise _corrupt("3", f"BODYLENGTH {body_length} does not fit TOTALSIZE {size}", path, commitlog_offset)
+        raise _corrupt("3", f"BODYLENGTH {body_length} does not fit TOTALSIZE {size}", path, commitlog_offset, pos)
     topic_length_at = body_start + body_length
     if topic_length_bytes == 1:
         topic_length = buf[topic_length_at]
@@ -283,17 +293,17 @@ def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | 
     topic_start = topic_length_at + topic_length_bytes
     properties_length_at = topic_start + topic_length
     if topic_length < 1 or properties_length_at + 2 > pos + size:
-        raise _corrupt("3", f"TOPICLENGTH {topic_length} does not fit TOTALSIZE {size}", path, commitlog_offset)
+        raise _corrupt("3", f"TOPICLENGTH {topic_length} does not fit TOTALSIZE {size}", path, commitlog_offset, pos)
     properties_length = I16.unpack_from(buf, properties_length_at)[0]
     properties_start = properties_length_at + 2
     if properties_length < 0 or properties_start + properties_length != pos + size:
         raise _corrupt(
             "3", f"fields add up to {properties_start + properties_length - pos} bytes, TOTALSIZE is {size}",
-            path, commitlog_offset,
+            path, commitlog_offset, pos,
         )
     physical = struct.unpack_from(">q", buf, pos + OFFSET_PHYSICAL_OFFSET)[0]
     if physical != commitlog_offset:
-        raise _corrupt("4", f"PHYSICALOFFSET {physical} at offset {commitlog_offset}", path, commitlog_offset)
+        raise _corrupt("4", f"PHYSICALOFFSET {physical} at offset {commitlog_offset}", path, commitlog_offset, pos)
     layout.born_host = (born_at, born_length)
     layout.store_host = (store_at, store_length)
     layout.body_start = body_start
@@ -311,7 +321,7 @@ def check_body_crc(buf, layout: RecordLayout, pos: int, commitlog_offset: int, *
     stored = I32.unpack_from(buf, pos + OFFSET_BODY_CRC)[0]
     actual = body_crc(buf[layout.body_start : layout.body_start + layout.body_length])
     if stored != actual:
-        raise _corrupt("5", f"BODYCRC {stored} but the body's is {actual}", path, commitlog_offset)
+        raise _corrupt("5", f"BODYCRC {stored} but the body's is {actual}", path, commitlog_offset, pos)
 
 
 def peek(buf, pos: int, remaining: int) -> tuple[int, int]:

@@ -35,14 +35,17 @@ class MappedFile:
 
     @classmethod
     def create(cls, path: str, base_offset: int, size_bytes: int, *, preallocate: bool = True) -> "MappedFile":
-        """Create a new zero-filled file (never an existing one) and map it read-write."""
+        """Create a new zero-filled file (never over an existing one) and map it read-write.
+
+        The file is made and sized under a temporary name, then linked into place, so a reader listing the
+        directory never sees it half made.
+        """
         assert size_bytes > 0
+        temporary = f"{path}.{os.getpid()}.creating"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError as exc:
-            raise StoreIOError(f"refusing to create {path}: it already exists") from exc
+            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
-            raise StoreIOError(f"cannot create {path}: {exc.strerror}") from exc
+            raise StoreIOError(f"cannot create {temporary}: {exc.strerror}") from exc
         try:
             try:
                 if preallocate:
@@ -51,9 +54,13 @@ class MappedFile:
                     os.ftruncate(fd, size_bytes)
             finally:
                 os.close(fd)
+            os.link(temporary, path)
+        except FileExistsError as exc:
+            raise StoreIOError(f"refusing to create {path}: it already exists") from exc
         except OSError as exc:
-            _unlink_quietly(path)
-            raise StoreIOError(f"cannot size {path} to {size_bytes} bytes: {exc.strerror}") from exc
+            raise StoreIOError(f"cannot create {path} of {size_bytes} bytes: {exc.strerror}") from exc
+        finally:
+            _unlink_quietly(temporary)
         return cls.open(path, base_offset, size_bytes, writable=True)
 
     @classmethod

@@ -147,11 +147,10 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
                         body = bytes(buf[pos + 88 : body_end])
                         if check_crc and fmt.body_crc(body) != crc:
                             raise fmt._corrupt("5", f"BODYCRC {crc} does not match the body", path,
-                                               commitlog_offset)
+                                               commitlog_offset, pos)
                         topic = bytes(buf[body_end + 1 : properties_at])
                         if not topic.isascii():
-                            raise CorruptionError(f"topic is not ASCII: {topic!r}", path=path,
-                                                  offset=commitlog_offset, rule="3")
+                            raise fmt._corrupt("3", f"topic is not ASCII: {topic!r}", path, commitlog_offset, pos)
                         return _new_tuple(StoredMessage, (
                             size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
                             store_ts, store_host, reconsume, prepared, body_length, body, topic.decode("ascii"),

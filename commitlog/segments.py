@@ -57,6 +57,8 @@ class SegmentList:
                 if self.segments and base != self.segments[-1].base_offset + self.segment_size_bytes:
                     continue  # below our first segment: already deleted by retention
                 path = os.path.join(self.directory, fmt.segment_name(base))
+                if not self.writable and base == bases[-1] and os.path.getsize(path) == 0:
+                    break  # an empty last file: a reader racing a writer creating it
                 self.segments.append(MappedFile.open(path, base, self.segment_size_bytes, writable=self.writable))
 
     @property
@@ -85,6 +87,15 @@ class SegmentList:
                 assert base_offset == self.segments[-1].base_offset + self.segment_size_bytes, base_offset
             path = os.path.join(self.directory, fmt.segment_name(base_offset))
             segment = MappedFile.create(path, base_offset, self.segment_size_bytes, preallocate=self.preallocate)
+            self.segments.append(segment)
+            return segment
+
+    def adopt(self, segment: MappedFile) -> MappedFile:
+        """Append a segment made elsewhere (ahead of need) for the next base offset."""
+        assert self.writable and segment.size_bytes == self.segment_size_bytes
+        with self._lock:
+            if self.segments:
+                assert segment.base_offset == self.segments[-1].base_offset + self.segment_size_bytes
             self.segments.append(segment)
             return segment
 

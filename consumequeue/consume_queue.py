@@ -58,6 +58,8 @@ class ConsumeQueue:
             if expected is not None and byte_offset != expected:
                 raise CorruptionError("queue files are not contiguous", path=path, rule="file name")
             expected = byte_offset + self.file_size_bytes
+            if not self.writable and name == names[-1] and os.path.getsize(path) == 0:
+                break  # an empty last file: a reader racing a writer creating it
             mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=self.writable)
             self.files.append(mapped)
             self.units.append(mapped.array.view(np.ndarray).view(UNIT))
@@ -248,6 +250,9 @@ class ConsumeQueueTable:
         self.writable = writable
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+        self.dispatched_timestamp_ms = 0  # store time of the newest message given an entry (set by the dispatcher)
+        self.flushed_timestamp_ms = 0  # the same, for entries known to be on disk
+        self.flush_count = 0
         self.load()
 
     def load(self) -> None:
@@ -299,9 +304,18 @@ class ConsumeQueueTable:
         """The largest commitlog offset any queue has dispatched up to (0 when all are empty)."""
         return max((q.last_commitlog_end() for q in list(self.queues.values())), default=0)
 
-    def flush(self) -> None:
+    def dirty_bytes(self) -> int:
+        """Bytes of entries written but not flushed, over every queue (the Flushable protocol)."""
+        return sum(q.max_offset - q.flushed_offset for q in list(self.queues.values())) * cqf.UNIT_SIZE_BYTES
+
+    def flush(self) -> int:
+        """Flush every queue; returns how many flushes this table has done (the Flushable protocol)."""
+        timestamp = self.dispatched_timestamp_ms
         for queue in list(self.queues.values()):
             queue.flush()
+        self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
+        self.flush_count += 1
+        return self.flush_count
 
     def close(self) -> None:
         for queue in list(self.queues.values()):

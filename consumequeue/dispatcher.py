@@ -51,3 +51,5 @@ class ConsumeQueueDispatcher:
                                       f"from commitlog offset {batch.start_offset}", rule="dense")
             units = cqf.make_units(batch.commitlog_offsets[index], batch.sizes[index], batch.tags_codes[index])
             self.dispatched_entries += self.table.get_or_create(topic, queue_id).put(first, units)
+        self.table.dispatched_timestamp_ms = max(self.table.dispatched_timestamp_ms,
+                                                 int(batch.store_timestamps_ms.max()))

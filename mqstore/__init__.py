@@ -8,7 +8,8 @@
 from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidConfigError, InvalidMessageError,
                               ReadOnlyStoreError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
 from commitlog.message import Message, PutResult, PutStatus, StoredMessage
-from mqstore.config import FlushMode, StoreConfig
+from flush.modes import FlushMode
+from mqstore.config import StoreConfig
 from mqstore.engine import GetResult, GetStatus, MessageStore
 
 __all__ = [

@@ -1,11 +1,66 @@
-"""The `mqstore` command. Exit codes: 0 ok, 1 error, 2 usage."""
+"""The `mqstore` command (also `python -m mqstore`). Exit codes: 0 ok, 1 error, 2 usage.
+
+    mqstore put STORE --topic T [--queue Q] [--tags X] [--keys K] [--file F]     bodies: one per line
+    mqstore get STORE --topic T --queue Q --offset N [--count C] [--tags X]
+    mqstore tail STORE --topic T [--group G] [--queue Q]... [--tags X] [--from first|last] [--follow]
+                       [--max-messages N] [--timeout-ms MS]
+    mqstore topics STORE | stats STORE | dump STORE --offset N | verify STORE
+    mqstore demo [--store DIR] [--messages N]
+
+Store commands take `--json` (one JSON document on stdout; `tail` writes one per message, JSON Lines) and the
+format settings `--segment-size-bytes` / `--cq-entries-per-file`. Those are read from `config/mqstore.json`
+when the store has it, else taken from the sizes of its first CommitLog and ConsumeQueue files (a RocketMQ
+store's files are full-size), else the defaults; given options must match the store's.
+
+`put` opens the store for writing (creating it). Every other command opens it read_only: no lock, nothing
+written (except `tail --group`, which commits the group's offsets to `config/consumerOffset.json`), a missing
+store is an error, and a writer may be running in another process. Progress bars (tqdm, on stderr) show on
+long work when stderr is a terminal.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import sys
+import threading
+import time
 
+from commitlog import format as fmt
 from commitlog.errors import StoreError
+from commitlog.message import Message
+from consumequeue import format as cqf
+from mqstore.config import CONFIG_FILE_NAME, StoreConfig
+from mqstore.consumer import open_consumer
+from mqstore.engine import GetStatus, MessageStore
+from mqstore.verify import log_written_end, queue_usage, verify_store
+
+PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch
+TAIL_BATCH_MESSAGES = 256  # messages `tail` asks one poll for
+FOLLOW_POLL_TIMEOUT_MS = 1000  # how long one poll of `tail --follow` waits before looking again
+MESSAGE_SIZE_DEFAULT_BYTES = StoreConfig.max_message_size_bytes
+_RECORD_OVERHEAD_MAX_BYTES = (fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX
+                              + fmt.END_FILE_MIN_BLANK_LENGTH)
+
+
+# --- arguments -----------------------------------------------------------------------------------------------
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+_non_negative = _int_at_least(0)
+_positive = _int_at_least(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,19 +69,450 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="write a demo store under the working directory, read it back, summarise")
     demo.add_argument("--store", default="demo-store", help="store directory (default: ./demo-store)")
     demo.add_argument("--messages", type=int, default=300_000, help="messages to write (default: 300000)")
+
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument("store", metavar="STORE", help="the store directory")
+    store.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    store.add_argument("--segment-size-bytes", type=_positive, metavar="N",
+                       help="CommitLog segment size, for a store without config/mqstore.json")
+    store.add_argument("--cq-entries-per-file", type=_positive, metavar="N",
+                       help="ConsumeQueue entries per file, for a store without config/mqstore.json")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, parents=[store], help=help_text, description=help_text)
+
+    put = add("put", "store messages: one body per line of stdin (or of --file), without its newline")
+    put.add_argument("--topic", required=True)
+    put.add_argument("--queue", type=_non_negative, default=0, help="queue id (default 0)")
+    put.add_argument("--tags", help="the TAGS of every message")
+    put.add_argument("--keys", action="append", default=[], help="keys of every message (space-separated; "
+                     "may be repeated)")
+    put.add_argument("--file", help="read bodies from this file instead of stdin")
+
+    get = add("get", "print messages of one queue from a queue offset")
+    get.add_argument("--topic", required=True)
+    get.add_argument("--queue", type=_non_negative, required=True)
+    get.add_argument("--offset", type=_non_negative, required=True, help="queue offset of the first message")
+    get.add_argument("--count", type=_positive, default=1, help="messages at most (default 1)")
+    get.add_argument("--tags", help="only messages with these tags: 'A' or 'A || B'")
+
+    tail = add("tail", "print a topic's messages; with --group from the group's committed offsets, committing")
+    tail.add_argument("--topic", required=True)
+    tail.add_argument("--group", help="consumer group: start at its committed offsets and commit what is printed")
+    tail.add_argument("--queue", type=_non_negative, action="append", dest="queues", metavar="Q",
+                      help="only this queue (may be repeated; default all)")
+    tail.add_argument("--tags", help="only messages with these tags: 'A' or 'A || B'")
+    tail.add_argument("--from", dest="start", choices=("first", "last"), default="first",
+                      help="where queues without a committed offset start (default first)")
+    tail.add_argument("--follow", action="store_true", help="keep waiting for new messages (until Ctrl-C)")
+    tail.add_argument("--max-messages", type=_positive, metavar="N", help="stop after N messages")
+    tail.add_argument("--timeout-ms", type=_non_negative, metavar="MS",
+                      help="with --follow: stop when no message arrived for MS milliseconds")
+
+    add("topics", "list the topics and their queues")
+    add("stats", "per queue: min/max offset, messages, bytes; the log's positions, dispatch and flush lag")
+    dump = add("dump", "print the record at a commitlog offset, every field, body as hex and text")
+    dump.add_argument("--offset", type=_non_negative, required=True, help="commitlog offset of the record")
+    add("verify", "check every record's CRC, segment ends and ConsumeQueue entries; exit 1 on corruption")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         if args.command == "demo":
             from mqstore.demo import run_demo
 
             return run_demo(args.store, args.messages)
+        return _COMMANDS[args.command](args)
     except StoreError as exc:
         print(f"mqstore: {exc}", file=sys.stderr)
         return 1
-    parser.error(f"unknown command {args.command}")
-    return 2
+    except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly
+        _silence_stdout()
+        return 0
+    except OSError as exc:
+        print(f"mqstore: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+# --- opening a store -----------------------------------------------------------------------------------------
+def _saved_format(root: str) -> dict:
+    try:
+        with open(os.path.join(root, "config", CONFIG_FILE_NAME), "rb") as handle:
+            saved = json.loads(handle.read())
+    except (OSError, ValueError):
+        return {}  # a bad file is reported by the store's own check when it opens
+    return saved if isinstance(saved, dict) else {}
+
+
+def _first_file_size(directory: str, is_name) -> int | None:
+    try:
+        names = sorted(name for name in os.listdir(directory) if is_name(name))
+        return os.path.getsize(os.path.join(directory, names[0])) if names else None
+    except OSError:
+        return None
+
+
+def _inferred_cq_entries(root: str) -> int | None:
+    directory = os.path.join(root, "consumequeue")
+    try:
+        topics = sorted(os.listdir(directory))
+    except OSError:
+        return None
+    for topic in topics:
+        try:
+            queues = sorted(os.listdir(os.path.join(directory, topic)))
+        except OSError:
+            continue
+        for queue in queues:
+            size = _first_file_size(os.path.join(directory, topic, queue),
+                                    lambda name: cqf.parse_file_name(name) is not None)
+            if size and size % cqf.UNIT_SIZE_BYTES == 0:
+                return size // cqf.UNIT_SIZE_BYTES
+    return None
+
+
+def store_config(args) -> StoreConfig:
+    """The StoreConfig to open args.store with: options, else the saved format, else the files' sizes."""
+    root = args.store
+    saved = _saved_format(root)
+    segment = (args.segment_size_bytes or saved.get("segment_size_bytes")
+               or _first_file_size(os.path.join(root, "commitlog"),
+                                   lambda name: fmt.parse_segment_name(name) is not None)
+               or StoreConfig.segment_size_bytes)
+    entries = (args.cq_entries_per_file or saved.get("consume_queue_entries_per_file") or _inferred_cq_entries(root)
+               or StoreConfig.consume_queue_entries_per_file)
+    message_max = max(0, min(MESSAGE_SIZE_DEFAULT_BYTES, segment - _RECORD_OVERHEAD_MAX_BYTES))
+    return StoreConfig(segment_size_bytes=segment, consume_queue_entries_per_file=entries,
+                       max_message_size_bytes=message_max)
+
+
+def _open(args, *, read_only: bool):
+    return MessageStore.open(args.store, store_config(args), read_only=read_only)
+
+
+class _NoBar:
+    def update(self, count: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int | None, description: str, unit: str):
+    """A tqdm bar on stderr when stderr is a terminal (and tqdm is installed), else one that does nothing."""
+    if not sys.stderr.isatty():
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc=description, unit=unit, unit_scale=True, file=sys.stderr, leave=False)
+
+
+# --- output --------------------------------------------------------------------------------------------------
+def _print_json(data) -> None:
+    print(json.dumps(data, ensure_ascii=False), flush=True)
+
+
+def body_text(body: bytes) -> str | None:
+    """The body as text when it is printable UTF-8 (tabs allowed), else None."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if text.replace("\t", " ").isprintable() else None
+
+
+def message_dict(message) -> dict:
+    return {
+        "topic": message.topic, "queue_id": message.queue_id, "queue_offset": message.queue_offset,
+        "commitlog_offset": message.commitlog_offset, "size_bytes": message.size_bytes, "msg_id": message.msg_id,
+        "tags": message.tags, "keys": list(message.keys), "properties": message.properties,
+        "flag": message.flag, "sys_flag": message.sys_flag, "born_timestamp_ms": message.born_timestamp_ms,
+        "store_timestamp_ms": message.store_timestamp_ms, "born_host": message.born_host,
+        "store_host": message.store_host, "reconsume_times": message.reconsume_times,
+        "body_crc": message.body_crc, "body_text": body_text(message.body), "body_hex": message.body.hex(),
+    }
+
+
+def message_line(message) -> str:
+    text = body_text(message.body)
+    return (f"{message.topic}/{message.queue_id} @{message.queue_offset} commitlog={message.commitlog_offset} "
+            f"tags={message.tags or '-'} keys={','.join(message.keys) or '-'} "
+            f"body={text if text is not None else '0x' + message.body.hex()}")
+
+
+def _hexdump(data: bytes) -> list[str]:
+    lines = []
+    for at in range(0, len(data), 16):
+        chunk = data[at : at + 16]
+        shown = "".join(chr(byte) if 32 <= byte < 127 else "." for byte in chunk)
+        lines.append(f"  {at:08x}  {' '.join(f'{byte:02x}' for byte in chunk):<47}  |{shown}|")
+    return lines
+
+
+def _table(rows: list[list], header: list[str]) -> list[str]:
+    cells = [header] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]
+
+
+# --- commands ------------------------------------------------------------------------------------------------
+def _bodies(args):
+    """Each line of --file or stdin as bytes, without its newline."""
+    if args.file is not None:
+        handle = open(args.file, "rb")
+    else:
+        handle = getattr(sys.stdin, "buffer", sys.stdin)
+    try:
+        for line in handle:
+            if isinstance(line, str):
+                line = line.encode("utf-8")
+            yield line[:-1] if line.endswith(b"\n") else line
+    finally:
+        if args.file is not None:
+            handle.close()
+
+
+def _cmd_put(args) -> int:
+    keys = tuple(key for group in args.keys for key in group.split())
+    first = last = None
+    stored = 0
+    bar = progress_bar(None, "put", "msg")
+    with _open(args, read_only=False) as store:
+        try:
+            batch = []
+            for body in _bodies(args):
+                batch.append(Message(args.topic, body, queue_id=args.queue, tags=args.tags, keys=keys))
+                if len(batch) == PUT_BATCH_MESSAGES:
+                    placed = store.put_batch(batch)
+                    first, last, stored = first or placed[0], placed[-1], stored + len(placed)
+                    bar.update(len(placed))
+                    batch = []
+            if batch:
+                placed = store.put_batch(batch)
+                first, last, stored = first or placed[0], placed[-1], stored + len(placed)
+        except StoreError:
+            if stored:
+                print(f"mqstore: {stored} messages were stored before the error", file=sys.stderr)
+            raise
+        finally:
+            bar.close()
+    if args.json:
+        _print_json({"topic": args.topic, "queue_id": args.queue, "count": stored,
+                     "first_queue_offset": first.queue_offset if first else None,
+                     "last_queue_offset": last.queue_offset if last else None,
+                     "first_msg_id": first.msg_id if first else None, "last_msg_id": last.msg_id if last else None})
+    elif stored:
+        print(f"stored {stored} messages in {args.topic}/{args.queue}: queue offsets {first.queue_offset}.."
+              f"{last.queue_offset}, msg ids {first.msg_id}..{last.msg_id}")
+    else:
+        print("stored 0 messages (no input lines)")
+    return 0
+
+
+def _cmd_get(args) -> int:
+    with _open(args, read_only=True) as store:
+        result = store.get(args.topic, args.queue, args.offset, max_count=args.count, tags=args.tags)
+        if result.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
+            print(f"mqstore: the store has no queue {args.topic}/{args.queue}", file=sys.stderr)
+            return 1
+        if args.json:
+            _print_json({"status": result.status.value, "next_offset": result.next_offset,
+                         "min_offset": result.min_offset, "max_offset": result.max_offset,
+                         "messages": [message_dict(message) for message in result.messages]})
+        else:
+            for message in result.messages:
+                print(message_line(message))
+            print(f"# {result.status.value}: {len(result.messages)} messages, next offset {result.next_offset} "
+                  f"(queue offsets {result.min_offset}..{result.max_offset})")
+    return 0
+
+
+def _print_messages(args, messages) -> None:
+    for message in messages:
+        if args.json:
+            print(json.dumps(message_dict(message), ensure_ascii=False))
+        else:
+            print(message_line(message))
+    sys.stdout.flush()
+
+
+class _DeferredInterrupt:
+    """While installed, Ctrl-C raises KeyboardInterrupt except inside `critical` blocks, where it is held
+    until the block ends (so a printed batch is always committed). A no-op outside the main thread."""
+
+    def __init__(self):
+        self.requested = False
+        self.in_critical = False
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+        if not self.in_critical:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "_DeferredInterrupt":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _cmd_tail(args) -> int:
+    with _open(args, read_only=True) as store:
+        if not args.follow and args.queues is None and args.topic not in store.topics():
+            print(f"mqstore: the store has no topic {args.topic}", file=sys.stderr)
+            return 1
+        consumer = open_consumer(store, args.group, args.topic, args.queues, tags=args.tags,
+                                 consume_from=args.start)
+        with _DeferredInterrupt() as interrupt:
+            try:
+                _tail(args, consumer, interrupt)
+            except KeyboardInterrupt:
+                pass  # Ctrl-C ends tail; every printed batch was committed
+    return 0
+
+
+def _tail(args, consumer, interrupt: _DeferredInterrupt) -> None:
+    limit = args.max_messages
+    printed = 0
+    idle_s = None if args.timeout_ms is None or not args.follow else args.timeout_ms / 1000
+    idle_deadline = None if idle_s is None else time.monotonic() + idle_s
+    while (limit is None or printed < limit) and not interrupt.requested:
+        wanted = TAIL_BATCH_MESSAGES if limit is None else min(TAIL_BATCH_MESSAGES, limit - printed)
+        if not args.follow:
+            wait_ms = 0
+        elif idle_deadline is None:
+            wait_ms = FOLLOW_POLL_TIMEOUT_MS
+        else:
+            wait_ms = max(0, int((idle_deadline - time.monotonic()) * 1000))
+        messages = consumer.poll(wanted, wait_ms)
+        if messages:
+            interrupt.in_critical = True
+            try:
+                _print_messages(args, messages)
+                consumer.commit()  # after printing: at-least-once
+            finally:
+                interrupt.in_critical = False
+            printed += len(messages)
+            idle_deadline = None if idle_s is None else time.monotonic() + idle_s
+        elif not args.follow or (idle_deadline is not None and time.monotonic() >= idle_deadline):
+            return
+
+
+def _cmd_topics(args) -> int:
+    with _open(args, read_only=True) as store:
+        topics = store.topics()
+        counts = {topic: sum(store.max_offset(topic, q) - store.min_offset(topic, q) for q in queue_ids)
+                  for topic, queue_ids in topics.items()}
+    if args.json:
+        _print_json({"topics": {topic: {"queues": queue_ids, "messages": counts[topic]}
+                                for topic, queue_ids in topics.items()}})
+    else:
+        rows = [[topic, ",".join(map(str, queue_ids)), counts[topic]] for topic, queue_ids in topics.items()]
+        print("\n".join(_table(rows, ["TOPIC", "QUEUES", "MESSAGES"])))
+    return 0
+
+
+def _flush_lag(engine: dict) -> int | None:
+    """The flush lag MessageStore.stats() reports; None for a read-only view (only the writer knows it)."""
+    if engine.get("read_only"):
+        return None
+    flush = engine.get("flush")
+    if isinstance(flush, dict) and "flush_lag_bytes" in flush:
+        return flush["flush_lag_bytes"]
+    return engine["commitlog"].get("flush_lag_bytes")
+
+
+def _cmd_stats(args) -> int:
+    with _open(args, read_only=True) as store:
+        engine = store.stats()
+        usage = queue_usage(args.store, store.config, progress_bar)
+        end = log_written_end(args.store, store.config)
+        log_min = engine["commitlog"]["min_offset"]
+        dispatched = max([log_min] + [queue["commitlog_end"] for queue in usage.values()])
+        dispatch_lag = engine["dispatch"]["lag_bytes"]
+        if dispatch_lag is None:  # read_only: the lag the ConsumeQueue files show
+            dispatch_lag = max(0, end - dispatched)
+        flush_lag = _flush_lag(engine)
+    topics: dict = {}
+    for (topic, queue_id), queue in sorted(usage.items()):
+        topics.setdefault(topic, {})[str(queue_id)] = {
+            "min_offset": queue["min_offset"], "max_offset": queue["max_offset"],
+            "messages": queue["max_offset"] - queue["min_offset"], "bytes": queue["bytes"]}
+    summary = {"commitlog": {"segments": engine["commitlog"]["segments"], "min_offset": log_min,
+                             "end_offset": end, "bytes": end - log_min},
+               "dispatched_offset": dispatched, "dispatch_lag_bytes": dispatch_lag, "flush_lag_bytes": flush_lag,
+               "topics": topics}
+    if args.json:
+        _print_json(summary)
+        return 0
+    print(f"commitlog: {summary['commitlog']['segments']} segments, offsets {log_min}..{end} ({end - log_min} bytes)")
+    print(f"dispatch lag: {dispatch_lag} bytes (ConsumeQueues reach offset {dispatched})")
+    print("flush lag: " + ("unknown (a read-only view: only the writer knows)" if flush_lag is None
+                           else f"{flush_lag} bytes"))
+    rows = [[topic, queue_id, q["min_offset"], q["max_offset"], q["messages"], q["bytes"]]
+            for topic, queues in topics.items() for queue_id, q in queues.items()]
+    print("\n".join(_table(rows, ["TOPIC", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "MESSAGES", "BYTES"])))
+    return 0
+
+
+def _cmd_dump(args) -> int:
+    with _open(args, read_only=True) as store:
+        message = store.read_at(args.offset)
+    record = message_dict(message)
+    record.update(magic_code=f"0x{message.magic_code:08X}", crc_ok=fmt.body_crc(message.body) == message.body_crc,
+                  prepared_transaction_offset=message.prepared_transaction_offset, body_length=len(message.body))
+    if args.json:
+        _print_json(record)
+        return 0
+    for name, value in record.items():
+        if name not in ("body_text", "body_hex"):
+            print(f"{name}: {value}")
+    text = body_text(message.body)
+    print(f"body text: {text if text is not None else '(not printable UTF-8)'}")
+    print(f"body hex ({len(message.body)} bytes):")
+    print("\n".join(_hexdump(message.body)))
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    report = verify_store(args.store, store_config(args), progress_bar)
+    if args.json:
+        _print_json(report.as_dict())
+        return 0 if report.ok else 1
+    print(f"commitlog: {report.segments} segments, {report.records} records, {report.blanks} end-of-segment "
+          f"blanks, offsets {report.log_min_offset}..{report.log_end_offset}")
+    print(f"consumequeues: {report.queues} queues, {report.entries} entries checked"
+          + (f" ({report.entries_removed} below the log's start)" if report.entries_removed else ""))
+    for problem in report.problems:
+        print(f"CORRUPT [{problem.rule}] {problem}")
+    if report.problem_count > len(report.problems):
+        print(f"... and {report.problem_count - len(report.problems)} more problems")
+    print("OK" if report.ok else f"CORRUPTION: {report.problem_count} problems")
+    return 0 if report.ok else 1
+
+
+_COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
+             "dump": _cmd_dump, "verify": _cmd_verify}

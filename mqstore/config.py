@@ -6,7 +6,6 @@ store is created and must match on every reopen (ConfigMismatchError otherwise).
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import socket
@@ -14,18 +13,12 @@ from dataclasses import asdict, dataclass, field, fields
 
 from commitlog import format as fmt
 from commitlog.errors import ConfigMismatchError, CorruptionError, InvalidConfigError, StoreIOError
+from flush.modes import FlushMode
 
 GIB = 1 << 30
 MIB = 1 << 20
 CONFIG_FILE_NAME = "mqstore.json"
 CONFIG_FORMAT_VERSION = 1
-
-
-class FlushMode(enum.Enum):
-    """When a put is acknowledged: SYNC after its bytes are on disk, ASYNC once they are in the page cache."""
-
-    SYNC = "SYNC"
-    ASYNC = "ASYNC"
 
 
 def default_host() -> str:
@@ -57,6 +50,24 @@ class StoreConfig:
     flush_mode: FlushMode = FlushMode.ASYNC
     """ASYNC: a put is acknowledged once in the page cache (RocketMQ's default)."""
 
+    flush_interval_ms: int = 500
+    """ASYNC: how often the flusher looks at the CommitLog (RocketMQ's flushIntervalCommitLog)."""
+
+    flush_least_pages: int = 4
+    """ASYNC: flush only when at least this many 4 KiB pages are dirty (RocketMQ's flushCommitLogLeastPages)."""
+
+    flush_thorough_interval_ms: int = 10_000
+    """ASYNC: flush whatever is dirty at least this often (RocketMQ's flushCommitLogThoroughInterval)."""
+
+    sync_flush_timeout_ms: int = 5000
+    """SYNC: a put whose bytes are not on disk by then returns FLUSH_DISK_TIMEOUT (its message stays stored)."""
+
+    flush_consume_queue_interval_ms: int = 1000
+    """how often ConsumeQueues (and the index) are flushed, in both modes (RocketMQ's flushIntervalConsumeQueue)."""
+
+    warm_segments: bool = False
+    """write zeros over the next segment in the background so first writes into it find its pages cached."""
+
     store_host: str = field(default_factory=default_host)
     """IPv4 address written as STOREHOST and used in message ids; this machine's address by default."""
 
@@ -82,6 +93,14 @@ class StoreConfig:
         _check_int("max_queues_per_topic", self.max_queues_per_topic, 1, 1 << 20)
         if not isinstance(self.flush_mode, FlushMode):
             raise InvalidConfigError(f"flush_mode must be a FlushMode, got {self.flush_mode!r}")
+        _check_int("flush_interval_ms", self.flush_interval_ms, 1, 3_600_000)
+        _check_int("flush_least_pages", self.flush_least_pages, 0, 1 << 20)
+        _check_int("flush_thorough_interval_ms", self.flush_thorough_interval_ms, 0, 86_400_000)
+        _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
+        _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
+        for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH
         if self.max_message_size_bytes + fixed > self.segment_size_bytes:
             raise InvalidConfigError(

@@ -25,6 +25,9 @@ from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStor
 from commitlog.message import Message, PutResult, PutStatus, StoredMessage
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
+from flush.allocator import SegmentAllocator
+from flush.checkpoint import Checkpoint
+from flush.services import GroupCommitService, IntervalFlusher
 from mqstore.config import FlushMode, StoreConfig, save_or_check_format
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
+CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
+CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
 _new_tuple = tuple.__new__  # builds a PutResult without the NamedTuple constructor's Python frame
 _PUT_OK = PutStatus.PUT_OK
 
@@ -70,8 +75,12 @@ class MessageStore:
         self._closed = True
         self._lock_handle = None
         self._close_lock = threading.Lock()
-        self._flushed_offset = 0
         self._dispatch: DispatchService | None = None
+        self._sync_flush = config.flush_mode is FlushMode.SYNC
+        self._sync_timeout_s = config.sync_flush_timeout_ms / 1000.0
+        self._group_commit: GroupCommitService | None = None
+        self._services: list = []  # flush services and the allocator, stopped in reverse order at close
+        self._checkpoint: Checkpoint | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
@@ -119,7 +128,8 @@ class MessageStore:
             return
         end = self._commitlog.find_end()
         self._commitlog.set_end(end)
-        self._flushed_offset = end
+        self._commitlog.flushed_position = end
+        self._checkpoint = Checkpoint.open(root, writable=True)
         dispatched = max(self._queues.max_commitlog_end(), self._commitlog.min_offset())
         if dispatched > end:
             raise CorruptionError(f"consume queues point to offset {dispatched}, past the log's end {end}",
@@ -130,6 +140,45 @@ class MessageStore:
         self._commitlog.queue_offsets.update(
             {key: queue.max_offset for key, queue in self._queues.queues.items()})
         self._dispatch.start()
+        self._start_flush_services()
+
+    def _start_flush_services(self) -> None:
+        config = self.config
+        log_ = self._commitlog
+        allocator = SegmentAllocator(log_.directory, config.segment_size_bytes,
+                                     preallocate=config.preallocate_segments, warm=config.warm_segments)
+        log_.segment_source = allocator.take
+        # After each roll the next segment is made ahead of need (not at open: a reopen adds no file).
+        log_.roll_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
+        self._allocator = allocator
+        if self._sync_flush:
+            self._group_commit = GroupCommitService(log_, log_.flushed_position, on_flushed=self._checkpoint_log)
+            self._group_commit.start()
+            self._services.append(self._group_commit)
+        else:
+            flusher = IntervalFlusher([log_], interval_ms=config.flush_interval_ms,
+                                      least_pages=config.flush_least_pages,
+                                      thorough_interval_ms=config.flush_thorough_interval_ms,
+                                      name="mqstore-flush-commitlog", on_flushed=self._checkpoint_log)
+            flusher.start()
+            self._services.append(flusher)
+        self._log_flusher = self._services[-1]
+        queues_flusher = IntervalFlusher([self._queues], interval_ms=config.flush_consume_queue_interval_ms,
+                                         least_pages=CONSUME_QUEUE_FLUSH_LEAST_PAGES,
+                                         thorough_interval_ms=CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS,
+                                         name="mqstore-flush-consumequeue", on_flushed=self._checkpoint_queues)
+        queues_flusher.start()
+        self._services.append(queues_flusher)
+        self._queues_flusher = queues_flusher
+
+    def _checkpoint_log(self) -> None:
+        self._checkpoint.update(physic_ms=self._commitlog.flushed_timestamp_ms)
+
+    def _checkpoint_queues(self) -> None:
+        """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""
+        self._checkpoint.update(physic_ms=self._commitlog.flushed_timestamp_ms,
+                                logics_ms=self._queues.flushed_timestamp_ms)
+        self._checkpoint.flush()
 
     def _take_lock(self) -> None:
         path = os.path.join(self.root_dir, "lock")
@@ -157,13 +206,17 @@ class MessageStore:
                     self._dispatch.stop()
                     if self._dispatch.error is not None:
                         log.error("closing with dispatch stopped by: %s", self._dispatch.error)
+                for service in reversed(self._services):
+                    service.stop()
+                if getattr(self, "_allocator", None) is not None:
+                    self._allocator.close()
                 if not self.read_only:
                     self._flush_all()
             finally:
                 self._release()
 
     def _release(self) -> None:
-        for part in ("_queues", "_commitlog"):
+        for part in ("_queues", "_commitlog", "_checkpoint"):
             component = getattr(self, part, None)
             if component is not None:
                 component.close()
@@ -194,10 +247,13 @@ class MessageStore:
             self._check_writable()
         record = self._commitlog.prepare(message)
         offset, queue_offset, store_ts = self._commitlog.append(record)
-        self._dispatch.wake()
-        if self.config.flush_mode is FlushMode.SYNC:
-            self._flush_log()
-        return _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[6], store_ts,
+        dispatch = self._dispatch
+        if dispatch.idle:
+            dispatch.wake()
+        status = _PUT_OK
+        if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
+            status = PutStatus.FLUSH_DISK_TIMEOUT
+        return _new_tuple(PutResult, (status, offset, queue_offset, record[6], store_ts,
                                       self._msg_id_prefix + "%016X" % offset))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
@@ -209,9 +265,11 @@ class MessageStore:
             return []
         placed, store_ts = self._commitlog.append_batch(records)
         self._dispatch.wake()
-        if self.config.flush_mode is FlushMode.SYNC:
-            self._flush_log()
         ok = PutStatus.PUT_OK
+        if self._sync_flush:
+            last_offset, _ = placed[-1]
+            if not self._group_commit.wait_durable(last_offset + records[-1][6], self._sync_timeout_s):
+                ok = PutStatus.FLUSH_DISK_TIMEOUT
         prefix = self._msg_id_prefix
         return [PutResult(ok, offset, queue_offset, record[6], store_ts, prefix + "%016X" % offset)
                 for (offset, queue_offset), record in zip(placed, records)]
@@ -223,15 +281,10 @@ class MessageStore:
             self._flush_all()
 
     def _flush_all(self) -> None:
-        self._flush_log()
+        self._commitlog.flush()
+        self._checkpoint_log()
         self._queues.flush()
-
-    def _flush_log(self) -> None:
-        end = self._commitlog.readable_end()
-        start = self._flushed_offset
-        if end > start:
-            self._commitlog.flush(start, end)
-            self._flushed_offset = max(self._flushed_offset, end)
+        self._checkpoint_queues()
 
     # --- reading -------------------------------------------------------------------------------------------
     def _queue(self, topic, queue_id):
@@ -373,7 +426,9 @@ class MessageStore:
         """Positions, counts and lags of the store, as plain data."""
         self._check_open()
         log_ = self._commitlog
-        end = log_.readable_end() if not self.read_only else log_.reader_end()
+        if self.read_only:
+            log_.segments.load()
+        end = log_.readable_end() if not self.read_only else log_.find_end(tolerant=True)
         dispatched = self._dispatch.dispatched_offset if self._dispatch is not None else None
         queues = {}
         for (topic, queue_id), queue in sorted(self._queues.queues.items()):
@@ -382,13 +437,38 @@ class MessageStore:
             "root_dir": self.root_dir,
             "read_only": self.read_only,
             "commitlog": {"min_offset": log_.min_offset(), "max_offset": end,
-                          "segments": len(log_.segments.segments), "flushed_offset": self._flushed_offset,
-                          "flush_lag_bytes": max(0, end - self._flushed_offset)},
+                          "segments": len(log_.segments.segments)},
+            "flush": self._flush_stats(end),
             "dispatch": {"dispatched_offset": dispatched,
                          "lag_bytes": None if dispatched is None else max(0, end - dispatched),
                          "records": self._dispatch.dispatched_records if self._dispatch else 0,
                          "error": repr(self._dispatch.error) if self._dispatch and self._dispatch.error else None},
             "queues": queues,
+        }
+
+
+    def _flush_stats(self, end: int) -> dict | None:
+        """Flushed and committed positions, lags and recent flush durations (None for a read-only store).
+
+        Writes go straight into the mapped segments, so everything written is committed (in the page cache)
+        at once: committed_offset is the log's end.
+        """
+        if self.read_only:
+            return None
+        log_ = self._commitlog
+        checkpoint = self._checkpoint
+        return {
+            "mode": self.config.flush_mode.value,
+            "committed_offset": end,
+            "flushed_offset": log_.flushed_position,
+            "flush_lag_bytes": max(0, end - log_.flushed_position),
+            "consume_queue_dirty_bytes": self._queues.dirty_bytes(),
+            "commitlog_flusher": self._log_flusher.stats.as_dict(),
+            "consume_queue_flusher": self._queues_flusher.stats.as_dict(),
+            "checkpoint": {"physic_msg_timestamp_ms": checkpoint.physic_msg_timestamp_ms,
+                           "logics_msg_timestamp_ms": checkpoint.logics_msg_timestamp_ms,
+                           "index_msg_timestamp_ms": checkpoint.index_msg_timestamp_ms},
+            "segments_created_ahead": self._allocator.created_in_background,
         }
 
 

@@ -1,0 +1,91 @@
+"""The checkpoint file: how far each kind of file is known to be on disk (RocketMQ's StoreCheckpoint).
+
+Crash recovery starts scanning the CommitLog from the segment whose first message is older than these times.
+
+    OFFSET  SIZE  TYPE  FIELD
+    0       8     i64   physic_msg_timestamp   store time (ms) of the last CommitLog message flushed
+    8       8     i64   logics_msg_timestamp   store time of the last message whose ConsumeQueue entry is flushed
+    16      8     i64   index_msg_timestamp    store time of the last message whose index entries are flushed
+    24      4072  -     zero
+                        = 4096 bytes, big-endian, file name `checkpoint` in the store root
+
+Validity rule: (1) the file is exactly 4096 bytes; (2) each timestamp is >= 0. A zero timestamp means "nothing
+flushed yet". A missing file is a store that never flushed (recovery then scans everything).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from commitlog.errors import CorruptionError
+from commitlog.mapped_file import MappedFile
+
+CHECKPOINT_FILE_NAME = "checkpoint"
+CHECKPOINT_SIZE_BYTES = 4096
+CHECKPOINT_DTYPE = np.dtype([("physic_msg_timestamp", ">i8"), ("logics_msg_timestamp", ">i8"),
+                             ("index_msg_timestamp", ">i8")])
+RECOVERY_SAFETY_MARGIN_MS = 3000  # RocketMQ subtracts 3 s from the minimum before comparing segment times
+
+assert CHECKPOINT_DTYPE.itemsize == 24
+assert CHECKPOINT_DTYPE.fields["index_msg_timestamp"][1] == 16
+
+
+class Checkpoint:
+    """The mapped checkpoint file of a store."""
+
+    def __init__(self, mapped: MappedFile):
+        self._mapped = mapped
+        self._fields = mapped.array[: CHECKPOINT_DTYPE.itemsize].view(np.ndarray).view(CHECKPOINT_DTYPE)
+        for name in CHECKPOINT_DTYPE.names:
+            if int(self._fields[name][0]) < 0:
+                raise CorruptionError(f"checkpoint field {name} is negative", path=mapped.path,
+                                      offset=CHECKPOINT_DTYPE.fields[name][1], rule="2")
+
+    @classmethod
+    def open(cls, root_dir: str, *, writable: bool) -> "Checkpoint | None":
+        """The store's checkpoint; created (zeroed) when missing and writable; None when missing and read-only."""
+        path = os.path.join(root_dir, CHECKPOINT_FILE_NAME)
+        if not os.path.exists(path):
+            if not writable:
+                return None
+            return cls(MappedFile.create(path, 0, CHECKPOINT_SIZE_BYTES))
+        return cls(MappedFile.open(path, 0, CHECKPOINT_SIZE_BYTES, writable=writable))
+
+    def _get(self, name: str) -> int:
+        return int(self._fields[name][0])
+
+    @property
+    def physic_msg_timestamp_ms(self) -> int:
+        return self._get("physic_msg_timestamp")
+
+    @property
+    def logics_msg_timestamp_ms(self) -> int:
+        return self._get("logics_msg_timestamp")
+
+    @property
+    def index_msg_timestamp_ms(self) -> int:
+        return self._get("index_msg_timestamp")
+
+    def update(self, *, physic_ms: int | None = None, logics_ms: int | None = None,
+               index_ms: int | None = None) -> None:
+        """Raise the given timestamps (a checkpoint never moves back)."""
+        for name, value in (("physic_msg_timestamp", physic_ms), ("logics_msg_timestamp", logics_ms),
+                            ("index_msg_timestamp", index_ms)):
+            if value is not None and value > self._get(name):
+                self._fields[name] = value
+
+    def min_timestamp_ms(self, *, with_index: bool = False) -> int:
+        """Where recovery may start: the older of the log and queue times, less the safety margin."""
+        low = min(self.physic_msg_timestamp_ms, self.logics_msg_timestamp_ms)
+        if with_index:
+            low = min(low, self.index_msg_timestamp_ms)
+        return max(0, low - RECOVERY_SAFETY_MARGIN_MS)
+
+    def flush(self) -> None:
+        self._mapped.flush(0, CHECKPOINT_SIZE_BYTES)
+
+    def close(self) -> None:
+        self._fields = None
+        self._mapped.close()

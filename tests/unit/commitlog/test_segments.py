@@ -1,0 +1,66 @@
+"""SegmentList: contiguous segments named by base offset, O(1) lookup, foreign files ignored."""
+
+from __future__ import annotations
+
+import pytest
+
+from commitlog.errors import CorruptionError
+from commitlog.segments import SegmentList
+
+SIZE = 4096
+
+
+def _touch(directory, base: int, size: int = SIZE) -> None:
+    (directory / f"{base:020d}").write_bytes(bytes(size))
+
+
+def test_create_and_lookup_by_offset(tmp_path):
+    segments = SegmentList(str(tmp_path), SIZE, writable=True, preallocate=False)
+    assert segments.segment_at(0) is None and segments.last() is None and segments.first_base_offset == 0
+    first, second = segments.create(0), segments.create(SIZE)
+    assert segments.segment_at(0) is first and segments.segment_at(SIZE - 1) is first
+    assert segments.segment_at(SIZE) is second and segments.segment_at(2 * SIZE - 1) is second
+    assert segments.segment_at(2 * SIZE) is None and segments.segment_at(-1) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00000000000000000000", "00000000000000004096"]
+    segments.close()
+    assert first.closed and segments.segments == []
+
+
+def test_load_maps_existing_segments_in_order_and_skips_foreign_files(tmp_path):
+    for base in (2 * SIZE, SIZE, 3 * SIZE):
+        _touch(tmp_path, base)
+    (tmp_path / "00000000000000008192.tmp").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_bytes(b"x")
+    segments = SegmentList(str(tmp_path), SIZE, writable=False)
+    assert [s.base_offset for s in segments.segments] == [SIZE, 2 * SIZE, 3 * SIZE]
+    assert segments.first_base_offset == SIZE and segments.segment_at(SIZE + 5).base_offset == SIZE
+    assert segments.segment_at(0) is None
+
+
+def test_load_again_picks_up_new_segments(tmp_path):
+    _touch(tmp_path, 0)
+    segments = SegmentList(str(tmp_path), SIZE, writable=False)
+    _touch(tmp_path, SIZE)
+    assert segments.segment_at(SIZE) is None
+    segments.load()
+    assert segments.segment_at(SIZE).base_offset == SIZE
+
+
+def test_a_gap_between_segments_is_corruption(tmp_path):
+    _touch(tmp_path, 0)
+    _touch(tmp_path, 2 * SIZE)
+    with pytest.raises(CorruptionError):
+        SegmentList(str(tmp_path), SIZE, writable=False)
+
+
+def test_a_base_offset_off_the_segment_grid_is_corruption(tmp_path):
+    _touch(tmp_path, 100)
+    with pytest.raises(CorruptionError) as raised:
+        SegmentList(str(tmp_path), SIZE, writable=False)
+    assert raised.value.path.endswith("00000000000000000100")
+
+
+def test_a_segment_of_the_wrong_size_is_corruption(tmp_path):
+    _touch(tmp_path, 0, SIZE - 1)
+    with pytest.raises(CorruptionError):
+        SegmentList(str(tmp_path), SIZE, writable=False)

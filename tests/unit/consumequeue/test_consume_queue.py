@@ -1,0 +1,175 @@
+"""ConsumeQueue and ConsumeQueueTable: dense entries across files, replays skipped, holes and bad units refused."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from commitlog.errors import CorruptionError
+from consumequeue import format as cqf
+from consumequeue.consume_queue import ConsumeQueue, ConsumeQueueTable
+
+PER_FILE = 4
+
+
+def _units(first_commitlog_offset: int, count: int, size: int = 100, tags_code: int = 0) -> np.ndarray:
+    offsets = np.arange(count, dtype=np.int64) * size + first_commitlog_offset
+    return cqf.make_units(offsets, np.full(count, size), np.full(count, tags_code))
+
+
+def _queue(directory, *, writable: bool = True) -> ConsumeQueue:
+    return ConsumeQueue(str(directory), "t", 0, PER_FILE, writable=writable)
+
+
+def _write_unit_file(directory, first_queue_offset: int, units: list[tuple[int, int, int]]) -> str:
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, cqf.file_name(first_queue_offset))
+    data = b"".join(struct.pack(">qiq", *unit) for unit in units)
+    with open(path, "wb") as handle:
+        handle.write(data + bytes(PER_FILE * 20 - len(data)))
+    return path
+
+
+def test_file_names_are_byte_offsets_of_the_first_unit():
+    assert cqf.file_name(0) == "00000000000000000000"
+    assert cqf.file_name(300_000) == "00000000000006000000"
+    assert cqf.parse_file_name("00000000000006000000") == 6_000_000
+    assert cqf.parse_file_name("6000000") is None and cqf.parse_file_name("0000000000000600000x") is None
+
+
+def test_put_and_read_across_files(tmp_path):
+    queue = _queue(tmp_path)
+    assert queue.put(0, _units(0, 10)) == 10
+    assert (queue.min_offset, queue.max_offset) == (0, 10)
+    assert sorted(os.listdir(tmp_path)) == [cqf.file_name(0), cqf.file_name(4), cqf.file_name(8)]
+    read = queue.read(2, 5)
+    assert read["commitlog_offset"].tolist() == [200, 300, 400, 500, 600] and read["size"].tolist() == [100] * 5
+    assert len(queue.read(8, 100)) == 2 and len(queue.read(10, 5)) == 0
+    assert queue.last_commitlog_end() == 1000
+    queue.close()
+
+
+def test_a_replayed_put_writes_only_the_new_entries(tmp_path):
+    queue = _queue(tmp_path)
+    queue.put(0, _units(0, 3))
+    assert queue.put(0, _units(0, 3)) == 0
+    assert queue.put(1, _units(100, 5)) == 3  # entries 1 and 2 are already there
+    assert queue.max_offset == 6 and queue.read(0, 6)["commitlog_offset"].tolist() == [0, 100, 200, 300, 400, 500]
+    queue.close()
+
+
+def test_a_put_that_would_leave_a_hole_is_refused(tmp_path):
+    queue = _queue(tmp_path)
+    queue.put(0, _units(0, 2))
+    with pytest.raises(CorruptionError) as raised:
+        queue.put(3, _units(300, 1))
+    assert raised.value.rule == "dense" and queue.max_offset == 2
+    queue.close()
+
+
+def test_reopen_restores_positions(tmp_path):
+    queue = _queue(tmp_path)
+    queue.put(0, _units(0, 6, tags_code=-7))
+    queue.flush()
+    queue.close()
+    reopened = _queue(tmp_path)
+    assert (reopened.min_offset, reopened.max_offset, reopened.flushed_offset) == (0, 6, 6)
+    assert reopened.read(5, 1)["tags_code"].tolist() == [-7]
+    assert reopened.put(6, _units(600, 1)) == 1 and reopened.max_offset == 7
+    reopened.close()
+
+
+def test_an_exactly_full_last_file_is_read_to_its_end(tmp_path):
+    queue = _queue(tmp_path)
+    queue.put(0, _units(0, PER_FILE * 2))
+    queue.close()
+    reopened = _queue(tmp_path)
+    assert reopened.max_offset == PER_FILE * 2
+    assert reopened.put(PER_FILE * 2, _units(800, 1)) == 1 and reopened.max_offset == PER_FILE * 2 + 1
+    reopened.close()
+
+
+def test_decreasing_commitlog_offsets_on_disk_are_corruption(tmp_path):
+    path = _write_unit_file(tmp_path, 0, [(100, 10, 0), (50, 10, 0)])
+    with pytest.raises(CorruptionError) as raised:
+        _queue(tmp_path)
+    assert raised.value.rule == "3" and raised.value.path == path and raised.value.offset == 20
+
+
+def test_a_negative_commitlog_offset_on_disk_is_corruption(tmp_path):
+    _write_unit_file(tmp_path, 0, [(0, 10, 0), (-5, 10, 0)])
+    with pytest.raises(CorruptionError) as raised:
+        _queue(tmp_path)
+    assert raised.value.rule == "2"
+
+
+def test_a_short_file_followed_by_another_is_corruption(tmp_path):
+    _write_unit_file(tmp_path, 0, [(0, 10, 0)])
+    _write_unit_file(tmp_path, PER_FILE, [(100, 10, 0)])
+    with pytest.raises(CorruptionError) as raised:
+        _queue(tmp_path)
+    assert raised.value.rule == "1"
+
+
+def test_offsets_going_backwards_between_files_are_corruption(tmp_path):
+    _write_unit_file(tmp_path, 0, [(1000 + i, 1, 0) for i in range(PER_FILE)])
+    _write_unit_file(tmp_path, PER_FILE, [(10, 1, 0)])
+    with pytest.raises(CorruptionError):
+        _queue(tmp_path)
+
+
+def test_missing_middle_file_is_corruption(tmp_path):
+    _write_unit_file(tmp_path, 0, [(i, 1, 0) for i in range(PER_FILE)])
+    _write_unit_file(tmp_path, 2 * PER_FILE, [(100, 1, 0)])
+    with pytest.raises(CorruptionError):
+        _queue(tmp_path)
+
+
+def test_a_queue_that_starts_after_retention_keeps_its_min_offset(tmp_path):
+    _write_unit_file(tmp_path, 2 * PER_FILE, [(500, 10, 0), (510, 10, 0)])
+    queue = _queue(tmp_path)
+    assert (queue.min_offset, queue.max_offset) == (8, 10)
+    assert queue.read(0, 9)["commitlog_offset"].tolist() == [500]
+    queue.close()
+
+
+def test_a_zeroed_unit_read_inside_the_written_range_is_corruption(tmp_path):
+    queue = _queue(tmp_path)
+    queue.put(0, _units(0, 3))
+    queue.units[0][1]["size"] = 0
+    with pytest.raises(CorruptionError) as raised:
+        queue.read(0, 3)
+    assert raised.value.offset == 20 and raised.value.rule == "1"
+    queue.close()
+
+
+def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
+    writer = _queue(tmp_path)
+    writer.put(0, _units(0, 2))
+    reader = _queue(tmp_path, writable=False)
+    assert reader.max_offset == 2
+    writer.put(2, _units(200, 7))
+    assert reader.max_offset == 2
+    reader.refresh()
+    assert reader.max_offset == 9
+    assert reader.read(0, 9)["commitlog_offset"].tolist() == [i * 100 for i in range(9)]
+    writer.close()
+    reader.close()
+
+
+def test_table_loads_queues_and_lists_topics(tmp_path):
+    table = ConsumeQueueTable(str(tmp_path), PER_FILE, writable=True)
+    table.get_or_create("b", 1).put(0, _units(0, 2))
+    table.get_or_create("a", 3).put(0, _units(200, 1))
+    table.get_or_create("b", 0).put(0, _units(300, 1))
+    assert table.topics() == {"a": [3], "b": [0, 1]} and table.max_commitlog_end() == 400
+    table.close()
+    os.makedirs(tmp_path / "bad topic" / "0")
+    os.makedirs(tmp_path / "a" / "not-a-queue")
+    reopened = ConsumeQueueTable(str(tmp_path), PER_FILE, writable=False)
+    assert reopened.topics() == {"a": [3], "b": [0, 1]}
+    assert reopened.get("b", 1).max_offset == 2 and reopened.get("c", 0) is None
+    reopened.close()

@@ -1,0 +1,94 @@
+"""ConsumeQueueDispatcher: one entry per visible message, grouped by queue, replays ignored, gaps refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from commitlog import format as log_format
+from commitlog.dispatch import DispatchBatch
+from commitlog.errors import CorruptionError
+from consumequeue.consume_queue import ConsumeQueueTable
+from consumequeue.dispatcher import ConsumeQueueDispatcher
+
+PREPARED = log_format.SYS_FLAG_TRANSACTION_PREPARED_TYPE
+COMMIT = log_format.SYS_FLAG_TRANSACTION_COMMIT_TYPE
+ROLLBACK = log_format.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE
+
+
+def _batch(rows) -> DispatchBatch:
+    """rows: (commitlog_offset, topic, queue_id, queue_offset, tags_code, sys_flag); every record is 100 bytes."""
+    return DispatchBatch.from_rows([
+        {"commitlog_offset": offset, "size": 100, "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset,
+         "tags_code": tags_code, "sys_flag": sys_flag}
+        for offset, topic, queue_id, queue_offset, tags_code, sys_flag in rows])
+
+
+def _entries(table, topic, queue_id):
+    queue = table.get(topic, queue_id)
+    units = queue.read(0, queue.max_offset)
+    return list(zip(units["commitlog_offset"].tolist(), units["size"].tolist(), units["tags_code"].tolist()))
+
+
+def test_interleaved_queues_are_grouped_in_log_order(tmp_path):
+    table = ConsumeQueueTable(str(tmp_path), 4, writable=True)
+    dispatcher = ConsumeQueueDispatcher(table)
+    dispatcher.dispatch(_batch([
+        (0, "a", 0, 0, 11, 0), (100, "b", 0, 0, 0, 0), (200, "a", 1, 0, 0, 0), (300, "a", 0, 1, 12, 0),
+        (400, "b", 0, 1, 0, 0), (500, "a", 0, 2, -13, 0),
+    ]))
+    assert table.topics() == {"a": [0, 1], "b": [0]}
+    assert _entries(table, "a", 0) == [(0, 100, 11), (300, 100, 12), (500, 100, -13)]
+    assert _entries(table, "a", 1) == [(200, 100, 0)]
+    assert _entries(table, "b", 0) == [(100, 100, 0), (400, 100, 0)]
+    assert dispatcher.dispatched_entries == 6
+    table.close()
+
+
+def test_prepared_and_rolled_back_messages_get_no_entry(tmp_path):
+    table = ConsumeQueueTable(str(tmp_path), 4, writable=True)
+    ConsumeQueueDispatcher(table).dispatch(_batch([
+        (0, "t", 0, 0, 0, 0), (100, "t", 0, 0, 0, PREPARED), (200, "t", 0, 1, 0, COMMIT),
+        (300, "t", 0, 0, 0, ROLLBACK), (400, "t", 0, 2, 0, log_format.SYS_FLAG_MULTI_TAGS),
+    ]))
+    assert [entry[0] for entry in _entries(table, "t", 0)] == [0, 200, 400]
+    table.close()
+
+
+def test_a_replayed_batch_adds_nothing(tmp_path):
+    table = ConsumeQueueTable(str(tmp_path), 4, writable=True)
+    dispatcher = ConsumeQueueDispatcher(table)
+    rows = [(i * 100, "t", 0, i, 0, 0) for i in range(6)]
+    dispatcher.dispatch(_batch(rows[:4]))
+    dispatcher.dispatch(_batch(rows[:4]))
+    dispatcher.dispatch(_batch(rows[2:]))
+    assert [entry[0] for entry in _entries(table, "t", 0)] == [i * 100 for i in range(6)]
+    assert dispatcher.dispatched_entries == 6
+    table.close()
+
+
+@pytest.mark.parametrize("queue_offsets", [[0, 2], [0, 0], [1, 0]])
+def test_queue_offsets_that_are_not_consecutive_are_corruption(tmp_path, queue_offsets):
+    table = ConsumeQueueTable(str(tmp_path), 4, writable=True)
+    with pytest.raises(CorruptionError) as raised:
+        ConsumeQueueDispatcher(table).dispatch(_batch([(i * 100, "t", 0, q, 0, 0)
+                                                      for i, q in enumerate(queue_offsets)]))
+    assert raised.value.rule == "dense"
+    table.close()
+
+
+def test_a_batch_continuing_past_the_queue_end_is_corruption(tmp_path):
+    table = ConsumeQueueTable(str(tmp_path), 4, writable=True)
+    dispatcher = ConsumeQueueDispatcher(table)
+    dispatcher.dispatch(_batch([(0, "t", 0, 0, 0, 0)]))
+    with pytest.raises(CorruptionError):
+        dispatcher.dispatch(_batch([(100, "t", 0, 5, 0, 0)]))
+    assert table.get("t", 0).max_offset == 1
+    table.close()
+
+
+def test_an_empty_batch_is_ignored(tmp_path):
+    table = ConsumeQueueTable(str(tmp_path), 4, writable=True)
+    dispatcher = ConsumeQueueDispatcher(table)
+    dispatcher.dispatch(DispatchBatch(0))
+    assert table.topics() == {} and dispatcher.dispatched_entries == 0
+    table.close()

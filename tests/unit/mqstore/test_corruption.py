@@ -1,0 +1,94 @@
+"""Damaged bytes under a store are reported as CorruptionError by get/read_at/open, never returned as messages."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from mqstore import CorruptionError, InvalidMessageError, Message, MessageStore
+from tests.unit.commitlog import handmade
+from tests.unit.mqstore.conftest import config
+
+SEGMENT_SIZE = config().segment_size_bytes
+
+
+def _fill_two_segments(store_dir):
+    """Messages of queue t/0 filling the first segment and starting a second; returns their put results."""
+    with MessageStore.open(store_dir, config()) as store:
+        results = [store.put(Message("t", b"%04d" % i + b"\xff" * 2000)) for i in range(40)]
+        other = store.put(Message("u", b"other"))
+        assert store.wait_dispatched(30)
+    assert results[-1].commitlog_offset > SEGMENT_SIZE > results[5].commitlog_offset
+    return results, other
+
+
+# (field, bit, what read_at says). read_at cannot tell "no record starts here" (rules 1 and 4) from damage, and a
+# record with a wrong QUEUEOFFSET is still a valid record: only get, which knows the expected entry, sees it.
+DAMAGE = [
+    ("magic", handmade.AT_MAGIC, 3, InvalidMessageError),
+    ("size", handmade.AT_TOTAL_SIZE + 3, 0, CorruptionError),
+    ("body length", handmade.AT_BODY_LENGTH_V4 + 2, 4, CorruptionError),
+    ("queue offset", handmade.AT_QUEUE_OFFSET + 7, 0, None),
+    ("physical offset", handmade.AT_PHYSICAL_OFFSET + 7, 1, InvalidMessageError),
+]
+
+
+@pytest.mark.parametrize("field, at, bit, read_at_error", DAMAGE, ids=[d[0] for d in DAMAGE])
+def test_a_damaged_record_below_the_last_segment_fails_get(store_dir, field, at, bit, read_at_error):
+    results, _ = _fill_two_segments(store_dir)
+    damaged = results[5]
+    handmade.flip_bit(store_dir / "commitlog" / f"{0:020d}", damaged.commitlog_offset + at, bit)
+    with MessageStore.open(store_dir, config()) as store:  # open walks only the last segment
+        assert [m.queue_offset for m in store.get("t", 0, 0, max_count=5).messages] == list(range(5))
+        with pytest.raises(CorruptionError):
+            store.get("t", 0, 0, max_count=10)
+        with pytest.raises(CorruptionError):
+            store.get("t", 0, 5, max_count=1)
+        assert store.get("t", 0, 6, max_count=1).messages[0].body[:4] == b"0006"
+        if read_at_error is not None:
+            with pytest.raises(read_at_error):
+                store.read_at(damaged.commitlog_offset)
+
+
+def test_a_damaged_record_in_the_last_segment_fails_open(store_dir):
+    results, _ = _fill_two_segments(store_dir)
+    last = results[-1].commitlog_offset
+    handmade.flip_bit(store_dir / "commitlog" / f"{SEGMENT_SIZE:020d}", last - SEGMENT_SIZE + handmade.AT_MAGIC, 0)
+    with pytest.raises(CorruptionError) as raised:
+        MessageStore.open(store_dir, config())
+    assert raised.value.path.endswith(f"{SEGMENT_SIZE:020d}")
+    with MessageStore.open(store_dir, config(), read_only=True) as reader:  # a reader can still look around
+        assert reader.get("t", 0, 0, max_count=3).messages[2].body[:4] == b"0002"
+
+
+def _rewrite_unit(store_dir, topic, queue_id, queue_offset, commitlog_offset, size):
+    path = store_dir / "consumequeue" / topic / str(queue_id) / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    struct.pack_into(">qi", data, queue_offset * 20, commitlog_offset, size)
+    path.write_bytes(bytes(data))
+
+
+def test_a_queue_entry_pointing_at_another_queues_record_is_corruption(store_dir):
+    with MessageStore.open(store_dir, config()) as store:
+        first = store.put(Message("a", b"a0"))
+        other = store.put(Message("b", b"b0"))
+        store.put(Message("a", b"a1"))
+        assert store.wait_dispatched(30)
+    _rewrite_unit(store_dir, "a", 0, 1, other.commitlog_offset, other.size_bytes)
+    with MessageStore.open(store_dir, config(), read_only=True) as reader:
+        assert reader.get("a", 0, 0, max_count=1).messages[0].body == b"a0"
+        with pytest.raises(CorruptionError) as raised:
+            reader.get("a", 0, 1)
+        assert raised.value.rule == "cq-matches-log"
+    assert first.commitlog_offset == 0
+
+
+def test_a_queue_entry_with_the_wrong_size_is_corruption(store_dir):
+    with MessageStore.open(store_dir, config()) as store:
+        result = store.put(Message("a", b"payload"))
+        assert store.wait_dispatched(30)
+    _rewrite_unit(store_dir, "a", 0, 0, result.commitlog_offset, result.size_bytes + 1)
+    with MessageStore.open(store_dir, config(), read_only=True) as reader:
+        with pytest.raises(CorruptionError):
+            reader.get("a", 0, 0)
