@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from commitlog import format as fmt
-from commitlog.errors import CorruptionError
+from commitlog.errors import CorruptionError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +480,20 @@ class DispatchService:
                     return False
                 self._progress.wait(wait_s)
             return True
+
+    def wait_past(self, after_offset: int, timeout_s: float) -> int:
+        """Block until dispatch passes `after_offset` (woken by dispatch, no polling); returns the dispatched
+        offset then, or at the timeout. Raises the dispatch error instead of waiting when dispatch stopped."""
+        deadline = time.monotonic() + timeout_s
+        with self._progress:
+            while self.dispatched_offset <= after_offset:
+                if self.error is not None:
+                    raise StoreError(f"dispatch stopped, no new messages will arrive: {self.error}") from self.error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._progress.wait(remaining)
+            return self.dispatched_offset
 
     def stop(self) -> None:
         """Stop the thread after its current batch (what is not yet dispatched stays for the next start)."""

@@ -50,25 +50,12 @@ def _wait_for_dispatch(store, after_offset: int, timeout_s: float) -> int | None
     A store opened read_only has no dispatch thread in this process: sleep up to READ_ONLY_POLL_INTERVAL_S
     and return None. Raises StoreError instead of waiting when dispatching stopped on an error (nothing new
     would come).
-    The one place that reaches into the engine: to be replaced by a public `MessageStore` method.
     """
-    dispatch = store._dispatch
-    if dispatch is None:
+    if store.read_only:
         if timeout_s > 0:
             time.sleep(min(timeout_s, READ_ONLY_POLL_INTERVAL_S))
         return None
-    deadline = time.monotonic() + timeout_s
-    progress = dispatch._progress
-    with progress:
-        while dispatch.dispatched_offset <= after_offset:
-            if dispatch.error is not None:
-                raise StoreError(f"dispatching stopped, no new messages will arrive: {dispatch.error}") \
-                    from dispatch.error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            progress.wait(remaining)
-        return dispatch.dispatched_offset
+    return store.wait_for_dispatch(after_offset, timeout_s)
 
 
 def open_consumer(store, group: str | None, topic: str, queue_ids=None, *, tags=None,

@@ -422,6 +422,26 @@ class MessageStore:
             return True
         return self._dispatch.wait_dispatched(timeout_s)
 
+    def wait_for_dispatch(self, after_offset: int, timeout_s: float) -> int | None:
+        """Block until dispatch passes commitlog offset `after_offset` or `timeout_s` ends; returns the dispatched
+        offset. None for a read_only store (its writer dispatches in another process). Raises StoreError when
+        dispatch stopped on an error."""
+        self._check_open()
+        if self._dispatch is None:
+            return None
+        return self._dispatch.wait_past(after_offset, timeout_s)
+
+    @property
+    def dispatched_offset(self) -> int | None:
+        """Everything below this commitlog offset is visible to get() (None for a read_only store)."""
+        return None if self._dispatch is None else self._dispatch.dispatched_offset
+
+    def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None, consume_from: str = "first"):
+        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer)."""
+        from mqstore.consumer import open_consumer  # consumer imports this module
+
+        return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from)
+
     def stats(self) -> dict:
         """Positions, counts and lags of the store, as plain data."""
         self._check_open()
