@@ -1,0 +1,50 @@
+"""The checkpoint file: RocketMQ's 4 KiB layout, monotonic updates, corruption reported."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from commitlog.errors import CorruptionError
+from flush.checkpoint import CHECKPOINT_SIZE_BYTES, RECOVERY_SAFETY_MARGIN_MS, Checkpoint
+
+
+def test_a_new_checkpoint_is_4_kib_of_zeros_and_reads_back_updates(tmp_path):
+    checkpoint = Checkpoint.open(str(tmp_path), writable=True)
+    assert (tmp_path / "checkpoint").read_bytes() == bytes(CHECKPOINT_SIZE_BYTES)
+    checkpoint.update(physic_ms=1_700_000_000_123, logics_ms=1_700_000_000_100, index_ms=1_700_000_000_050)
+    checkpoint.update(physic_ms=5)  # never moves back
+    checkpoint.flush()
+    checkpoint.close()
+    raw = (tmp_path / "checkpoint").read_bytes()
+    assert struct.unpack_from(">qqq", raw) == (1_700_000_000_123, 1_700_000_000_100, 1_700_000_000_050)
+    reopened = Checkpoint.open(str(tmp_path), writable=False)
+    assert reopened.min_timestamp_ms() == 1_700_000_000_100 - RECOVERY_SAFETY_MARGIN_MS
+    assert reopened.min_timestamp_ms(with_index=True) == 1_700_000_000_050 - RECOVERY_SAFETY_MARGIN_MS
+    reopened.close()
+
+
+def test_rocketmqs_checkpoint_reads(tmp_path):
+    from tests.conftest import ROCKETMQ_STORE
+
+    (tmp_path / "checkpoint").write_bytes((ROCKETMQ_STORE / "store" / "checkpoint").read_bytes())
+    checkpoint = Checkpoint.open(str(tmp_path), writable=False)
+    assert checkpoint.physic_msg_timestamp_ms == 0x000001A201E63D91
+    assert checkpoint.logics_msg_timestamp_ms == 0x000001A201E63E45
+    assert checkpoint.index_msg_timestamp_ms == 0x000001A201E63E44
+    checkpoint.close()
+
+
+def test_a_missing_checkpoint_is_none_for_a_reader(tmp_path):
+    assert Checkpoint.open(str(tmp_path), writable=False) is None
+
+
+def test_bad_checkpoints_are_corruption(tmp_path):
+    (tmp_path / "checkpoint").write_bytes(struct.pack(">qqq", -1, 0, 0) + bytes(CHECKPOINT_SIZE_BYTES - 24))
+    with pytest.raises(CorruptionError) as error:
+        Checkpoint.open(str(tmp_path), writable=False)
+    assert error.value.offset == 0
+    (tmp_path / "checkpoint").write_bytes(bytes(100))
+    with pytest.raises(CorruptionError):
+        Checkpoint.open(str(tmp_path), writable=False)

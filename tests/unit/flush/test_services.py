@@ -1,0 +1,210 @@
+"""Flush services: group commit, the interval flusher, and their use by the store in SYNC and ASYNC mode."""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+from flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
+from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
+from tests.conftest import small_config
+
+
+class SpyFlushable:
+    """Counts flushes; `gate` (when set) holds each flush until released, like a slow disk."""
+
+    def __init__(self, dirty=0):
+        self.written = 0
+        self.durable = 0
+        self.flushes = []
+        self.dirty = dirty
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
+
+    def dirty_bytes(self):
+        return self.dirty
+
+    def flush(self):
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        target = self.written
+        self.flushes.append(target)
+        self.durable = target
+        self.dirty = 0
+        return target
+
+
+def test_group_commit_returns_once_the_position_is_durable():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0)
+    service.start()
+    try:
+        spy.written = 100
+        assert service.wait_durable(100, 5) is True
+        assert spy.flushes and spy.flushes[-1] >= 100
+        assert service.wait_durable(50, 5) is True  # already durable: no new flush needed
+        assert len(spy.flushes) == 1
+    finally:
+        service.stop()
+
+
+def test_concurrent_waiters_share_one_flush():
+    spy = SpyFlushable()
+    spy.gate = threading.Event()
+    service = GroupCommitService(spy, 0)
+    service.start()
+    results = []
+    try:
+        spy.written = 10
+        first = threading.Thread(target=lambda: results.append(service.wait_durable(10, 10)))
+        first.start()
+        assert spy.entered.wait(5)  # the first flush is running and held
+        spy.written = 80
+        waiters = [threading.Thread(target=lambda i=i: results.append(service.wait_durable(20 + i * 10, 10)))
+                   for i in range(7)]
+        for waiter in waiters:
+            waiter.start()
+        spy.gate.set()
+        for thread in [first, *waiters]:
+            thread.join(10)
+        assert results == [True] * 8
+        assert len(spy.flushes) <= 2  # eight waiters, at most two flushes: the held one and one for the rest
+    finally:
+        service.stop()
+
+
+def test_wait_durable_times_out_when_the_flush_hangs():
+    spy = SpyFlushable()
+    spy.gate = threading.Event()
+    service = GroupCommitService(spy, 0)
+    service.start()
+    try:
+        spy.written = 10
+        assert service.wait_durable(10, 0.05) is False
+        spy.gate.set()
+        assert service.wait_durable(10, 5) is True
+    finally:
+        spy.gate.set()
+        service.stop()
+
+
+def test_interval_flusher_honours_least_pages_and_the_thorough_interval():
+    now = [0.0]
+    spy = SpyFlushable(dirty=PAGE_SIZE_BYTES * 4 - 1)
+    flusher = IntervalFlusher([spy], interval_ms=500, least_pages=4, thorough_interval_ms=10_000,
+                              clock=lambda: now[0])
+    assert flusher.run_once() == 0  # under four pages: wait
+    spy.dirty = PAGE_SIZE_BYTES * 4
+    assert flusher.run_once() == 1 and spy.dirty == 0
+    spy.dirty = 1
+    now[0] = 9.9
+    assert flusher.run_once() == 0
+    now[0] = 10.0  # the thorough interval has passed: anything dirty is flushed
+    assert flusher.run_once() == 1
+    assert flusher.run_once() == 0  # nothing dirty
+    assert flusher.stats.flush_count == 2
+
+
+def _spy_on_log_flush(store):
+    """Record the durable position each CommitLog flush returns."""
+    log = store._commitlog
+    original = log.flush
+    returned = []
+
+    def spy():
+        position = original()
+        returned.append(position)
+        return position
+
+    log.flush = spy
+    return returned
+
+
+def test_sync_put_returns_only_after_its_bytes_are_flushed(tmp_path):
+    with MessageStore.open(tmp_path, small_config(flush_mode=FlushMode.SYNC)) as store:
+        returned = _spy_on_log_flush(store)
+        for i in range(20):
+            result = store.put(Message("t", b"m%d" % i))
+            assert result.status is PutStatus.PUT_OK
+            assert returned and max(returned) >= result.commitlog_offset + result.size_bytes
+        results = store.put_batch([Message("t", b"b%d" % i) for i in range(10)])
+        assert max(returned) >= results[-1].commitlog_offset + results[-1].size_bytes
+
+
+def test_sync_put_reports_flush_disk_timeout_and_keeps_the_message(tmp_path):
+    config = small_config(flush_mode=FlushMode.SYNC, sync_flush_timeout_ms=50)
+    with MessageStore.open(tmp_path, config) as store:
+        log = store._commitlog
+        original = log.flush
+        gate = threading.Event()
+
+        def slow_flush():
+            gate.wait(10)
+            return original()
+
+        log.flush = slow_flush
+        result = store.put(Message("t", b"slow disk"))
+        assert result.status is PutStatus.FLUSH_DISK_TIMEOUT
+        gate.set()
+        assert store.wait_dispatched(10)
+        got = store.get("t", 0, result.queue_offset)
+        assert got.status is GetStatus.FOUND and got.messages[0].body == b"slow disk"
+    with MessageStore.open(tmp_path, small_config()) as store:
+        assert store.get("t", 0, 0).messages[0].body == b"slow disk"
+
+
+def test_async_mode_leaves_flushing_to_the_flusher_and_close_flushes_everything(tmp_path):
+    config = small_config(flush_interval_ms=3_600_000, flush_thorough_interval_ms=3_600_000)
+    store = MessageStore.open(tmp_path, config)
+    returned = _spy_on_log_flush(store)
+    results = store.put_batch([Message("t", b"x" * 500, queue_id=i % 3) for i in range(300)])
+    end = results[-1].commitlog_offset + results[-1].size_bytes
+    assert returned == []  # the flusher's interval has not come: nothing flushed yet
+    assert store.stats()["flush"]["flush_lag_bytes"] == end
+    log = store._commitlog
+    store.close()
+    assert returned and returned[-1] == end
+    assert log.flushed_position == end
+
+
+def test_async_flusher_flushes_on_its_interval(tmp_path):
+    config = small_config(flush_interval_ms=10, flush_least_pages=0)
+    with MessageStore.open(tmp_path, config) as store:
+        result = store.put(Message("t", b"y" * 100))
+        end = result.commitlog_offset + result.size_bytes
+        flusher = store._log_flusher
+        deadline = threading.Event()
+        for _ in range(500):  # the flusher thread runs every 10 ms; give it up to 5 s
+            if store.stats()["flush"]["flushed_offset"] == end:
+                break
+            deadline.wait(0.01)
+        assert store.stats()["flush"]["flushed_offset"] == end
+        assert flusher.stats.flush_count >= 1
+
+
+def test_checkpoint_holds_the_store_times_of_the_last_flushed_messages(tmp_path):
+    with MessageStore.open(tmp_path, small_config()) as store:
+        results = store.put_batch([Message("t", b"z") for _ in range(5)])
+        assert store.wait_dispatched(10)
+        store.flush()
+        last_ts = results[-1].store_timestamp_ms
+        raw = (tmp_path / "checkpoint").read_bytes()
+        assert len(raw) == 4096
+        physic, logics, index = struct.unpack_from(">qqq", raw, 0)
+        assert physic == last_ts and logics == last_ts and index == 0
+        assert raw[24:] == bytes(4096 - 24)
+        checkpoint = store.stats()["flush"]["checkpoint"]
+        assert checkpoint["physic_msg_timestamp_ms"] == last_ts
+
+
+def test_a_roll_makes_the_next_segment_ahead_of_need(tmp_path):
+    config = small_config(warm_segments=True)
+    with MessageStore.open(tmp_path, config) as store:
+        bodies = [bytes([i % 251]) * 3000 for i in range(100)]  # about 300 KB: several 64 KiB segments
+        for body in bodies:
+            store.put(Message("t", body))
+        assert store.wait_dispatched(10)
+        assert store.stats()["flush"]["segments_created_ahead"] >= 1
+        got = store.get("t", 0, 0, max_count=100)
+        assert [m.body for m in got.messages] == bodies  # warming never wrote over a record
