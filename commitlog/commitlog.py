@@ -22,6 +22,7 @@ from commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedEr
 from commitlog.mapped_file import MappedFile
 from commitlog.message import Message, StoredMessage, decode_message, decode_records
 from commitlog.segments import SegmentList
+from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
@@ -114,6 +115,7 @@ class CommitLog:
         self._use_segment(None)
         self.roll_listeners: list = []  # called with the new segment after a roll, under the writer lock
         self.segment_source = None  # optional callable(base_offset) -> MappedFile | None made ahead of need
+        self.unique_keys: UniqueKeyGenerator | None = None  # when set, messages without a UNIQ_KEY get one
         self.last_store_timestamp_ms = 0  # store time of the newest appended record
         self.flushed_position = 0  # everything below is on disk
         self.flushed_timestamp_ms = 0  # store time of the newest record below flushed_position
@@ -211,21 +213,27 @@ class CommitLog:
         born = message.born_timestamp_ms
         if born is not None and (born.__class__ is not int or born < 0):
             raise InvalidMessageError(f"born_timestamp_ms must be a non-negative int or None, got {born!r}")
+        unique_keys = self.unique_keys
         if message.tags is None and not message.keys and not message.properties:
-            tail = tails[1]
+            tail = tails[1] if unique_keys is None else tails[2] + unique_keys.next() + b"\x02"
         else:
             properties = _properties_text(message).encode("utf-8")
+            if unique_keys is not None and fmt.PROPERTY_UNIQ_KEY not in message.properties:
+                properties += b"UNIQ_KEY\x01" + unique_keys.next() + b"\x02"
             if len(properties) > fmt.PROPERTIES_LENGTH_MAX:
                 raise InvalidMessageError(
                     f"properties take {len(properties)} bytes, over the limit of {fmt.PROPERTIES_LENGTH_MAX}")
             tail = tails[0] + fmt.I16.pack(len(properties)) + properties
         return ((topic, queue_id), flag, body, _crc32(body) & 0x7FFFFFFF, born, tail, 88 + len(body) + len(tail))
 
-    def _topic_tail(self, topic) -> tuple[bytes, bytes]:
-        """(TOPICLENGTH + TOPIC, the same followed by an empty PROPERTIES) for a topic, checked and cached."""
+    def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes]:
+        """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by empty PROPERTIES; and
+        the same followed by the start of PROPERTIES holding only a UNIQ_KEY (its value and \\x02 follow)."""
         encoded = validate_topic(topic)
         prefix = bytes((len(encoded),)) + encoded
-        tails = (prefix, prefix + b"\x00\x00")
+        unique_only = b"UNIQ_KEY\x01"
+        unique_length = len(unique_only) + UNIQUE_KEY_HEX_DIGITS + 1
+        tails = (prefix, prefix + b"\x00\x00", prefix + fmt.I16.pack(unique_length) + unique_only)
         self._topic_tails[topic] = tails
         return tails
 

@@ -32,6 +32,7 @@ from commitlog import format as fmt
 from commitlog.errors import StoreError
 from commitlog.message import Message
 from consumequeue import format as cqf
+from indexfile import format as index_format
 from mqstore.config import CONFIG_FILE_NAME, StoreConfig
 from mqstore.consumer import open_consumer
 from mqstore.engine import GetStatus, MessageStore
@@ -77,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="CommitLog segment size, for a store without config/mqstore.json")
     store.add_argument("--cq-entries-per-file", type=_positive, metavar="N",
                        help="ConsumeQueue entries per file, for a store without config/mqstore.json")
+    store.add_argument("--index-slot-count", type=_positive, metavar="N",
+                       help="hash slots per index file (default 5000000; RocketMQ's maxHashSlotNum)")
+    store.add_argument("--index-entry-count-max", type=_positive, metavar="N",
+                       help="entries per index file (default 20000000; RocketMQ's maxIndexNum)")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, parents=[store], help=help_text, description=help_text)
@@ -188,6 +193,18 @@ def _inferred_cq_entries(root: str) -> int | None:
     return None
 
 
+def _index_settings(args, root: str) -> dict:
+    """Index settings to open `root` with: the options if given; the defaults when the store has no index files
+    or default-sized ones; otherwise the index stays off (an index file's size does not tell its two sizes
+    apart), and a later open with the right sizes catches the index up."""
+    if args.index_slot_count or args.index_entry_count_max:
+        return {"index_slot_count": args.index_slot_count or StoreConfig.index_slot_count,
+                "index_entry_count_max": args.index_entry_count_max or StoreConfig.index_entry_count_max}
+    size = _first_file_size(os.path.join(root, "index"), lambda name: index_format.parse_file_name(name) is not None)
+    default = index_format.file_size_bytes(StoreConfig.index_slot_count, StoreConfig.index_entry_count_max)
+    return {} if size is None or size == default else {"index_enabled": False}
+
+
 def store_config(args) -> StoreConfig:
     """The StoreConfig to open args.store with: options, else the saved format, else the files' sizes."""
     root = args.store
@@ -200,7 +217,7 @@ def store_config(args) -> StoreConfig:
                or StoreConfig.consume_queue_entries_per_file)
     message_max = max(0, min(MESSAGE_SIZE_DEFAULT_BYTES, segment - _RECORD_OVERHEAD_MAX_BYTES))
     return StoreConfig(segment_size_bytes=segment, consume_queue_entries_per_file=entries,
-                       max_message_size_bytes=message_max)
+                       max_message_size_bytes=message_max, **_index_settings(args, root))
 
 
 def _open(args, *, read_only: bool):

@@ -41,6 +41,15 @@ class StoreConfig:
     consume_queue_entries_per_file: int = 300_000
     """format. 300 000 entries (6 MB files), RocketMQ's default."""
 
+    index_enabled: bool = True
+    """build IndexFiles (find by key, msg id or UNIQ_KEY); every message gets a UNIQ_KEY (RocketMQ's default)."""
+
+    index_slot_count: int = 5_000_000
+    """format of index files (checked against them). hash slots per IndexFile (RocketMQ's maxHashSlotNum)."""
+
+    index_entry_count_max: int = 20_000_000
+    """format of index files (checked against them). entries per IndexFile before a new one starts (RocketMQ's maxIndexNum); a file is 420 MB."""
+
     max_message_size_bytes: int = 4 * MIB
     """4 MiB, RocketMQ's maxMessageSize: a larger body is refused."""
 
@@ -91,6 +100,8 @@ class StoreConfig:
         _check_int("consume_queue_entries_per_file", self.consume_queue_entries_per_file, 1, 50_000_000)
         _check_int("max_message_size_bytes", self.max_message_size_bytes, 0, (1 << 31) - 1024)
         _check_int("max_queues_per_topic", self.max_queues_per_topic, 1, 1 << 20)
+        _check_int("index_slot_count", self.index_slot_count, 1, 50_000_000)
+        _check_int("index_entry_count_max", self.index_entry_count_max, 4, 100_000_000)
         if not isinstance(self.flush_mode, FlushMode):
             raise InvalidConfigError(f"flush_mode must be a FlushMode, got {self.flush_mode!r}")
         _check_int("flush_interval_ms", self.flush_interval_ms, 1, 3_600_000)
@@ -98,7 +109,7 @@ class StoreConfig:
         _check_int("flush_thorough_interval_ms", self.flush_thorough_interval_ms, 0, 86_400_000)
         _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
-        for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch"):
+        for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch", "index_enabled"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH
@@ -123,6 +134,8 @@ class StoreConfig:
 
 
 FORMAT_FIELDS = ("segment_size_bytes", "consume_queue_entries_per_file")
+# index_slot_count and index_entry_count_max fix the size of index files too; they are checked against the
+# index files themselves when the index is opened (a store may run with the index off, or rebuild it).
 assert set(FORMAT_FIELDS) <= {f.name for f in fields(StoreConfig)}
 
 
@@ -154,7 +167,7 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
         raise ConfigMismatchError(f"{path}: format_version {saved.get('format_version')!r} is not "
                                   f"{CONFIG_FORMAT_VERSION}")
     differences = [f"{name}: store has {saved.get(name)!r}, config has {value!r}"
-                   for name, value in config.format_fields().items() if saved.get(name) != value]
+                   for name, value in config.format_fields().items() if name in saved and saved[name] != value]
     if differences:
         raise ConfigMismatchError(f"the store at {os.path.dirname(config_dir)} was created with other format "
                                   "settings: " + "; ".join(differences))

@@ -20,14 +20,18 @@ import numpy as np
 from commitlog import format as fmt
 from commitlog.commitlog import CommitLog, validate_topic
 from commitlog.dispatch import DispatchService
-from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
+from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
                               StoreIOError, StoreLockedError)
 from commitlog.message import Message, PutResult, PutStatus, StoredMessage
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
+from commitlog.unique_key import UniqueKeyGenerator
 from flush.allocator import SegmentAllocator
 from flush.checkpoint import Checkpoint
 from flush.services import GroupCommitService, IntervalFlusher
+from indexfile import format as index_format
+from indexfile.dispatcher import IndexDispatcher
+from indexfile.index_service import IndexService
 from mqstore.config import FlushMode, StoreConfig, save_or_check_format
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,8 @@ log = logging.getLogger(__name__)
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
+QUERY_MAX_COUNT_LIMIT = 1024  # messages one query() may return
+QUERY_COLLISION_FACTOR = 2  # index entries asked for per wanted message (hash collisions are filtered after)
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
 CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
 _new_tuple = tuple.__new__  # builds a PutResult without the NamedTuple constructor's Python frame
@@ -113,16 +119,22 @@ class MessageStore:
                 raise StoreIOError(f"cannot create the store at {root}: {exc.strerror}") from exc
             self._take_lock()
         save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only)
-        born_host = config.born_host or config.store_host
+        born_raw = fmt.encode_host(config.born_host or config.store_host, config.born_port)
         self._commitlog = CommitLog(
             os.path.join(root, "commitlog"), config.segment_size_bytes, writable=not self.read_only,
             max_message_size_bytes=config.max_message_size_bytes, max_queues_per_topic=config.max_queues_per_topic,
-            born_host_raw=fmt.encode_host(born_host, config.born_port),
+            born_host_raw=born_raw,
             store_host_raw=fmt.encode_host(config.store_host, config.store_port),
             preallocate=config.preallocate_segments)
         self._msg_id_prefix = self._commitlog.store_host_raw.hex().upper()
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
+        self._index = None
+        if config.index_enabled:
+            _check_index_sizes(os.path.join(root, "index"), config)
+            self._index = IndexService(os.path.join(root, "index"), config.index_slot_count,
+                                       config.index_entry_count_max, read_only=self.read_only)
+            self._commitlog.unique_keys = None if self.read_only else UniqueKeyGenerator(born_raw[:4])
         self._closed = False
         if self.read_only:
             return
@@ -134,7 +146,12 @@ class MessageStore:
         if dispatched > end:
             raise CorruptionError(f"consume queues point to offset {dispatched}, past the log's end {end}",
                                   path=os.path.join(root, "consumequeue"), rule="cq-past-log")
-        self._dispatch = DispatchService(self._commitlog, [ConsumeQueueDispatcher(self._queues)], dispatched,
+        dispatchers = [ConsumeQueueDispatcher(self._queues)]
+        if self._index is not None:
+            # The index resumes at the message it indexed last (a replay it skips) or rebuilds from the start.
+            dispatched = max(min(dispatched, self._index.max_indexed_offset), self._commitlog.min_offset())
+            dispatchers.append(IndexDispatcher(self._index))
+        self._dispatch = DispatchService(self._commitlog, dispatchers, dispatched,
                                          check_crc=config.check_crc_on_dispatch)
         self._dispatch.dispatch_available()
         self._commitlog.queue_offsets.update(
@@ -163,7 +180,9 @@ class MessageStore:
             flusher.start()
             self._services.append(flusher)
         self._log_flusher = self._services[-1]
-        queues_flusher = IntervalFlusher([self._queues], interval_ms=config.flush_consume_queue_interval_ms,
+        self._index_flushable = _IndexFlushable(self._index) if self._index is not None else None
+        logical = [self._queues] + ([self._index_flushable] if self._index is not None else [])
+        queues_flusher = IntervalFlusher(logical, interval_ms=config.flush_consume_queue_interval_ms,
                                          least_pages=CONSUME_QUEUE_FLUSH_LEAST_PAGES,
                                          thorough_interval_ms=CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS,
                                          name="mqstore-flush-consumequeue", on_flushed=self._checkpoint_queues)
@@ -177,7 +196,8 @@ class MessageStore:
     def _checkpoint_queues(self) -> None:
         """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""
         self._checkpoint.update(physic_ms=self._commitlog.flushed_timestamp_ms,
-                                logics_ms=self._queues.flushed_timestamp_ms)
+                                logics_ms=self._queues.flushed_timestamp_ms,
+                                index_ms=self._index_flushable.flushed_timestamp_ms if self._index else None)
         self._checkpoint.flush()
 
     def _take_lock(self) -> None:
@@ -216,7 +236,7 @@ class MessageStore:
                 self._release()
 
     def _release(self) -> None:
-        for part in ("_queues", "_commitlog", "_checkpoint"):
+        for part in ("_index", "_queues", "_commitlog", "_checkpoint"):
             component = getattr(self, part, None)
             if component is not None:
                 component.close()
@@ -284,6 +304,8 @@ class MessageStore:
         self._commitlog.flush()
         self._checkpoint_log()
         self._queues.flush()
+        if self._index is not None:
+            self._index_flushable.flush()
         self._checkpoint_queues()
 
     # --- reading -------------------------------------------------------------------------------------------
@@ -380,6 +402,65 @@ class MessageStore:
                 raise InvalidMessageError(f"no message record starts at commitlog offset {commitlog_offset}") \
                     from exc
             raise
+
+    # --- lookups by key (IndexFile) ------------------------------------------------------------------------
+    def _index_service(self) -> IndexService:
+        self._check_open()
+        if self._index is None:
+            raise InvalidMessageError("this store was opened with index_enabled=False: no lookups by key")
+        return self._index
+
+    def query(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,
+              end_ms: int | None = None) -> list[StoredMessage]:
+        """Messages of `topic` whose KEYS or UNIQ_KEY hold `key`, stored in [begin_ms, end_ms], newest first.
+
+        Exact matches only: index entries whose key merely shares the hash are read and dropped.
+        """
+        index = self._index_service()
+        validate_topic(topic)
+        if not isinstance(key, str) or not key:
+            raise InvalidMessageError(f"key must be a non-empty str, got {key!r}")
+        if type(max_count) is not int or not 1 <= max_count <= QUERY_MAX_COUNT_LIMIT:
+            raise InvalidMessageError(f"max_count must be an int in 1..{QUERY_MAX_COUNT_LIMIT}, got {max_count!r}")
+        if end_ms is None:
+            end_ms = 2**63 - 1
+        if type(begin_ms) is not int or type(end_ms) is not int:
+            raise InvalidMessageError("begin_ms and end_ms must be ints")
+        wanted = max_count
+        while True:
+            asked = min(QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR, wanted * QUERY_COLLISION_FACTOR)
+            offsets = index.query(topic, key, asked, begin_ms, end_ms)
+            found = [message for message in (self._read_indexed(offset) for offset in offsets)
+                     if message is not None and _has_key(message, topic, key)
+                     and begin_ms <= message.store_timestamp_ms <= end_ms]
+            if len(found) >= max_count or len(offsets) < asked or asked >= QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR:
+                return found[:max_count]
+            wanted *= 4  # many collisions: look further
+
+    def _read_indexed(self, commitlog_offset: int) -> StoredMessage | None:
+        """The message an index entry points to; None when it is below the log's minimum (deleted)."""
+        if commitlog_offset < self._commitlog.min_offset():
+            return None
+        return self._commitlog.read(commitlog_offset)
+
+    def get_by_msg_id(self, msg_id: str) -> StoredMessage:
+        """The message with this offset message id (it must name this store's host and port)."""
+        self._check_open()
+        host, commitlog_offset = fmt.parse_message_id(msg_id)
+        if host != self._commitlog.store_host_raw:
+            raise InvalidMessageError(f"message id {msg_id} names store host {host.hex().upper()}, not this store's "
+                                      f"{self._commitlog.store_host_raw.hex().upper()}")
+        message = self.read_at(commitlog_offset)
+        if message.store_host_raw != host:
+            raise InvalidMessageError(f"the message at offset {commitlog_offset} was stored by another host")
+        return message
+
+    def get_by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage | None:
+        """The newest message of `topic` whose UNIQ_KEY property is `uniq_key`, or None."""
+        for message in self.query(topic, uniq_key, max_count=QUERY_MAX_COUNT_LIMIT):
+            if message.properties.get(fmt.PROPERTY_UNIQ_KEY) == uniq_key:
+                return message
+        return None
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         self._check_open()
@@ -490,6 +571,58 @@ class MessageStore:
                            "index_msg_timestamp_ms": checkpoint.index_msg_timestamp_ms},
             "segments_created_ahead": self._allocator.created_in_background,
         }
+
+
+class _IndexFlushable:
+    """The IndexService seen by a flush service: dirty while entries were added since its last flush."""
+
+    def __init__(self, service: IndexService):
+        self.service = service
+        self.flushed_entry_count = service.entry_count
+        self.flushed_timestamp_ms = 0
+
+    def dirty_bytes(self) -> int:
+        return (self.service.entry_count - self.flushed_entry_count) * 20
+
+    def flush(self) -> int:
+        files = self.service.files
+        timestamp = files[-1].end_timestamp_ms if files else 0  # read first: never newer than what is flushed
+        count = self.service.entry_count
+        position = self.service.flush()
+        self.flushed_entry_count = count
+        self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
+        return position
+
+
+def _check_index_sizes(directory: str, config: StoreConfig) -> None:
+    """ConfigMismatchError when the store's index files were made with other sizes than `config` gives."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if index_format.parse_file_name(n) is not None)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreIOError(f"cannot list {directory}: {exc.strerror}") from exc
+    if not names:
+        return
+    path = os.path.join(directory, names[0])
+    expected = index_format.file_size_bytes(config.index_slot_count, config.index_entry_count_max)
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
+    if size != expected:
+        raise ConfigMismatchError(
+            f"index file {path} is {size} bytes; index_slot_count={config.index_slot_count} and "
+            f"index_entry_count_max={config.index_entry_count_max} make {expected}-byte files. Open with the "
+            "sizes the store was written with, or with index_enabled=False")
+
+
+def _has_key(message: StoredMessage, topic: str, key: str) -> bool:
+    """Whether `message` is in `topic` and holds `key` in KEYS or as its UNIQ_KEY (what the index maps)."""
+    if message.topic != topic:
+        return False
+    properties = message.properties
+    return properties.get(fmt.PROPERTY_UNIQ_KEY) == key or key in properties.get(fmt.PROPERTY_KEYS, "").split(" ")
 
 
 def _parse_tags(tags) -> frozenset[str] | None:

@@ -56,8 +56,8 @@ StoreIOError naming it; bytes that break the format raise CorruptionError with f
 
 Streaming offsets are `{"stores": {"<absolute store path>": <commitlog offset>}}`: the offset up to which a
 store has been read, always a record start (or a segment end). Micro-batches end at record starts, so a
-restarted query resumes exactly where its checkpoint says; a store that appears later (a glob) starts at
-startingOffsets, and a moved store is a new store. maxRecordsPerTrigger / maxBytesPerTrigger count the log
+restarted query resumes exactly where its checkpoint says. A glob is expanded when the query starts; a store
+missing from the checkpoint (matched since) is read from its beginning, and a moved store is a new store. maxRecordsPerTrigger / maxBytesPerTrigger count the log
 records a micro-batch reads (before filters), shared between the stores with new records; a micro-batch
 always takes at least one record. Trigger.AvailableNow reads up to each store's written end when the query
 starts. Records deleted by retention before a query read them raise StoreIOError.
@@ -745,7 +745,12 @@ def _classify_next(buf, length, buf_abs, at, segment_end, lenient, path) -> str:
     if at == length:
         return NEXT_DONE
     if length - at < fmt.END_FILE_MIN_BLANK_LENGTH:
-        return NEXT_MORE
+        if buf_abs + length < segment_end:
+            return NEXT_MORE  # the header continues in the next read
+        if lenient:
+            return NEXT_END
+        raise CorruptionError(f"{length - at} bytes are left at the end of the segment, less than a blank",
+                              path=path, offset=buf_abs + at, rule="1")
     size, magic = fmt.BLANK.unpack_from(buf, at)
     offset = buf_abs + at
     if magic == fmt.BLANK_MAGIC_CODE and size == segment_end - offset:
@@ -1161,6 +1166,7 @@ def read_partition(partition, arrow_schema: pa.Schema, row_filter: RowFilter) ->
 
 
 def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piece):
+    """Decode the records of one piece, READ_CHUNK_BYTES at a time; the last must end exactly at piece.end."""
     path = os.path.join(directory, fmt.segment_name(piece.base))
     segment_end = piece.base + segment_size
     fd = _open_segment(path)
@@ -1180,18 +1186,23 @@ def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piec
                                           f"{piece.end} planned for this read", path=path,
                                           offset=position + following, rule="blank")
                 return
-            if state == NEXT_MORE and position + following + _record_size(buf, following) > piece.end:
-                raise CorruptionError(f"the record at {position + following} runs past the end {piece.end} "
-                                      f"planned for this read", path=path,
-                                      offset=position + following, rule="2")
-            want_min = _record_size(buf, following) if state == NEXT_MORE and following == 0 else 0
+            want_min = 0
+            if state == NEXT_MORE:
+                size = _record_size(buf, want, following)
+                if position + following + max(size, fmt.END_FILE_MIN_BLANK_LENGTH) > piece.end:
+                    raise CorruptionError(f"the record at {position + following} runs past the end {piece.end} "
+                                          f"planned for this read", path=path, offset=position + following, rule="2")
+                if following == 0:
+                    assert size > want, (size, want)  # else locate_records would have returned the record
+                    want_min = size
             position += following
     finally:
         os.close(fd)
 
 
-def _record_size(buf: np.ndarray, at: int) -> int:
-    return fmt.I32.unpack_from(buf, at)[0] if at + 4 <= len(buf) else 0
+def _record_size(buf: np.ndarray, length: int, at: int) -> int:
+    """TOTALSIZE of the record at `at`, or 0 when its first 4 bytes are not in buf[:length]."""
+    return fmt.I32.unpack_from(buf, at)[0] if at + 4 <= length else 0
 
 
 def _read_queue_slices(decoder: Decoder, partition: QueuePartition):
@@ -1258,7 +1269,7 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
             run_breaks = np.flatnonzero(gaps[:stop - at - 1] > QUEUE_GAP_BYTES) + at + 1
             run_starts = np.concatenate(([at], run_breaks))
             run_stops = np.concatenate((run_breaks, [stop]))
-            run_lengths = ends[run_stops - 1] - offsets[run_starts]
+            run_lengths = np.maximum.reduceat(ends[at:stop], run_starts - at) - offsets[run_starts]
             buf = np.zeros(int(run_lengths.sum()) + BUFFER_PAD_BYTES, dtype=np.uint8)
             into = 0
             positions = np.empty(stop - at, dtype=np.int64)
@@ -1377,11 +1388,9 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
                 end = segment_end
             elif state == NEXT_END:
                 end = position + following
-            elif state == NEXT_MORE and following == 0:
-                record_size = _record_size(buf, 0)
-                if want >= record_size:
-                    end = position  # cannot happen: a complete record would have been located
-                want_min = record_size
+            elif state == NEXT_MORE and following == 0:  # one record larger than a read chunk
+                want_min = _record_size(buf, want, 0)
+                assert want_min > want, (want_min, want)  # else locate_records would have returned it
             else:
                 want_min = 0
                 position += following
@@ -1659,9 +1668,10 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return plan_store(ref).end
         return list_segments(ref.root).start
 
-    def _starts(self, start: dict | None) -> dict:
-        known = (start or {}).get("stores", {})
-        return {ref.root: int(known[ref.root]) if ref.root in known else self._initial(ref)
+    def _starts(self, start: dict) -> dict:
+        """Where each store resumes; a store the offsets do not know yet is new: all of it is to be read."""
+        known = start.get("stores", {})
+        return {ref.root: int(known[ref.root]) if ref.root in known else list_segments(ref.root).start
                 for ref in self.options.stores}
 
     def _ends(self, starts: dict) -> dict:
@@ -1765,7 +1775,7 @@ def admit(ref: StoreRef, start: int, end: int, rows_max: int | None, bytes_max: 
         if state == NEXT_BLANK:
             position = base + size
         elif state == NEXT_MORE and following == 0:  # one record larger than a read chunk
-            record_size = _record_size(buf, 0)
+            record_size = _record_size(buf, want, 0)
             if rows and (rows_max is not None and rows >= rows_max
                          or bytes_max is not None and data + record_size > bytes_max):
                 return position

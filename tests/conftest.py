@@ -35,14 +35,17 @@ def rocketmq_config():
     """The settings the fixture store was written with (see shared/fixtures/README.md)."""
     from mqstore import StoreConfig
 
-    return StoreConfig(segment_size_bytes=65536, consume_queue_entries_per_file=64, max_message_size_bytes=16384)
+    return StoreConfig(segment_size_bytes=65536, consume_queue_entries_per_file=64, max_message_size_bytes=16384,
+                       index_slot_count=64, index_entry_count_max=256)
 
 
 def small_config(**overrides):
-    """Small segments and queue files, so tests roll files often."""
+    """Small segments and queue files, so tests roll files often. No index (and so no UNIQ_KEY added to
+    messages) unless asked for: the index has tests of its own."""
     from mqstore import StoreConfig
 
     settings = dict(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64, max_message_size_bytes=8192,
-                    store_host="10.0.0.7", store_port=10911, preallocate_segments=False)
+                    store_host="10.0.0.7", store_port=10911, preallocate_segments=False, index_enabled=False,
+                    index_slot_count=64, index_entry_count_max=256)
     settings.update(overrides)
     return StoreConfig(**settings)
