@@ -12,6 +12,7 @@ import enum
 import fcntl
 import logging
 import os
+import shutil
 import threading
 from typing import Iterable, NamedTuple
 
@@ -130,10 +131,9 @@ class MessageStore:
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
         self._index = None
+        self.index_rebuilt_because: str | None = None
         if config.index_enabled:
-            _check_index_sizes(os.path.join(root, "index"), config)
-            self._index = IndexService(os.path.join(root, "index"), config.index_slot_count,
-                                       config.index_entry_count_max, read_only=self.read_only)
+            self._index = self._open_index()
             self._commitlog.unique_keys = None if self.read_only else UniqueKeyGenerator(born_raw[:4])
         self._closed = False
         if self.read_only:
@@ -199,6 +199,27 @@ class MessageStore:
                                 logics_ms=self._queues.flushed_timestamp_ms,
                                 index_ms=self._index_flushable.flushed_timestamp_ms if self._index else None)
         self._checkpoint.flush()
+
+    def _open_index(self) -> IndexService:
+        """The store's IndexService. Index files are derived data: a writer that finds them corrupt deletes them
+        and rebuilds the index from the CommitLog (dispatch replays the log into the empty index)."""
+        config = self.config
+        directory = os.path.join(self.root_dir, "index")
+        _check_index_sizes(directory, config)
+        try:
+            return IndexService(directory, config.index_slot_count, config.index_entry_count_max,
+                                read_only=self.read_only)
+        except CorruptionError as exc:
+            if self.read_only:
+                raise
+            log.warning("rebuilding the index of %s from the CommitLog: %s", self.root_dir, exc)
+            self.index_rebuilt_because = str(exc)
+            try:
+                shutil.rmtree(directory)
+            except OSError as remove_error:
+                raise StoreIOError(f"cannot remove the corrupt index {directory}: {remove_error.strerror}") \
+                    from remove_error
+            return IndexService(directory, config.index_slot_count, config.index_entry_count_max)
 
     def _take_lock(self) -> None:
         path = os.path.join(self.root_dir, "lock")
@@ -429,7 +450,8 @@ class MessageStore:
         wanted = max_count
         while True:
             asked = min(QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR, wanted * QUERY_COLLISION_FACTOR)
-            offsets = index.query(topic, key, asked, begin_ms, end_ms)
+            # Index entries keep whole seconds: ask a second wider, then filter by the exact store time.
+            offsets = index.query(topic, key, asked, max(0, begin_ms - 1000), min(2**63 - 1, end_ms + 1000))
             found = [message for message in (self._read_indexed(offset) for offset in offsets)
                      if message is not None and _has_key(message, topic, key)
                      and begin_ms <= message.store_timestamp_ms <= end_ms]
@@ -444,15 +466,13 @@ class MessageStore:
         return self._commitlog.read(commitlog_offset)
 
     def get_by_msg_id(self, msg_id: str) -> StoredMessage:
-        """The message with this offset message id (it must name this store's host and port)."""
+        """The message with this offset message id (the record there must have the id's store host and port)."""
         self._check_open()
         host, commitlog_offset = fmt.parse_message_id(msg_id)
-        if host != self._commitlog.store_host_raw:
-            raise InvalidMessageError(f"message id {msg_id} names store host {host.hex().upper()}, not this store's "
-                                      f"{self._commitlog.store_host_raw.hex().upper()}")
         message = self.read_at(commitlog_offset)
         if message.store_host_raw != host:
-            raise InvalidMessageError(f"the message at offset {commitlog_offset} was stored by another host")
+            raise InvalidMessageError(f"message id {msg_id} names store host {host.hex().upper()}, but the message "
+                                      f"at offset {commitlog_offset} was stored by {message.store_host_raw.hex().upper()}")
         return message
 
     def get_by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage | None:
