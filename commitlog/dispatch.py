@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from typing import Protocol
 
 import numpy as np
@@ -274,6 +275,7 @@ def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, Corru
         "sys_flag": sys_flag,
     }
     topic_start = topic_length_at + 1
+    body_start = pos + fmt.HEADER_SIZE
     general_errors: dict[int, CorruptionError] = {}
     for row in np.flatnonzero(general).tolist():  # v2 records and IPv6 hosts: rare, decoded one by one
         at = positions[row]
@@ -288,6 +290,8 @@ def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, Corru
         fields["store_timestamp"][row] = _I64.unpack_from(segment.view, store_at - 8)[0]
         topic_start[row] = layout.topic_start
         topic_length[row] = layout.topic_length
+        body_start[row] = layout.body_start
+        body_length[row] = layout.body_length
         properties_start[row] = layout.properties_start
         properties_length[row] = layout.properties_length
     bad = np.flatnonzero(~valid)
@@ -298,14 +302,16 @@ def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, Corru
         error = general_errors.get(keep) or _invalid(segment.view, at, segment.size_bytes - at, base + at,
                                                      segment.path)
     if check_crc and keep:
-        for row in range(keep):
-            at = positions[row]
-            layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
+        bad_row = _first_crc_mismatch(segment.view, header["body_crc"][:keep], body_start[:keep],
+                                      body_length[:keep])
+        if bad_row is not None:
+            at = positions[bad_row]
             try:
+                layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
                 fmt.check_body_crc(segment.view, layout, at, base + at, path=segment.path)
+                raise AssertionError("the batch CRC check and check_body_crc disagree")
             except CorruptionError as exc:
-                keep, error = row, exc
-                break
+                keep, error = bad_row, exc
     part = {
         "offsets": base + pos[:keep], "sizes": size[:keep],
         "topic_start": topic_start[:keep], "topic_length": topic_length[:keep],
@@ -316,6 +322,16 @@ def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, Corru
     }
     part.update({name: column[:keep] for name, column in fields.items()})
     return part, error
+
+
+def _first_crc_mismatch(view, stored_crcs: np.ndarray, body_start: np.ndarray, body_length: np.ndarray) -> int | None:
+    """The first row whose body does not match its BODYCRC (rule 5), or None."""
+    crc32 = zlib.crc32
+    expected = stored_crcs.astype(np.int64).tolist()
+    for row, (start, end) in enumerate(zip(body_start.tolist(), (body_start + body_length).tolist())):
+        if crc32(view[start:end]) & 0x7FFFFFFF != expected[row]:
+            return row
+    return None
 
 
 def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: dict[bytes, int],

@@ -164,7 +164,7 @@ def tags_code(tags: str | None) -> int:
 def encode_host(host: str, port: int) -> bytes:
     """An IPv4 host and port as the 8 bytes a record stores (4 address bytes, then the port as i32)."""
     try:
-        address = socket.inet_aton(host)
+        address = socket.inet_pton(socket.AF_INET, host)
     except OSError as exc:
         raise InvalidMessageError(f"not an IPv4 address: {host!r}") from exc
     if not 0 <= port <= 65535:

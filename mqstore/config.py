@@ -25,7 +25,7 @@ def default_host() -> str:
     """This machine's IPv4 address as its name resolves, or 127.0.0.1 when it does not resolve to one."""
     try:
         address = socket.gethostbyname(socket.gethostname())
-        socket.inet_aton(address)
+        socket.inet_pton(socket.AF_INET, address)
         return address
     except OSError:
         return "127.0.0.1"
@@ -122,7 +122,7 @@ class StoreConfig:
             if value is None and name == "born_host":
                 continue
             try:
-                socket.inet_aton(value)
+                socket.inet_pton(socket.AF_INET, value)
             except (OSError, TypeError) as exc:
                 raise InvalidConfigError(f"{name} must be an IPv4 address, got {value!r}") from exc
         _check_int("store_port", self.store_port, 0, 65535)

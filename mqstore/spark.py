@@ -1550,9 +1550,10 @@ def _queue_groups(found: list[tuple], target: int) -> list[list]:
 
 
 def _partition_target(total_bytes: int) -> int:
-    cores = os.cpu_count() or 1
-    wanted = math.ceil(total_bytes / (PARTITIONS_PER_CORE * cores)) if total_bytes else PARTITION_BYTES_MIN
-    return min(PARTITION_BYTES_MAX, max(PARTITION_BYTES_MIN, wanted))
+    """Bytes per partition: a multiple of PARTITIONS_PER_CORE partitions per core, none above the maximum."""
+    slots = PARTITIONS_PER_CORE * (os.cpu_count() or 1)  # the planner's cores stand for the cluster's
+    count = slots * max(1, math.ceil(total_bytes / (PARTITION_BYTES_MAX * slots)))
+    return min(PARTITION_BYTES_MAX, max(PARTITION_BYTES_MIN, math.ceil(total_bytes / count)))
 
 
 def _group_pieces(plan: StorePlan, pieces: list[Piece], target: int) -> list[LogPartition]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import json
 import select
 import subprocess
 import sys
@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from mqstore import GetStatus, Message, MessageStore, StoreLockedError
+from mqstore.config import config_as_dict
 from tests.unit.mqstore.conftest import config
 
 RESPONSE_TIMEOUT_S = 60
@@ -18,13 +19,12 @@ SEGMENT = config().segment_size_bytes
 
 # A writer process driven line by line over stdin; it answers each command with one line on stdout.
 WRITER = textwrap.dedent("""
+    import json
     import sys
-    from mqstore import Message, MessageStore, StoreConfig
+    from mqstore import FlushMode, Message, MessageStore, StoreConfig
 
-    config = StoreConfig(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64,
-                         max_message_size_bytes=8192, max_queues_per_topic=8, store_host="10.0.0.7",
-                         preallocate_segments=False)
-    store = MessageStore.open(sys.argv[1], config)
+    fields = json.loads(sys.argv[2])
+    store = MessageStore.open(sys.argv[1], StoreConfig(**{**fields, "flush_mode": FlushMode(fields["flush_mode"])}))
     print("open", flush=True)
     for line in sys.stdin:
         command, *args = line.split()
@@ -44,7 +44,8 @@ WRITER = textwrap.dedent("""
 
 class Writer:
     def __init__(self, root):
-        self.process = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], stdin=subprocess.PIPE,
+        settings = json.dumps(config_as_dict(config()))  # the same settings as this process's stores
+        self.process = subprocess.Popen([sys.executable, "-c", WRITER, str(root), settings], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.read() == ["open"]
 
