@@ -365,6 +365,24 @@ class CommitLog:
         return decode_records(self.segment_at, commitlog_offsets, sizes)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
+    def truncate(self, commitlog_offset: int) -> int:
+        """Cut the log at `commitlog_offset` (a record boundary found by recovery): zero the rest of its segment,
+        delete every later segment. Returns how many written bytes were dropped. Only before appends start."""
+        assert self.writable and not self._closed
+        with self.lock:
+            dropped = max(0, self._end - commitlog_offset)
+            segment = self.segments.segment_at(commitlog_offset)
+            if segment is not None:
+                position = commitlog_offset - segment.base_offset
+                segment.array[position:] = 0
+                segment.flush(position, segment.size_bytes)
+            for later in self.segments.remove_after(commitlog_offset):
+                later.delete()
+            self._end = commitlog_offset
+            self.flushed_position = min(self.flushed_position, commitlog_offset)
+            self._use_segment(None)
+            return dropped
+
     def dirty_bytes(self) -> int:
         """Bytes appended but not yet flushed (the Flushable protocol of the flush services)."""
         return self._end - self.flushed_position

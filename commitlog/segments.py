@@ -99,6 +99,15 @@ class SegmentList:
             self.segments.append(segment)
             return segment
 
+    def remove_after(self, commitlog_offset: int) -> list[MappedFile]:
+        """Take every segment starting after the one holding `commitlog_offset` out of the list (recovery's
+        truncation); the caller deletes them."""
+        holding_base = commitlog_offset - commitlog_offset % self.segment_size_bytes
+        with self._lock:
+            removed = [segment for segment in self.segments if segment.base_offset > holding_base]
+            self.segments = [segment for segment in self.segments if segment.base_offset <= holding_base]
+            return removed
+
     def close(self) -> None:
         with self._lock:
             for segment in self.segments:

@@ -173,6 +173,35 @@ class ConsumeQueue:
         self.files.append(mapped)
         self.units.append(mapped.array.view(np.ndarray).view(UNIT))
 
+    def truncate_past(self, commitlog_end: int) -> int:
+        """Drop the entries whose message does not end by `commitlog_end` (the log was cut there); returns how
+        many were dropped. Entries hold increasing offsets, so they are a tail of the queue."""
+        assert self.writable
+        with self.lock:
+            keep = self.max_offset
+            while keep > self.min_offset:
+                index, position = self._locate(keep - 1)
+                file_first = keep - 1 - position  # queue offset of this file's first unit
+                start = max(self.min_offset, file_first)
+                units = self.units[index][start - file_first : keep - file_first]
+                ends = units["commitlog_offset"].astype(np.int64) + units["size"].astype(np.int64)
+                inside = int(np.searchsorted(ends, commitlog_end, side="right"))  # units ending by the cut
+                keep = start + inside
+                if inside:
+                    break
+            dropped = self.max_offset - keep
+            if dropped:
+                offset = keep
+                while offset < self.max_offset:
+                    index, position = self._locate(offset)
+                    count = min(self.max_offset - offset, self.entries_per_file - position)
+                    self.units[index][position : position + count] = np.zeros(count, dtype=UNIT)
+                    self.files[index].flush(position * cqf.UNIT_SIZE_BYTES, (position + count) * cqf.UNIT_SIZE_BYTES)
+                    offset += count
+                self.max_offset = keep
+                self.flushed_offset = min(self.flushed_offset, keep)
+            return dropped
+
     def flush(self) -> None:
         """msync the entries written since the last flush."""
         with self.lock:
@@ -250,6 +279,7 @@ class ConsumeQueueTable:
         self.writable = writable
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+        self.corrupt: dict[tuple[str, int], CorruptionError] = {}  # writable only: queues that failed to load
         self.dispatched_timestamp_ms = 0  # store time of the newest message given an entry (set by the dispatcher)
         self.flushed_timestamp_ms = 0  # the same, for entries known to be on disk
         self.flush_count = 0
@@ -274,11 +304,32 @@ class ConsumeQueueTable:
                 if not name.isdigit() or not name.isascii() or len(name) > 9:
                     continue
                 key = (topic, int(name))
-                if key not in self.queues:
-                    queue = ConsumeQueue(os.path.join(topic_dir, name), topic, int(name), self.entries_per_file,
-                                         writable=self.writable)
+                if key not in self.queues and key not in self.corrupt:
+                    try:
+                        queue = ConsumeQueue(os.path.join(topic_dir, name), topic, int(name), self.entries_per_file,
+                                             writable=self.writable)
+                    except CorruptionError as exc:
+                        if not self.writable:
+                            raise
+                        self.corrupt[key] = exc  # the owner rebuilds it from the CommitLog
+                        continue
                     with self._lock:
                         self.queues.setdefault(key, queue)
+
+    def remove(self, topic: str, queue_id: int) -> None:
+        """Delete one queue's files (to rebuild it from the CommitLog)."""
+        queue = self.queues.pop((topic, queue_id), None)
+        if queue is not None:
+            queue.close()
+        self.corrupt.pop((topic, queue_id), None)
+        directory = os.path.join(self.directory, topic, str(queue_id))
+        try:
+            for name in os.listdir(directory):
+                os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreIOError(f"cannot remove {directory}: {exc.strerror}") from exc
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))

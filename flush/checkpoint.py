@@ -6,7 +6,9 @@ Crash recovery starts scanning the CommitLog from the segment whose first messag
     0       8     i64   physic_msg_timestamp   store time (ms) of the last CommitLog message flushed
     8       8     i64   logics_msg_timestamp   store time of the last message whose ConsumeQueue entry is flushed
     16      8     i64   index_msg_timestamp    store time of the last message whose index entries are flushed
-    24      4072  -     zero
+    24      8     i64   physic_flushed_offset  CommitLog bytes below this offset are on disk (RocketMQ 5.x keeps
+                                               its masterFlushedOffset here; 4.x leaves it zero and ignores it)
+    32      4064  -     zero
                         = 4096 bytes, big-endian, file name `checkpoint` in the store root
 
 Validity rule: (1) the file is exactly 4096 bytes; (2) each timestamp is >= 0. A zero timestamp means "nothing
@@ -25,11 +27,12 @@ from commitlog.mapped_file import MappedFile
 CHECKPOINT_FILE_NAME = "checkpoint"
 CHECKPOINT_SIZE_BYTES = 4096
 CHECKPOINT_DTYPE = np.dtype([("physic_msg_timestamp", ">i8"), ("logics_msg_timestamp", ">i8"),
-                             ("index_msg_timestamp", ">i8")])
+                             ("index_msg_timestamp", ">i8"), ("physic_flushed_offset", ">i8")])
 RECOVERY_SAFETY_MARGIN_MS = 3000  # RocketMQ subtracts 3 s from the minimum before comparing segment times
 
-assert CHECKPOINT_DTYPE.itemsize == 24
+assert CHECKPOINT_DTYPE.itemsize == 32
 assert CHECKPOINT_DTYPE.fields["index_msg_timestamp"][1] == 16
+assert CHECKPOINT_DTYPE.fields["physic_flushed_offset"][1] == 24
 
 
 class Checkpoint:
@@ -68,13 +71,22 @@ class Checkpoint:
     def index_msg_timestamp_ms(self) -> int:
         return self._get("index_msg_timestamp")
 
+    @property
+    def physic_flushed_offset(self) -> int:
+        return self._get("physic_flushed_offset")
+
     def update(self, *, physic_ms: int | None = None, logics_ms: int | None = None,
-               index_ms: int | None = None) -> None:
-        """Raise the given timestamps (a checkpoint never moves back)."""
+               index_ms: int | None = None, flushed_offset: int | None = None) -> None:
+        """Raise the given fields (a checkpoint never moves back)."""
         for name, value in (("physic_msg_timestamp", physic_ms), ("logics_msg_timestamp", logics_ms),
-                            ("index_msg_timestamp", index_ms)):
+                            ("index_msg_timestamp", index_ms), ("physic_flushed_offset", flushed_offset)):
             if value is not None and value > self._get(name):
                 self._fields[name] = value
+
+    def reset_flushed_offset(self, offset: int) -> None:
+        """Lower the flushed offset after recovery cut the log below it (the only time it moves back)."""
+        if self._get("physic_flushed_offset") > offset:
+            self._fields["physic_flushed_offset"] = offset
 
     def min_timestamp_ms(self, *, with_index: bool = False) -> int:
         """Where recovery may start: the older of the log and queue times, less the safety margin."""

@@ -92,6 +92,9 @@ class StoreConfig:
     preallocate_segments: bool = True
     """reserve each new file's space at creation (posix_fallocate), so a full disk fails creation, not a write."""
 
+    check_crc_on_recover: bool = True
+    """verify body CRCs while recovery walks the log (RocketMQ's checkCRCOnRecover)."""
+
     check_crc_on_dispatch: bool = False
     """verify each body CRC while dispatching (RocketMQ does not: the writer computed it moments ago)."""
 
@@ -109,7 +112,8 @@ class StoreConfig:
         _check_int("flush_thorough_interval_ms", self.flush_thorough_interval_ms, 0, 86_400_000)
         _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
-        for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch", "index_enabled"):
+        for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch", "check_crc_on_recover",
+                     "index_enabled"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH

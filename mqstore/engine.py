@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -28,18 +29,20 @@ from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
 from commitlog.unique_key import UniqueKeyGenerator
 from flush.allocator import SegmentAllocator
-from flush.checkpoint import Checkpoint
+from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from flush.services import GroupCommitService, IntervalFlusher
 from indexfile import format as index_format
 from indexfile.dispatcher import IndexDispatcher
 from indexfile.index_service import IndexService
 from mqstore.config import FlushMode, StoreConfig, save_or_check_format
+from mqstore.recovery import RecoveryReport, recover
 
 log = logging.getLogger(__name__)
 
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
+ABORT_FILE_NAME = "abort"  # present while a writer has the store open: found at open, the last run crashed
 QUERY_MAX_COUNT_LIMIT = 1024  # messages one query() may return
 QUERY_COLLISION_FACTOR = 2  # index entries asked for per wanted message (hash collisions are filtered after)
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
@@ -83,6 +86,7 @@ class MessageStore:
         self._lock_handle = None
         self._close_lock = threading.Lock()
         self._dispatch: DispatchService | None = None
+        self.recovery_report: RecoveryReport | None = None
         self._sync_flush = config.flush_mode is FlushMode.SYNC
         self._sync_timeout_s = config.sync_flush_timeout_ms / 1000.0
         self._group_commit: GroupCommitService | None = None
@@ -91,18 +95,28 @@ class MessageStore:
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, root_dir, config: StoreConfig | None = None, read_only: bool = False) -> "MessageStore":
-        """Open (creating it unless read_only) the store under `root_dir`."""
+    def open(cls, root_dir, config: StoreConfig | None = None, read_only: bool = False, *,
+             repair: bool = False) -> "MessageStore":
+        """Open (creating it unless read_only) the store under `root_dir`.
+
+        A writable open recovers the store first (mqstore/recovery.py): after a crash it cuts a torn tail and
+        re-dispatches; damaged flushed data raises CorruptionError unless `repair=True`, which cuts the log at
+        the first bad record. What it found and did is in `store.recovery_report`.
+        """
         if config is None:
             config = StoreConfig()
         if not isinstance(config, StoreConfig):
             raise InvalidMessageError(f"config must be a StoreConfig, got {type(config).__name__}")
         root_dir = os.fspath(root_dir)
         store = cls(root_dir, config, read_only)
+        store._repair = repair
         try:
             store._open()
         except BaseException:
             store._release()
+            marker = getattr(store, "_abort_marker_created", None)
+            if marker is not None:
+                _remove_marker(marker)
             raise
         return store
 
@@ -138,14 +152,23 @@ class MessageStore:
         self._closed = False
         if self.read_only:
             return
-        end = self._commitlog.find_end()
+        abort_path = os.path.join(root, ABORT_FILE_NAME)
+        crashed = os.path.exists(abort_path)
+        _write_marker(abort_path)
+        self._abort_marker_created = None if crashed else abort_path  # removed again if this open fails
+        self._checkpoint = self._open_checkpoint()
+        report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
+                         repair=self._repair, check_crc=config.check_crc_on_recover)
+        end = report.log_end
         self._commitlog.set_end(end)
         self._commitlog.flushed_position = end
-        self._checkpoint = Checkpoint.open(root, writable=True)
         dispatched = max(self._queues.max_commitlog_end(), self._commitlog.min_offset())
-        if dispatched > end:
-            raise CorruptionError(f"consume queues point to offset {dispatched}, past the log's end {end}",
-                                  path=os.path.join(root, "consumequeue"), rule="cq-past-log")
+        if report.queues_rebuilt or self._queues.corrupt:
+            dispatched = self._commitlog.min_offset()
+        elif crashed:
+            # Queue pages may have been lost in any queue: replay from where the recovery scan started (the
+            # checkpoint says everything before was on disk); dispatchers skip the entries they already have.
+            dispatched = min(dispatched, report.scan_start)
         dispatchers = [ConsumeQueueDispatcher(self._queues)]
         if self._index is not None:
             # The index resumes at the message it indexed last (a replay it skips) or rebuilds from the start.
@@ -153,11 +176,25 @@ class MessageStore:
             dispatchers.append(IndexDispatcher(self._index))
         self._dispatch = DispatchService(self._commitlog, dispatchers, dispatched,
                                          check_crc=config.check_crc_on_dispatch)
-        self._dispatch.dispatch_available()
+        started = time.perf_counter()
+        report.messages_redispatched = self._dispatch.dispatch_available()
+        report.seconds += time.perf_counter() - started
         self._commitlog.queue_offsets.update(
             {key: queue.max_offset for key, queue in self._queues.queues.items()})
+        self.recovery_report = report
+        (log.warning if report.case not in ("CLEAN", "NEW_STORE") else log.info)(
+            "opened %s: recovery %s", root, report.as_dict())
         self._dispatch.start()
         self._start_flush_services()
+
+    def _open_checkpoint(self) -> Checkpoint:
+        """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log."""
+        try:
+            return Checkpoint.open(self.root_dir, writable=True)
+        except CorruptionError as exc:
+            log.warning("replacing the corrupt checkpoint of %s: %s", self.root_dir, exc)
+            os.unlink(os.path.join(self.root_dir, CHECKPOINT_FILE_NAME))
+            return Checkpoint.open(self.root_dir, writable=True)
 
     def _start_flush_services(self) -> None:
         config = self.config
@@ -191,7 +228,8 @@ class MessageStore:
         self._queues_flusher = queues_flusher
 
     def _checkpoint_log(self) -> None:
-        self._checkpoint.update(physic_ms=self._commitlog.flushed_timestamp_ms)
+        log_ = self._commitlog
+        self._checkpoint.update(physic_ms=log_.flushed_timestamp_ms, flushed_offset=log_.flushed_position)
 
     def _checkpoint_queues(self) -> None:
         """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""
@@ -253,6 +291,7 @@ class MessageStore:
                     self._allocator.close()
                 if not self.read_only:
                     self._flush_all()
+                    _remove_marker(os.path.join(self.root_dir, ABORT_FILE_NAME))
             finally:
                 self._release()
 
@@ -612,6 +651,37 @@ class _IndexFlushable:
         self.flushed_entry_count = count
         self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
         return position
+
+
+def _write_marker(path: str) -> None:
+    """Create the abort marker durably (file and directory entry)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_directory(os.path.dirname(path))
+    except OSError as exc:
+        raise StoreIOError(f"cannot create {path}: {exc.strerror}") from exc
+
+
+def _remove_marker(path: str) -> None:
+    try:
+        os.unlink(path)
+        _fsync_directory(os.path.dirname(path))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StoreIOError(f"cannot remove {path}: {exc.strerror}") from exc
+
+
+def _fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _check_index_sizes(directory: str, config: StoreConfig) -> None:

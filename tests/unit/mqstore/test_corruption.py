@@ -13,14 +13,18 @@ from tests.unit.mqstore.conftest import config
 SEGMENT_SIZE = config().segment_size_bytes
 
 
-def _fill_two_segments(store_dir):
-    """Messages of queue t/0 filling the first segment and starting a second; returns their put results."""
+def _fill_segments(store_dir, count=40):
+    """Messages of queue t/0 filling the first segment and starting more; returns their put results."""
     with MessageStore.open(store_dir, config()) as store:
-        results = [store.put(Message("t", b"%04d" % i + b"\xff" * 2000)) for i in range(40)]
+        results = [store.put(Message("t", b"%04d" % i + b"\xff" * 2000)) for i in range(count)]
         other = store.put(Message("u", b"other"))
         assert store.wait_dispatched(30)
     assert results[-1].commitlog_offset > SEGMENT_SIZE > results[5].commitlog_offset
     return results, other
+
+
+def _fill_two_segments(store_dir):
+    return _fill_segments(store_dir, 40)
 
 
 # (field, bit, what read_at says). read_at cannot tell "no record starts here" (rules 1 and 4) from damage, and a
@@ -35,11 +39,12 @@ DAMAGE = [
 
 
 @pytest.mark.parametrize("field, at, bit, read_at_error", DAMAGE, ids=[d[0] for d in DAMAGE])
-def test_a_damaged_record_below_the_last_segment_fails_get(store_dir, field, at, bit, read_at_error):
-    results, _ = _fill_two_segments(store_dir)
+def test_a_damaged_record_below_the_checked_segments_fails_get(store_dir, field, at, bit, read_at_error):
+    results, _ = _fill_segments(store_dir, 130)  # five segments: a clean open checks the last three
+    assert results[-1].commitlog_offset > 4 * SEGMENT_SIZE
     damaged = results[5]
     handmade.flip_bit(store_dir / "commitlog" / f"{0:020d}", damaged.commitlog_offset + at, bit)
-    with MessageStore.open(store_dir, config()) as store:  # open walks only the last segment
+    with MessageStore.open(store_dir, config()) as store:
         assert [m.queue_offset for m in store.get("t", 0, 0, max_count=5).messages] == list(range(5))
         with pytest.raises(CorruptionError):
             store.get("t", 0, 0, max_count=10)

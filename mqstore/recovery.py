@@ -1,0 +1,227 @@
+"""Recovery: what a writable open does to make the store consistent after any stop, as a decision table.
+
+What is observed                                         | case               | decision
+---------------------------------------------------------|--------------------|---------------------------------------
+no `abort` marker; the last 3 segments walk cleanly       | CLEAN              | keep everything
+no `abort` marker; a record breaks the format rule        | CLEAN_CORRUPT      | CorruptionError; repair=True: cut the
+  (close flushed everything: this is damage, not a crash) |                    | log at that record
+`abort` marker; the log walks cleanly to its end          | CRASH_CLEAN_TAIL   | keep the log; cut queue and index
+  (the process died, the page cache survived)             |                    | entries past its end; re-dispatch
+`abort` marker; the first bad record lies at or past the  | CRASH_TORN_TAIL    | cut the log there (zero the rest of
+  checkpoint's flushed offset (or, for a 4.x checkpoint,  |                    | the segment, delete later segments);
+  after the last message it says was flushed)             |                    |
+  (power lost before unflushed pages reached the disk)    |                    | cut queues and index; re-dispatch
+`abort` marker; the first bad record lies below the       | CRASH_CORRUPT      | CorruptionError; repair=True: cut the
+  checkpoint's flushed offset (flushed bytes are damaged) |                    | log there
+a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      | delete that queue, rebuild it from
+  entry does not match the record it points to            |   (per queue)      | the CommitLog
+a ConsumeQueue has entries past the log's end             | QUEUE_TRUNCATED    | drop those entries
+an index file breaks its format rule                      | (engine)           | delete the index, rebuild it
+a corrupt checkpoint                                      | (engine)           | replace it with zeros: scan everything
+
+Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
+after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
+3 s (RocketMQ's recoverAbnormally), or at the first segment when no segment qualifies. Records are checked
+with rule (1)-(4) of commitlog/format.py and, with check_crc_on_recover, rule (5).
+
+Repair policy: repair=True cuts the log at the first bad record and drops everything after it (reported in
+the report's `dropped_bytes` and queue entry counts); records are never skipped, so the log stays a valid
+chain that RocketMQ could read. Bad bytes are never returned as a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+from commitlog import format as fmt
+from commitlog.commitlog import CommitLog
+from commitlog.dispatch import parse_records
+from commitlog.errors import CorruptionError
+from consumequeue.consume_queue import ConsumeQueueTable
+from flush.checkpoint import Checkpoint
+
+log = logging.getLogger(__name__)
+
+RECOVERY_BATCH_RECORDS = 65_536  # records decoded at once while walking the log
+CLEAN_STOP_SEGMENTS_CHECKED = 3
+SCAN_CHUNK_BYTES = 1 << 20  # bytes looked at per step when searching a segment's tail for data  # RocketMQ checks the last three files after a clean stop
+
+
+@dataclass
+class RecoveryReport:
+    """What open() found and did; `MessageStore.recovery_report`."""
+
+    case: str = "NEW_STORE"
+    crashed: bool = False
+    log_end: int = 0
+    scan_start: int = 0
+    bytes_scanned: int = 0
+    dropped_bytes: int = 0
+    corruption: str | None = None
+    queue_entries_dropped: int = 0
+    queues_rebuilt: list[str] = field(default_factory=list)
+    index_entries_dropped: int = 0
+    messages_redispatched: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
+            repair: bool, check_crc: bool) -> RecoveryReport:
+    """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's."""
+    started = time.perf_counter()
+    report = RecoveryReport(crashed=crashed)
+    _recover_log(commitlog, checkpoint, report, crashed=crashed, repair=repair, check_crc=check_crc,
+                 with_index=index is not None)
+    _recover_queues(commitlog, queues, report, crashed=crashed)
+    if index is not None and (crashed or report.dropped_bytes):
+        report.index_entries_dropped = index.truncate(report.log_end)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _segment_start_time(commitlog: CommitLog, segment) -> int | None:
+    """The store time of a segment's first message, or None when it does not start with a valid one."""
+    size, magic = fmt.peek(segment.view, 0, segment.size_bytes)
+    if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2):
+        return None
+    try:
+        from commitlog.message import decode_message
+
+        return decode_message(segment.view, 0, segment.size_bytes, segment.base_offset).store_timestamp_ms
+    except CorruptionError:
+        return None
+
+
+def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, with_index: bool) -> int:
+    segments = [s for s in commitlog.segments.segments if any(fmt.peek(s.view, 0, s.size_bytes))]
+    if not segments:
+        return commitlog.min_offset()
+    if not crashed:
+        return segments[max(0, len(segments) - CLEAN_STOP_SEGMENTS_CHECKED)].base_offset
+    threshold = checkpoint.min_timestamp_ms(with_index=with_index)
+    for segment in reversed(segments):
+        first_time = _segment_start_time(commitlog, segment)
+        if first_time is not None and 0 < first_time <= threshold:
+            return segment.base_offset
+    return segments[0].base_offset
+
+
+def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryReport, *, crashed: bool,
+                 repair: bool, check_crc: bool, with_index: bool) -> None:
+    last = commitlog.segments.last()
+    if last is None:
+        report.case = "NEW_STORE"
+        return
+    start = _scan_start(commitlog, checkpoint, crashed=crashed, with_index=with_index)
+    report.scan_start = start
+    limit = last.base_offset + last.size_bytes
+    offset = start
+    last_valid_time = 0
+    error: CorruptionError | None = None
+    while offset < limit:
+        batch = parse_records(commitlog, offset, limit, records_max=RECOVERY_BATCH_RECORDS, zeros_end=True,
+                              check_crc=check_crc)
+        if len(batch):
+            last_valid_time = int(batch.store_timestamps_ms[-1])
+        if batch.error is not None:
+            error = batch.error
+            offset = batch.end_offset
+            break
+        if batch.end_offset == offset:
+            break
+        offset = batch.end_offset
+    end = offset
+    report.bytes_scanned = end - start
+    if error is None:
+        report.case = "CRASH_CLEAN_TAIL" if crashed else "CLEAN"
+    elif crashed and _after_durable_point(checkpoint, end, last_valid_time):
+        report.case = "CRASH_TORN_TAIL"
+        report.corruption = str(error)
+    else:
+        report.case = "CRASH_CORRUPT" if crashed else "CLEAN_CORRUPT"
+        report.corruption = str(error)
+        if not repair:
+            raise error
+        log.warning("repair: cutting the log at offset %d: %s", end, error)
+    commitlog.set_end(end)
+    if crashed or error is not None:
+        # Bytes past the end are cut even when the walk stopped at zeros: a page written after a lost one
+        # can hold a valid-looking record that a later walk would otherwise take back in.
+        written_end = _written_end(commitlog, end)
+        if written_end > end:
+            report.dropped_bytes = written_end - end
+            commitlog.truncate(end)
+    report.log_end = end
+    checkpoint.reset_flushed_offset(end)
+
+
+def _after_durable_point(checkpoint: Checkpoint, bad_offset: int, last_valid_time: int) -> bool:
+    """Whether a bad record at `bad_offset` lies where a crash may have left unflushed bytes.
+
+    With a flushed offset in the checkpoint (written by mqstore, or by RocketMQ 5.x) that is exact. Without
+    one (RocketMQ 4.x), the last good record's store time is compared with the time of the last flushed
+    message: an older good record means the flushed message, hence the bad record, was written to disk.
+    """
+    flushed = checkpoint.physic_flushed_offset
+    if flushed > 0:
+        return bad_offset >= flushed
+    return last_valid_time >= checkpoint.physic_msg_timestamp_ms
+
+
+def _written_end(commitlog: CommitLog, end: int) -> int:
+    """Just past the last non-zero byte at or after `end` (what a cut there drops)."""
+    written = end
+    for segment in commitlog.segments.segments:
+        if segment.base_offset + segment.size_bytes <= end:
+            continue
+        low = max(0, end - segment.base_offset)
+        last = _last_nonzero(segment.array, low)
+        if last is not None:
+            written = max(written, segment.base_offset + last + 1)
+    return written
+
+
+def _last_nonzero(data, low: int) -> int | None:
+    """Index of the last non-zero byte of data[low:], scanning back in chunks (no index array of the whole)."""
+    high = len(data)
+    while high > low:
+        start = max(low, high - SCAN_CHUNK_BYTES)
+        chunk = data[start:high]
+        if chunk.any():
+            return start + int(chunk.nonzero()[0][-1])
+        high = start
+    return None
+
+
+def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport, *, crashed: bool) -> None:
+    for (topic, queue_id), error in list(queues.corrupt.items()):
+        log.warning("rebuilding consume queue %s/%d from the CommitLog: %s", topic, queue_id, error)
+        queues.remove(topic, queue_id)
+        report.queues_rebuilt.append(f"{topic}/{queue_id}")
+    end = report.log_end
+    for (topic, queue_id), queue in list(queues.queues.items()):
+        report.queue_entries_dropped += queue.truncate_past(end)
+        if crashed and queue.max_offset > queue.min_offset and not _last_entry_matches(commitlog, queue):
+            log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)
+            queues.remove(topic, queue_id)
+            report.queues_rebuilt.append(f"{topic}/{queue_id}")
+
+
+def _last_entry_matches(commitlog: CommitLog, queue) -> bool:
+    unit = queue.read(queue.max_offset - 1, 1)
+    if not len(unit):
+        return False
+    offset, size = int(unit["commitlog_offset"][0]), int(unit["size"][0])
+    if offset < commitlog.min_offset() or offset + size > commitlog.readable_end():
+        return False
+    try:
+        message = commitlog.read(offset)
+    except CorruptionError:
+        return False
+    return (message.size_bytes == size and message.topic == queue.topic and message.queue_id == queue.queue_id
+            and message.queue_offset == queue.max_offset - 1)
