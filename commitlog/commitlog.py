@@ -259,16 +259,26 @@ class CommitLog:
             self._end = offset + size
         return offset, queue_offset, store_ts
 
-    def append_batch(self, records: list[PreparedRecord]) -> tuple[list[tuple[int, int]], int]:
-        """Append prepared records under one lock hold; returns ([(commitlog_offset, queue_offset)], store ts).
+    def append_batch(self, records: list[PreparedRecord]
+                     ) -> tuple[list[tuple[int, int]], int, StoreIOError | None]:
+        """Append prepared records under one lock hold.
 
-        Messages are written and published one by one, so a failure part way (a segment that cannot be
-        created) leaves the ones before it stored; the exception says so.
+        Returns ([(commitlog_offset, queue_offset)] of the records written, store ts, error). Records are
+        written and published one by one: when a segment cannot be created part way, the ones before it stay
+        stored and the StoreIOError is returned with them (the rest are not written).
         """
         placed = []
+        times = [0]
+        try:
+            self._append_batch(records, placed, times)
+        except StoreIOError as exc:
+            return placed, times[0], exc
+        return placed, times[0], None
+
+    def _append_batch(self, records: list[PreparedRecord], placed: list, times: list) -> None:
         with self.lock:
             store_ts = _time_ns() // 1_000_000
-            self.last_store_timestamp_ms = store_ts
+            times[0] = self.last_store_timestamp_ms = store_ts
             offset = self._end
             queue_offsets = self.queue_offsets
             born_host, store_host = self.born_host_raw, self.store_host_raw
@@ -289,7 +299,6 @@ class CommitLog:
                 placed.append((offset, queue_offset))
                 offset += size
                 self._end = offset
-        return placed, store_ts
 
     def _use_segment(self, segment: MappedFile | None) -> None:
         """Make `segment` the one appends go to (None: no segment yet, or closed)."""

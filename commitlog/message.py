@@ -40,6 +40,7 @@ class PutStatus(enum.Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    DISK_FULL = "DISK_FULL"  # refused: disk usage is over disk_full_ratio until retention frees space
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

@@ -99,6 +99,12 @@ class SegmentList:
             self.segments.append(segment)
             return segment
 
+    def remove_first(self, segment: MappedFile) -> None:
+        """Take the oldest segment out of the list (retention); the caller deletes or archives its file."""
+        with self._lock:
+            assert self.segments and self.segments[0] is segment and len(self.segments) > 1
+            self.segments.pop(0)
+
     def remove_after(self, commitlog_offset: int) -> list[MappedFile]:
         """Take every segment starting after the one holding `commitlog_offset` out of the list (recovery's
         truncation); the caller deletes them."""

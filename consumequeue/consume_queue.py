@@ -202,6 +202,39 @@ class ConsumeQueue:
                 self.flushed_offset = min(self.flushed_offset, keep)
             return dropped
 
+    def delete_files_below(self, commitlog_min: int) -> int:
+        """Retention: delete the files whose every entry points below `commitlog_min` (the last file stays),
+        then move `min_offset` to the first entry at or above it. Returns how many files were deleted."""
+        assert self.writable
+        removed = 0
+        with self.lock:
+            while len(self.files) > 1:
+                last_unit = self.units[0][self.entries_per_file - 1]
+                if int(last_unit["commitlog_offset"]) >= commitlog_min:
+                    break
+                self.units.pop(0)
+                self.files.pop(0).delete()
+                removed += 1
+            self._correct_min_offset(commitlog_min)
+        return removed
+
+    def correct_min_offset(self, commitlog_min: int) -> None:
+        """Move `min_offset` past entries pointing below the log's minimum (RocketMQ's correctMinOffset)."""
+        with self.lock:
+            self._correct_min_offset(commitlog_min)
+
+    def _correct_min_offset(self, commitlog_min: int) -> None:
+        if not self.files:
+            return
+        first = self.files[0].base_offset // cqf.UNIT_SIZE_BYTES
+        self.min_offset = max(self.min_offset, first)
+        count = min(self.entries_per_file, self.max_offset - first)
+        if count <= 0:
+            self.min_offset = max(self.min_offset, self.max_offset)
+            return
+        offsets = self.units[0][:count]["commitlog_offset"]
+        self.min_offset = max(self.min_offset, first + int(np.searchsorted(offsets, commitlog_min, side="left")))
+
     def flush(self) -> None:
         """msync the entries written since the last flush."""
         with self.lock:

@@ -77,6 +77,24 @@ class StoreConfig:
     warm_segments: bool = False
     """write zeros over the next segment in the background so first writes into it find its pages cached."""
 
+    file_reserved_hours: float = 72
+    """segments last modified longer ago than this are expired (RocketMQ's fileReservedTime)."""
+
+    delete_when_hour: int = 4
+    """the local hour at which expired segments are removed (RocketMQ's deleteWhen "04")."""
+
+    disk_max_used_space_ratio: float = 0.75
+    """over this disk usage, expired segments go at once, then the oldest ones (diskMaxUsedSpaceRatio)."""
+
+    disk_full_ratio: float = 0.90
+    """over this disk usage, put() returns PutStatus.DISK_FULL until space is freed."""
+
+    archive_dir: str | None = None
+    """when set, removed segments are moved to <archive_dir>/commitlog/ instead of deleted."""
+
+    clean_interval_ms: int = 10_000
+    """how often retention checks the disk and the rules (RocketMQ's cleanResourceInterval)."""
+
     store_host: str = field(default_factory=default_host)
     """IPv4 address written as STOREHOST and used in message ids; this machine's address by default."""
 
@@ -130,6 +148,17 @@ class StoreConfig:
             except (OSError, TypeError) as exc:
                 raise InvalidConfigError(f"{name} must be an IPv4 address, got {value!r}") from exc
         _check_int("store_port", self.store_port, 0, 65535)
+        _check_int("delete_when_hour", self.delete_when_hour, 0, 23)
+        _check_int("clean_interval_ms", self.clean_interval_ms, 1, 86_400_000)
+        if not isinstance(self.file_reserved_hours, (int, float)) or isinstance(self.file_reserved_hours, bool) \
+                or not 0 <= self.file_reserved_hours <= 1_000_000:
+            raise InvalidConfigError(f"file_reserved_hours must be a number in 0..1000000, got {self.file_reserved_hours!r}")
+        for name in ("disk_max_used_space_ratio", "disk_full_ratio"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < value <= 1.0:
+                raise InvalidConfigError(f"{name} must be a number in (0, 1], got {value!r}")
+        if self.archive_dir is not None and not isinstance(self.archive_dir, str):
+            raise InvalidConfigError(f"archive_dir must be a str or None, got {self.archive_dir!r}")
         _check_int("born_port", self.born_port, 0, 65535)
 
     def format_fields(self) -> dict:

@@ -36,6 +36,7 @@ from indexfile.dispatcher import IndexDispatcher
 from indexfile.index_service import IndexService
 from mqstore.config import FlushMode, StoreConfig, save_or_check_format
 from mqstore.recovery import RecoveryReport, recover
+from mqstore.retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class MessageStore:
         self.recovery_report: RecoveryReport | None = None
         self._sync_flush = config.flush_mode is FlushMode.SYNC
         self._sync_timeout_s = config.sync_flush_timeout_ms / 1000.0
+        self._disk_full = False  # set by retention while disk usage is over disk_full_ratio
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
         self._checkpoint: Checkpoint | None = None
@@ -184,8 +186,14 @@ class MessageStore:
         self.recovery_report = report
         (log.warning if report.case not in ("CLEAN", "NEW_STORE") else log.info)(
             "opened %s: recovery %s", root, report.as_dict())
+        for queue in self._queues.queues.values():
+            queue.correct_min_offset(self._commitlog.min_offset())
         self._dispatch.start()
         self._start_flush_services()
+        self._retention = Retention(self)
+        self._retention.run_once(manual=False)  # learn the disk's state before the first put
+        self._retention.start()
+        self._services.append(self._retention)
 
     def _open_checkpoint(self) -> Checkpoint:
         """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log."""
@@ -326,7 +334,13 @@ class MessageStore:
         if self._closed or self.read_only:
             self._check_writable()
         record = self._commitlog.prepare(message)
-        offset, queue_offset, store_ts = self._commitlog.append(record)
+        if self._disk_full:
+            return _refused(PutStatus.DISK_FULL)
+        try:
+            offset, queue_offset, store_ts = self._commitlog.append(record)
+        except StoreIOError as exc:  # the next segment could not be created: nothing of this message is written
+            log.error("put refused: %s", exc)
+            return _refused(PutStatus.CREATE_MAPPED_FILE_FAILED)
         dispatch = self._dispatch
         if dispatch.idle:
             dispatch.wake()
@@ -343,16 +357,22 @@ class MessageStore:
         records = [prepare(message) for message in messages]
         if not records:
             return []
-        placed, store_ts = self._commitlog.append_batch(records)
+        if self._disk_full:
+            return [_refused(PutStatus.DISK_FULL) for _ in records]
+        placed, store_ts, error = self._commitlog.append_batch(records)
         self._dispatch.wake()
         ok = PutStatus.PUT_OK
-        if self._sync_flush:
+        if self._sync_flush and placed:
             last_offset, _ = placed[-1]
-            if not self._group_commit.wait_durable(last_offset + records[-1][6], self._sync_timeout_s):
+            if not self._group_commit.wait_durable(last_offset + records[len(placed) - 1][6], self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
         prefix = self._msg_id_prefix
-        return [PutResult(ok, offset, queue_offset, record[6], store_ts, prefix + "%016X" % offset)
-                for (offset, queue_offset), record in zip(placed, records)]
+        results = [PutResult(ok, offset, queue_offset, record[6], store_ts, prefix + "%016X" % offset)
+                   for (offset, queue_offset), record in zip(placed, records)]
+        if error is not None:
+            log.error("put_batch stored %d of %d messages: %s", len(placed), len(records), error)
+            results.extend(_refused(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in records[len(placed):])
+        return results
 
     def flush(self) -> None:
         """Write everything stored so far to disk: the CommitLog, then the ConsumeQueues (no-op when read_only)."""
@@ -562,6 +582,11 @@ class MessageStore:
             return True
         return self._dispatch.wait_dispatched(timeout_s)
 
+    def clean_expired(self) -> dict:
+        """Run retention now: remove (or archive) expired segments and what points into them; a report."""
+        self._check_writable()
+        return self._retention.run_once(manual=True).as_dict()
+
     def wait_for_dispatch(self, after_offset: int, timeout_s: float) -> int | None:
         """Block until dispatch passes commitlog offset `after_offset` or `timeout_s` ends; returns the dispatched
         offset. None for a read_only store (its writer dispatches in another process). Raises StoreError when
@@ -599,6 +624,10 @@ class MessageStore:
             "commitlog": {"min_offset": log_.min_offset(), "max_offset": end,
                           "segments": len(log_.segments.segments)},
             "flush": self._flush_stats(end),
+            "disk": None if self.read_only else {
+                "full": self._disk_full,
+                "last_clean": (self._retention.last_report.as_dict()
+                               if self._retention.last_report is not None else None)},
             "dispatch": {"dispatched_offset": dispatched,
                          "lag_bytes": None if dispatched is None else max(0, end - dispatched),
                          "records": self._dispatch.dispatched_records if self._dispatch else 0,
@@ -651,6 +680,11 @@ class _IndexFlushable:
         self.flushed_entry_count = count
         self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
         return position
+
+
+def _refused(status: PutStatus) -> PutResult:
+    """The result of a put that wrote nothing."""
+    return PutResult(status, -1, -1, 0, 0, "")
 
 
 def _write_marker(path: str) -> None:

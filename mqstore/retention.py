@@ -1,0 +1,194 @@
+"""Retention: deleting (or archiving) old CommitLog segments and what points into them (RocketMQ's
+CleanCommitLogService and CleanConsumeQueueService).
+
+When does a segment go? A segment is expired when its file was last modified more than `file_reserved_hours`
+ago. Expired segments are removed
+  - at `delete_when_hour` (local time, the hour RocketMQ's deleteWhen names), or
+  - at once while disk usage is over `disk_max_used_space_ratio`, or
+  - whenever `MessageStore.clean_expired()` is called.
+While disk usage stays over `disk_max_used_space_ratio` after that, the oldest segments go even if not
+expired. Never removed: the segment holding the log's end and any segment not fully dispatched and flushed.
+
+With `archive_dir` set, segments are moved to `<archive_dir>/commitlog/` instead of deleted (KahaDB's
+archiveDataLogs); `restore_from_archive` puts them back in front of a store's log, which then rebuilds its
+ConsumeQueues and index from the whole log.
+
+After segments go, ConsumeQueue files whose every entry points below the log's new minimum are deleted, each
+queue's `min_offset` moves to its first entry still in the log, and index files below it are deleted.
+Above `disk_full_ratio`, `put()` returns PutStatus.DISK_FULL until space is freed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from commitlog import format as fmt
+from commitlog.errors import StoreIOError
+
+log = logging.getLogger(__name__)
+
+HOUR_MS = 3_600_000
+SEGMENTS_REMOVED_PER_ROUND_MAX = 16  # bounds one round's work; the next round goes on
+
+
+@dataclass
+class CleanReport:
+    """What one retention round did."""
+
+    reason: str = ""
+    segments_removed: list[str] = field(default_factory=list)
+    archived: bool = False
+    bytes_freed: int = 0
+    log_min_offset: int = 0
+    queue_files_removed: int = 0
+    index_files_removed: int = 0
+    disk_used_ratio: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def disk_used_ratio(path: str) -> float:
+    """The used fraction of the file system holding `path`."""
+    stats = os.statvfs(path)
+    total = stats.f_blocks * stats.f_frsize
+    if total <= 0:
+        return 0.0
+    free = stats.f_bavail * stats.f_frsize
+    return 1.0 - free / total
+
+
+class Retention:
+    """Runs retention rounds for one store; `start()` runs them every `clean_interval_ms` on a thread."""
+
+    def __init__(self, store, *, usage=disk_used_ratio, clock_ms=lambda: time.time_ns() // 1_000_000,
+                 local_hour=lambda: time.localtime().tm_hour):
+        self._store = store
+        self._usage = usage
+        self._clock_ms = clock_ms
+        self._local_hour = local_hour
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mqstore-retention", daemon=True)
+        self.last_report: CleanReport | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        interval = self._store.config.clean_interval_ms / 1000.0
+        while not self._stopping.wait(interval):
+            try:
+                self.run_once(manual=False)
+            except Exception:  # noqa: BLE001 - logged; the next round tries again
+                log.exception("retention round failed")
+
+    def run_once(self, *, manual: bool) -> CleanReport:
+        """One round: check the disk, then remove what the rules say (see the module docstring)."""
+        with self._lock:
+            store = self._store
+            config = store.config
+            report = CleanReport()
+            report.disk_used_ratio = usage = self._usage(store.root_dir)
+            store._disk_full = usage > config.disk_full_ratio
+            space_pressure = usage > config.disk_max_used_space_ratio
+            time_up = self._local_hour() == config.delete_when_hour
+            if not (manual or time_up or space_pressure):
+                self.last_report = report
+                return report
+            report.reason = "manual" if manual else ("disk" if space_pressure else "time")
+            self._remove_segments(report, space_pressure)
+            if report.segments_removed:
+                self._trim_queues_and_index(report)
+                report.disk_used_ratio = usage = self._usage(store.root_dir)
+                store._disk_full = usage > config.disk_full_ratio
+            report.log_min_offset = store._commitlog.min_offset()
+            self.last_report = report
+            if report.segments_removed:
+                log.info("retention removed %s", report.as_dict())
+            return report
+
+    def _removable(self) -> list:
+        """Segments that may go: all but the one holding the end, and only below what is dispatched and flushed."""
+        store = self._store
+        commitlog = store._commitlog
+        safe_end = min(commitlog.readable_end(), commitlog.flushed_position, store._dispatch.dispatched_offset)
+        return [s for s in commitlog.segments.segments[:-1] if s.base_offset + s.size_bytes <= safe_end]
+
+    def _remove_segments(self, report: CleanReport, space_pressure: bool) -> None:
+        store = self._store
+        config = store.config
+        now = self._clock_ms()
+        reserved_ms = config.file_reserved_hours * HOUR_MS
+        for segment in self._removable()[:SEGMENTS_REMOVED_PER_ROUND_MAX]:
+            expired = os.path.getmtime(segment.path) * 1000 + reserved_ms <= now
+            if not expired and not (space_pressure and self._usage(store.root_dir) > config.disk_max_used_space_ratio):
+                break  # segments go oldest first: a kept one keeps every later one
+            self._remove_segment(segment, report)
+
+    def _remove_segment(self, segment, report: CleanReport) -> None:
+        store = self._store
+        commitlog = store._commitlog
+        archive_dir = store.config.archive_dir
+        name = os.path.basename(segment.path)
+        commitlog.segments.remove_first(segment)
+        try:
+            if archive_dir:
+                target_dir = os.path.join(archive_dir, "commitlog")
+                os.makedirs(target_dir, exist_ok=True)
+                segment.close()
+                shutil.move(segment.path, os.path.join(target_dir, name))
+                report.archived = True
+            else:
+                segment.delete()
+        except OSError as exc:
+            raise StoreIOError(f"cannot remove segment {segment.path}: {exc}") from exc
+        report.segments_removed.append(name)
+        report.bytes_freed += segment.size_bytes
+
+    def _trim_queues_and_index(self, report: CleanReport) -> None:
+        store = self._store
+        log_min = store._commitlog.min_offset()
+        for queue in list(store._queues.queues.values()):
+            report.queue_files_removed += queue.delete_files_below(log_min)
+        if store._index is not None:
+            report.index_files_removed += store._index.delete_files_below(log_min)
+
+
+def restore_from_archive(archive_dir: str, store_dir: str) -> list[str]:
+    """Put archived segments back in front of a closed store's CommitLog (or into an empty store).
+
+    Only segments that end exactly where the store's log starts, back to back, are restored; the store's
+    ConsumeQueues and index are deleted so the next open rebuilds them from the whole log. Returns the
+    restored file names.
+    """
+    source = os.path.join(archive_dir, "commitlog")
+    target = os.path.join(store_dir, "commitlog")
+    os.makedirs(target, exist_ok=True)
+    present = sorted(b for b in (fmt.parse_segment_name(n) for n in os.listdir(target)) if b is not None)
+    archived = sorted(b for b in (fmt.parse_segment_name(n) for n in os.listdir(source)) if b is not None)
+    if not archived:
+        return []
+    size = os.path.getsize(os.path.join(source, fmt.segment_name(archived[0])))
+    start = present[0] if present else archived[-1] + size
+    chosen = []
+    for base in reversed(archived):
+        if base + size != start:
+            break
+        chosen.append(base)
+        start = base
+    for base in chosen:
+        shutil.copy2(os.path.join(source, fmt.segment_name(base)), os.path.join(target, fmt.segment_name(base)))
+    for derived in ("consumequeue", "index"):
+        shutil.rmtree(os.path.join(store_dir, derived), ignore_errors=True)
+    return [fmt.segment_name(base) for base in sorted(chosen)]
