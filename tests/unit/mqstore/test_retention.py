@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from commitlog.format import parse_segment_name
 from mqstore import GetStatus, Message, MessageStore, PutStatus
 from mqstore.retention import Retention, restore_from_archive
 from tests.conftest import small_config
@@ -19,9 +20,14 @@ def _fill(store, count=120, size=2000):
     return results
 
 
+def _segments(root):
+    """Segment file names (not files being created by the allocator)."""
+    return sorted(n for n in os.listdir(root / "commitlog") if parse_segment_name(n) is not None)
+
+
 def _age(root, hours):
     """Make every segment file look `hours` old."""
-    for name in os.listdir(root / "commitlog"):
+    for name in _segments(root):
         path = root / "commitlog" / name
         stamp = os.path.getmtime(path) - hours * 3600
         os.utime(path, (stamp, stamp))
@@ -32,7 +38,7 @@ def test_clean_expired_removes_old_segments_and_moves_the_queues_minimum(tmp_pat
                           index_slot_count=16, index_entry_count_max=64)
     with MessageStore.open(tmp_path, config) as store:
         results = _fill(store)
-        segments_before = sorted(os.listdir(tmp_path / "commitlog"))
+        segments_before = _segments(tmp_path)
         assert store.clean_expired()["segments_removed"] == []  # nothing is old yet
         _age(tmp_path, 2)
         report = store.clean_expired()
@@ -98,7 +104,7 @@ def test_disk_pressure_removes_unexpired_segments_and_a_full_disk_refuses_puts(t
     with MessageStore.open(tmp_path, config) as store:
         _fill(store)
         end = store.stats()["commitlog"]["max_offset"]
-        below_end = [n for n in sorted(os.listdir(tmp_path / "commitlog")) if int(n) + SEGMENT <= end]
+        below_end = [n for n in _segments(tmp_path) if int(n) + SEGMENT <= end]
         usage = [0.95]
         retention = Retention(store, usage=lambda path: usage[0], local_hour=lambda: 12)
         report = retention.run_once(manual=False)
