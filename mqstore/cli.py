@@ -33,6 +33,7 @@ from commitlog.errors import StoreError
 from commitlog.message import Message
 from consumequeue import format as cqf
 from indexfile import format as index_format
+from mqstore import cli_admin
 from mqstore.config import CONFIG_FILE_NAME, StoreConfig
 from mqstore.consumer import open_consumer
 from mqstore.engine import GetStatus, MessageStore
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump = add("dump", "print the record at a commitlog offset, every field, body as hex and text")
     dump.add_argument("--offset", type=_non_negative, required=True, help="commitlog offset of the record")
     add("verify", "check every record's CRC, segment ends and ConsumeQueue entries; exit 1 on corruption")
+    cli_admin.add_parsers(add)
+    cli_admin.add_bench_parser(commands)
     return parser
 
 
@@ -220,8 +223,8 @@ def store_config(args) -> StoreConfig:
                        max_message_size_bytes=message_max, **_index_settings(args, root))
 
 
-def _open(args, *, read_only: bool):
-    return MessageStore.open(args.store, store_config(args), read_only=read_only)
+def _open(args, *, read_only: bool, repair: bool = False):
+    return MessageStore.open(args.store, store_config(args), read_only=read_only, repair=repair)
 
 
 class _NoBar:
@@ -532,4 +535,8 @@ def _cmd_verify(args) -> int:
 
 
 _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
-             "dump": _cmd_dump, "verify": _cmd_verify}
+             "dump": _cmd_dump, "verify": _cmd_verify,
+             "recover": lambda args: cli_admin.cmd_recover(args, _open, _print_json),
+             "clean": lambda args: cli_admin.cmd_clean(args, _open, _print_json),
+             "query": lambda args: cli_admin.cmd_query(args, _open, _print_messages),
+             "bench": cli_admin.cmd_bench}

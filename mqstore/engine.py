@@ -367,7 +367,8 @@ class MessageStore:
             if not self._group_commit.wait_durable(last_offset + records[len(placed) - 1][6], self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
         prefix = self._msg_id_prefix
-        results = [PutResult(ok, offset, queue_offset, record[6], store_ts, prefix + "%016X" % offset)
+        new = _new_tuple
+        results = [new(PutResult, (ok, offset, queue_offset, record[6], store_ts, prefix + "%016X" % offset))
                    for (offset, queue_offset), record in zip(placed, records)]
         if error is not None:
             log.error("put_batch stored %d of %d messages: %s", len(placed), len(records), error)

@@ -1,0 +1,82 @@
+"""The `mqstore` subcommands for store maintenance and lookups: recover, clean, query, bench.
+
+Kept apart from mqstore/cli.py (which holds the parser, the reading commands and the shared helpers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+BENCHMARKS = ("put_get", "flush_modes", "index", "recovery", "spark_read")
+
+
+def add_parsers(add) -> None:
+    """Add the subcommands through `add(name, help)` (cli.py's helper that adds the common store options)."""
+    recover = add("recover", "open the store for writing, which recovers it; print what recovery found and did")
+    recover.add_argument("--repair", action="store_true",
+                         help="cut the log at the first damaged record instead of failing (drops what follows)")
+    add("clean", "run retention now: remove (or archive) expired segments and what points into them")
+    query = add("query", "messages of a topic with a key (KEYS or UNIQ_KEY), newest first, through the index")
+    query.add_argument("--topic", required=True)
+    query.add_argument("--key", required=True)
+    query.add_argument("--count", type=int, default=32, help="messages at most (default 32)")
+    query.add_argument("--begin-ms", type=int, default=0, help="stored at or after this time (ms)")
+    query.add_argument("--end-ms", type=int, default=None, help="stored at or before this time (ms)")
+
+
+def add_bench_parser(commands) -> None:
+    bench = commands.add_parser("bench", help="run one of the benchmarks in bench/ (a repository checkout)",
+                                description="run one of the benchmarks in bench/ (a repository checkout)")
+    bench.add_argument("name", choices=BENCHMARKS)
+    bench.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+
+
+def cmd_recover(args, open_store, print_json) -> int:
+    with open_store(args, read_only=False, repair=args.repair) as store:
+        report = store.recovery_report.as_dict()
+    if args.json:
+        print_json(report)
+    else:
+        for name, value in report.items():
+            print(f"{name}: {value}")
+    return 0
+
+
+def cmd_clean(args, open_store, print_json) -> int:
+    with open_store(args, read_only=False) as store:
+        report = store.clean_expired()
+    if args.json:
+        print_json(report)
+    else:
+        removed = report["segments_removed"]
+        verb = "archived" if report["archived"] else "removed"
+        print(f"{verb} {len(removed)} segment(s) ({report['bytes_freed']:,} bytes): {' '.join(removed) or '-'}")
+        print(f"log starts at {report['log_min_offset']:,}; queue files removed {report['queue_files_removed']}, "
+              f"index files removed {report['index_files_removed']}; disk used {report['disk_used_ratio']:.1%}")
+    return 0
+
+
+def cmd_query(args, open_store, print_messages) -> int:
+    with open_store(args, read_only=True) as store:
+        messages = store.query(args.topic, args.key, max_count=args.count, begin_ms=args.begin_ms,
+                               end_ms=args.end_ms)
+        print_messages(args, messages)
+    if not args.json:
+        print(f"# {len(messages)} message(s)")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", f"{args.name}.py")
+    if not os.path.exists(script):
+        print(f"mqstore: {script} not found: benchmarks run from a repository checkout", file=sys.stderr)
+        return 1
+    command = [sys.executable, script] + (["--quick"] if args.quick else [])
+    return subprocess.call(command)
+
+
+def dumps(data) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str)

@@ -1,0 +1,63 @@
+"""recover, clean, query and bench subcommands."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from mqstore import Message, MessageStore
+from tests.cli.conftest import TOPIC
+from tests.conftest import small_config
+
+INDEX = ("--index-slot-count", "64", "--index-entry-count-max", "256")
+
+
+def test_recover_reports_a_clean_store(mqstore, store_dir):
+    run = mqstore("recover", str(store_dir), "--json")
+    assert run.code == 0
+    report = run.json()
+    assert report["case"] == "CLEAN" and report["dropped_bytes"] == 0
+    assert "case: CLEAN" in mqstore("recover", str(store_dir)).out
+
+
+def test_recover_refuses_damage_then_repairs_it(mqstore, store_dir):
+    segment = store_dir / "commitlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    data[88] ^= 0x40  # the first byte of the first message's body: its CRC no longer matches
+    segment.write_bytes(bytes(data))
+    refused = mqstore("recover", str(store_dir))
+    assert refused.code == 1 and "rule 5" in refused.err and str(segment) in refused.err
+    repaired = mqstore("recover", str(store_dir), "--repair", "--json")
+    assert repaired.code == 0 and repaired.json()["case"] == "CLEAN_CORRUPT"
+    assert repaired.json()["log_end"] == 0
+
+
+def test_clean_removes_nothing_young(mqstore, store_dir):
+    run = mqstore("clean", str(store_dir), "--json")
+    assert run.code == 0 and run.json()["segments_removed"] == []
+    assert "removed 0 segment(s)" in mqstore("clean", str(store_dir)).out
+
+
+def test_query_finds_messages_by_key(mqstore, tmp_path):
+    root = tmp_path / "indexed"
+    with MessageStore.open(root, small_config(index_enabled=True)) as store:
+        store.put_batch([Message(TOPIC, b"m%d" % i, keys=(f"k{i % 3}",)) for i in range(9)])
+    run = mqstore("query", str(root), "--topic", TOPIC, "--key", "k1", "--json", *INDEX)
+    assert run.code == 0
+    assert [m["body_text"] for m in run.json_lines()] == ["m7", "m4", "m1"]
+    assert "# 3 message(s)" in mqstore("query", str(root), "--topic", TOPIC, "--key", "k1", *INDEX).out
+    assert mqstore("query", str(root), "--topic", "../x", "--key", "k1", *INDEX).code == 1
+    assert mqstore("query", str(root), "--topic", TOPIC, *INDEX).code == 2  # --key is required
+
+
+def test_bench_runs_a_benchmark_quickly(mqstore, tmp_path, monkeypatch):
+    assert mqstore("bench", "no-such-bench").code == 2
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    os.makedirs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-m", "mqstore", "bench", "--help"], capture_output=True, text=True,
+                               timeout=60)
+    assert completed.returncode == 0 and "put_get" in completed.stdout
