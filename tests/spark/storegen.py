@@ -7,9 +7,6 @@ one writer, no lock, no flush policy (bytes go to the page cache through os.pwri
 
 `put` writes one record (any version and host width, for the rare-path tests); `put_bulk` writes many records
 of one shape with numpy (for the benchmark). Reopening a directory continues where the last writer stopped.
-
-Run as a script it appends to a store for a while (the concurrent-writer test):
-    python storegen.py APPEND <store> <count> <segment_size_bytes> [<sleep_ms>]
 """
 
 from __future__ import annotations
@@ -17,16 +14,13 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from commitlog import format as fmt  # noqa: E402
-from consumequeue import format as cqfmt  # noqa: E402
+from commitlog import format as fmt
+from consumequeue import format as cqfmt
 
 BORN_HOST = ("10.1.2.3", 41234)
 STORE_HOST = ("192.168.7.9", 10911)
@@ -115,7 +109,7 @@ class StoreWriter:
                     units = np.fromfile(queue_dir / name, dtype=cqfmt.CONSUME_QUEUE_UNIT)
                     written = np.flatnonzero(units["size"] <= 0)
                     count = int(name) // cqfmt.UNIT_SIZE_BYTES + (written[0] if len(written) else len(units))
-                self.queue_offsets[(topic_dir.name, int(queue_dir.name))] = count
+                self.queue_offsets[(topic_dir.name, int(queue_dir.name))] = int(count)
         return end
 
     # --- files ---------------------------------------------------------------------------------------------
@@ -264,22 +258,3 @@ class StoreWriter:
     def _patch(records: np.ndarray, at: int, values: np.ndarray, dtype: str) -> None:
         width = np.dtype(dtype).itemsize
         records[:, at:at + width] = np.asarray(values).astype(dtype).view(np.uint8).reshape(len(records), width)
-
-
-def _append_main(store: str, count: int, segment_size_bytes: int, sleep_ms: int = 0) -> None:
-    import time
-
-    with StoreWriter(store, segment_size_bytes=segment_size_bytes) as writer:
-        print("READY", flush=True)
-        for i in range(count):
-            writer.put(f"live-{i % 3}", b"x" * (i % 200), queue_id=i % 2, tags=f"T{i % 4}", keys=(f"k{i}",))
-            if sleep_ms and i % 50 == 0:
-                time.sleep(sleep_ms / 1000)
-    print("DONE", flush=True)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) >= 5 and sys.argv[1] == "APPEND":
-        _append_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0)
-    else:
-        sys.exit(__doc__)

@@ -1,0 +1,68 @@
+"""Spark tests: one local SparkSession for the whole run, the RocketMQ fixture store, generated stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURE_STORE = FIXTURES_DIR / "rocketmq-4.4.0-store" / "store"
+FIXTURE_MANIFEST = FIXTURES_DIR / "rocketmq-4.4.0-store" / "manifest.jsonl"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+@pytest.fixture(scope="session")
+def fixture_store() -> Path:
+    """RocketMQ 4.4.0's store (read only: tests that write use a copy)."""
+    if not FIXTURE_STORE.is_dir() or not FIXTURE_MANIFEST.is_file():
+        pytest.fail(f"the RocketMQ fixture store is missing: {FIXTURE_STORE}")
+    return FIXTURE_STORE.resolve()
+
+
+@pytest.fixture(scope="session")
+def manifest(fixture_store) -> list[dict]:
+    with open(FIXTURE_MANIFEST, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A quiet local[2] session with the commitlog source registered and filter pushdown enabled."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    from mqstore.spark import CommitLogDataSource
+
+    session = (SparkSession.builder.master("local[2]").appName("mqstore-spark-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.streaming.stopTimeout", "10s")
+               .config(PUSHDOWN_CONF, "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(CommitLogDataSource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def pushdown(spark):
+    """Set filter pushdown on or off for one test: `pushdown(False)`; restored afterwards."""
+    before = spark.conf.get(PUSHDOWN_CONF)
+
+    def switch(enabled: bool) -> None:
+        spark.conf.set(PUSHDOWN_CONF, "true" if enabled else "false")
+
+    yield switch
+    spark.conf.set(PUSHDOWN_CONF, before)

@@ -1,0 +1,21 @@
+"""bench/spark_read.py --quick runs end to end and writes its JSON (speed itself is not asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from tests.spark.conftest import REPO_ROOT
+
+
+def test_spark_read_benchmark_quick_mode_runs(spark):
+    spec = importlib.util.spec_from_file_location("spark_read_bench", REPO_ROOT / "bench" / "spark_read.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = bench.main(["--quick", "--rows-100b", "40000", "--rows-1kb", "8000"], spark=spark)
+    result = json.loads(open(path, encoding="utf-8").read())
+    names = {r["name"] for r in result["results"]}
+    assert {"full scan 100b: commitlog", "full scan 100b: parquet (pyarrow file)",
+            "one topic (1/10) 100b: commitlog, pushdown", "streaming availableNow 100b: commitlog"} <= names
+    assert all(r["rows"] > 0 and r["seconds"] > 0 for r in result["results"])
+    assert set(result["summary"]) >= {"full_scan_100b_rows_per_s", "topic_scan_time_ratio"}

@@ -1,0 +1,88 @@
+"""A batch read while another process appends: each read sees a prefix of the log, whole records only."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+from tests.spark.conftest import REPO_ROOT
+
+SEGMENT = 128 * 1024
+TOPICS = 3
+
+WRITER = """
+import sys, time
+sys.path.insert(0, {root!r})
+try:  # the engine when it is there, else the tests' own writer
+    from mqstore import MessageStore, StoreConfig, Message
+    config = StoreConfig(segment_size_bytes={segment}, max_message_size_bytes=8192, consume_queue_entries_per_file=256)
+    store = MessageStore.open({store!r}, config)
+except ImportError:
+    from tests.spark.storegen import StoreWriter
+    class Message:
+        def __init__(self, topic, body, queue_id, tags):
+            self.args = (topic, body), dict(queue_id=queue_id, tags=tags)
+    class Store(StoreWriter):
+        def put(self, message):
+            return super().put(*message.args[0], **message.args[1])
+    store = Store({store!r}, segment_size_bytes={segment}, queue_entries_per_file=256)
+first = int(sys.argv[1])
+print("READY", flush=True)
+deadline = time.monotonic() + float(sys.argv[2])
+i = first
+while time.monotonic() < deadline:
+    store.put(Message(f"live-{{i % {topics}}}", f"{{i}}:".encode() + b"x" * (i % 700), queue_id=i % 2, tags=f"T{{i % 4}}"))
+    i += 1
+    if i % 100 == 0:
+        time.sleep(0.02)  # about 5 000 messages a second: the reads stay small
+store.close()
+print("DONE", i, flush=True)
+"""
+
+
+def start_writer(store, first: int, seconds: float) -> subprocess.Popen:
+    script = WRITER.format(root=str(REPO_ROOT), segment=SEGMENT, store=str(store), topics=TOPICS)
+    process = subprocess.Popen([sys.executable, "-c", script, str(first), str(seconds)], stdout=subprocess.PIPE,
+                               text=True)
+    assert process.stdout.readline().strip() == "READY"
+    return process
+
+
+def check_prefix(rows, topics=None) -> int:
+    """The rows are messages 0..n-1 of the writer (of the given topics), each whole; returns n."""
+    sequence = sorted(int(r.body.split(b":", 1)[0]) for r in rows)
+    for r in rows:
+        number, rest = r.body.split(b":", 1)
+        assert rest == b"x" * (int(number) % 700)
+        assert r.topic == f"live-{int(number) % TOPICS}"
+    wanted = [i for i in range(sequence[-1] + 1) if topics is None or i % TOPICS in topics] if sequence else []
+    assert sequence == wanted
+    queues = defaultdict(list)
+    for r in rows:
+        queues[(r.topic, r.queue_id)].append(r.queue_offset)
+    for offsets in queues.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+    return len(sequence)
+
+
+def test_reads_while_a_writer_process_appends_see_consistent_snapshots(spark, tmp_path):
+    store = tmp_path / "store"
+    writer = start_writer(store, 0, 0.5)  # some records before the reads start
+    done = writer.stdout.read().split()
+    assert writer.wait(60) == 0 and done[0] == "DONE"
+    first = int(done[1])
+    writer = start_writer(store, first, 20)
+    try:
+        seen = []
+        for _ in range(3):
+            df = spark.read.format("commitlog").load(str(store))
+            seen.append(check_prefix(df.select("topic", "queue_id", "queue_offset", "body").collect()))
+            one_topic = df.where("topic = 'live-1'").select("topic", "queue_id", "queue_offset", "body").collect()
+            check_prefix(one_topic, topics={1})
+            time.sleep(0.5)
+        assert seen[0] >= first and seen[-1] > seen[0]  # the writer was really appending
+    finally:
+        writer.terminate()
+        writer.wait(60)
