@@ -17,6 +17,18 @@ import numpy as np
 from commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
 
 PAGE_SIZE_BYTES = mmap.PAGESIZE
+CREATING_SUFFIX = ".creating"  # a file being made; one left behind by a crash is removed by its directory's owner
+
+
+def remove_leftovers(directory: str, names: list[str]) -> list[str]:
+    """Delete files a crash left half made (CREATING_SUFFIX); returns the other names."""
+    kept = []
+    for name in names:
+        if name.endswith(CREATING_SUFFIX):
+            _unlink_quietly(os.path.join(directory, name))
+        else:
+            kept.append(name)
+    return kept
 
 
 class MappedFile:
@@ -41,7 +53,7 @@ class MappedFile:
         directory never sees it half made.
         """
         assert size_bytes > 0
-        temporary = f"{path}.{os.getpid()}.creating"
+        temporary = f"{path}.{os.getpid()}{CREATING_SUFFIX}"
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:

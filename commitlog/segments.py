@@ -11,7 +11,7 @@ import threading
 
 from commitlog import format as fmt
 from commitlog.errors import CorruptionError, StoreIOError
-from commitlog.mapped_file import MappedFile
+from commitlog.mapped_file import MappedFile, remove_leftovers
 
 
 class SegmentList:
@@ -35,6 +35,8 @@ class SegmentList:
                 names = []
             except OSError as exc:
                 raise StoreIOError(f"cannot list {self.directory}: {exc.strerror}") from exc
+            if self.writable:
+                names = remove_leftovers(self.directory, names)
             bases = []
             for name in names:
                 base = fmt.parse_segment_name(name)

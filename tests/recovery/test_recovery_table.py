@@ -239,3 +239,13 @@ def test_a_rocketmq_4_checkpoint_without_a_flushed_offset_decides_by_time(tmp_pa
     with MessageStore.open(crashed, config()) as store:
         assert store.recovery_report.case == "CRASH_TORN_TAIL"
         assert len(_bodies(store)) == 60
+
+
+def test_a_segment_left_half_made_by_a_crash_is_removed(tmp_path):
+    with MessageStore.open(tmp_path, config()) as store:
+        _put(store, 10)
+    leftover = tmp_path / "commitlog" / f"{config().segment_size_bytes:020d}.4242.creating"
+    leftover.write_bytes(b"\0" * 100)
+    with MessageStore.open(tmp_path, config()) as store:
+        assert not leftover.exists()
+        assert len(_bodies(store)) == 10
