@@ -25,22 +25,35 @@ def _month_start_ms(now_ms: int) -> int:
     return calendar.timegm((moment.tm_year, moment.tm_mon, 1, 0, 0, 0)) * 1000
 
 
+_COUNTER_HEX = [b"%04X" % value for value in range(1 << 16)]  # the last 4 digits, looked up, not formatted
+_time_ns = time.time_ns
+
+
 class UniqueKeyGenerator:
-    """Makes UNIQ_KEY values; `next()` is safe to call from many threads (itertools.count is atomic)."""
+    """Makes UNIQ_KEY values; `next()` is safe to call from many threads (itertools.count is atomic).
+
+    A hot path (every put calls it): the first 28 digits are rebuilt only when the millisecond changes.
+    """
 
     def __init__(self, ip_raw: bytes):
         assert len(ip_raw) == 4
         prefix = ip_raw + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
         self._prefix = prefix.hex().upper().encode("ascii")
         self._counter = itertools.count()
-        now = time.time_ns() // 1_000_000
-        self._month_start_ms = _month_start_ms(now)
-        self._next_month_ms = self._month_start_ms + 31 * 86_400_000
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+        self._last_ms = -1
+        self._time_prefix = b""
 
-    def next(self) -> bytes:
-        now = time.time_ns() // 1_000_000
+    def _refresh(self, now: int) -> bytes:
         if now >= self._next_month_ms:
             self._month_start_ms = _month_start_ms(now)
             self._next_month_ms = self._month_start_ms + 31 * 86_400_000
-        return self._prefix + b"%08X%04X" % ((now - self._month_start_ms) & 0xFFFFFFFF,
-                                              next(self._counter) & 0xFFFF)
+        time_prefix = self._prefix + b"%08X" % ((now - self._month_start_ms) & 0xFFFFFFFF)
+        self._time_prefix, self._last_ms = time_prefix, now
+        return time_prefix
+
+    def next(self) -> bytes:
+        now = _time_ns() // 1_000_000
+        time_prefix = self._time_prefix if now == self._last_ms else self._refresh(now)
+        return time_prefix + _COUNTER_HEX[next(self._counter) & 0xFFFF]
