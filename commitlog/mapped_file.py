@@ -34,9 +34,10 @@ def remove_leftovers(directory: str, names: list[str]) -> list[str]:
 class MappedFile:
     """A file of exactly `size_bytes` bytes, mapped read-write or read-only."""
 
-    __slots__ = ("path", "base_offset", "size_bytes", "array", "view", "writable", "_closed")
+    __slots__ = ("path", "base_offset", "size_bytes", "array", "view", "writable", "_closed", "_fd")
 
-    def __init__(self, path: str, base_offset: int, size_bytes: int, array: np.memmap, writable: bool):
+    def __init__(self, path: str, base_offset: int, size_bytes: int, array: np.memmap, writable: bool,
+                 fd: int | None = None):
         self.path = path
         self.base_offset = base_offset
         self.size_bytes = size_bytes
@@ -44,6 +45,7 @@ class MappedFile:
         self.view = memoryview(array)
         self.writable = writable
         self._closed = False
+        self._fd = fd
 
     @classmethod
     def create(cls, path: str, base_offset: int, size_bytes: int, *, preallocate: bool = True) -> "MappedFile":
@@ -86,24 +88,30 @@ class MappedFile:
             raise CorruptionError(f"file is {actual} bytes, expected {size_bytes}", path=path, rule="file size")
         try:
             array = np.memmap(path, dtype=np.uint8, mode="r+" if writable else "r", shape=(size_bytes,))
+            fd = os.open(path, os.O_RDWR) if writable else None
         except OSError as exc:
             raise StoreIOError(f"cannot map {path}: {exc.strerror}") from exc
-        return cls(path, base_offset, size_bytes, array, writable)
+        return cls(path, base_offset, size_bytes, array, writable, fd)
 
     def flush(self, start: int = 0, end: int | None = None) -> None:
-        """Write the dirty pages of [start, end) to disk (msync) and wait for it."""
+        """Make the bytes [start, end) durable and wait for it.
+
+        This is fdatasync of the file, not msync of the range: on Linux both write back the pages a shared
+        mapping dirtied, but CPython's mmap.flush holds the GIL for the whole msync (every other thread, puts
+        included, stops for it), while os.fdatasync releases it. It writes every dirty page of the file,
+        which is a superset of [start, end).
+        """
         if self._closed:
             raise StoreClosedError(f"{self.path} is closed")
         if not self.writable:
             return
         end = self.size_bytes if end is None else end
-        start -= start % PAGE_SIZE_BYTES
         if end <= start:
             return
         try:
-            self.array._mmap.flush(start, end - start)
+            os.fdatasync(self._fd)
         except OSError as exc:
-            raise StoreIOError(f"msync of {self.path} [{start}, {end}) failed: {exc.strerror}") from exc
+            raise StoreIOError(f"fdatasync of {self.path} failed: {exc.strerror}") from exc
 
     def close(self) -> None:
         """Drop the mapping (the operating system unmaps it once no reader holds a view)."""
@@ -112,6 +120,9 @@ class MappedFile:
         self._closed = True
         self.view = None
         self.array = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def delete(self) -> None:
         self.close()
