@@ -12,6 +12,7 @@
      +-- CorruptionError            bytes on disk break a format rule; carries file and offset
      +-- StoreIOError               the operating system failed a read, write, map or sync (raised from OSError)
      +-- SegmentFullError           internal: a record does not fit in what is left of a segment
+     +-- CommitLogSourceError       (also a ValueError) a path or option given to the Spark commitlog source is bad
 
 Expected outcomes (a full queue, a message not found, a flush that timed out) are not errors: they are statuses
 (`PutStatus`, `GetStatus`) returned as values.
@@ -74,3 +75,7 @@ class StoreIOError(StoreError):
 
 class SegmentFullError(StoreError):
     """Internal signal: a record does not fit in what is left of the current segment."""
+
+
+class CommitLogSourceError(StoreError, ValueError):
+    """A path or option given to the Spark commitlog data source is refused (the message names it)."""

@@ -8,7 +8,10 @@ Crash recovery starts scanning the CommitLog from the segment whose first messag
     16      8     i64   index_msg_timestamp    store time of the last message whose index entries are flushed
     24      8     i64   physic_flushed_offset  CommitLog bytes below this offset are on disk (RocketMQ 5.x keeps
                                                its masterFlushedOffset here; 4.x leaves it zero and ignores it)
-    32      4064  -     zero
+    32      8     i64   (RocketMQ 5.x's confirmPhyOffset; mqstore leaves it zero)
+    40      8     i64   index_flushed_end      the index entries of every message below this commitlog offset
+                                               are on disk (mqstore's own; RocketMQ ignores it)
+    48      4048  -     zero
                         = 4096 bytes, big-endian, file name `checkpoint` in the store root
 
 Validity rule: (1) the file is exactly 4096 bytes; (2) each timestamp is >= 0. A zero timestamp means "nothing
@@ -27,12 +30,14 @@ from commitlog.mapped_file import MappedFile
 CHECKPOINT_FILE_NAME = "checkpoint"
 CHECKPOINT_SIZE_BYTES = 4096
 CHECKPOINT_DTYPE = np.dtype([("physic_msg_timestamp", ">i8"), ("logics_msg_timestamp", ">i8"),
-                             ("index_msg_timestamp", ">i8"), ("physic_flushed_offset", ">i8")])
+                             ("index_msg_timestamp", ">i8"), ("physic_flushed_offset", ">i8"),
+                             ("confirm_offset", ">i8"), ("index_flushed_end", ">i8")])
 RECOVERY_SAFETY_MARGIN_MS = 3000  # RocketMQ subtracts 3 s from the minimum before comparing segment times
 
-assert CHECKPOINT_DTYPE.itemsize == 32
+assert CHECKPOINT_DTYPE.itemsize == 48
 assert CHECKPOINT_DTYPE.fields["index_msg_timestamp"][1] == 16
 assert CHECKPOINT_DTYPE.fields["physic_flushed_offset"][1] == 24
+assert CHECKPOINT_DTYPE.fields["index_flushed_end"][1] == 40
 
 
 class Checkpoint:
@@ -75,18 +80,25 @@ class Checkpoint:
     def physic_flushed_offset(self) -> int:
         return self._get("physic_flushed_offset")
 
+    @property
+    def index_flushed_end(self) -> int:
+        return self._get("index_flushed_end")
+
     def update(self, *, physic_ms: int | None = None, logics_ms: int | None = None,
-               index_ms: int | None = None, flushed_offset: int | None = None) -> None:
+               index_ms: int | None = None, flushed_offset: int | None = None,
+               index_flushed_end: int | None = None) -> None:
         """Raise the given fields (a checkpoint never moves back)."""
         for name, value in (("physic_msg_timestamp", physic_ms), ("logics_msg_timestamp", logics_ms),
-                            ("index_msg_timestamp", index_ms), ("physic_flushed_offset", flushed_offset)):
+                            ("index_msg_timestamp", index_ms), ("physic_flushed_offset", flushed_offset),
+                            ("index_flushed_end", index_flushed_end)):
             if value is not None and value > self._get(name):
                 self._fields[name] = value
 
     def reset_flushed_offset(self, offset: int) -> None:
-        """Lower the flushed offset after recovery cut the log below it (the only time it moves back)."""
-        if self._get("physic_flushed_offset") > offset:
-            self._fields["physic_flushed_offset"] = offset
+        """Lower the flushed offsets after recovery cut the log below them (the only time they move back)."""
+        for name in ("physic_flushed_offset", "index_flushed_end"):
+            if self._get(name) > offset:
+                self._fields[name] = offset
 
     def min_timestamp_ms(self, *, with_index: bool = False) -> int:
         """Where recovery may start: the older of the log and queue times, less the safety margin."""

@@ -243,7 +243,8 @@ class MessageStore:
         """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""
         self._checkpoint.update(physic_ms=self._commitlog.flushed_timestamp_ms,
                                 logics_ms=self._queues.flushed_timestamp_ms,
-                                index_ms=self._index_flushable.flushed_timestamp_ms if self._index else None)
+                                index_ms=self._index_flushable.flushed_timestamp_ms if self._index else None,
+                                index_flushed_end=self._index_flushable.flushed_end if self._index else None)
         self._checkpoint.flush()
 
     def _open_index(self) -> IndexService:
@@ -669,17 +670,22 @@ class _IndexFlushable:
         self.service = service
         self.flushed_entry_count = service.entry_count
         self.flushed_timestamp_ms = 0
+        self.flushed_end = 0
 
     def dirty_bytes(self) -> int:
         return (self.service.entry_count - self.flushed_entry_count) * 20
 
     def flush(self) -> int:
+        """Flush the index; afterwards `flushed_end` is a commitlog offset below which every message's keys are
+        on disk (the message at the returned position has all its keys written before the flush)."""
         files = self.service.files
         timestamp = files[-1].end_timestamp_ms if files else 0  # read first: never newer than what is flushed
         count = self.service.entry_count
         position = self.service.flush()
         self.flushed_entry_count = count
         self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
+        if count:
+            self.flushed_end = max(self.flushed_end, position + 1)
         return position
 
 

@@ -17,6 +17,8 @@ a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      |
   entry does not match the record it points to            |   (per queue)      | the CommitLog
 a ConsumeQueue has entries past the log's end             | QUEUE_TRUNCATED    | drop those entries
 an index file breaks its format rule                      | (engine)           | delete the index, rebuild it
+`abort` marker and an index                               | INDEX_CUT          | cut the index at the checkpoint's
+                                                          |                    | index_flushed_end; re-dispatch the rest
 a corrupt checkpoint                                      | (engine)           | replace it with zeros: scan everything
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
@@ -79,7 +81,10 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
                  with_index=index is not None)
     _recover_queues(commitlog, queues, report, crashed=crashed)
     if index is not None and (crashed or report.dropped_bytes):
-        report.index_entries_dropped = index.truncate(report.log_end)
+        # After a crash only index entries below the checkpoint's index_flushed_end are known to be whole on disk
+        # (later pages may be lost or stale: missing or duplicate keys); the rest is re-dispatched.
+        cut = min(report.log_end, checkpoint.index_flushed_end) if crashed else report.log_end
+        report.index_entries_dropped = index.truncate(cut)
     report.seconds = time.perf_counter() - started
     return report
 

@@ -193,7 +193,7 @@ def test_checkpoint_holds_the_store_times_of_the_last_flushed_messages(tmp_path)
         assert len(raw) == 4096
         physic, logics, index = struct.unpack_from(">qqq", raw, 0)
         assert physic == last_ts and logics == last_ts and index == 0
-        assert raw[32:] == bytes(4096 - 32)
+        assert raw[48:] == bytes(4096 - 48)
         checkpoint = store.stats()["flush"]["checkpoint"]
         assert checkpoint["physic_msg_timestamp_ms"] == last_ts
 

@@ -1,0 +1,287 @@
+"""Planning a read of the commitlog source: a snapshot of each store, then partitions of about equal size.
+
+How a store is planned (batch), case by case:
+
+    CASE                                              DECISION
+    a segment's first 8 bytes are zero                preallocated, not written: not read
+    the last written segment                          read up to its written end, found by walking its records
+                                                      from the dispatched end (or its start) to the first zero or
+                                                      invalid header; the last records' body CRCs are checked, a
+                                                      record straddling the end is not included
+    a topic filter, region the ConsumeQueues cover    read only the records the topic's queues point to
+    a topic filter, region past the dispatched end    walk the records and keep the topic's
+    a time filter                                     skip segments whose records are all outside the range,
+                                                      trusting store timestamps to grow along the log (as
+                                                      RocketMQ's own time lookups do)
+    a segment larger than the partition target        split at record starts taken from the ConsumeQueues; each
+                                                      split is checked by the reader before it, which must land
+                                                      exactly on it
+    small segments                                    grouped, so each core gets about two partitions
+
+Every partition carries the byte ranges fixed here, so a read sees each store up to its end at planning time
+while a writer appends. A streaming micro-batch is planned from the offsets Spark gives (`plan_stream`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from pyspark.sql.datasource import InputPartition
+
+from commitlog import format as fmt
+from commitlog.errors import StoreIOError
+from mqstore.spark_options import RowFilter, StoreRef
+from mqstore.spark_scan import LogPartition, Piece, QueuePartition, written_end
+from mqstore.spark_store import QueueIndex, Segments, list_segments
+
+MIB = 1 << 20
+PARTITION_BYTES_MAX = 64 * MIB  # log bytes per partition, at most
+PARTITION_BYTES_MIN = 64 * 1024  # below this a partition costs more to schedule than to read
+PARTITIONS_PER_CORE = 2
+QUEUE_PARTITION_RECORDS_MAX = 262144  # records per partition on the ConsumeQueue path
+
+
+# --- the snapshot: where a store's written log ends -----------------------------------------------------------
+@dataclass
+class StorePlan:
+    """What planning learned about one store: its segments, written end, dispatched end, known record starts."""
+
+    ref: StoreRef
+    segments: Segments
+    end: int
+    dispatched_end: int | None
+    queues: QueueIndex
+    boundaries: list
+
+
+def plan_store(ref: StoreRef, known_start: int | None = None) -> StorePlan:
+    """Snapshot one store: its written end now (walking from the best known record start)."""
+    segments = list_segments(ref.root)
+    queues = QueueIndex(ref.root)
+    dispatched = _verified_dispatched_end(segments, queues)
+    starts = [s for s in (dispatched, known_start) if s is not None]
+    end, boundaries = written_end(segments, starts)
+    if dispatched is not None and dispatched > end:
+        dispatched = end
+    return StorePlan(ref, segments, end, dispatched, queues, boundaries)
+
+
+def _verified_dispatched_end(segments: Segments, queues: QueueIndex) -> int | None:
+    """The ConsumeQueues' dispatched end, when the record their last unit points to is where they say."""
+    found = queues.dispatched_end()
+    if found is None or not segments.bases:
+        return None
+    end, offset, size = found
+    base = segments.base_of(offset)
+    if offset < segments.start or base not in segments.bases or end > base + segments.segment_size:
+        return None
+    try:
+        fd = os.open(segments.path(base), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, fmt.OFFSET_PHYSICAL_OFFSET + 8, offset - base)
+    finally:
+        os.close(fd)
+    if len(head) < fmt.OFFSET_PHYSICAL_OFFSET + 8:
+        return None
+    total, magic = fmt.BLANK.unpack_from(head, 0)
+    physical = fmt.struct.unpack_from(">q", head, fmt.OFFSET_PHYSICAL_OFFSET)[0]
+    if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2) or total != size or physical != offset:
+        return None
+    return end
+
+
+# --- planning: partitions -------------------------------------------------------------------------------------
+def _segment_first_timestamps_us(plan: StorePlan) -> dict[int, int | None]:
+    """The store timestamp of each segment's first record (None when it does not start with a record)."""
+    found = {}
+    for base in plan.segments.bases:
+        if base >= plan.end:
+            break
+        try:
+            fd = os.open(plan.segments.path(base), os.O_RDONLY)
+            try:
+                head = os.pread(fd, fmt.OFFSET_STORE_TIMESTAMP + 8, 0)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            found[base] = None
+            continue
+        total, magic = fmt.BLANK.unpack_from(head, 0)
+        found[base] = (fmt.struct.unpack_from(">q", head, fmt.OFFSET_STORE_TIMESTAMP)[0] * 1000
+                       if magic == fmt.MESSAGE_MAGIC_CODE else None)
+    return found
+
+
+def _time_allowed(plan: StorePlan, row_filter: RowFilter):
+    """The segment bases that may hold a record in the time range (None: all), by first timestamps."""
+    lo, hi = row_filter.time_lo_us, row_filter.time_hi_us
+    if lo is None and hi is None:
+        return None
+    firsts = _segment_first_timestamps_us(plan)
+    bases = [b for b in plan.segments.bases if b < plan.end]
+    allowed = set()
+    for i, base in enumerate(bases):
+        first = firsts.get(base)
+        following = firsts.get(bases[i + 1]) if i + 1 < len(bases) else None
+        if first is not None and hi is not None and first >= hi:
+            continue  # every record of the segment is stored at or after `first`
+        if following is not None and lo is not None and following < lo:
+            continue  # every record of the segment is stored at or before the next segment's first
+        allowed.add(base)
+    return allowed
+
+
+def _log_pieces(plan: StorePlan, lo: int, hi: int, allowed, *, lo_is_record_start: bool) -> list[Piece]:
+    """Pieces holding the records with offsets in [lo, hi) (and more: the reader's filter drops the rest).
+
+    A piece starts at `lo` when it is a record start, else at its segment's base; it ends at the segment's end
+    (through the blank) or at the planned written end.
+    """
+    size = plan.segments.segment_size
+    pieces = []
+    for base in plan.segments.bases:
+        segment_end = base + size
+        if segment_end <= lo or base >= hi or base >= plan.end:
+            continue
+        if allowed is not None and base not in allowed:
+            continue
+        start = lo if lo_is_record_start and base <= lo else base
+        pieces.append(Piece(base, start, min(segment_end, plan.end)))
+    return pieces
+
+
+def _split_piece(plan: StorePlan, piece: Piece, target: int) -> list[Piece]:
+    """Cut a long piece at record starts about `target` bytes apart (known ones, or ConsumeQueue units)."""
+    if piece.end - piece.start <= target * 3 // 2:
+        return [piece]
+    cuts, position = [], piece.start
+    while piece.end - position > target * 3 // 2:
+        wanted = position + target
+        known = [b for b in plan.boundaries if wanted <= b < piece.end]
+        found = min(known) if known else plan.queues.boundary_at_or_after(wanted, piece.end)
+        if found is None or found <= position:
+            break
+        cuts.append(found)
+        position = found
+    edges = [piece.start, *cuts, piece.end]
+    return [Piece(piece.base, a, b) for a, b in zip(edges, edges[1:])]
+
+
+def _queue_units(plan: StorePlan, row_filter: RowFilter, lo: int, hi: int, allowed) -> list[tuple]:
+    """(topic, queue dir, first entry number, units, wanted) of each selected queue, units in [lo, hi)."""
+    size = plan.segments.segment_size
+    found = []
+    for topic, queue_id, queue_dir in plan.queues.queues():
+        if topic not in row_filter.topics:
+            continue
+        if row_filter.queue_ids is not None and queue_id not in row_filter.queue_ids:
+            continue
+        first, units = plan.queues.entries(queue_dir, lo, hi)
+        if not len(units):
+            continue
+        wanted = np.ones(len(units), dtype=bool)
+        if allowed is not None:
+            offsets = units["commitlog_offset"].astype(np.int64)
+            wanted = np.isin(offsets - (offsets - plan.segments.start) % size, np.array(sorted(allowed), np.int64))
+        found.append((topic, queue_dir, first, units, wanted))
+    return found
+
+
+def _queue_groups(found: list[tuple], target: int) -> list[list]:
+    """Groups of (topic, queue dir, first entry, count) slices, each about `target` bytes of records."""
+    slices = []  # (topic, queue_dir, first, count, bytes)
+    for topic, queue_dir, first, units, wanted in found:
+        record_bytes = np.where(wanted, units["size"].astype(np.int64), 0)
+        cumulative = np.cumsum(record_bytes)
+        at = 0
+        while at < len(units):
+            stop = max(int(np.searchsorted(cumulative, cumulative[at] - record_bytes[at] + target, side="right")),
+                       at + 1)
+            stop = min(stop, at + QUEUE_PARTITION_RECORDS_MAX)
+            chunk = np.flatnonzero(wanted[at:stop])
+            if len(chunk):
+                a, b = at + int(chunk[0]), at + int(chunk[-1]) + 1
+                slices.append((topic, queue_dir, first + a, b - a, int(record_bytes[a:b].sum())))
+            at = stop
+    groups, current, current_bytes = [], [], 0
+    for item in slices:
+        if current and current_bytes + item[4] > target:
+            groups.append(current)
+            current, current_bytes = [], 0
+        current.append(item[:4])
+        current_bytes += item[4]
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _partition_target(total_bytes: int) -> int:
+    """Bytes per partition: a multiple of PARTITIONS_PER_CORE partitions per core, none above the maximum."""
+    slots = PARTITIONS_PER_CORE * (os.cpu_count() or 1)  # the planner's cores stand for the cluster's
+    count = slots * max(1, math.ceil(total_bytes / (PARTITION_BYTES_MAX * slots)))
+    return min(PARTITION_BYTES_MAX, max(PARTITION_BYTES_MIN, math.ceil(total_bytes / count)))
+
+
+def _group_pieces(plan: StorePlan, pieces: list[Piece], target: int) -> list[LogPartition]:
+    partitions, current, current_bytes = [], [], 0
+    for piece in pieces:
+        for part in _split_piece(plan, piece, target):
+            length = part.end - part.start
+            if current and current_bytes + length > target:
+                partitions.append(current)
+                current, current_bytes = [], 0
+            current.append(part)
+            current_bytes += length
+    if current:
+        partitions.append(current)
+    ref = plan.ref
+    return [LogPartition(ref.root, ref.label, plan.segments.segment_size, tuple(p)) for p in partitions]
+
+
+def plan_batch(stores, row_filter: RowFilter) -> list[InputPartition]:
+    """The partitions of a batch read of `stores`, each store up to its written end now."""
+    if row_filter.is_empty():
+        return []
+    work = []  # (plan, log pieces, ConsumeQueue units)
+    total = 0
+    for ref in stores:
+        plan = plan_store(ref)
+        lo = max(plan.segments.start, row_filter.offset_lo or 0)
+        hi = plan.end if row_filter.offset_hi is None else min(plan.end, row_filter.offset_hi)
+        if lo >= hi:
+            continue
+        allowed = _time_allowed(plan, row_filter)
+        units, log_lo = [], lo
+        by_queues = row_filter.topics is not None and plan.dispatched_end is not None and plan.dispatched_end > lo
+        if by_queues:
+            units = _queue_units(plan, row_filter, lo, min(hi, plan.dispatched_end), allowed)
+            log_lo = plan.dispatched_end  # a record start: the queues cover everything before it
+        pieces = _log_pieces(plan, log_lo, hi, allowed, lo_is_record_start=by_queues) if log_lo < hi else []
+        total += sum(p.end - p.start for p in pieces)
+        total += sum(int(np.sum(u["size"].astype(np.int64)[w])) for _, _, _, u, w in units)
+        work.append((plan, pieces, units))
+    target = _partition_target(total)
+    partitions: list[InputPartition] = []
+    for plan, pieces, units in work:
+        for group in _queue_groups(units, target):
+            partitions.append(QueuePartition(plan.ref.root, plan.ref.label, plan.segments.segment_size,
+                                             plan.segments.start, tuple(group)))
+        partitions.extend(_group_pieces(plan, pieces, target))
+    return partitions
+
+
+def plan_stream(ref: StoreRef, lo: int, hi: int) -> list[LogPartition]:
+    """The partitions of one store's records in [lo, hi) (both record starts): one micro-batch."""
+    segments = list_segments(ref.root)
+    if lo < segments.start:
+        raise StoreIOError(f"store {ref.root}: the records from commitlog offset {lo} were deleted by "
+                           f"retention before this query read them (the log now starts at "
+                           f"{segments.start})")
+    plan = StorePlan(ref, segments, hi, None, QueueIndex(ref.root), [lo])
+    pieces = _log_pieces(plan, lo, hi, None, lo_is_record_start=True)
+    return _group_pieces(plan, pieces, _partition_target(hi - lo))

@@ -1,0 +1,326 @@
+"""Walking a store's log: reading partitions into RecordBatches, finding the written end, admitting records.
+
+Partitions carry byte ranges fixed at planning: a `LogPartition` holds pieces of segments read by walking their
+records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned); a `QueuePartition` holds
+ConsumeQueue slices whose records are gathered with one pread per run of close records, and each record must
+be the size and topic its unit says. `written_end` finds where the last written segment's records end (the
+snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
+commitlog.columnar's; files are read through mqstore.spark_store.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from commitlog import format as fmt
+from commitlog.columnar import (BUFFER_PAD_BYTES, NEXT_BLANK, NEXT_END, NEXT_MORE, Decoder, FastLayout,
+                                big_endian_ints, locate_records)
+from commitlog.errors import CorruptionError, StoreIOError
+from commitlog.message import decode_message
+from consumequeue import format as cqfmt
+from mqstore.spark_options import RowFilter, StoreRef
+from mqstore.spark_store import QueueIndex, Segments, list_segments, open_segment, pread_segment
+
+MIB = 1 << 20
+READ_CHUNK_BYTES = 16 * MIB  # a reader holds at most this much of a segment at once (or one larger record)
+QUEUE_GAP_BYTES = 16 * 1024  # ConsumeQueue path: records closer than this are read with one pread
+TAIL_CRC_RECORDS = 64  # records before a written end whose body CRC is checked when planning
+
+
+# --- partitions -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Piece:
+    """Records of one segment from `start` (a record start) to `end`: exactly, or up to the segment's blank."""
+
+    base: int
+    start: int
+    end: int
+
+
+class LogPartition(InputPartition):
+    """Pieces of one store's log, read by walking their records."""
+
+    def __init__(self, root: str, label: str | None, segment_size: int, pieces: tuple):
+        self.root, self.label, self.segment_size, self.pieces = root, label, segment_size, pieces
+
+
+class QueuePartition(InputPartition):
+    """Records of one store found through ConsumeQueues: (topic, queue directory, first entry, count) slices."""
+
+    def __init__(self, root: str, label: str | None, segment_size: int, first_base: int, slices: tuple):
+        self.root, self.label, self.segment_size, self.slices = root, label, segment_size, slices
+        self.first_base = first_base
+
+
+def read_partition(partition, arrow_schema: pa.Schema, row_filter: RowFilter) -> Iterator[pa.RecordBatch]:
+    """The RecordBatches of one partition (shared by the batch and the stream reader)."""
+    if isinstance(partition, LogPartition):
+        decoder = Decoder(arrow_schema, row_filter, partition.label)
+        directory = os.path.join(partition.root, "commitlog")
+        for piece in partition.pieces:
+            yield from _read_piece(decoder, directory, partition.segment_size, piece)
+    elif isinstance(partition, QueuePartition):
+        decoder = Decoder(arrow_schema, row_filter, partition.label)
+        yield from _read_queue_slices(decoder, partition)
+
+
+def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piece):
+    """Decode the records of one piece, READ_CHUNK_BYTES at a time; the last must end exactly at piece.end."""
+    path = os.path.join(directory, fmt.segment_name(piece.base))
+    segment_end = piece.base + segment_size
+    fd = open_segment(path)
+    try:
+        position = piece.start
+        want_min = 0
+        while position < piece.end:
+            want = min(piece.end - position, max(READ_CHUNK_BYTES, want_min))
+            buf = pread_segment(fd, path, position - piece.base, want)
+            positions, following, state = locate_records(buf, want, position, segment_end, lenient=False, path=path)
+            if len(positions):
+                offsets = positions + position
+                yield from decoder.decode(buf, positions, offsets, np.full(len(positions), segment_end), path)
+            if state == NEXT_BLANK:
+                if piece.end != segment_end:
+                    raise CorruptionError(f"a blank ends the segment at {position + following}, before the end "
+                                          f"{piece.end} planned for this read", path=path,
+                                          offset=position + following, rule="blank")
+                return
+            want_min = 0
+            if state == NEXT_MORE:
+                size = _record_size(buf, want, following)
+                if position + following + max(size, fmt.END_FILE_MIN_BLANK_LENGTH) > piece.end:
+                    raise CorruptionError(f"the record at {position + following} runs past the end {piece.end} "
+                                          f"planned for this read", path=path, offset=position + following, rule="2")
+                if following == 0:
+                    assert size > want, (size, want)  # else locate_records would have returned the record
+                    want_min = size
+            position += following
+    finally:
+        os.close(fd)
+
+
+def _record_size(buf: np.ndarray, length: int, at: int) -> int:
+    """TOTALSIZE of the record at `at`, or 0 when its first 4 bytes are not in buf[:length]."""
+    return fmt.I32.unpack_from(buf, at)[0] if at + 4 <= length else 0
+
+
+def _read_queue_slices(decoder: Decoder, partition: QueuePartition):
+    """Gather the records the partition's ConsumeQueue slices point to, topic by topic, segment by segment."""
+    by_topic: dict[str, list[np.ndarray]] = {}
+    for topic, queue_dir, first, count in partition.slices:
+        by_topic.setdefault(topic, []).append(_read_queue_range(queue_dir, first, count))
+    directory = os.path.join(partition.root, "commitlog")
+    size = partition.segment_size
+    for topic, parts in sorted(by_topic.items()):
+        units = np.concatenate(parts)
+        order = np.argsort(units["commitlog_offset"], kind="stable")
+        offsets = units["commitlog_offset"][order].astype(np.int64)
+        sizes = units["size"][order].astype(np.int64)
+        if not len(offsets):
+            continue
+        bases = offsets - (offsets - partition.first_base) % size
+        cuts = np.flatnonzero(np.diff(bases)) + 1
+        for group in np.split(np.arange(len(offsets)), cuts):
+            yield from _gather_segment(decoder, directory, int(bases[group[0]]), size, offsets[group], sizes[group],
+                                       topic)
+
+
+def _read_queue_range(queue_dir: str, first: int, count: int) -> np.ndarray:
+    """Units [first, first+count) of a queue; CorruptionError when fewer are written than were planned."""
+    parts, number, left = [], first, count
+    files = QueueIndex.files(queue_dir)
+    starts = [f for f, _ in files]
+    while left > 0:
+        index = bisect.bisect_right(starts, number) - 1
+        if index < 0:
+            raise StoreIOError(f"ConsumeQueue file of entry {number} in {queue_dir} was deleted while the read was "
+                               f"running")
+        file_first, path = files[index]
+        next_first = starts[index + 1] if index + 1 < len(starts) else None
+        take = left if next_first is None else min(left, next_first - number)
+        got = QueueIndex.read_units(path, number - file_first, take)
+        if len(got) < take:
+            raise CorruptionError(f"ConsumeQueue holds {len(got)} of the {take} units planned from entry {number}",
+                                  path=path, offset=(number - file_first) * cqfmt.UNIT_SIZE_BYTES, rule="cq")
+        parts.append(got)
+        number += take
+        left -= take
+    return np.concatenate(parts) if parts else np.empty(0, dtype=cqfmt.CONSUME_QUEUE_UNIT)
+
+
+def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: int, offsets: np.ndarray,
+                    sizes: np.ndarray, topic: str):
+    """Read the records at `offsets` of one segment (runs of close records with one pread each) and decode."""
+    path = os.path.join(directory, fmt.segment_name(base))
+    if np.any(sizes < fmt.RECORD_SIZE_MIN) or np.any(offsets + sizes > base + segment_size):
+        bad = int(np.flatnonzero((sizes < fmt.RECORD_SIZE_MIN) | (offsets + sizes > base + segment_size))[0])
+        raise CorruptionError(f"a ConsumeQueue unit of topic {topic!r} says {int(sizes[bad])} bytes at "
+                              f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]), rule="cq")
+    fd = open_segment(path)
+    try:
+        at = 0
+        while at < len(offsets):
+            # one buffer of at most READ_CHUNK_BYTES (or one record), made of runs of close records
+            ends = offsets + sizes
+            gaps = offsets[at + 1:] - ends[at:-1]
+            budget = np.cumsum(sizes[at:])
+            stop = at + max(int(np.searchsorted(budget, READ_CHUNK_BYTES, side="right")), 1)
+            run_breaks = np.flatnonzero(gaps[:stop - at - 1] > QUEUE_GAP_BYTES) + at + 1
+            run_starts = np.concatenate(([at], run_breaks))
+            run_stops = np.concatenate((run_breaks, [stop]))
+            run_lengths = np.maximum.reduceat(ends[at:stop], run_starts - at) - offsets[run_starts]
+            buf = np.zeros(int(run_lengths.sum()) + BUFFER_PAD_BYTES, dtype=np.uint8)
+            into = 0
+            positions = np.empty(stop - at, dtype=np.int64)
+            for a, b, length in zip(run_starts.tolist(), run_stops.tolist(), run_lengths.tolist()):
+                pread_segment(fd, path, int(offsets[a]) - base, length, out=buf, out_at=into)
+                positions[a - at:b - at] = offsets[a:b] - offsets[a] + into
+                into += length
+            yield from decoder.decode(buf, positions, offsets[at:stop], np.full(stop - at, base + segment_size), path,
+                                      expect_topic=topic, expect_sizes=sizes[at:stop])
+            at = stop
+    finally:
+        os.close(fd)
+
+
+# --- the written end of a store's log -------------------------------------------------------------------------
+def written_end(segments: Segments, known_starts=()) -> tuple[int, list]:
+    """(written end of the log, record starts met on the way), walking the last written segment.
+
+    The last written segment is the last one whose first header is not zero (the writer may have created the
+    next one already). Its records are walked from the latest known record start in it up to the first zero
+    or invalid header; the body CRC of the last TAIL_CRC_RECORDS records is checked, so a record still being
+    written is not counted.
+    """
+    if not segments.bases:
+        return 0, []
+    size = segments.segment_size
+    for base in reversed(segments.bases):
+        fd = open_segment(segments.path(base))
+        try:
+            head = os.pread(fd, fmt.END_FILE_MIN_BLANK_LENGTH, 0)
+        finally:
+            os.close(fd)
+        if head.strip(b"\0"):
+            break
+    else:
+        return segments.start, []
+    start = base
+    for known in known_starts:
+        if base < known <= base + size:
+            start = max(start, known)
+    if start == base + size:
+        return start, [start]
+    return _walk_to_end(segments.path(base), base, size, start)
+
+
+def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list]:
+    segment_end = base + size
+    boundaries = [start]
+    recent: list[tuple[int, int]] = []
+    position, want_min, end = start, 0, None
+    fd = open_segment(path)
+    try:
+        while position < segment_end and end is None:
+            want = min(segment_end - position, max(READ_CHUNK_BYTES, want_min))
+            buf = pread_segment(fd, path, position - base, want)
+            positions, following, state = locate_records(buf, want, position, segment_end, lenient=True, path=path)
+            if len(positions):
+                valid = _structure_valid(buf, positions, position, segment_end, path)
+                if not valid.all():
+                    first_bad = int(np.flatnonzero(~valid)[0])
+                    following, state = int(positions[first_bad]), NEXT_END
+                    positions = positions[:first_bad]
+                sizes = big_endian_ints(buf, positions, 4, ">i4") if len(positions) else positions
+                recent = (recent + list(zip((positions + position).tolist(), sizes.tolist())))[-TAIL_CRC_RECORDS:]
+            if state == NEXT_BLANK:
+                end = segment_end
+            elif state == NEXT_END:
+                end = position + following
+            elif state == NEXT_MORE and following == 0:  # one record larger than a read chunk
+                want_min = _record_size(buf, want, 0)
+                assert want_min > want, (want_min, want)  # else locate_records would have returned it
+            else:
+                want_min = 0
+                position += following
+                boundaries.append(position)
+        if end is None:
+            end = position
+        for offset, record_size in recent:
+            if offset >= end:
+                break
+            record = pread_segment(fd, path, offset - base, record_size)
+            message = decode_message(record.data, 0, segment_end - offset, offset, path=path)
+            if fmt.body_crc(message.body) != message.body_crc:
+                end = offset  # a record still being written: not part of the snapshot
+                break
+    finally:
+        os.close(fd)
+    return end, [b for b in boundaries if b < end]
+
+
+def _structure_valid(buf, positions, buf_abs, segment_end, path) -> np.ndarray:
+    """Rules (1) to (4) for each located record (vectorized; decode_message for the rare kinds)."""
+    layout = FastLayout(buf, positions, positions + buf_abs)
+    valid = layout.fast.copy()
+    for i in np.flatnonzero(~valid).tolist():
+        offset = int(positions[i]) + buf_abs
+        try:
+            decode_message(buf.data, int(positions[i]), segment_end - offset, offset, path=path)
+            valid[i] = True
+        except CorruptionError:
+            break
+    return valid
+
+
+# --- streaming: how far a micro-batch reads -------------------------------------------------------------------
+def admit(ref: StoreRef, start: int, end: int, rows_max: int | None, bytes_max: int | None) -> int:
+    """The record start up to which a micro-batch reads from `start`: within the limits, one record at least."""
+    segments = list_segments(ref.root)
+    size = segments.segment_size
+    rows = data = 0
+    position = start
+    while position < end:
+        base = segments.base_of(position)
+        path = segments.path(base)
+        fd = open_segment(path)
+        try:
+            piece_end = min(end, base + size)
+            want = min(piece_end - position, READ_CHUNK_BYTES)
+            buf = pread_segment(fd, path, position - base, want)
+        finally:
+            os.close(fd)
+        positions, following, state = locate_records(buf, want, position, base + size, lenient=False, path=path)
+        if len(positions):
+            sizes = big_endian_ints(buf, positions, 4, ">i4")
+            count = len(positions)
+            if rows_max is not None:
+                count = min(count, rows_max - rows)
+            if bytes_max is not None:
+                count = min(count, int(np.searchsorted(np.cumsum(sizes), bytes_max - data, side="right")))
+            if rows == 0 and count == 0:
+                count = 1  # always make progress, even past a limit smaller than one record
+            if count < len(positions):
+                return position + int(positions[count])
+            rows += count
+            data += int(sizes.sum())
+        if state == NEXT_BLANK:
+            position = base + size
+        elif state == NEXT_MORE and following == 0:  # one record larger than a read chunk
+            record_size = _record_size(buf, want, 0)
+            if rows and (rows_max is not None and rows >= rows_max
+                         or bytes_max is not None and data + record_size > bytes_max):
+                return position
+            rows += 1
+            data += record_size
+            position += record_size
+        else:
+            position += following
+    return end
