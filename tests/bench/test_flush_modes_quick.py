@@ -1,0 +1,77 @@
+"""The flush-mode benchmark's --quick mode runs end to end and writes every row, target and plot.
+
+Speed is not asserted (tests never assert on timings): only that every expected row is there with positive
+numbers and that each target was evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BODIES = {100: "100 B", 1024: "1 KB", 16384: "16 KB"}
+PRODUCERS = (1, 4, 16, 64)
+PEER_ENGINES = ("mqstore", "sqlite3 WAL", "lmdb", "rocksdict")
+
+
+def _positive(row: dict, *fields: str) -> None:
+    for name in fields:
+        assert isinstance(row.get(name), (int, float)) and row[name] > 0, (name, row)
+
+
+def test_flush_modes_quick_writes_every_row(tmp_path):
+    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "flush_modes.py"), "--quick",
+                                "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads((tmp_path / "flush_modes_quick.json").read_text())
+    rows = {row["name"]: row for row in result["rows"]}
+    assert len(rows) == len(result["rows"]), "row names are unique"
+
+    for size, label in BODIES.items():
+        for mode in ("SYNC", "ASYNC"):
+            for producers in PRODUCERS:
+                name = f"{mode} {label}, {producers} producer{'s' if producers > 1 else ''}"
+                assert name in rows, name
+                row = rows[name]
+                assert (row["mode"], row["body_bytes"], row["producers"]) == (mode, size, producers)
+                _positive(row, "count", "msgs_per_s", "mb_per_s", "p50_us", "p99_us", "p999_us", "max_us")
+                assert row["flush_disk_timeouts"] >= 0 and row["other_statuses"] == {}
+
+    rolling = [row for row in result["rows"] if row["section"] == "rolling"]
+    assert {(row["body_bytes"], row["warm_segments"]) for row in rolling} == {
+        (1024, True), (1024, False), (16384, True), (16384, False)}
+    for row in rolling:
+        _positive(row, "msgs_per_s", "mb_per_s", "max_us", "roll_count", "roll_max_us", "first_roll_us")
+
+    copies = [row for row in result["rows"] if row["section"] == "write_buffer"]
+    assert [row["name"][:3] for row in copies] == ["(a)", "(b)", "(c)"]
+    for row in copies:
+        _positive(row, "gb_per_s")
+
+    for label in ("100 B", "1 KB", "16 KB", "1024 KB"):
+        _positive(rows[f"pwrite+fdatasync loop, {label}"], "ops_per_s", "mb_per_s", "p50_us", "p99_us")
+    _positive(rows["fdatasync latency, 1 KB overwrite of a written block"], "p50_us", "p99_us")
+    _positive(rows["mmap copy+msync loop, 1 KB"], "ops_per_s")
+    gil = next(row for row in result["rows"] if row["name"].startswith("mmap.flush (msync)"))
+    _positive(gil, "flush_ms", "other_thread_stall_ms")
+
+    peers = [row for row in result["rows"] if row["section"] == "peers"]
+    assert {(row["engine"], row["durability"], row["batch"]) for row in peers} == {
+        (engine, durability, batch) for engine in PEER_ENGINES for durability in ("sync", "async")
+        for batch in (1, 1000)}
+    for row in peers:
+        _positive(row, "count", "msgs_per_s", "mb_per_s", "p50_us", "p99_us")
+        assert row["not_ok"] == 0, row
+
+    goals = result["targets"]
+    assert len(goals) == 11
+    assert all(isinstance(goal["met"], bool) and goal["value"] >= 0 for goal in goals)
+    assert "## Targets" in completed.stdout
+
+    for suffix in (".md", "_throughput.png", "_latency.png"):
+        path = tmp_path / f"flush_modes_quick{suffix}"
+        assert path.stat().st_size > 0, path
+    assert (tmp_path / "flush_modes_quick_throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
