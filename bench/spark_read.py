@@ -3,12 +3,12 @@
     .venv/bin/python bench/spark_read.py            # full run (a few minutes; stores of 1 GiB segments)
     .venv/bin/python bench/spark_read.py --quick    # smoke run (small stores, one cold run each, ~40 s)
 
-Prints a table and writes bench/results/spark_read.json (spark_read_quick.json with --quick).
+Prints a table and writes bench/results/spark_read.json (spark_read_quick.json with --quick), or --out PATH.
 
 Stores are generated with tests/spark/storegen.py (ten topics, four queues each, written in interleaved runs of
-1 000 messages, TAGS/KEYS/UNIQ_KEY properties like a RocketMQ producer sets), in bench/results/tmp/ (removed
-afterwards unless --keep). Measured on local[*], best of --repeat runs after one warm-up, every query building
-its DataFrame anew (planning included) and materializing all columns (noop sink):
+1 000 messages, TAGS/KEYS/UNIQ_KEY properties like a RocketMQ producer sets), in bench/results/tmp/ (or under
+--work-dir; removed afterwards unless --keep). Measured on local[*], best of --repeat runs after one warm-up, every
+query building its DataFrame anew (planning included) and materializing all columns (noop sink):
 
     full scan 100 B / 1 KB   spark.read.format("commitlog") of the whole store
     one topic (1/10)         .where("topic = 'topic-3'") with filter pushdown (ConsumeQueue path), and without
@@ -35,6 +35,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from mqstore import spark as source  # noqa: E402
+from mqstore import spark_options  # noqa: E402
 from tests.spark.storegen import StoreWriter  # noqa: E402
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -62,8 +63,8 @@ def generate_store(root: str, count: int, body_size: int, segment_size: int) -> 
 
 def decode_all(root: str):
     """(rows, seconds, batches iterator factory) of the reader alone, no Spark."""
-    options = source.parse_options({"path": root})
-    reader = source.CommitLogBatchReader(options, source.commitlog_schema())
+    options = spark_options.parse_options({"path": root})
+    reader = source.CommitLogBatchReader(options, spark_options.commitlog_schema())
     started = time.perf_counter()
     rows = 0
     for partition in reader.partitions():
@@ -74,9 +75,9 @@ def decode_all(root: str):
 
 def write_copies(root: str, parquet_path: str, arrow_path: str) -> None:
     """The store's rows as a Parquet file (pyarrow) and as an Arrow IPC file (for the ceiling source)."""
-    options = source.parse_options({"path": root})
-    reader = source.CommitLogBatchReader(options, source.commitlog_schema())
-    schema = source._arrow_schema(reader.schema)
+    options = spark_options.parse_options({"path": root})
+    reader = source.CommitLogBatchReader(options, spark_options.commitlog_schema())
+    schema = spark_options.arrow_schema(reader.schema)
     with pq.ParquetWriter(parquet_path, schema) as parquet, pa.OSFile(arrow_path, "wb") as sink, \
             pa.ipc.new_file(sink, schema) as arrow:
         for partition in reader.partitions():
@@ -127,7 +128,7 @@ def _ceiling_source():
             return "arrowfile"
 
         def schema(self):
-            return source.commitlog_schema()
+            return spark_options.commitlog_schema()
 
         def reader(self, schema):
             return ArrowFileReader(self.options["path"], schema)
@@ -252,13 +253,19 @@ def main(argv=None, spark=None) -> str:
     parser.add_argument("--rows-1kb", type=int, help="messages of 1 KB bodies")
     parser.add_argument("--segment-bytes", type=int, help="CommitLog segment size")
     parser.add_argument("--keep", action="store_true", help="keep the generated stores and copies")
+    parser.add_argument("--out", metavar="PATH",
+                        help="JSON result path (default: bench/results/spark_read.json, spark_read_quick.json "
+                             "with --quick)")
+    parser.add_argument("--work-dir", metavar="DIR",
+                        help="directory to generate the stores and copies under (default: bench/results/tmp)")
     parser.add_argument("--repeat", type=int, help="timed runs after a warm-up (best is kept); 0: one cold run")
     args = parser.parse_args(argv)
     rows_100b = args.rows_100b or (200_000 if args.quick else 3_000_000)
     rows_1kb = args.rows_1kb or (40_000 if args.quick else 500_000)
     segment_bytes = args.segment_bytes or ((16 << 20) if args.quick else (1 << 30))
     repeat = args.repeat if args.repeat is not None else (0 if args.quick else 2)
-    work_dir = WORK_DIR + ("_quick" if args.quick else "")
+    work_dir = (os.path.join(args.work_dir, os.path.basename(WORK_DIR)) if args.work_dir else WORK_DIR) \
+        + ("_quick" if args.quick else "")
     os.makedirs(work_dir, exist_ok=True)
     stores = prepare_stores(work_dir, rows_100b, rows_1kb, segment_bytes)
     try:
@@ -283,11 +290,11 @@ def main(argv=None, spark=None) -> str:
         "stores": {name: {k: info[k] for k in ("rows", "log_bytes")} for name, info in stores.items()},
         "results": results, "summary": summary,
     }
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    path = os.path.join(RESULTS_DIR, "spark_read_quick.json" if args.quick else "spark_read.json")
+    path = args.out or os.path.join(RESULTS_DIR, "spark_read_quick.json" if args.quick else "spark_read.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(output, handle, indent=2)
-    print(f"\nwrote {os.path.relpath(path)}")
+    print(f"\nwrote {path if args.out else os.path.relpath(path)}")
     return path
 
 

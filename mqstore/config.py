@@ -84,7 +84,10 @@ class StoreConfig:
     """the local hour at which expired segments are removed (RocketMQ's deleteWhen "04")."""
 
     disk_max_used_space_ratio: float = 0.75
-    """over this disk usage, expired segments go at once, then the oldest ones (diskMaxUsedSpaceRatio)."""
+    """over this disk usage, expired segments go at once, whatever the hour (RocketMQ's diskMaxUsedSpaceRatio)."""
+
+    disk_clean_forcibly_ratio: float = 0.85
+    """over this disk usage, the oldest segments go even if not expired (diskSpaceCleanForciblyRatio)."""
 
     disk_full_ratio: float = 0.90
     """over this disk usage, put() returns PutStatus.DISK_FULL until space is freed."""
@@ -153,7 +156,7 @@ class StoreConfig:
         if not isinstance(self.file_reserved_hours, (int, float)) or isinstance(self.file_reserved_hours, bool) \
                 or not 0 <= self.file_reserved_hours <= 1_000_000:
             raise InvalidConfigError(f"file_reserved_hours must be a number in 0..1000000, got {self.file_reserved_hours!r}")
-        for name in ("disk_max_used_space_ratio", "disk_full_ratio"):
+        for name in ("disk_max_used_space_ratio", "disk_clean_forcibly_ratio", "disk_full_ratio"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < value <= 1.0:
                 raise InvalidConfigError(f"{name} must be a number in (0, 1], got {value!r}")

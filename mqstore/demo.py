@@ -118,7 +118,6 @@ def _spark_session():
     session = (SparkSession.builder.master("local[*]").appName("mqstore-demo")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.log.level", "ERROR")
                .config("spark.sql.shuffle.partitions", str(SPARK_SHUFFLE_PARTITIONS))
                .config("spark.sql.python.filterPushdown.enabled", "true")
                .getOrCreate())

@@ -4,10 +4,10 @@ CleanCommitLogService and CleanConsumeQueueService).
 When does a segment go? A segment is expired when its file was last modified more than `file_reserved_hours`
 ago. Expired segments are removed
   - at `delete_when_hour` (local time, the hour RocketMQ's deleteWhen names), or
-  - at once while disk usage is over `disk_max_used_space_ratio`, or
+  - at once while disk usage is over `disk_max_used_space_ratio` (0.75), or
   - whenever `MessageStore.clean_expired()` is called.
-While disk usage stays over `disk_max_used_space_ratio` after that, the oldest segments go even if not
-expired. Never removed: the segment holding the log's end and any segment not fully dispatched and flushed.
+While disk usage is over `disk_clean_forcibly_ratio` (0.85), the oldest segments go even if not expired.
+Never removed: the segment holding the log's end and any segment not fully dispatched and flushed.
 
 With `archive_dir` set, segments are moved to `<archive_dir>/commitlog/` instead of deleted (KahaDB's
 archiveDataLogs); `restore_from_archive` puts them back in front of a store's log, which then rebuilds its
@@ -102,12 +102,13 @@ class Retention:
             report.disk_used_ratio = usage = self._usage(store.root_dir)
             store._disk_full = usage > config.disk_full_ratio
             space_pressure = usage > config.disk_max_used_space_ratio
+            forcibly = usage > config.disk_clean_forcibly_ratio
             time_up = self._local_hour() == config.delete_when_hour
             if not (manual or time_up or space_pressure):
                 self.last_report = report
                 return report
             report.reason = "manual" if manual else ("disk" if space_pressure else "time")
-            self._remove_segments(report, space_pressure)
+            self._remove_segments(report, forcibly)
             if report.segments_removed:
                 self._trim_queues_and_index(report)
                 report.disk_used_ratio = usage = self._usage(store.root_dir)
@@ -125,14 +126,14 @@ class Retention:
         safe_end = min(commitlog.readable_end(), commitlog.flushed_position, store._dispatch.dispatched_offset)
         return [s for s in commitlog.segments.segments[:-1] if s.base_offset + s.size_bytes <= safe_end]
 
-    def _remove_segments(self, report: CleanReport, space_pressure: bool) -> None:
+    def _remove_segments(self, report: CleanReport, forcibly: bool) -> None:
         store = self._store
         config = store.config
         now = self._clock_ms()
         reserved_ms = config.file_reserved_hours * HOUR_MS
         for segment in self._removable()[:SEGMENTS_REMOVED_PER_ROUND_MAX]:
             expired = os.path.getmtime(segment.path) * 1000 + reserved_ms <= now
-            if not expired and not (space_pressure and self._usage(store.root_dir) > config.disk_max_used_space_ratio):
+            if not expired and not (forcibly and self._usage(store.root_dir) > config.disk_clean_forcibly_ratio):
                 break  # segments go oldest first: a kept one keeps every later one
             self._remove_segment(segment, report)
 

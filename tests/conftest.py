@@ -46,6 +46,8 @@ def small_config(**overrides):
 
     settings = dict(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64, max_message_size_bytes=8192,
                     store_host="10.0.0.7", store_port=10911, preallocate_segments=False, index_enabled=False,
-                    index_slot_count=64, index_entry_count_max=256)
+                    index_slot_count=64, index_entry_count_max=256,
+                    # The test machine's own disk usage must not make retention remove segments or refuse puts.
+                    disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0, disk_full_ratio=1.0)
     settings.update(overrides)
     return StoreConfig(**settings)

@@ -1,4 +1,7 @@
-"""bench/spark_read.py --quick runs end to end and writes its JSON (speed itself is not asserted)."""
+"""bench/spark_read.py --quick runs end to end and writes its JSON (speed itself is not asserted).
+
+Everything it writes goes under tmp_path (--out, --work-dir): a test run leaves the repository untouched.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +11,15 @@ import json
 from tests.spark.conftest import REPO_ROOT
 
 
-def test_spark_read_benchmark_quick_mode_runs(spark):
+def test_spark_read_benchmark_quick_mode_runs(spark, tmp_path):
     spec = importlib.util.spec_from_file_location("spark_read_bench", REPO_ROOT / "bench" / "spark_read.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    path = bench.main(["--quick", "--rows-100b", "40000", "--rows-1kb", "8000"], spark=spark)
+    out = tmp_path / "results" / "spark_read_quick.json"
+    path = bench.main(["--quick", "--rows-100b", "40000", "--rows-1kb", "8000", "--out", str(out),
+                       "--work-dir", str(tmp_path / "work")], spark=spark)
+    assert path == str(out)
+    assert not (tmp_path / "work" / "spark_read_quick").exists()  # generated stores removed afterwards
     result = json.loads(open(path, encoding="utf-8").read())
     names = {r["name"] for r in result["results"]}
     assert {"full scan 100b: commitlog", "full scan 100b: parquet (pyarrow file)",

@@ -8,10 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
+from commitlog import columnar
 from commitlog import format as fmt
 from commitlog.errors import CorruptionError, StoreIOError
 from commitlog.message import decode_message
 from mqstore import spark as source
+from mqstore import spark_options, spark_plan, spark_scan
 from tests.spark.storegen import StoreWriter, encode_record
 
 SEGMENT = 64 * 1024
@@ -19,8 +21,8 @@ SEGMENT = 64 * 1024
 
 def read_rows(root, **options) -> list[dict]:
     """Every row a batch read of `root` gives, through the reader Spark would use (pushdown reader)."""
-    parsed = source.parse_options({"path": str(root), **options})
-    reader = source.CommitLogBatchReader(parsed, source.commitlog_schema(parsed.with_store_column))
+    parsed = spark_options.parse_options({"path": str(root), **options})
+    reader = source.CommitLogBatchReader(parsed, spark_options.commitlog_schema(parsed.with_store_column))
     return [row for partition in reader.partitions() for batch in reader.read(partition)
             for row in batch.to_pylist()]
 
@@ -81,8 +83,8 @@ def test_a_body_holding_a_record_header_does_not_fool_the_reader(tmp_path, monke
         second = writer.put("a", fake + b"tail")
         third = writer.put("a", b"after")
     walks = []
-    walk = source._walk_python
-    monkeypatch.setattr(source, "_walk_python", lambda *a, **k: walks.append(a[2]) or walk(*a, **k))
+    walk = columnar._walk_python
+    monkeypatch.setattr(columnar, "_walk_python", lambda *a, **k: walks.append(a[2]) or walk(*a, **k))
     rows = read_rows(root)
     assert [r["commitlog_offset"] for r in rows] == [first, second, third]
     assert rows[1]["body"] == fake + b"tail"
@@ -94,9 +96,9 @@ def test_a_large_segment_is_split_at_record_starts(tmp_path, monkeypatch):
     with StoreWriter(root, segment_size_bytes=4 * 1024 * 1024, queue_entries_per_file=1000) as writer:
         writer.put_bulk("bulk", 20_000, 100, queue_count=3)
         writer.put_bulk("other", 2_000, 10, queue_count=2, seed=1)
-    monkeypatch.setattr(source, "PARTITION_BYTES_MAX", 512 * 1024)
-    parsed = source.parse_options({"path": str(root)})
-    partitions = source.plan_batch(parsed.stores, parsed.row_filter)
+    monkeypatch.setattr(spark_plan, "PARTITION_BYTES_MAX", 512 * 1024)
+    parsed = spark_options.parse_options({"path": str(root)})
+    partitions = spark_plan.plan_batch(parsed.stores, parsed.row_filter)
     pieces = [piece for partition in partitions for piece in partition.pieces]
     assert len([p for p in pieces if p.base == 0]) > 2  # the first segment was split
     rows = read_rows(root)
@@ -109,10 +111,11 @@ def test_a_split_that_is_not_a_record_start_is_refused(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
         offsets = [writer.put("a", b"y" * 50) for _ in range(20)]
-    decoder = source.Decoder(source._arrow_schema(source.commitlog_schema()), source.RowFilter(), None)
-    piece = source.Piece(0, 0, offsets[5] + 7)
+    schema = spark_options.arrow_schema(spark_options.commitlog_schema())
+    decoder = columnar.Decoder(schema, spark_options.RowFilter(), None)
+    piece = spark_scan.Piece(0, 0, offsets[5] + 7)
     with pytest.raises(CorruptionError, match="runs past the end"):
-        list(source._read_piece(decoder, str(root / "commitlog"), SEGMENT, piece))
+        list(spark_scan._read_piece(decoder, str(root / "commitlog"), SEGMENT, piece))
 
 
 def test_written_end_ignores_preallocated_segments_and_unfinished_records(tmp_path):
@@ -125,23 +128,23 @@ def test_written_end_ignores_preallocated_segments_and_unfinished_records(tmp_pa
                                properties={}, born_timestamp_ms=1, store_timestamp_ms=2)
     with open(root / "commitlog" / fmt.segment_name(SEGMENT), "wb") as handle:  # preallocated, still zeros
         handle.truncate(SEGMENT)
-    plan = source.plan_store(source.StoreRef(str(root), None))
+    plan = spark_plan.plan_store(spark_options.StoreRef(str(root), None))
     assert plan.end == end
     # a record whose header is written but not all of its body yet
     with open(root / "commitlog" / fmt.segment_name(0), "r+b") as handle:
         handle.seek(end)
         handle.write(record[:300])
-    assert source.plan_store(source.StoreRef(str(root), None)).end == end
+    assert spark_plan.plan_store(spark_options.StoreRef(str(root), None)).end == end
     assert len(read_rows(root)) == 30
     # every field in place but part of the body not visible yet: only the body CRC tells
     with open(root / "commitlog" / fmt.segment_name(0), "r+b") as handle:
         handle.seek(end)
         handle.write(record[:fmt.OFFSET_BODY + 100] + bytes(200) + record[fmt.OFFSET_BODY + 300:])
-    assert source.plan_store(source.StoreRef(str(root), None)).end == end
+    assert spark_plan.plan_store(spark_options.StoreRef(str(root), None)).end == end
     with open(root / "commitlog" / fmt.segment_name(0), "r+b") as handle:
         handle.seek(end)
         handle.write(record)
-    assert source.plan_store(source.StoreRef(str(root), None)).end == end + len(record)
+    assert spark_plan.plan_store(spark_options.StoreRef(str(root), None)).end == end + len(record)
     assert len(read_rows(root)) == 31
 
 
@@ -153,7 +156,7 @@ def test_topic_filter_finds_records_past_the_dispatched_end(tmp_path):
     with StoreWriter(root, segment_size_bytes=SEGMENT, dispatch=False) as writer:  # dispatch lags behind
         for i in range(200, 260):
             writer.put(f"t{i % 2}", b"d" * 150, queue_id=i % 3)
-    plan = source.plan_store(source.StoreRef(str(root), None))
+    plan = spark_plan.plan_store(spark_options.StoreRef(str(root), None))
     assert plan.dispatched_end < plan.end
     every = read_rows(root)
     for options in ({"topic": "t1"}, {"topic": "t0", "queue_id": "2"}, {"topic": "t0,t1", "start_offset": "20000"}):
@@ -163,8 +166,8 @@ def test_topic_filter_finds_records_past_the_dispatched_end(tmp_path):
                     and ("queue_id" not in options or r["queue_id"] == int(options["queue_id"]))
                     and r["commitlog_offset"] >= int(options.get("start_offset", 0))]
         assert sorted(r["commitlog_offset"] for r in rows) == expected
-        parsed = source.parse_options({"path": str(root), **options})
-        kinds = {type(p).__name__ for p in source.plan_batch(parsed.stores, parsed.row_filter)}
+        parsed = spark_options.parse_options({"path": str(root), **options})
+        kinds = {type(p).__name__ for p in spark_plan.plan_batch(parsed.stores, parsed.row_filter)}
         assert kinds == {"QueuePartition", "LogPartition"}
 
 
@@ -180,7 +183,7 @@ def test_push_filters_folds_what_it_applies_exactly():
                IsNotNull(("body",)),
                Not(EqualTo(("topic",), "c")), StringStartsWith(("topic",), "a"), EqualTo(("flag",), 1),
                IsNotNull(("tags",)), In(("queue_id",), (1, "x"))]
-    folded, rest = source.push_filters(source.RowFilter(), filters)
+    folded, rest = spark_options.push_filters(spark_options.RowFilter(), filters)
     assert len(rest) == 5 and all(a is b for a, b in zip(rest, filters[6:]))
     assert folded.topics == {"a"} and folded.queue_ids == {1, 2}
     assert folded.offset_lo == 11 and folded.offset_hi is None
@@ -192,8 +195,8 @@ def test_a_segment_deleted_under_a_read_is_a_clear_error(tmp_path):
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
         for i in range(1200):
             writer.put("a", b"w" * 200)
-    parsed = source.parse_options({"path": str(root)})
-    reader = source.CommitLogBatchReader(parsed, source.commitlog_schema())
+    parsed = spark_options.parse_options({"path": str(root)})
+    reader = source.CommitLogBatchReader(parsed, spark_options.commitlog_schema())
     partitions = reader.partitions()
     os.remove(root / "commitlog" / fmt.segment_name(SEGMENT))
     with pytest.raises(StoreIOError, match=fmt.segment_name(SEGMENT) + " was deleted"):
@@ -218,8 +221,8 @@ def test_snapshot_stops_at_the_planned_end_while_records_are_appended(tmp_path):
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
         for i in range(500):
             writer.put("a", b"s" * 300)
-    parsed = source.parse_options({"path": str(root)})
-    reader = source.CommitLogBatchReader(parsed, source.commitlog_schema())
+    parsed = spark_options.parse_options({"path": str(root)})
+    reader = source.CommitLogBatchReader(parsed, spark_options.commitlog_schema())
     partitions = reader.partitions()
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
         for i in range(500):
@@ -269,15 +272,15 @@ def test_records_larger_than_a_read_chunk(tmp_path, monkeypatch):
         offsets = [writer.put(f"t{i % 2}", os.urandom(body), tags="T") for i, body in enumerate(bodies)]
     sizes = [fmt.RECORD_SIZE_FIXED + body + 2 + len(fmt.encode_properties({"TAGS": "T"})) for body in bodies]
     expected = read_rows(root)
-    monkeypatch.setattr(source, "READ_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(spark_scan, "READ_CHUNK_BYTES", 4096)
     assert read_rows(root) == expected
     assert [r["commitlog_offset"] for r in expected] == offsets
-    plan = source.plan_store(source.StoreRef(str(root), None))
+    plan = spark_plan.plan_store(spark_options.StoreRef(str(root), None))
     assert plan.end == writer.end_offset
-    ref = source.StoreRef(str(root), None)
-    assert source.admit(ref, 0, plan.end, 3, None) == offsets[3]
-    assert source.admit(ref, 0, plan.end, None, 1) == offsets[1]  # one record at least
-    cut = source.admit(ref, offsets[5], plan.end, None, 40_000)
+    ref = spark_options.StoreRef(str(root), None)
+    assert spark_scan.admit(ref, 0, plan.end, 3, None) == offsets[3]
+    assert spark_scan.admit(ref, 0, plan.end, None, 1) == offsets[1]  # one record at least
+    cut = spark_scan.admit(ref, offsets[5], plan.end, None, 40_000)
     taken = offsets.index(cut) - 5
     assert sum(sizes[5:5 + taken]) <= 40_000 < sum(sizes[5:6 + taken])
 
@@ -288,5 +291,5 @@ def test_slices_in_any_order_and_overlapping():
     buf = np.frombuffer(b"hello world, a longer string than twelve", dtype=np.uint8)
     starts, lengths = np.array([6, 0, 13, 0, 40]), np.array([5, 5, 27, 40, 0])
     expected = [bytes(buf[a:a + n]) for a, n in zip(starts, lengths)]
-    assert source._slices(pa.binary(), buf, starts, lengths).to_pylist() == expected
-    assert source._slices(pa.binary(), buf, starts[:3:2], lengths[:3:2]).to_pylist() == expected[:3:2]
+    assert columnar._slices(pa.binary(), buf, starts, lengths).to_pylist() == expected
+    assert columnar._slices(pa.binary(), buf, starts[:3:2], lengths[:3:2]).to_pylist() == expected[:3:2]

@@ -17,7 +17,9 @@ import sys, time
 sys.path.insert(0, {root!r})
 try:  # the engine when it is there, else the tests' own writer
     from mqstore import MessageStore, StoreConfig, Message
-    config = StoreConfig(segment_size_bytes={segment}, max_message_size_bytes=8192, consume_queue_entries_per_file=256)
+    # no retention under disk pressure: on a busy disk it would remove the first segments mid-test
+    config = StoreConfig(segment_size_bytes={segment}, max_message_size_bytes=8192, consume_queue_entries_per_file=256,
+                         disk_max_used_space_ratio=1.0, disk_full_ratio=1.0)
     store = MessageStore.open({store!r}, config)
 except ImportError:
     from tests.spark.storegen import StoreWriter

@@ -86,7 +86,7 @@ def report_archived(archive, names):
 
 
 def test_retention_waits_for_its_hour_unless_the_disk_is_filling(tmp_path):
-    config = small_config(file_reserved_hours=1, delete_when_hour=4)
+    config = small_config(file_reserved_hours=1, delete_when_hour=4, disk_max_used_space_ratio=0.75)
     with MessageStore.open(tmp_path, config) as store:
         _fill(store)
         _age(tmp_path, 2)
@@ -97,10 +97,17 @@ def test_retention_waits_for_its_hour_unless_the_disk_is_filling(tmp_path):
         hour[0] = 4
         report = retention.run_once(manual=False)
         assert report.reason == "time" and len(report.segments_removed) >= 1
+        _fill(store)
+        _age(tmp_path, 2)
+        hour[0] = 5
+        usage[0] = 0.80  # over disk_max_used_space_ratio: expired segments go whatever the hour
+        report = retention.run_once(manual=False)
+        assert report.reason == "disk" and len(report.segments_removed) >= 1
 
 
 def test_disk_pressure_removes_unexpired_segments_and_a_full_disk_refuses_puts(tmp_path):
-    config = small_config(file_reserved_hours=1000, disk_max_used_space_ratio=0.75, disk_full_ratio=0.9)
+    config = small_config(file_reserved_hours=1000, disk_max_used_space_ratio=0.75, disk_clean_forcibly_ratio=0.85,
+                          disk_full_ratio=0.9)
     with MessageStore.open(tmp_path, config) as store:
         _fill(store)
         end = store.stats()["commitlog"]["max_offset"]
