@@ -57,8 +57,10 @@ def baseline(count: int, body_size: int) -> float:
     return count / elapsed
 
 
-def _config() -> StoreConfig:
-    return StoreConfig(store_host="10.0.0.1")
+def _config(index: bool = False) -> StoreConfig:
+    """The core engine's rows run without the index (it adds a UNIQ_KEY and index entries to every message);
+    one row measures put with it, as a store opened with the defaults runs."""
+    return StoreConfig(store_host="10.0.0.1", index_enabled=index)
 
 
 def _pre_touch(store: MessageStore) -> None:
@@ -70,9 +72,9 @@ def _pre_touch(store: MessageStore) -> None:
         view[position] = 0
 
 
-def bench_put(root: str, count: int, body_size: int, warm: bool) -> dict:
+def bench_put(root: str, count: int, body_size: int, warm: bool, index: bool = False) -> dict:
     messages = [Message("orders", b"x" * body_size, queue_id=i % QUEUES) for i in range(count)]
-    with MessageStore.open(root, _config()) as store:
+    with MessageStore.open(root, _config(index)) as store:
         store.put(Message("orders", b"first"))
         if warm:
             _pre_touch(store)
@@ -155,6 +157,8 @@ def main() -> int:
             for warm in (False, True):
                 result = bench_put(fresh(f"put{body}{warm}"), count, body, warm)
                 rows.append((f"put {body} B, 1 thread, {'warm' if warm else 'cold'}", result, base))
+        result = bench_put(fresh("put-index"), count, 100, True, index=True)
+        rows.append(("put 100 B, 1 thread, warm, index on", result, base_100))
         for warm in (False, True):
             result = bench_put_batch(fresh(f"batch{warm}"), count, 1000, warm)
             rows.append((f"put_batch 1 KB x1000, {'warm' if warm else 'cold'}", result, base_1k))

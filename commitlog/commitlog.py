@@ -18,7 +18,7 @@ import zlib
 
 from commitlog import format as fmt
 from commitlog.dispatch import parse_records
-from commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedError, StoreIOError
+from commitlog.errors import InvalidMessageError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile
 from commitlog.message import Message, StoredMessage, decode_message, decode_records
 from commitlog.segments import SegmentList

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from commitlog.errors import InvalidMessageError, StoreClosedError, StoreError
+from commitlog.errors import InvalidMessageError, StoreClosedError
 from commitlog.message import StoredMessage
 from mqstore.engine import GET_MAX_COUNT_LIMIT, GetStatus
 from mqstore.offsets import ConsumerOffsets, validate_group

@@ -12,7 +12,6 @@ import enum
 import fcntl
 import logging
 import os
-import shutil
 import threading
 import time
 from typing import Iterable, NamedTuple
@@ -22,7 +21,7 @@ import numpy as np
 from commitlog import format as fmt
 from commitlog.commitlog import CommitLog, validate_topic
 from commitlog.dispatch import DispatchService
-from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
+from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
                               StoreIOError, StoreLockedError)
 from commitlog.message import Message, PutResult, PutStatus, StoredMessage
 from consumequeue.consume_queue import ConsumeQueueTable
@@ -31,10 +30,10 @@ from commitlog.unique_key import UniqueKeyGenerator
 from flush.allocator import SegmentAllocator
 from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from flush.services import GroupCommitService, IntervalFlusher
-from indexfile import format as index_format
 from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_service import IndexService
 from mqstore.config import FlushMode, StoreConfig, save_or_check_format
+from mqstore.engine_index import IndexFlushable, IndexLookups
+from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
 from mqstore.recovery import RecoveryReport, recover
 from mqstore.retention import Retention
 
@@ -43,9 +42,6 @@ log = logging.getLogger(__name__)
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
-ABORT_FILE_NAME = "abort"  # present while a writer has the store open: found at open, the last run crashed
-QUERY_MAX_COUNT_LIMIT = 1024  # messages one query() may return
-QUERY_COLLISION_FACTOR = 2  # index entries asked for per wanted message (hash collisions are filtered after)
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
 CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
 _new_tuple = tuple.__new__  # builds a PutResult without the NamedTuple constructor's Python frame
@@ -76,7 +72,7 @@ class GetResult(NamedTuple):
     max_offset: int
 
 
-class MessageStore:
+class MessageStore(IndexLookups):
     """An embedded RocketMQ-format message store. Use `MessageStore.open(...)`; it is a context manager."""
 
     def __init__(self, root_dir: str, config: StoreConfig, read_only: bool):
@@ -118,7 +114,7 @@ class MessageStore:
             store._release()
             marker = getattr(store, "_abort_marker_created", None)
             if marker is not None:
-                _remove_marker(marker)
+                remove_marker(marker)
             raise
         return store
 
@@ -156,7 +152,7 @@ class MessageStore:
             return
         abort_path = os.path.join(root, ABORT_FILE_NAME)
         crashed = os.path.exists(abort_path)
-        _write_marker(abort_path)
+        write_marker(abort_path)
         self._abort_marker_created = None if crashed else abort_path  # removed again if this open fails
         self._checkpoint = self._open_checkpoint()
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
@@ -225,7 +221,7 @@ class MessageStore:
             flusher.start()
             self._services.append(flusher)
         self._log_flusher = self._services[-1]
-        self._index_flushable = _IndexFlushable(self._index) if self._index is not None else None
+        self._index_flushable = IndexFlushable(self._index) if self._index is not None else None
         logical = [self._queues] + ([self._index_flushable] if self._index is not None else [])
         queues_flusher = IntervalFlusher(logical, interval_ms=config.flush_consume_queue_interval_ms,
                                          least_pages=CONSUME_QUEUE_FLUSH_LEAST_PAGES,
@@ -246,27 +242,6 @@ class MessageStore:
                                 index_ms=self._index_flushable.flushed_timestamp_ms if self._index else None,
                                 index_flushed_end=self._index_flushable.flushed_end if self._index else None)
         self._checkpoint.flush()
-
-    def _open_index(self) -> IndexService:
-        """The store's IndexService. Index files are derived data: a writer that finds them corrupt deletes them
-        and rebuilds the index from the CommitLog (dispatch replays the log into the empty index)."""
-        config = self.config
-        directory = os.path.join(self.root_dir, "index")
-        _check_index_sizes(directory, config)
-        try:
-            return IndexService(directory, config.index_slot_count, config.index_entry_count_max,
-                                read_only=self.read_only)
-        except CorruptionError as exc:
-            if self.read_only:
-                raise
-            log.warning("rebuilding the index of %s from the CommitLog: %s", self.root_dir, exc)
-            self.index_rebuilt_because = str(exc)
-            try:
-                shutil.rmtree(directory)
-            except OSError as remove_error:
-                raise StoreIOError(f"cannot remove the corrupt index {directory}: {remove_error.strerror}") \
-                    from remove_error
-            return IndexService(directory, config.index_slot_count, config.index_entry_count_max)
 
     def _take_lock(self) -> None:
         path = os.path.join(self.root_dir, "lock")
@@ -300,7 +275,7 @@ class MessageStore:
                     self._allocator.close()
                 if not self.read_only:
                     self._flush_all()
-                    _remove_marker(os.path.join(self.root_dir, ABORT_FILE_NAME))
+                    remove_marker(os.path.join(self.root_dir, ABORT_FILE_NAME))
             finally:
                 self._release()
 
@@ -485,64 +460,6 @@ class MessageStore:
                     from exc
             raise
 
-    # --- lookups by key (IndexFile) ------------------------------------------------------------------------
-    def _index_service(self) -> IndexService:
-        self._check_open()
-        if self._index is None:
-            raise InvalidMessageError("this store was opened with index_enabled=False: no lookups by key")
-        return self._index
-
-    def query(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,
-              end_ms: int | None = None) -> list[StoredMessage]:
-        """Messages of `topic` whose KEYS or UNIQ_KEY hold `key`, stored in [begin_ms, end_ms], newest first.
-
-        Exact matches only: index entries whose key merely shares the hash are read and dropped.
-        """
-        index = self._index_service()
-        validate_topic(topic)
-        if not isinstance(key, str) or not key:
-            raise InvalidMessageError(f"key must be a non-empty str, got {key!r}")
-        if type(max_count) is not int or not 1 <= max_count <= QUERY_MAX_COUNT_LIMIT:
-            raise InvalidMessageError(f"max_count must be an int in 1..{QUERY_MAX_COUNT_LIMIT}, got {max_count!r}")
-        if end_ms is None:
-            end_ms = 2**63 - 1
-        if type(begin_ms) is not int or type(end_ms) is not int:
-            raise InvalidMessageError("begin_ms and end_ms must be ints")
-        wanted = max_count
-        while True:
-            asked = min(QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR, wanted * QUERY_COLLISION_FACTOR)
-            # Index entries keep whole seconds: ask a second wider, then filter by the exact store time.
-            offsets = index.query(topic, key, asked, max(0, begin_ms - 1000), min(2**63 - 1, end_ms + 1000))
-            found = [message for message in (self._read_indexed(offset) for offset in offsets)
-                     if message is not None and _has_key(message, topic, key)
-                     and begin_ms <= message.store_timestamp_ms <= end_ms]
-            if len(found) >= max_count or len(offsets) < asked or asked >= QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR:
-                return found[:max_count]
-            wanted *= 4  # many collisions: look further
-
-    def _read_indexed(self, commitlog_offset: int) -> StoredMessage | None:
-        """The message an index entry points to; None when it is below the log's minimum (deleted)."""
-        if commitlog_offset < self._commitlog.min_offset():
-            return None
-        return self._commitlog.read(commitlog_offset)
-
-    def get_by_msg_id(self, msg_id: str) -> StoredMessage:
-        """The message with this offset message id (the record there must have the id's store host and port)."""
-        self._check_open()
-        host, commitlog_offset = fmt.parse_message_id(msg_id)
-        message = self.read_at(commitlog_offset)
-        if message.store_host_raw != host:
-            raise InvalidMessageError(f"message id {msg_id} names store host {host.hex().upper()}, but the message "
-                                      f"at offset {commitlog_offset} was stored by {message.store_host_raw.hex().upper()}")
-        return message
-
-    def get_by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage | None:
-        """The newest message of `topic` whose UNIQ_KEY property is `uniq_key`, or None."""
-        for message in self.query(topic, uniq_key, max_count=QUERY_MAX_COUNT_LIMIT):
-            if message.properties.get(fmt.PROPERTY_UNIQ_KEY) == uniq_key:
-                return message
-        return None
-
     def min_offset(self, topic: str, queue_id: int) -> int:
         self._check_open()
         queue = self._queue(topic, queue_id)
@@ -663,97 +580,9 @@ class MessageStore:
         }
 
 
-class _IndexFlushable:
-    """The IndexService seen by a flush service: dirty while entries were added since its last flush."""
-
-    def __init__(self, service: IndexService):
-        self.service = service
-        self.flushed_entry_count = service.entry_count
-        self.flushed_timestamp_ms = 0
-        self.flushed_end = 0
-
-    def dirty_bytes(self) -> int:
-        return (self.service.entry_count - self.flushed_entry_count) * 20
-
-    def flush(self) -> int:
-        """Flush the index; afterwards `flushed_end` is a commitlog offset below which every message's keys are
-        on disk (the message at the returned position has all its keys written before the flush)."""
-        files = self.service.files
-        timestamp = files[-1].end_timestamp_ms if files else 0  # read first: never newer than what is flushed
-        count = self.service.entry_count
-        position = self.service.flush()
-        self.flushed_entry_count = count
-        self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
-        if count:
-            self.flushed_end = max(self.flushed_end, position + 1)
-        return position
-
-
 def _refused(status: PutStatus) -> PutResult:
     """The result of a put that wrote nothing."""
     return PutResult(status, -1, -1, 0, 0, "")
-
-
-def _write_marker(path: str) -> None:
-    """Create the abort marker durably (file and directory entry)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _fsync_directory(os.path.dirname(path))
-    except OSError as exc:
-        raise StoreIOError(f"cannot create {path}: {exc.strerror}") from exc
-
-
-def _remove_marker(path: str) -> None:
-    try:
-        os.unlink(path)
-        _fsync_directory(os.path.dirname(path))
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise StoreIOError(f"cannot remove {path}: {exc.strerror}") from exc
-
-
-def _fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _check_index_sizes(directory: str, config: StoreConfig) -> None:
-    """ConfigMismatchError when the store's index files were made with other sizes than `config` gives."""
-    try:
-        names = sorted(n for n in os.listdir(directory) if index_format.parse_file_name(n) is not None)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreIOError(f"cannot list {directory}: {exc.strerror}") from exc
-    if not names:
-        return
-    path = os.path.join(directory, names[0])
-    expected = index_format.file_size_bytes(config.index_slot_count, config.index_entry_count_max)
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
-    if size != expected:
-        raise ConfigMismatchError(
-            f"index file {path} is {size} bytes; index_slot_count={config.index_slot_count} and "
-            f"index_entry_count_max={config.index_entry_count_max} make {expected}-byte files. Open with the "
-            "sizes the store was written with, or with index_enabled=False")
-
-
-def _has_key(message: StoredMessage, topic: str, key: str) -> bool:
-    """Whether `message` is in `topic` and holds `key` in KEYS or as its UNIQ_KEY (what the index maps)."""
-    if message.topic != topic:
-        return False
-    properties = message.properties
-    return properties.get(fmt.PROPERTY_UNIQ_KEY) == key or key in properties.get(fmt.PROPERTY_KEYS, "").split(" ")
 
 
 def _parse_tags(tags) -> frozenset[str] | None:

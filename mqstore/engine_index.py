@@ -1,0 +1,163 @@
+"""The store's IndexFile side: opening (and rebuilding) the index, lookups by key, flushing it.
+
+`IndexLookups` is mixed into MessageStore; it uses the store's `_index`, `_commitlog`, `config`, `root_dir`,
+`read_only` and `read_at`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from commitlog import format as fmt
+from commitlog.commitlog import validate_topic
+from commitlog.errors import ConfigMismatchError, CorruptionError, InvalidMessageError, StoreIOError
+from commitlog.message import StoredMessage
+from indexfile import format as index_format
+from indexfile.index_service import IndexService
+from mqstore.config import StoreConfig
+
+log = logging.getLogger(__name__)
+
+QUERY_MAX_COUNT_LIMIT = 1024  # messages one query() may return
+QUERY_COLLISION_FACTOR = 2  # index entries asked for per wanted message (hash collisions are filtered after)
+
+
+class IndexLookups:
+    """Lookups by key, message id and UNIQ_KEY (the public part of the index), mixed into MessageStore."""
+
+    def _open_index(self) -> IndexService:
+        """The store's IndexService. Index files are derived data: a writer that finds them corrupt deletes them
+        and rebuilds the index from the CommitLog (dispatch replays the log into the empty index)."""
+        config = self.config
+        directory = os.path.join(self.root_dir, "index")
+        check_index_sizes(directory, config)
+        try:
+            return IndexService(directory, config.index_slot_count, config.index_entry_count_max,
+                                read_only=self.read_only)
+        except CorruptionError as exc:
+            if self.read_only:
+                raise
+            log.warning("rebuilding the index of %s from the CommitLog: %s", self.root_dir, exc)
+            self.index_rebuilt_because = str(exc)
+            try:
+                shutil.rmtree(directory)
+            except OSError as remove_error:
+                raise StoreIOError(f"cannot remove the corrupt index {directory}: {remove_error.strerror}") \
+                    from remove_error
+            return IndexService(directory, config.index_slot_count, config.index_entry_count_max)
+
+    def _index_service(self) -> IndexService:
+        self._check_open()
+        if self._index is None:
+            raise InvalidMessageError("this store was opened with index_enabled=False: no lookups by key")
+        return self._index
+
+    def query(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,
+              end_ms: int | None = None) -> list[StoredMessage]:
+        """Messages of `topic` whose KEYS or UNIQ_KEY hold `key`, stored in [begin_ms, end_ms], newest first.
+
+        Exact matches only: index entries whose key merely shares the hash are read and dropped.
+        """
+        index = self._index_service()
+        validate_topic(topic)
+        if not isinstance(key, str) or not key:
+            raise InvalidMessageError(f"key must be a non-empty str, got {key!r}")
+        if type(max_count) is not int or not 1 <= max_count <= QUERY_MAX_COUNT_LIMIT:
+            raise InvalidMessageError(f"max_count must be an int in 1..{QUERY_MAX_COUNT_LIMIT}, got {max_count!r}")
+        if end_ms is None:
+            end_ms = 2**63 - 1
+        if type(begin_ms) is not int or type(end_ms) is not int:
+            raise InvalidMessageError("begin_ms and end_ms must be ints")
+        wanted = max_count
+        while True:
+            asked = min(QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR, wanted * QUERY_COLLISION_FACTOR)
+            # Index entries keep whole seconds: ask a second wider, then filter by the exact store time.
+            offsets = index.query(topic, key, asked, max(0, begin_ms - 1000), min(2**63 - 1, end_ms + 1000))
+            found = [message for message in (self._read_indexed(offset) for offset in offsets)
+                     if message is not None and has_key(message, topic, key)
+                     and begin_ms <= message.store_timestamp_ms <= end_ms]
+            if len(found) >= max_count or len(offsets) < asked or asked >= QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR:
+                return found[:max_count]
+            wanted *= 4  # many collisions: look further
+
+    def _read_indexed(self, commitlog_offset: int) -> StoredMessage | None:
+        """The message an index entry points to; None when it is below the log's minimum (deleted)."""
+        if commitlog_offset < self._commitlog.min_offset():
+            return None
+        return self._commitlog.read(commitlog_offset)
+
+    def get_by_msg_id(self, msg_id: str) -> StoredMessage:
+        """The message with this offset message id (the record there must have the id's store host and port)."""
+        self._check_open()
+        host, commitlog_offset = fmt.parse_message_id(msg_id)
+        message = self.read_at(commitlog_offset)
+        if message.store_host_raw != host:
+            raise InvalidMessageError(f"message id {msg_id} names store host {host.hex().upper()}, but the message "
+                                      f"at offset {commitlog_offset} was stored by {message.store_host_raw.hex().upper()}")
+        return message
+
+    def get_by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage | None:
+        """The newest message of `topic` whose UNIQ_KEY property is `uniq_key`, or None."""
+        for message in self.query(topic, uniq_key, max_count=QUERY_MAX_COUNT_LIMIT):
+            if message.properties.get(fmt.PROPERTY_UNIQ_KEY) == uniq_key:
+                return message
+        return None
+
+
+class IndexFlushable:
+    """The IndexService seen by a flush service: dirty while entries were added since its last flush."""
+
+    def __init__(self, service: IndexService):
+        self.service = service
+        self.flushed_entry_count = service.entry_count
+        self.flushed_timestamp_ms = 0
+        self.flushed_end = 0
+
+    def dirty_bytes(self) -> int:
+        return (self.service.entry_count - self.flushed_entry_count) * 20
+
+    def flush(self) -> int:
+        """Flush the index; afterwards `flushed_end` is a commitlog offset below which every message's keys are
+        on disk (the message at the returned position has all its keys written before the flush)."""
+        files = self.service.files
+        timestamp = files[-1].end_timestamp_ms if files else 0  # read first: never newer than what is flushed
+        count = self.service.entry_count
+        position = self.service.flush()
+        self.flushed_entry_count = count
+        self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
+        if count:
+            self.flushed_end = max(self.flushed_end, position + 1)
+        return position
+
+
+def check_index_sizes(directory: str, config: StoreConfig) -> None:
+    """ConfigMismatchError when the store's index files were made with other sizes than `config` gives."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if index_format.parse_file_name(n) is not None)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreIOError(f"cannot list {directory}: {exc.strerror}") from exc
+    if not names:
+        return
+    path = os.path.join(directory, names[0])
+    expected = index_format.file_size_bytes(config.index_slot_count, config.index_entry_count_max)
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
+    if size != expected:
+        raise ConfigMismatchError(
+            f"index file {path} is {size} bytes; index_slot_count={config.index_slot_count} and "
+            f"index_entry_count_max={config.index_entry_count_max} make {expected}-byte files. Open with the "
+            "sizes the store was written with, or with index_enabled=False")
+
+
+def has_key(message: StoredMessage, topic: str, key: str) -> bool:
+    """Whether `message` is in `topic` and holds `key` in KEYS or as its UNIQ_KEY (what the index maps)."""
+    if message.topic != topic:
+        return False
+    properties = message.properties
+    return properties.get(fmt.PROPERTY_UNIQ_KEY) == key or key in properties.get(fmt.PROPERTY_KEYS, "").split(" ")
