@@ -343,8 +343,8 @@ class CommitLog:
         return next_base
 
     # --- reading -------------------------------------------------------------------------------------------
-    def read(self, commitlog_offset: int, *, check_crc: bool = False) -> StoredMessage:
-        """Decode the message record at `commitlog_offset` (below the written end)."""
+    def read(self, commitlog_offset: int, *, check_crc: bool = True) -> StoredMessage:
+        """Decode and check (body CRC included unless told otherwise) the message record at `commitlog_offset`."""
         if self._closed:
             raise StoreClosedError("the commitlog is closed")
         if commitlog_offset >= self._end and not self.writable:

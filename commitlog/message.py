@@ -6,6 +6,7 @@ The byte layout they map to is in `commitlog.format`.
 from __future__ import annotations
 
 import enum
+import zlib
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
@@ -118,6 +119,7 @@ class StoredMessage(tuple):
 
 
 _new_tuple = tuple.__new__
+_crc32 = zlib.crc32
 _HEADER = fmt.HEADER_V1
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE
 _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
@@ -163,7 +165,8 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int]) -> 
     """Decode the records at `commitlog_offsets` whose TOTALSIZE an index says is `sizes`.
 
     `segments(offset)` returns the MappedFile holding an offset. Each record is copied out of the mapping
-    once and checked as decode_message checks it (a record whose size differs from the index's is corrupt).
+    once and checked as decode_message checks it, body CRC included (a record whose size differs from the
+    index's is corrupt): damaged bytes are reported, never returned as a message.
     """
     messages = []
     append = messages.append
@@ -189,13 +192,15 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int]) -> 
             if raw[body_end] and properties_at + 2 <= size and properties_at + 2 + (
                     (raw[properties_at] << 8) | raw[properties_at + 1]) == size and raw[properties_at] < 0x80:
                 topic = raw[body_end + 1 : properties_at]
-                if topic.isascii():
+                body = raw[88:body_end]
+                if topic.isascii() and _crc32(body) & 0x7FFFFFFF == crc:
                     append(_new_tuple(StoredMessage, (
                         size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
-                        store_ts, store_host, reconsume, prepared, body_length, raw[88:body_end],
-                        topic.decode("ascii"), raw[properties_at + 2 :])))
+                        store_ts, store_host, reconsume, prepared, body_length, body, topic.decode("ascii"),
+                        raw[properties_at + 2 :])))
                     continue
-        message = decode_message(segment.view, pos, segment.size_bytes - pos, offset, path=segment.path)
+        message = decode_message(segment.view, pos, segment.size_bytes - pos, offset, path=segment.path,
+                                 check_crc=True)
         if message[0] != expected_size:
             raise CorruptionError(f"an index gives size {expected_size}, the record has {message[0]}",
                                   path=segment.path, offset=pos, rule="cq-matches-log")
