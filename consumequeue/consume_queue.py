@@ -364,6 +364,13 @@ class ConsumeQueueTable:
         except OSError as exc:
             raise StoreIOError(f"cannot remove {directory}: {exc.strerror}") from exc
 
+    def key_of(self, directory: str | None) -> tuple[str, int] | None:
+        """The (topic, queue_id) whose directory is `directory`, or None."""
+        for key, queue in list(self.queues.items()):
+            if queue.directory == directory:
+                return key
+        return None
+
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 

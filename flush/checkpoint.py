@@ -100,6 +100,11 @@ class Checkpoint:
             if self._get(name) > offset:
                 self._fields[name] = offset
 
+    def reset_logical_times(self) -> None:
+        """Forget how far the queues and index were flushed (they are being rebuilt): recovery scans from the start."""
+        for name in ("logics_msg_timestamp", "index_msg_timestamp", "index_flushed_end"):
+            self._fields[name] = 0
+
     def min_timestamp_ms(self, *, with_index: bool = False) -> int:
         """Where recovery may start: the older of the log and queue times, less the safety margin."""
         low = min(self.physic_msg_timestamp_ms, self.logics_msg_timestamp_ms)

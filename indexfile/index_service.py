@@ -104,7 +104,10 @@ class IndexService:
         Messages below it are indexed; the message at it may be, see `indexed_key_count_at`.
         """
         with self._lock:
-            return self._files[-1].end_phy_offset if self._files else 0
+            for index_file in reversed(self._files):  # a new file whose header never reached the disk says 0
+                if index_file.entry_count or index_file.end_phy_offset:
+                    return index_file.end_phy_offset
+            return 0
 
     @property
     def entry_count(self) -> int:

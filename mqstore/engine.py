@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
+REBUILDS_PER_OPEN_MAX = 64  # queues one open may rebuild after finding holes in them
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
 CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
 _new_tuple = tuple.__new__  # builds a PutResult without the NamedTuple constructor's Python frame
@@ -175,7 +176,7 @@ class MessageStore(IndexLookups):
         self._dispatch = DispatchService(self._commitlog, dispatchers, dispatched,
                                          check_crc=config.check_crc_on_dispatch)
         started = time.perf_counter()
-        report.messages_redispatched = self._dispatch.dispatch_available()
+        report.messages_redispatched = self._redispatch(report)
         report.seconds += time.perf_counter() - started
         self._commitlog.queue_offsets.update(
             {key: queue.max_offset for key, queue in self._queues.queues.items()})
@@ -190,6 +191,25 @@ class MessageStore(IndexLookups):
         self._retention.run_once(manual=False)  # learn the disk's state before the first put
         self._retention.start()
         self._services.append(self._retention)
+
+    def _redispatch(self, report: RecoveryReport) -> int:
+        """Dispatch what the queues and index miss. A queue that lost entries the log still has (the log goes
+        on past a hole in it) is deleted and rebuilt from the start of the log, queue by queue."""
+        for _ in range(REBUILDS_PER_OPEN_MAX):
+            try:
+                return self._dispatch.dispatch_available()
+            except CorruptionError as exc:
+                key = self._queues.key_of(exc.path) if exc.rule == "dense" else None
+                if key is None:
+                    raise
+                log.warning("rebuilding consume queue %s/%d: %s", key[0], key[1], exc)
+                self._queues.remove(*key)
+                report.queues_rebuilt.append(f"{key[0]}/{key[1]}")
+                self._checkpoint.reset_logical_times()
+                self._checkpoint.flush()
+                self._dispatch.dispatched_offset = self._commitlog.min_offset()
+        raise CorruptionError(f"more than {REBUILDS_PER_OPEN_MAX} consume queues needed rebuilding",
+                              path=os.path.join(self.root_dir, "consumequeue"), rule="dense")
 
     def _open_checkpoint(self) -> Checkpoint:
         """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log."""

@@ -80,6 +80,10 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
     _recover_log(commitlog, checkpoint, report, crashed=crashed, repair=repair, check_crc=check_crc,
                  with_index=index is not None)
     _recover_queues(commitlog, queues, report, crashed=crashed)
+    if report.queues_rebuilt:
+        # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
+        checkpoint.reset_logical_times()
+        checkpoint.flush()
     if index is not None and (crashed or report.dropped_bytes):
         # After a crash only index entries below the checkpoint's index_flushed_end are known to be whole on disk
         # (later pages may be lost or stale: missing or duplicate keys); the rest is re-dispatched.
@@ -103,7 +107,9 @@ def _segment_start_time(commitlog: CommitLog, segment) -> int | None:
 
 
 def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, with_index: bool) -> int:
-    segments = [s for s in commitlog.segments.segments if any(fmt.peek(s.view, 0, s.size_bytes))]
+    segments = list(commitlog.segments.segments)
+    while segments and not any(fmt.peek(segments[-1].view, 0, segments[-1].size_bytes)):
+        segments.pop()  # only trailing empty segments (made ahead of need) are skipped
     if not segments:
         return commitlog.min_offset()
     if not crashed:
@@ -113,7 +119,7 @@ def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, 
         first_time = _segment_start_time(commitlog, segment)
         if first_time is not None and 0 < first_time <= threshold:
             return segment.base_offset
-    return segments[0].base_offset
+    return commitlog.min_offset()
 
 
 def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryReport, *, crashed: bool,
