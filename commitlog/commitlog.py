@@ -93,7 +93,7 @@ class CommitLog:
 
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
                  max_message_size_bytes: int, max_queues_per_topic: int,
-                 born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True):
+                 born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, repair: bool = False):
         assert len(born_host_raw) == len(store_host_raw) == fmt.HOST_V4_LENGTH
         assert max_message_size_bytes + fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX \
             + fmt.END_FILE_MIN_BLANK_LENGTH <= segment_size_bytes
@@ -106,7 +106,8 @@ class CommitLog:
         self.store_host_raw = store_host_raw
         if writable:
             os.makedirs(directory, exist_ok=True)
-        self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate)
+        self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate,
+                                    repair=repair)
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         self._topic_tails: dict[str, bytes] = {}

@@ -419,7 +419,8 @@ def _invalid(view, pos, remaining, commitlog_offset, path) -> CorruptionError:
 class DispatchService:
     """The dispatch thread: tails the log from `dispatched_offset` and feeds every dispatcher.
 
-    `wake()` is called by the writer after an append; `wait_dispatched()` blocks until the log's end at the
+    The thread looks for new records every DISPATCH_IDLE_WAIT_S when idle (writers do not wake it per append,
+    so it dispatches in batches); `wake()` makes it look at once; `wait_dispatched()` blocks until the log's end at the
     time of the call has been dispatched. An error stops dispatching (it is kept in `error` and logged);
     nothing past the bad record is ever dispatched.
     """

@@ -85,7 +85,8 @@ class MappedFile:
         except OSError as exc:
             raise StoreIOError(f"cannot stat {path}: {exc.strerror}") from exc
         if actual != size_bytes:
-            raise CorruptionError(f"file is {actual} bytes, expected {size_bytes}", path=path, rule="file size")
+            raise CorruptionError(f"file is {actual} bytes, expected {size_bytes}", path=path,
+                                  offset=min(actual, size_bytes), rule="file size")
         try:
             array = np.memmap(path, dtype=np.uint8, mode="r+" if writable else "r", shape=(size_bytes,))
             fd = os.open(path, os.O_RDWR) if writable else None

@@ -6,6 +6,7 @@ and are contiguous: segment k+1 starts where segment k ends. Retention deletes f
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -13,15 +14,19 @@ from commitlog import format as fmt
 from commitlog.errors import CorruptionError, StoreIOError
 from commitlog.mapped_file import MappedFile, remove_leftovers
 
+log = logging.getLogger(__name__)
+
 
 class SegmentList:
     """The segments of one directory, mapped; lookup by absolute offset is O(1)."""
 
-    def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool, preallocate: bool = True):
+    def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool, preallocate: bool = True,
+                 repair: bool = False):
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self.writable = writable
         self.preallocate = preallocate
+        self.repair = repair  # a writer told to repair extends segments cut short with zeros (recovery then cuts)
         self.segments: list[MappedFile] = []
         self._lock = threading.Lock()
         self.load()
@@ -61,6 +66,10 @@ class SegmentList:
                 path = os.path.join(self.directory, fmt.segment_name(base))
                 if not self.writable and base == bases[-1] and os.path.getsize(path) == 0:
                     break  # an empty last file: a reader racing a writer creating it
+                if self.writable and self.repair and os.path.getsize(path) < self.segment_size_bytes:
+                    log.warning("repair: extending %s, cut short at %d bytes, with zeros", path,
+                                os.path.getsize(path))
+                    os.truncate(path, self.segment_size_bytes)
                 self.segments.append(MappedFile.open(path, base, self.segment_size_bytes, writable=self.writable))
 
     @property

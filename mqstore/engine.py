@@ -139,7 +139,7 @@ class MessageStore(IndexLookups):
             max_message_size_bytes=config.max_message_size_bytes, max_queues_per_topic=config.max_queues_per_topic,
             born_host_raw=born_raw,
             store_host_raw=fmt.encode_host(config.store_host, config.store_port),
-            preallocate=config.preallocate_segments)
+            preallocate=config.preallocate_segments, repair=self._repair and not self.read_only)
         self._msg_id_prefix = self._commitlog.store_host_raw.hex().upper()
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
@@ -337,9 +337,9 @@ class MessageStore(IndexLookups):
         except StoreIOError as exc:  # the next segment could not be created: nothing of this message is written
             log.error("put refused: %s", exc)
             return _refused(PutStatus.CREATE_MAPPED_FILE_FAILED)
-        dispatch = self._dispatch
-        if dispatch.idle:
-            dispatch.wake()
+        # No wake-up of the dispatch thread here: it looks for new records every DISPATCH_IDLE_WAIT_S (1 ms), so
+        # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
+        # get() within about a millisecond; wait_dispatched() wakes it at once).
         status = _PUT_OK
         if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
             status = PutStatus.FLUSH_DISK_TIMEOUT
@@ -356,7 +356,6 @@ class MessageStore(IndexLookups):
         if self._disk_full:
             return [_refused(PutStatus.DISK_FULL) for _ in records]
         placed, store_ts, error = self._commitlog.append_batch(records)
-        self._dispatch.wake()
         ok = PutStatus.PUT_OK
         if self._sync_flush and placed:
             last_offset, _ = placed[-1]

@@ -28,15 +28,17 @@ class IndexLookups:
     """Lookups by key, message id and UNIQ_KEY (the public part of the index), mixed into MessageStore."""
 
     def _open_index(self) -> IndexService:
-        """The store's IndexService. Index files are derived data: a writer that finds them corrupt deletes them
-        and rebuilds the index from the CommitLog (dispatch replays the log into the empty index)."""
+        """The store's IndexService. Index files are derived data: a writer that finds them corrupt, or of
+        another size than the config gives (cut short, or made with other sizes), deletes them and rebuilds the
+        index from the CommitLog (dispatch replays the log into the empty index). A reader cannot rebuild:
+        other sizes are a ConfigMismatchError for it."""
         config = self.config
         directory = os.path.join(self.root_dir, "index")
-        check_index_sizes(directory, config)
         try:
+            check_index_sizes(directory, config)
             return IndexService(directory, config.index_slot_count, config.index_entry_count_max,
                                 read_only=self.read_only)
-        except CorruptionError as exc:
+        except (CorruptionError, ConfigMismatchError) as exc:
             if self.read_only:
                 raise
             log.warning("rebuilding the index of %s from the CommitLog: %s", self.root_dir, exc)
@@ -133,22 +135,22 @@ class IndexFlushable:
 
 
 def check_index_sizes(directory: str, config: StoreConfig) -> None:
-    """ConfigMismatchError when the store's index files were made with other sizes than `config` gives."""
+    """ConfigMismatchError when a store's index file has another size than `config` makes."""
     try:
         names = sorted(n for n in os.listdir(directory) if index_format.parse_file_name(n) is not None)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StoreIOError(f"cannot list {directory}: {exc.strerror}") from exc
-    if not names:
-        return
-    path = os.path.join(directory, names[0])
     expected = index_format.file_size_bytes(config.index_slot_count, config.index_entry_count_max)
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
-    if size != expected:
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            size = os.path.getsize(path)
+        except OSError as exc:
+            raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
+        if size == expected:
+            continue
         raise ConfigMismatchError(
             f"index file {path} is {size} bytes; index_slot_count={config.index_slot_count} and "
             f"index_entry_count_max={config.index_entry_count_max} make {expected}-byte files. Open with the "

@@ -26,7 +26,8 @@ after a crash, at the newest segment whose first message is older than the check
 3 s (RocketMQ's recoverAbnormally), or at the first segment when no segment qualifies. Records are checked
 with rule (1)-(4) of commitlog/format.py and, with check_crc_on_recover, rule (5).
 
-Repair policy: repair=True cuts the log at the first bad record and drops everything after it (reported in
+Repair policy: repair=True walks the whole log (a segment cut short is first extended with zeros) and cuts the
+log at the first bad record, dropping everything after it (reported in
 the report's `dropped_bytes` and queue entry counts); records are never skipped, so the log stays a valid
 chain that RocketMQ could read. Bad bytes are never returned as a message.
 """
@@ -128,7 +129,9 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryR
     if last is None:
         report.case = "NEW_STORE"
         return
-    start = _scan_start(commitlog, checkpoint, crashed=crashed, with_index=with_index)
+    # repair walks the whole log: damage anywhere is cut, not only in the segments a normal open checks
+    start = commitlog.min_offset() if repair else _scan_start(commitlog, checkpoint, crashed=crashed,
+                                                               with_index=with_index)
     report.scan_start = start
     limit = last.base_offset + last.size_bytes
     offset = start

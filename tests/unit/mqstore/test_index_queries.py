@@ -97,11 +97,15 @@ def test_a_missing_or_corrupt_index_is_rebuilt_from_the_commitlog(tmp_path):
             [r.commitlog_offset for i, r in enumerate(results) if i % 3 == 2][::-1]
 
 
-def test_index_sizes_must_match_the_index_files(tmp_path):
+def test_index_files_of_other_sizes_are_rebuilt_by_a_writer_and_refused_to_a_reader(tmp_path):
     with MessageStore.open(tmp_path, config()) as store:
-        store.put(Message("t", b"x"))
+        store.put(Message("t", b"x", keys=("k",)))
     with pytest.raises(ConfigMismatchError):
-        MessageStore.open(tmp_path, config(index_slot_count=8))
+        MessageStore.open(tmp_path, config(index_slot_count=8), read_only=True)
+    with MessageStore.open(tmp_path, config(index_slot_count=8)) as store:
+        assert "bytes" in store.index_rebuilt_because
+        assert store.wait_dispatched(10)
+        assert [m.body for m in store.query("t", "k")] == [b"x"]
     with MessageStore.open(tmp_path, config(index_enabled=False)) as store:
         with pytest.raises(InvalidMessageError):
             store.query("t", "k")
