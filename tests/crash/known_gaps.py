@@ -3,14 +3,11 @@
 Not collected by the default run (the file name does not start with test_); run them with
 `.venv/bin/python -m pytest -s tests/crash/known_gaps.py`. Each one fails today, for the reason given:
 
-- A record whose properties or header (not its body) fell on a lost or garbled page after a power loss is
-  kept: RocketMQ 4's record has a CRC over the body only, so nothing detects it
+- A record whose properties or header (not its body) fell on a lost, garbled or zeroed page is kept when the
+  damage leaves the format valid: RocketMQ 4's record has a CRC over the body only, so nothing detects it
   (test_found_a_record_whose_last_page_was_lost_is_not_taken_back, test_the_log_is_a_prefix_..., bit flips
-  segment-flip-crashed). Fix: a whole-record CRC (RocketMQ 5.x appends one as a property) checked for records
-  past the checkpoint's flushed offset.
-- A truncated segment or index file fails open with CorruptionError without an offset, and repair=True cannot
-  open it (segment-truncate-*, index-truncate-*). Fix: report the offset; under repair extend a short last
-  segment with zeros and let recovery cut; treat a wrong-sized index file as corrupt and rebuild the index.
+  segment-flip-crashed, segment-truncate-crashed). Fix: a whole-record CRC (RocketMQ 5.x appends one as a
+  property) checked for records past the checkpoint's flushed offset, and by reads.
 - Lost pages in older index files leave keys silently missing (test_the_index_agrees_with_the_commitlog,
   index-zero-tail-*). Fix: after a crash, validate every index file, cut or rebuild from the first
   inconsistent one.
