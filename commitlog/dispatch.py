@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 DISPATCH_BATCH_RECORDS_MAX = 8192  # records handed to the dispatchers at once
 DISPATCH_IDLE_WAIT_S = 0.001  # how long the loop sleeps when it has caught up and nobody wakes it
+DISPATCH_SMALL_BATCH_RECORDS = 32  # a round that found fewer records than this ...
+DISPATCH_SMALL_BATCH_WAIT_S = 0.005  # ... is followed by a longer wait: a batch's fixed cost is paid less often
 DISPATCH_ERROR_BACKOFF_S = 0.5
 
 _TAGS = b"TAGS"
@@ -476,9 +478,11 @@ class DispatchService:
                     self.error = exc
                     self._progress.notify_all()
                 return
-            if not done:
+            if done < DISPATCH_SMALL_BATCH_RECORDS:
+                # Caught up, or nearly: wait, longer after a trickle, so a slow stream of puts (SYNC mode, one
+                # producer) does not pay the batch decoder's fixed cost once per message.
                 self.idle = True
-                self._wake.wait(DISPATCH_IDLE_WAIT_S)
+                self._wake.wait(DISPATCH_IDLE_WAIT_S if not done else DISPATCH_SMALL_BATCH_WAIT_S)
                 self._wake.clear()
                 self.idle = False
 
