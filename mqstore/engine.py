@@ -168,6 +168,8 @@ class MessageStore(IndexLookups):
             # Queue pages may have been lost in any queue: replay from where the recovery scan started (the
             # checkpoint says everything before was on disk); dispatchers skip the entries they already have.
             dispatched = min(dispatched, report.scan_start)
+        if report.replay_from is not None:  # the walk met messages a queue lacks (it lost its tail)
+            dispatched = min(dispatched, report.replay_from)
         dispatchers = [ConsumeQueueDispatcher(self._queues)]
         if self._index is not None:
             # The index resumes at the message it indexed last (a replay it skips) or rebuilds from the start.

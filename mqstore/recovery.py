@@ -16,6 +16,8 @@ no `abort` marker; a record breaks the format rule        | CLEAN_CORRUPT      |
 a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      | delete that queue, rebuild it from
   entry does not match the record it points to            |   (per queue)      | the CommitLog
 a ConsumeQueue has entries past the log's end             | QUEUE_TRUNCATED    | drop those entries
+the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
+  that lost its tail)                                     |                    |
 an index file breaks its format rule                      | (engine)           | delete the index, rebuild it
 `abort` marker and an index                               | INDEX_CUT          | cut the index at the checkpoint's
                                                           |                    | index_flushed_end; re-dispatch the rest
@@ -68,6 +70,7 @@ class RecoveryReport:
     index_entries_dropped: int = 0
     messages_redispatched: int = 0
     seconds: float = 0.0
+    replay_from: int | None = None  # the first scanned message a ConsumeQueue lacks (dispatch must start there)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -75,11 +78,13 @@ class RecoveryReport:
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
             repair: bool, check_crc: bool) -> RecoveryReport:
-    """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's."""
+    """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's: from
+    `report.replay_from` when the walk met messages a ConsumeQueue lacks (a queue that lost its tail)."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
+    ends = {key: queue.max_offset for key, queue in queues.queues.items()}
     _recover_log(commitlog, checkpoint, report, crashed=crashed, repair=repair, check_crc=check_crc,
-                 with_index=index is not None)
+                 with_index=index is not None, queue_ends=ends)
     _recover_queues(commitlog, queues, report, crashed=crashed)
     if report.queues_rebuilt:
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
@@ -124,7 +129,7 @@ def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, 
 
 
 def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryReport, *, crashed: bool,
-                 repair: bool, check_crc: bool, with_index: bool) -> None:
+                 repair: bool, check_crc: bool, with_index: bool, queue_ends: dict) -> None:
     last = commitlog.segments.last()
     if last is None:
         report.case = "NEW_STORE"
@@ -142,6 +147,8 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryR
                               check_crc=check_crc)
         if len(batch):
             last_valid_time = int(batch.store_timestamps_ms[-1])
+            if report.replay_from is None:
+                report.replay_from = _first_missing_from_queues(batch, queue_ends)
         if batch.error is not None:
             error = batch.error
             offset = batch.end_offset
@@ -172,6 +179,22 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryR
             commitlog.truncate(end)
     report.log_end = end
     checkpoint.reset_flushed_offset(end)
+
+
+def _first_missing_from_queues(batch, queue_ends: dict) -> int | None:
+    """The commitlog offset of the first message in `batch` whose queue entry is missing (its queue offset is at
+    or past its queue's end, or its queue does not exist), or None. Transaction-prepared and rolled-back
+    messages never get an entry and are passed over."""
+    transaction = batch.sys_flags & fmt.SYS_FLAG_TRANSACTION_MASK
+    names = batch.topic_names
+    topics = batch.topic_ids.tolist()
+    for row, (topic_id, queue_id, queue_offset) in enumerate(zip(topics, batch.queue_ids.tolist(),
+                                                                 batch.queue_offsets.tolist())):
+        if transaction[row] in (fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE, fmt.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE):
+            continue
+        if queue_offset >= queue_ends.get((names[topic_id], queue_id), 0):
+            return int(batch.commitlog_offsets[row])
+    return None
 
 
 def _after_durable_point(checkpoint: Checkpoint, bad_offset: int, last_valid_time: int) -> bool:

@@ -11,8 +11,6 @@ Not collected by the default run (the file name does not start with test_); run 
 - Lost pages in older index files leave keys silently missing (test_the_index_agrees_with_the_commitlog,
   index-zero-tail-*). Fix: after a crash, validate every index file, cut or rebuild from the first
   inconsistent one.
-- A cleanly closed store whose ConsumeQueue lost its tail loses those messages silently (queue-zero-tail-clean).
-  Fix: check each queue's end against the log on every open, or replay from the smallest queue end.
 """
 
 from __future__ import annotations
