@@ -36,17 +36,7 @@ VIEW_INLINE_BYTES = 12  # Arrow binary views hold values up to 12 bytes inline
 BUFFER_PAD_BYTES = 16  # zeros after every read buffer, so fixed-width windows never run off its end
 
 # --- the record header as one big-endian structured dtype (v1, IPv4 hosts) -------------------------------------
-HEADER_DTYPE = np.dtype([
-    ("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-    ("born_host", "V8"), ("store_timestamp", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
-    ("prepared_transaction_offset", ">i8"), ("body_length", ">i4"),
-])
-assert HEADER_DTYPE.itemsize == fmt.HEADER_SIZE == fmt.HEADER_V1.size
-assert HEADER_DTYPE.fields["physical_offset"][1] == fmt.OFFSET_PHYSICAL_OFFSET
-assert HEADER_DTYPE.fields["store_timestamp"][1] == fmt.OFFSET_STORE_TIMESTAMP
-assert HEADER_DTYPE.fields["store_host"][1] == fmt.OFFSET_STORE_HOST
-assert HEADER_DTYPE.fields["body_length"][1] == fmt.OFFSET_BODY_LENGTH
+HEADER_DTYPE = fmt.HEADER_V1_DTYPE  # layout and its checks: commitlog/format.py
 assert fmt.RECORD_SIZE_MIN > fmt.OFFSET_PHYSICAL_OFFSET + 8
 
 _MAGIC_FIRST_BYTE = fmt.MESSAGE_MAGIC_CODE >> 24

@@ -428,10 +428,3 @@ class CommitLog:
     @property
     def closed(self) -> bool:
         return self._closed
-
-
-def ensure_directory(path: str) -> None:
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise StoreIOError(f"cannot create directory {path}: {exc.strerror}") from exc

@@ -31,16 +31,7 @@ _TAGS = b"TAGS"
 _KEYS = b"KEYS"
 _UNIQ_KEY = b"UNIQ_KEY"
 
-# The v1 IPv4 header as a numpy record, for decoding many records at once.
-HEADER_DTYPE = np.dtype([
-    ("size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-    ("born_host", "V8"), ("store_timestamp", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
-    ("prepared_transaction_offset", ">i8"), ("body_length", ">i4"),
-])
-assert HEADER_DTYPE.itemsize == fmt.HEADER_SIZE
-assert HEADER_DTYPE.fields["body_length"][1] == fmt.OFFSET_BODY_LENGTH
-assert HEADER_DTYPE.fields["store_timestamp"][1] == fmt.OFFSET_STORE_TIMESTAMP
+HEADER_DTYPE = fmt.HEADER_V1_DTYPE  # the v1 IPv4 header as a numpy record (layout in commitlog/format.py)
 _I64 = fmt.struct.Struct(">q")
 _HEADER_SPAN = np.arange(fmt.HEADER_SIZE, dtype=np.int64)
 
@@ -253,7 +244,7 @@ def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, Corru
     base = segment.base_offset
     pos = np.asarray(positions, dtype=np.int64)
     header = data[pos[:, None] + _HEADER_SPAN].view(HEADER_DTYPE)[:, 0]
-    size = header["size"].astype(np.int64)
+    size = header["total_size"].astype(np.int64)
     magic = header["magic"]
     sys_flag = header["sys_flag"].astype(np.int64)
     body_length = header["body_length"].astype(np.int64)

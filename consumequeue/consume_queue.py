@@ -385,6 +385,20 @@ class ConsumeQueueTable:
                 queue = self.queues.setdefault(key, queue)
         return queue
 
+    def put(self, topic: str, queue_id: int, first_queue_offset: int, units: np.ndarray) -> int:
+        """Write units to a queue (ConsumeQueue.put). A new queue joins the table only once it holds its first
+        entries, so readers never see a queue that exists but is still empty."""
+        queue = self.queues.get((topic, queue_id))
+        if queue is not None:
+            return queue.put(first_queue_offset, units)
+        assert self.writable
+        queue = ConsumeQueue(os.path.join(self.directory, topic, str(queue_id)), topic, queue_id,
+                             self.entries_per_file, writable=True)
+        written = queue.put(first_queue_offset, units)
+        with self._lock:
+            self.queues.setdefault((topic, queue_id), queue)
+        return written
+
     def topics(self) -> dict[str, list[int]]:
         result: dict[str, list[int]] = {}
         for topic, queue_id in list(self.queues):

@@ -50,6 +50,6 @@ class ConsumeQueueDispatcher:
                 raise CorruptionError(f"queue offsets of {topic}/{queue_id} are not consecutive in the log "
                                       f"from commitlog offset {batch.start_offset}", rule="dense")
             units = cqf.make_units(batch.commitlog_offsets[index], batch.sizes[index], batch.tags_codes[index])
-            self.dispatched_entries += self.table.get_or_create(topic, queue_id).put(first, units)
+            self.dispatched_entries += self.table.put(topic, queue_id, first, units)
         self.table.dispatched_timestamp_ms = max(self.table.dispatched_timestamp_ms,
                                                  int(batch.store_timestamps_ms.max()))

@@ -118,7 +118,7 @@ class IndexFlushable:
         self.flushed_end = 0
 
     def dirty_bytes(self) -> int:
-        return (self.service.entry_count - self.flushed_entry_count) * 20
+        return (self.service.entry_count - self.flushed_entry_count) * index_format.ENTRY_SIZE_BYTES
 
     def flush(self) -> int:
         """Flush the index; afterwards `flushed_end` is a commitlog offset below which every message's keys are

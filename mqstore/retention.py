@@ -54,13 +54,13 @@ class CleanReport:
 
 
 def disk_used_ratio(path: str) -> float:
-    """The used fraction of the file system holding `path`."""
+    """The used fraction of the file system holding `path`, as df reports it: used / (used + available to
+    unprivileged users). Blocks reserved for root count as neither, so a disk with reserved blocks is not
+    mistaken for a fuller one."""
     stats = os.statvfs(path)
-    total = stats.f_blocks * stats.f_frsize
-    if total <= 0:
-        return 0.0
-    free = stats.f_bavail * stats.f_frsize
-    return 1.0 - free / total
+    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    usable = used + stats.f_bavail * stats.f_frsize
+    return used / usable if usable > 0 else 0.0
 
 
 class Retention:

@@ -124,3 +124,14 @@ def test_disk_pressure_removes_unexpired_segments_and_a_full_disk_refuses_puts(t
         usage[0] = 0.5
         retention.run_once(manual=False)
         assert store.put(Message("t", b"room again")).status is PutStatus.PUT_OK
+
+
+def test_disk_usage_is_measured_as_df_reports_it(tmp_path):
+    import shutil
+
+    from mqstore.retention import disk_used_ratio
+
+    usage = shutil.disk_usage(tmp_path)  # used and free-to-users, reserved blocks in neither
+    expected = usage.used / (usage.used + usage.free)
+    assert 0.0 <= disk_used_ratio(str(tmp_path)) <= 1.0
+    assert abs(disk_used_ratio(str(tmp_path)) - expected) < 0.01
