@@ -27,7 +27,7 @@ from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-_RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS))
+_RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
 
 _crc32 = zlib.crc32
@@ -82,6 +82,8 @@ def _properties_text(message: Message) -> str:
             if not _check_text("a property name", name):
                 raise InvalidMessageError("a property name must not be empty")
             if name in _RESERVED_PROPERTIES:
+                if name == fmt.PROPERTY_RECORD_CRC:
+                    raise InvalidMessageError(f"property {name!r} is the store's record CRC")
                 raise InvalidMessageError(f"property {name!r} is set through Message.{name.lower()}")
             _check_text(f"property {name!r}", value)
             parts.append(f"{name}\x01{value}\x02")
@@ -93,7 +95,8 @@ class CommitLog:
 
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
                  max_message_size_bytes: int, max_queues_per_topic: int,
-                 born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, repair: bool = False):
+                 born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, repair: bool = False,
+                 record_crc: bool = False, record_crc_from: int | None = None):
         assert len(born_host_raw) == len(store_host_raw) == fmt.HOST_V4_LENGTH
         assert max_message_size_bytes + fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX \
             + fmt.END_FILE_MIN_BLANK_LENGTH <= segment_size_bytes
@@ -104,6 +107,9 @@ class CommitLog:
         self.max_queues_per_topic = max_queues_per_topic
         self.born_host_raw = born_host_raw
         self.store_host_raw = store_host_raw
+        self.record_crc = record_crc  # append writes the record-CRC property (format rule 6)
+        self.record_crc_from = record_crc_from  # records from here on must carry one (None: none must)
+        self._crc_suffix = fmt.RECORD_CRC_PLACEHOLDER if record_crc else b""
         if writable:
             os.makedirs(directory, exist_ok=True)
         self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate,
@@ -216,25 +222,29 @@ class CommitLog:
             raise InvalidMessageError(f"born_timestamp_ms must be a non-negative int or None, got {born!r}")
         unique_keys = self.unique_keys
         if message.tags is None and not message.keys and not message.properties:
-            tail = tails[1] if unique_keys is None else tails[2] + unique_keys.next() + b"\x02"
+            tail = tails[1] if unique_keys is None else tails[2] + unique_keys.next() + tails[3]
         else:
             properties = _properties_text(message).encode("utf-8")
             if unique_keys is not None and fmt.PROPERTY_UNIQ_KEY not in message.properties:
                 properties += b"UNIQ_KEY\x01" + unique_keys.next() + b"\x02"
+            properties += self._crc_suffix
             if len(properties) > fmt.PROPERTIES_LENGTH_MAX:
                 raise InvalidMessageError(
                     f"properties take {len(properties)} bytes, over the limit of {fmt.PROPERTIES_LENGTH_MAX}")
             tail = tails[0] + fmt.I16.pack(len(properties)) + properties
         return ((topic, queue_id), flag, body, _crc32(body) & 0x7FFFFFFF, born, tail, 88 + len(body) + len(tail))
 
-    def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes]:
-        """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by empty PROPERTIES; and
-        the same followed by the start of PROPERTIES holding only a UNIQ_KEY (its value and \\x02 follow)."""
+    def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes, bytes]:
+        """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by PROPERTIES without user
+        properties (only the record-CRC placeholder, when written); the same followed by the start of PROPERTIES
+        holding only a UNIQ_KEY (and the placeholder); and what follows the UNIQ_KEY's value there."""
         encoded = validate_topic(topic)
         prefix = bytes((len(encoded),)) + encoded
+        suffix = self._crc_suffix
         unique_only = b"UNIQ_KEY\x01"
-        unique_length = len(unique_only) + UNIQUE_KEY_HEX_DIGITS + 1
-        tails = (prefix, prefix + b"\x00\x00", prefix + fmt.I16.pack(unique_length) + unique_only)
+        unique_length = len(unique_only) + UNIQUE_KEY_HEX_DIGITS + 1 + len(suffix)
+        tails = (prefix, prefix + fmt.I16.pack(len(suffix)) + suffix,
+                 prefix + fmt.I16.pack(unique_length) + unique_only, b"\x02" + suffix)
         self._topic_tails[topic] = tails
         return tails
 
@@ -254,7 +264,10 @@ class CommitLog:
                          store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
                          0, 0, len(body))
             view[pos + 88 : body_end] = body
-            view[body_end : pos + size] = tail
+            end = pos + size
+            view[body_end:end] = tail
+            if self.record_crc:
+                view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[pos : end - 20]) & 0x7FFFFFFF))[::-1]
             self.queue_offsets[queue_key] = queue_offset + 1
             self.last_store_timestamp_ms = store_ts
             self._end = offset + size
@@ -285,6 +298,7 @@ class CommitLog:
             born_host, store_host = self.born_host_raw, self.store_host_raw
             segment_end = self._segment_end
             view, base = self._view, self._segment_base
+            record_crc = self.record_crc
             for queue_key, flag, body, crc, born, tail, size in records:
                 if offset + size + 8 > segment_end:
                     offset = self._roll(offset, size)
@@ -295,7 +309,10 @@ class CommitLog:
                 _pack_header(view, pos, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
                              store_ts if born is None else born, born_host, store_ts, store_host, 0, 0, len(body))
                 view[pos + 88 : body_end] = body
-                view[body_end : pos + size] = tail
+                end = pos + size
+                view[body_end:end] = tail
+                if record_crc:
+                    view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[pos : end - 20]) & 0x7FFFFFFF))[::-1]
                 queue_offsets[queue_key] = queue_offset + 1
                 placed.append((offset, queue_offset))
                 offset += size
@@ -359,7 +376,7 @@ class CommitLog:
             raise StoreClosedError("the commitlog is closed")
         pos = commitlog_offset - segment.base_offset
         return decode_message(view, pos, segment.size_bytes - pos, commitlog_offset, path=segment.path,
-                              check_crc=check_crc)
+                              check_crc=check_crc, record_crc_from=self.record_crc_from)
 
     def read_many(self, commitlog_offsets: list[int], sizes: list[int]) -> list[StoredMessage]:
         """Decode many records, as an index (ConsumeQueue) locates them; all must lie in the log."""
@@ -372,7 +389,7 @@ class CommitLog:
             if low < self.segments.first_base_offset or high >= self._end:
                 raise InvalidMessageError(f"commitlog offsets {low}..{high} are not all inside the log "
                                           f"[{self.min_offset()}, {self._end})")
-        return decode_records(self.segment_at, commitlog_offsets, sizes)
+        return decode_records(self.segment_at, commitlog_offsets, sizes, record_crc_from=self.record_crc_from)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
     def truncate(self, commitlog_offset: int) -> int:

@@ -176,6 +176,7 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
     is read only up to its published end, so anything invalid below it is real corruption.
     """
     batch = DispatchBatch(start)
+    required_from = getattr(log, "record_crc_from", None)
     parts: list[dict] = []
     offset = start
     count = 0
@@ -185,7 +186,7 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
         positions, stop, error = _walk(segment, offset - base, min(end, base + segment.size_bytes) - base,
                                        records_max - count, zeros_end)
         if positions:
-            part, part_error = _decode(segment, positions, check_crc)
+            part, part_error = _decode(segment, positions, check_crc, required_from)
             parts.append(part)
             count += len(part["offsets"])
             if part_error is not None:
@@ -238,7 +239,8 @@ def _walk(segment, pos: int, limit: int, records_max: int,
     return positions, pos, None
 
 
-def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, CorruptionError | None]:
+def _decode(segment, positions: list[int], check_crc: bool,
+            required_from: int | None = None) -> tuple[dict, CorruptionError | None]:
     """Decode and check the records at `positions` of one segment with numpy; stops at the first bad one."""
     data = segment.array
     base = segment.base_offset
@@ -287,29 +289,39 @@ def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, Corru
         body_length[row] = layout.body_length
         properties_start[row] = layout.properties_start
         properties_length[row] = layout.properties_length
+    has_crc, crc_value = fmt.record_crc_columns(data, properties_start, properties_length, record_end, valid)
+    valid &= crc_value >= 0  # a record-CRC pair without 10 digits in it
+    if required_from is not None:
+        valid &= has_crc | (base + pos < required_from)
     bad = np.flatnonzero(~valid)
     keep = int(bad[0]) if len(bad) else len(positions)
     error = None
     if keep < len(positions):
         at = positions[keep]
         error = general_errors.get(keep) or _invalid(segment.view, at, segment.size_bytes - at, base + at,
-                                                     segment.path)
+                                                     segment.path, required_from)
     if check_crc and keep:
-        bad_row = _first_crc_mismatch(segment.view, header["body_crc"][:keep], body_start[:keep],
-                                      body_length[:keep])
+        # A record CRC covers the whole record (BODYCRC and the body included); other records have their body's.
+        starts = np.where(has_crc, pos, body_start)[:keep]
+        ends = np.where(has_crc, record_end - fmt.RECORD_CRC_LENGTH, body_start + body_length)[:keep]
+        expected = np.where(has_crc, crc_value, header["body_crc"].astype(np.int64))[:keep]
+        bad_row = _first_crc_mismatch(segment.view, expected, starts, ends)
         if bad_row is not None:
             at = positions[bad_row]
             try:
                 layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
-                fmt.check_body_crc(segment.view, layout, at, base + at, path=segment.path)
-                raise AssertionError("the batch CRC check and check_body_crc disagree")
+                if not fmt.check_record_crc(segment.view, layout, at, base + at, required=False, check_crc=True,
+                                            path=segment.path):
+                    fmt.check_body_crc(segment.view, layout, at, base + at, path=segment.path)
+                raise AssertionError("the batch CRC check and the record's own check disagree")
             except CorruptionError as exc:
                 keep, error = bad_row, exc
+    properties_end = np.where(has_crc, record_end - fmt.RECORD_CRC_LENGTH, properties_start + properties_length)
     part = {
         "offsets": base + pos[:keep], "sizes": size[:keep],
         "topic_start": topic_start[:keep], "topic_length": topic_length[:keep],
         "properties_start": properties_start[:keep].tolist(),
-        "properties_end": (properties_start[:keep] + properties_length[:keep]).tolist(),
+        "properties_end": properties_end[:keep].tolist(),
         "buffer": segment.array._mmap, "data": data,
         "end": base + (positions[keep] if keep < len(positions) else int(record_end[-1])),
     }
@@ -317,12 +329,11 @@ def _decode(segment, positions: list[int], check_crc: bool) -> tuple[dict, Corru
     return part, error
 
 
-def _first_crc_mismatch(view, stored_crcs: np.ndarray, body_start: np.ndarray, body_length: np.ndarray) -> int | None:
-    """The first row whose body does not match its BODYCRC (rule 5), or None."""
+def _first_crc_mismatch(view, expected: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int | None:
+    """The first row whose bytes view[starts[row]:ends[row]] do not have the CRC `expected[row]`, or None."""
     crc32 = zlib.crc32
-    expected = stored_crcs.astype(np.int64).tolist()
-    for row, (start, end) in enumerate(zip(body_start.tolist(), (body_start + body_length).tolist())):
-        if crc32(view[start:end]) & 0x7FFFFFFF != expected[row]:
+    for row, (start, end, crc) in enumerate(zip(starts.tolist(), ends.tolist(), expected.tolist())):
+        if crc32(view[start:end]) & 0x7FFFFFFF != crc:
             return row
     return None
 
@@ -394,7 +405,7 @@ _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
 _RECORD_SIZE_MIN = fmt.RECORD_SIZE_MIN
 
 
-def _invalid(view, pos, remaining, commitlog_offset, path) -> CorruptionError:
+def _invalid(view, pos, remaining, commitlog_offset, path, required_from: int | None = None) -> CorruptionError:
     """The precise CorruptionError for a record the fast checks refused."""
     size, magic = fmt.peek(view, pos, remaining)
     if size == 0 and magic == 0:
@@ -403,7 +414,9 @@ def _invalid(view, pos, remaining, commitlog_offset, path) -> CorruptionError:
         return fmt._corrupt("blank", f"end-of-segment blank of {size} bytes with {remaining} left", path,
                             commitlog_offset, pos)
     try:
-        fmt.locate(view, pos, remaining, commitlog_offset, path=path)
+        layout = fmt.locate(view, pos, remaining, commitlog_offset, path=path)
+        fmt.check_record_crc(view, layout, pos, commitlog_offset, check_crc=False, path=path,
+                             required=required_from is not None and commitlog_offset >= required_from)
     except CorruptionError as exc:
         return exc
     return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset, rule="3")

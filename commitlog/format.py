@@ -38,9 +38,29 @@ Validity rule. A record at absolute offset `o`, with `r` bytes left in its segme
     (3) BODYLENGTH >= 0, TOPICLENGTH >= 1, PROPERTIESLENGTH >= 0, and the header, body, topic and
         properties add up to exactly TOTALSIZE;
     (4) PHYSICALOFFSET == o;
-    (5) when CRCs are checked, BODYCRC == zlib.crc32(body) & 0x7FFFFFFF.
+    (5) when CRCs are checked, BODYCRC == zlib.crc32(body) & 0x7FFFFFFF;
+    (6) when its PROPERTIES end with the record-CRC pair (below), the pair is well formed and, when CRCs are
+        checked, its value == zlib.crc32(the record's first TOTALSIZE - 20 bytes) & 0x7FFFFFFF; a store that
+        writes record CRCs requires the pair on every record from the offset it started writing them
+        (`record_crc_from`), so damage anywhere in such a record is found, not only in its body.
 A blank is valid iff its MAGICCODE is 0xCBD43194 and TOTALSIZE == r. Eight zero bytes (TOTALSIZE 0 and
 MAGICCODE 0) mark the end of the written log. Anything else is corruption.
+
+Record CRC (RocketMQ 5.x's enabledAppendPropCRC). BODYCRC covers the body only: a flipped bit in a header
+field, the topic or the properties would go unnoticed. A record may therefore end with one more property,
+written as the last 20 bytes of PROPERTIES (and of the record):
+
+    OFFSET (from the record's end)  SIZE  FIELD
+    -20                             8     '__CRC32#'            the property name (PROPERTY_RECORD_CRC)
+    -12                             1     0x01                  name/value separator
+    -11                             10    ASCII digits          CRC-32 of the record's first TOTALSIZE-20 bytes,
+                                                                & 0x7FFFFFFF, least significant digit first,
+                                                                padded with '0' (12345 -> '5432100000')
+    -1                              1     0x02                  property separator
+                                    = 20 bytes (RECORD_CRC_LENGTH)
+
+It is preceded by 0x02 unless it is the only property. The writer fills the digits last, after the store has
+set QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP. Readers check it and hide it from `properties`.
 
 Segment files are named by the absolute offset of their first byte as 20 zero-padded decimal digits
 (00000000001073741824 is the second 1 GiB segment).
@@ -121,11 +141,17 @@ PROPERTY_SEPARATOR = "\x02"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_RECORD_CRC = "__CRC32#"
+RECORD_CRC_PREFIX = PROPERTY_RECORD_CRC.encode("ascii") + b"\x01"  # name and separator, before the digits
+RECORD_CRC_DIGITS = 10
+RECORD_CRC_LENGTH = len(RECORD_CRC_PREFIX) + RECORD_CRC_DIGITS + 1
+RECORD_CRC_PLACEHOLDER = RECORD_CRC_PREFIX + b"0" * RECORD_CRC_DIGITS + b"\x02"  # written before the CRC is known
 KEY_SEPARATOR = " "
 
 SEGMENT_NAME_DIGITS = 20
 
 assert HEADER_SIZE == 88
+assert RECORD_CRC_LENGTH == 20 == len(RECORD_CRC_PLACEHOLDER)
 assert HEADER_V1.size == HEADER_SIZE == HEADER_V1_DTYPE.itemsize
 assert HEADER_V1_DTYPE.fields["physical_offset"][1] == OFFSET_PHYSICAL_OFFSET
 assert HEADER_V1_DTYPE.fields["sys_flag"][1] == OFFSET_SYS_FLAG
@@ -152,6 +178,26 @@ def parse_segment_name(name: str) -> int | None:
 def body_crc(body) -> int:
     """RocketMQ's body checksum: CRC-32 (zlib) with the sign bit cleared."""
     return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_crc_digits(crc: int) -> bytes:
+    """The 10 ASCII digits of the record-CRC property for `crc` (least significant digit first)."""
+    assert 0 <= crc <= 0x7FFFFFFF
+    return (b"%010d" % crc)[::-1]
+
+
+def record_crc_value(digits: bytes) -> int | None:
+    """The CRC the 10 digits of a record-CRC property hold, or None when they are not 10 ASCII digits."""
+    if len(digits) != RECORD_CRC_DIGITS or not digits.isdigit() or not digits.isascii():
+        return None
+    return int(digits[::-1])
+
+
+def has_record_crc(buf, properties_start: int, end: int) -> bool:
+    """Whether the PROPERTIES bytes [properties_start, end) of `buf` end with a record-CRC pair (rule 6's shape)."""
+    at = end - RECORD_CRC_LENGTH
+    return (at >= properties_start and buf[end - 1] == 2 and bytes(buf[at : at + len(RECORD_CRC_PREFIX)])
+            == RECORD_CRC_PREFIX and (at == properties_start or buf[at - 1] == 2))
 
 
 def java_string_hash(text: str) -> int:
@@ -338,8 +384,53 @@ def check_body_crc(buf, layout: RecordLayout, pos: int, commitlog_offset: int, *
         raise _corrupt("5", f"BODYCRC {stored} but the body's is {actual}", path, commitlog_offset, pos)
 
 
+def check_record_crc(buf, layout: RecordLayout, pos: int, commitlog_offset: int, *, required: bool,
+                     check_crc: bool, path: str | None = None) -> bool:
+    """Rule (6) for a located record: True when it carries a record CRC (checked when `check_crc`); a record
+    without one is corrupt when `required`."""
+    end = pos + layout.size
+    if not has_record_crc(buf, layout.properties_start, end):
+        if required:
+            raise _corrupt("6", "the record has no record-CRC property", path, commitlog_offset, pos)
+        return False
+    stored = record_crc_value(bytes(buf[end - 11 : end - 1]))
+    if stored is None:
+        raise _corrupt("6", "the record-CRC property does not hold 10 digits", path, commitlog_offset, pos)
+    if check_crc:
+        actual = zlib.crc32(buf[pos : end - RECORD_CRC_LENGTH]) & 0x7FFFFFFF
+        if stored != actual:
+            check_body_crc(buf, layout, pos, commitlog_offset, path=path)  # name the body when it is the damage
+            raise _corrupt("6", f"record CRC {stored} but the record's is {actual} (the damage is outside the body)",
+                           path, commitlog_offset, pos)
+    return True
+
+
 def peek(buf, pos: int, remaining: int) -> tuple[int, int]:
     """(TOTALSIZE, MAGICCODE) at `pos`, or (0, 0) when fewer than 8 bytes are left."""
     if remaining < END_FILE_MIN_BLANK_LENGTH:
         return 0, 0
     return BLANK.unpack_from(buf, pos)
+
+
+_CRC_PREFIX_ARRAY = np.frombuffer(RECORD_CRC_PREFIX, dtype=np.uint8)
+_CRC_SPAN = np.arange(RECORD_CRC_LENGTH, dtype=np.int64)
+_DIGIT_WEIGHTS = 10 ** np.arange(RECORD_CRC_DIGITS, dtype=np.int64)  # least significant digit first
+
+
+def record_crc_columns(data, properties_start: np.ndarray, properties_length: np.ndarray, record_end: np.ndarray,
+                       valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rule (6)'s shape for many records of `data` (a segment's bytes) at once: for each, whether its PROPERTIES
+    end with a record-CRC pair, and the CRC the pair holds (-1 when its digits are not 10 ASCII digits; 0 for
+    records without the pair). Rows not `valid` are not looked at (False, 0)."""
+    at = record_end - RECORD_CRC_LENGTH
+    candidate = valid & (properties_length >= RECORD_CRC_LENGTH)
+    at = np.where(candidate, at, 0)
+    tail = data[at[:, None] + _CRC_SPAN]
+    prefix = len(_CRC_PREFIX_ARRAY)
+    before = data[np.maximum(at - 1, 0)]
+    has = candidate & (tail[:, :prefix] == _CRC_PREFIX_ARRAY).all(axis=1) & (tail[:, -1] == 2) & (
+        (at == properties_start) | (before == 2))
+    digits = tail[:, prefix:-1].astype(np.int64) - ord("0")
+    well_formed = ((digits >= 0) & (digits <= 9)).all(axis=1)
+    value = np.where(has, np.where(well_formed, (digits * _DIGIT_WEIGHTS).sum(axis=1), -1), 0)
+    return has, value

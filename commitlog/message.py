@@ -125,14 +125,19 @@ _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE
 _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
 _RECORD_SIZE_MIN = fmt.RECORD_SIZE_MIN
 _I16 = fmt.I16
+_CRC_PREFIX = fmt.RECORD_CRC_PREFIX
+_NEVER = 1 << 63  # a record_crc_from no offset reaches
 
 
 def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | None = None,
-                   check_crc: bool = False) -> StoredMessage:
-    """Decode and check (rules 1-4, and 5 when `check_crc`) the message record at `pos` of `buf`.
+                   check_crc: bool = False, record_crc_from: int | None = None) -> StoredMessage:
+    """Decode and check (rules 1-4 and 6, and the CRCs of 5 and 6 when `check_crc`) the message record at `pos`.
 
     `buf` is a memoryview or bytes over one segment (or over one record, with pos 0), `remaining` the bytes
-    of the segment from `pos`. Raises CorruptionError for anything that is not a valid message record.
+    of the segment from `pos`. A record at or past `record_crc_from` must carry a record CRC (rule 6); a
+    record CRC that matches stands for the body CRC too (it covers BODYCRC and the body). The record-CRC
+    property is not part of the returned properties. Raises CorruptionError for anything that is not a valid
+    message record.
     """
     if remaining >= fmt.HEADER_SIZE + 4:
         (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host, store_ts,
@@ -148,7 +153,17 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
                     properties_length = _I16.unpack_from(buf, properties_at)[0]
                     if properties_at + 2 + properties_length == end and properties_length >= 0:
                         body = bytes(buf[pos + 88 : body_end])
-                        if check_crc and fmt.body_crc(body) != crc:
+                        properties_end = end
+                        if fmt.has_record_crc(buf, properties_at + 2, end):
+                            stored = fmt.record_crc_value(bytes(buf[end - 11 : end - 1]))
+                            if stored is None or (check_crc and stored != _crc32(buf[pos : end - 20]) & 0x7FFFFFFF):
+                                return _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc,
+                                                       record_crc_from)
+                            properties_end = end - 20
+                        elif record_crc_from is not None and commitlog_offset >= record_crc_from:
+                            return _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc,
+                                                   record_crc_from)
+                        elif check_crc and fmt.body_crc(body) != crc:
                             raise fmt._corrupt("5", f"BODYCRC {crc} does not match the body", path,
                                                commitlog_offset, pos)
                         topic = bytes(buf[body_end + 1 : properties_at])
@@ -157,17 +172,19 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
                         return _new_tuple(StoredMessage, (
                             size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
                             store_ts, store_host, reconsume, prepared, body_length, body, topic.decode("ascii"),
-                            bytes(buf[properties_at + 2 : end])))
-    return _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc)
+                            bytes(buf[properties_at + 2 : properties_end])))
+    return _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc, record_crc_from)
 
 
-def decode_records(segments, commitlog_offsets: list[int], sizes: list[int]) -> list[StoredMessage]:
+def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
+                   record_crc_from: int | None = None) -> list[StoredMessage]:
     """Decode the records at `commitlog_offsets` whose TOTALSIZE an index says is `sizes`.
 
     `segments(offset)` returns the MappedFile holding an offset. Each record is copied out of the mapping
-    once and checked as decode_message checks it, body CRC included (a record whose size differs from the
+    once and checked as decode_message checks it, CRCs included (a record whose size differs from the
     index's is corrupt): damaged bytes are reported, never returned as a message.
     """
+    required = _NEVER if record_crc_from is None else record_crc_from
     messages = []
     append = messages.append
     unpack = _HEADER.unpack_from
@@ -193,14 +210,22 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int]) -> 
                     (raw[properties_at] << 8) | raw[properties_at + 1]) == size and raw[properties_at] < 0x80:
                 topic = raw[body_end + 1 : properties_at]
                 body = raw[88:body_end]
-                if topic.isascii() and _crc32(body) & 0x7FFFFFFF == crc:
+                if size - properties_at >= 22 and raw[-20:-11] == _CRC_PREFIX and raw[-1] == 2 and (
+                        size - properties_at == 22 or raw[-21] == 2):
+                    digits = raw[-11:-1]
+                    ok = digits.isdigit() and int(digits[::-1]) == _crc32(raw[:-20]) & 0x7FFFFFFF
+                    properties = raw[properties_at + 2 : -20]
+                else:
+                    ok = offset < required and _crc32(body) & 0x7FFFFFFF == crc
+                    properties = raw[properties_at + 2 :]
+                if ok and topic.isascii():
                     append(_new_tuple(StoredMessage, (
                         size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
                         store_ts, store_host, reconsume, prepared, body_length, body, topic.decode("ascii"),
-                        raw[properties_at + 2 :])))
+                        properties)))
                     continue
         message = decode_message(segment.view, pos, segment.size_bytes - pos, offset, path=segment.path,
-                                 check_crc=True)
+                                 check_crc=True, record_crc_from=record_crc_from)
         if message[0] != expected_size:
             raise CorruptionError(f"an index gives size {expected_size}, the record has {message[0]}",
                                   path=segment.path, offset=pos, rule="cq-matches-log")
@@ -208,11 +233,15 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int]) -> 
     return messages
 
 
-def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc) -> StoredMessage:
+def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc, record_crc_from=None) -> StoredMessage:
     """Any record version and host width (and the detailed error when the fast path refused a record)."""
     layout = fmt.locate(buf, pos, remaining, commitlog_offset, path=path)
-    if check_crc:
+    required = record_crc_from is not None and commitlog_offset >= record_crc_from
+    has_crc = fmt.check_record_crc(buf, layout, pos, commitlog_offset, required=required, check_crc=check_crc,
+                                   path=path)
+    if check_crc and not has_crc:
         fmt.check_body_crc(buf, layout, pos, commitlog_offset, path=path)
+    properties_length = layout.properties_length - (fmt.RECORD_CRC_LENGTH if has_crc else 0)
     (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts) = fmt.struct.unpack_from(
         ">iIiiiqqiq", buf, pos)
     born_at, born_length = layout.born_host
@@ -230,4 +259,4 @@ def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc) -> S
         size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts,
         bytes(buf[born_at : born_at + born_length]), store_ts, bytes(buf[store_at : store_at + store_length]),
         reconsume, prepared, layout.body_length, bytes(buf[body_start : body_start + layout.body_length]), topic,
-        bytes(buf[layout.properties_start : layout.properties_start + layout.properties_length])))
+        bytes(buf[layout.properties_start : layout.properties_start + properties_length])))

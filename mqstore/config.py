@@ -41,6 +41,10 @@ class StoreConfig:
     consume_queue_entries_per_file: int = 300_000
     """format. 300 000 entries (6 MB files), RocketMQ's default."""
 
+    record_crc: bool = True
+    """format. every record ends with RocketMQ 5's whole-record CRC property (`__CRC32#`, 20 bytes): damage to
+    a header, topic or properties is found, not only damage to the body (which BODYCRC covers)."""
+
     index_enabled: bool = True
     """build IndexFiles (find by key, msg id or UNIQ_KEY); every message gets a UNIQ_KEY (RocketMQ's default)."""
 
@@ -134,7 +138,7 @@ class StoreConfig:
         _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
         for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch", "check_crc_on_recover",
-                     "index_enabled"):
+                     "index_enabled", "record_crc"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH
@@ -169,7 +173,10 @@ class StoreConfig:
         return {name: getattr(self, name) for name in FORMAT_FIELDS}
 
 
-FORMAT_FIELDS = ("segment_size_bytes", "consume_queue_entries_per_file")
+FORMAT_FIELDS = ("segment_size_bytes", "consume_queue_entries_per_file", "record_crc")
+# Saved beside them: `record_crc_from_offset`, the log offset from which every record carries a record CRC (0 for
+# a store made with record_crc; the log's end when mqstore first opened a store written without).
+RECORD_CRC_FROM_KEY = "record_crc_from_offset"
 # index_slot_count and index_entry_count_max fix the size of index files too; they are checked against the
 # index files themselves when the index is opened (a store may run with the index off, or rebuild it).
 assert set(FORMAT_FIELDS) <= {f.name for f in fields(StoreConfig)}
@@ -180,17 +187,21 @@ def _check_int(name: str, value, low: int, high: int) -> None:
         raise InvalidConfigError(f"{name} must be an int in {low}..{high}, got {value!r}")
 
 
-def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool) -> None:
-    """Save the format fields of a new store, or check them against a store's saved ones."""
+def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool, new_log: bool = True) -> dict:
+    """Save the format fields of a new store, or check them against a store's saved ones; returns the saved
+    settings. `new_log`: the store has no CommitLog data yet (record CRCs, when on, start at offset 0;
+    otherwise the opener records where they start once it knows the log's end, `save_record_crc_from`)."""
     path = os.path.join(config_dir, CONFIG_FILE_NAME)
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
     except FileNotFoundError:
+        settings = {"format_version": CONFIG_FORMAT_VERSION, **config.format_fields()}
         if writable:
-            _write_atomically(path, json.dumps({"format_version": CONFIG_FORMAT_VERSION, **config.format_fields()},
-                                               indent=2).encode())
-        return
+            if config.record_crc and new_log:
+                settings[RECORD_CRC_FROM_KEY] = 0
+            _write_atomically(path, json.dumps(settings, indent=2).encode())
+        return settings
     except OSError as exc:
         raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
     try:
@@ -207,6 +218,18 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
     if differences:
         raise ConfigMismatchError(f"the store at {os.path.dirname(config_dir)} was created with other format "
                                   "settings: " + "; ".join(differences))
+    start = saved.get(RECORD_CRC_FROM_KEY)
+    if start is not None and (type(start) is not int or start < 0):
+        raise CorruptionError(f"{RECORD_CRC_FROM_KEY} must be an offset, got {start!r}", path=path, rule="json")
+    return saved
+
+
+def save_record_crc_from(config_dir: str, settings: dict, offset: int) -> dict:
+    """Record that every record from `offset` on carries a record CRC (a store first written without them)."""
+    assert offset >= 0 and settings.get(RECORD_CRC_FROM_KEY) is None
+    settings = {**settings, "record_crc": True, RECORD_CRC_FROM_KEY: offset}
+    _write_atomically(os.path.join(config_dir, CONFIG_FILE_NAME), json.dumps(settings, indent=2).encode())
+    return settings
 
 
 def _write_atomically(path: str, data: bytes) -> None:

@@ -31,7 +31,8 @@ from flush.allocator import SegmentAllocator
 from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from flush.services import GroupCommitService, IntervalFlusher
 from indexfile.dispatcher import IndexDispatcher
-from mqstore.config import FlushMode, StoreConfig, save_or_check_format
+from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
+                            save_record_crc_from)
 from mqstore.engine_index import IndexFlushable, IndexLookups
 from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
 from mqstore.recovery import RecoveryReport, recover
@@ -71,6 +72,14 @@ class GetResult(NamedTuple):
     next_offset: int
     min_offset: int
     max_offset: int
+
+
+def _has_segments(directory: str) -> bool:
+    """Whether a CommitLog directory holds any segment file."""
+    try:
+        return any(fmt.parse_segment_name(name) is not None for name in os.listdir(directory))
+    except FileNotFoundError:
+        return False
 
 
 class MessageStore(IndexLookups):
@@ -132,14 +141,16 @@ class MessageStore(IndexLookups):
             except OSError as exc:
                 raise StoreIOError(f"cannot create the store at {root}: {exc.strerror}") from exc
             self._take_lock()
-        save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only)
+        self._settings = save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only,
+                                              new_log=not _has_segments(os.path.join(root, "commitlog")))
         born_raw = fmt.encode_host(config.born_host or config.store_host, config.born_port)
         self._commitlog = CommitLog(
             os.path.join(root, "commitlog"), config.segment_size_bytes, writable=not self.read_only,
             max_message_size_bytes=config.max_message_size_bytes, max_queues_per_topic=config.max_queues_per_topic,
             born_host_raw=born_raw,
             store_host_raw=fmt.encode_host(config.store_host, config.store_port),
-            preallocate=config.preallocate_segments, repair=self._repair and not self.read_only)
+            preallocate=config.preallocate_segments, repair=self._repair and not self.read_only,
+            record_crc=config.record_crc, record_crc_from=self._settings.get(RECORD_CRC_FROM_KEY))
         self._msg_id_prefix = self._commitlog.store_host_raw.hex().upper()
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
@@ -159,6 +170,9 @@ class MessageStore(IndexLookups):
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
                          repair=self._repair, check_crc=config.check_crc_on_recover)
         end = report.log_end
+        if config.record_crc and self._commitlog.record_crc_from is None:  # a log written without record CRCs
+            self._settings = save_record_crc_from(os.path.join(root, "config"), self._settings, end)
+            self._commitlog.record_crc_from = end
         self._commitlog.set_end(end)
         self._commitlog.flushed_position = end
         dispatched = max(self._queues.max_commitlog_end(), self._commitlog.min_offset())

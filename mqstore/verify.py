@@ -4,7 +4,7 @@ Everything here maps files read-only, takes no lock and writes nothing, so it ma
 `verify_store` checks, and reports (never raises) what breaks:
 
     (1) the CommitLog segments load: names, sizes and contiguity (commitlog.segments);
-    (2) every record of every segment is valid by rules 1-5 of commitlog.format, body CRC included; a record
+    (2) every record of every segment is valid by rules 1-6 of commitlog.format, CRCs included; a record
         whose only fault is its CRC is reported and the walk goes on (its TOTALSIZE is sound), any other
         fault ends the walk of that segment;
     (3) the log ends at the first eight zero bytes where a record should start; every segment before that
@@ -30,7 +30,7 @@ from commitlog.errors import CorruptionError, StoreIOError
 from commitlog.segments import SegmentList
 from consumequeue import format as cqf
 from consumequeue.consume_queue import ConsumeQueue
-from mqstore.config import StoreConfig, save_or_check_format
+from mqstore.config import RECORD_CRC_FROM_KEY, StoreConfig, save_or_check_format
 
 VERIFY_PROBLEMS_MAX = 100  # problems a report keeps (the rest are only counted)
 QUEUE_READ_CHUNK_ENTRIES = 65_536  # ConsumeQueue entries read at once
@@ -83,7 +83,8 @@ def _no_progress(total: int, description: str, unit: str) -> _NoProgress:
 
 
 # --- the CommitLog -------------------------------------------------------------------------------------------
-def _walk_segment(segment, pos: int, *, check_crc: bool, report: VerifyReport | None) -> tuple[int, int, str]:
+def _walk_segment(segment, pos: int, *, check_crc: bool, report: VerifyReport | None,
+                  record_crc_from: int | None = None) -> tuple[int, int, str]:
     """Walk the records of one segment from `pos`: (records, where the walk stopped, why).
 
     Why is "blank" (an end-of-segment blank; stopped at the segment's end), "zeros" (end of written data),
@@ -97,13 +98,16 @@ def _walk_segment(segment, pos: int, *, check_crc: bool, report: VerifyReport | 
         if magic == fmt.MESSAGE_MAGIC_CODE or magic == fmt.MESSAGE_MAGIC_CODE_V2:
             try:
                 layout = fmt.locate(view, pos, remaining, base + pos, path=segment.path)
-                if check_crc:
+                required = record_crc_from is not None and base + pos >= record_crc_from
+                has_crc = fmt.check_record_crc(view, layout, pos, base + pos, required=required,
+                                               check_crc=check_crc, path=segment.path)
+                if check_crc and not has_crc:
                     fmt.check_body_crc(view, layout, pos, base + pos, path=segment.path)
             except CorruptionError as exc:
                 if report is None:
                     raise
                 report.add(exc)
-                if exc.rule != "5":
+                if exc.rule not in ("5", "6"):
                     return records, pos, "corrupt"
             records += 1
             pos += size
@@ -134,7 +138,8 @@ def _has_data(segment) -> bool:
     return any(fmt.peek(segment.view, 0, segment.size_bytes))
 
 
-def _check_log(segments: SegmentList, report: VerifyReport, make_progress) -> None:
+def _check_log(segments: SegmentList, report: VerifyReport, make_progress,
+               record_crc_from: int | None = None) -> None:
     listed = segments.segments
     report.segments = len(listed)
     report.log_min_offset = report.log_end_offset = segments.first_base_offset
@@ -150,7 +155,8 @@ def _check_log(segments: SegmentList, report: VerifyReport, make_progress) -> No
                                            "after it holds records: an end-of-segment blank is missing",
                                            path=gap[0].path, offset=gap[1], rule="blank"))
                 gap = None
-            records, stop, why = _walk_segment(segment, 0, check_crc=True, report=report)
+            records, stop, why = _walk_segment(segment, 0, check_crc=True, report=report,
+                                               record_crc_from=record_crc_from)
             report.records += records
             report.blanks += why == "blank"
             report.log_end_offset = segment.base_offset + stop
@@ -265,7 +271,7 @@ def verify_store(root, config: StoreConfig, make_progress=_no_progress) -> Verif
     Raises StoreError only when `root` is not a store or its saved format settings differ from `config`.
     """
     root = os.fspath(root)
-    save_or_check_format(os.path.join(root, "config"), config, writable=False)
+    settings = save_or_check_format(os.path.join(root, "config"), config, writable=False)
     report = VerifyReport()
     try:
         segments = _load_segments(root, config)
@@ -274,7 +280,7 @@ def verify_store(root, config: StoreConfig, make_progress=_no_progress) -> Verif
         return report
     queues: list[ConsumeQueue] = []
     try:
-        _check_log(segments, report, make_progress)
+        _check_log(segments, report, make_progress, settings.get(RECORD_CRC_FROM_KEY))
         queues = _open_queues(root, config.consume_queue_entries_per_file, report)
         report.queues = len(queues)
         progress = make_progress(sum(q.max_offset - q.min_offset for q in queues), "verify consumequeue",

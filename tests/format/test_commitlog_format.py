@@ -1,15 +1,18 @@
 """Golden bytes of CommitLog records, the end-of-segment blank, message ids and Java's String.hashCode.
 
-Every expected byte below is written out by hand from RocketMQ 4.x's layout (commitlog/format.py has the table);
+Every expected byte below is written out by hand from RocketMQ 4.x's layout (commitlog/format.py has the table;
+these stores write no record-CRC property, as RocketMQ 4.x does not, except the test that pins that property);
 only the store timestamp, which the store sets, is read from the put result and packed in its place.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 
 import pytest
 
+from commitlog import format as fmt
 from commitlog.format import java_string_hash
 from mqstore import Message, MessageStore
 from tests.conftest import small_config
@@ -27,7 +30,7 @@ def _golden(before_store_timestamp: str, store_timestamp_ms: int, after_store_ti
 
 
 def test_two_records_byte_for_byte(tmp_path):
-    with MessageStore.open(tmp_path, small_config()) as store:
+    with MessageStore.open(tmp_path, small_config(record_crc=False)) as store:
         first = store.put(Message("TopicA", b"hello", queue_id=3, tags="Tag4", keys=("k1", "k2"),
                                   properties={"p": "v"}, flag=7, born_timestamp_ms=T0))
         second = store.put(Message("TopicA", b"", queue_id=3))
@@ -75,7 +78,7 @@ def test_two_records_byte_for_byte(tmp_path):
 
 
 def test_message_ids_are_store_host_port_and_offset_in_upper_case_hex(tmp_path):
-    with MessageStore.open(tmp_path, small_config(store_host="192.168.0.254", store_port=10911)) as store:
+    with MessageStore.open(tmp_path, small_config(store_host="192.168.0.254", store_port=10911, record_crc=False)) as store:
         first = store.put(Message("t", b"x" * 33))
         second = store.put(Message("t", b""))
     assert first.msg_id == "C0A800FE" "00002A9F" "0000000000000000"
@@ -83,7 +86,7 @@ def test_message_ids_are_store_host_port_and_offset_in_upper_case_hex(tmp_path):
 
 
 def test_end_of_segment_blank(tmp_path):
-    with MessageStore.open(tmp_path, small_config()) as store:
+    with MessageStore.open(tmp_path, small_config(record_crc=False)) as store:
         fill = [store.put(Message("t", b"f" * 3996)) for _ in range(16)]  # 16 records of 4088 bytes = 65408
         rolled = store.put(Message("t", b"r" * 100))  # 192 bytes + 8 > the 128 left: next segment
     assert fill[-1].commitlog_offset + fill[-1].size_bytes == 65408
@@ -94,6 +97,40 @@ def test_end_of_segment_blank(tmp_path):
     second = _segment(tmp_path, 65536)
     assert second[:8] == bytes.fromhex("000000C0" "DAA320A7")  # 192-byte record at the next segment's start
     assert second[28:36] == bytes.fromhex("0000000000010000")  # its PHYSICALOFFSET is 65536
+
+
+def _java_crc_digits(crc: int) -> bytes:
+    """RocketMQ 5's MessageDecoder.createCrc32 digit loop, transcribed: ten digits, least significant first."""
+    digits = bytearray()
+    for _ in range(10):
+        digit = 0
+        if crc > 0:
+            digit = crc % 10
+            crc //= 10
+        digits.append(ord("0") + digit)
+    return bytes(digits)
+
+
+def test_record_crc_property_byte_for_byte(tmp_path):
+    with MessageStore.open(tmp_path, small_config()) as store:  # record_crc is on by default
+        first = store.put(Message("TopicA", b"hello", queue_id=3, tags="Tag4"))
+        second = store.put(Message("TopicA", b"", queue_id=3))
+    data = _segment(tmp_path)
+    assert (first.size_bytes, second.size_bytes) == (91 + 5 + 6 + 10 + 20, 91 + 6 + 20)
+    record = data[: first.size_bytes]
+    assert record[-20 - 10 : -20] == b"TAGS\x01Tag4\x02"  # the user's properties come first
+    assert record[-20:-11] == b"__CRC32#\x01" and record[-1:] == b"\x02"
+    assert record[-11:-1] == _java_crc_digits(zlib.crc32(record[:-20]) & 0x7FFFFFFF)
+    assert struct.unpack(">h", record[-20 - 10 - 2 : -20 - 10])[0] == 10 + 20  # PROPERTIESLENGTH counts it
+    alone = data[first.size_bytes : first.size_bytes + second.size_bytes]
+    assert alone[-22:-20] == b"\x00\x14"  # only the CRC pair: PROPERTIESLENGTH 20
+    assert alone[-11:-1] == _java_crc_digits(zlib.crc32(alone[:-20]) & 0x7FFFFFFF)
+
+
+@pytest.mark.parametrize("crc, digits", [(0, b"0000000000"), (12345, b"5432100000"), (0x7FFFFFFF, b"7463847412")])
+def test_record_crc_digits_are_least_significant_first(crc, digits):
+    assert _java_crc_digits(crc) == digits == fmt.record_crc_digits(crc)
+    assert fmt.record_crc_value(digits) == crc
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -16,7 +16,7 @@ def test_unit_dtype_is_twenty_big_endian_bytes():
 
 
 def test_queue_file_units_byte_for_byte(tmp_path):
-    with MessageStore.open(tmp_path, small_config()) as store:
+    with MessageStore.open(tmp_path, small_config(record_crc=False)) as store:
         store.put(Message("TopicA", b"hello", queue_id=3, tags="Tag4", keys=("k1", "k2"), properties={"p": "v"}))
         store.put(Message("TopicA", b"", queue_id=3))
         store.put(Message("TopicA", b"", queue_id=3, tags="polygenelubricants"))
@@ -31,7 +31,7 @@ def test_queue_file_units_byte_for_byte(tmp_path):
 
 
 def test_queue_files_are_named_by_the_byte_offset_of_their_first_unit(tmp_path):
-    with MessageStore.open(tmp_path, small_config()) as store:
+    with MessageStore.open(tmp_path, small_config(record_crc=False)) as store:
         store.put_batch([Message("t", b"", queue_id=0) for _ in range(130)])
     names = sorted(path.name for path in (tmp_path / "consumequeue" / "t" / "0").iterdir())
     assert names == ["00000000000000000000", "00000000000000001280", "00000000000000002560"]  # 64 units per file

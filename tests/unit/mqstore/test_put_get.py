@@ -24,7 +24,7 @@ def test_put_then_get_returns_every_field(store):
     properties = "TAGS\x01TagA\x02KEYS\x01k1 k2\x02p\x01v\x02UNIQ_KEY\x01U1\x02".encode()
     assert result.status is PutStatus.PUT_OK
     assert (result.commitlog_offset, result.queue_offset) == (0, 0)
-    assert result.size_bytes == 91 + len(b"hello") + len("orders") + len(properties)
+    assert result.size_bytes == 91 + len(b"hello") + len("orders") + len(properties) + 20  # + the record-CRC pair
     assert result.msg_id == "0A00000700002A9F0000000000000000"
     assert store.wait_dispatched(30)
     got = store.get("orders", 2, 0)

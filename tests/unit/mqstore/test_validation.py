@@ -30,6 +30,7 @@ BAD_MESSAGES = {
     "body None": Message("t", None),
     "body list": Message("t", [1, 2]),
     "properties over 32767 bytes": Message("t", b"x", properties={"p": "v" * 32765}),
+    "properties over 32767 bytes with the record CRC": Message("t", b"x", properties={"p": "v" * (32765 - 20)}),
     "properties over 32767 bytes with tags": Message("t", b"x", tags="T", properties={"p": "v" * 32760}),
     "property name with x01": Message("t", b"x", properties={"a\x01b": "v"}),
     "property name with x02": Message("t", b"x", properties={"a\x02b": "v"}),
@@ -96,7 +97,8 @@ def test_a_bad_message_in_the_middle_of_a_batch_writes_none_of_it(seeded, messag
 @pytest.mark.parametrize("message", [
     Message("t" * 127, b""),
     Message("A-z_0%9|", b"x" * MAX_BODY, queue_id=MAX_QUEUES - 1),
-    Message("t", b"x", properties={"p": "v" * 32764}),  # exactly 32767 bytes: 'p' \x01 v... \x02
+    # exactly 32767 bytes: 'p' \x01 v... \x02 and the 20-byte record-CRC pair the store adds
+    Message("t", b"x", properties={"p": "v" * (32764 - 20)}),
     Message("t", bytearray(b"mutable"), tags="é", keys=["ü", "k"], properties={"名": "値"}, flag=-(2**31)),
     Message("t", memoryview(b"view"), born_timestamp_ms=0),
 ])
