@@ -14,9 +14,9 @@ import os
 import re
 import threading
 import time
-import zlib
 
 from commitlog import format as fmt
+from commitlog.batch import append_columns, prepare_columns
 from commitlog.dispatch import parse_records
 from commitlog.errors import InvalidMessageError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile
@@ -30,7 +30,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
 
-_crc32 = zlib.crc32
+_crc32 = fmt.crc32
 _time_ns = time.time_ns
 _pack_header = fmt.HEADER_V1.pack_into
 _MAGIC = fmt.MESSAGE_MAGIC_CODE
@@ -318,12 +318,22 @@ class CommitLog:
                 offset += size
                 self._end = offset
 
+    def append_messages(self, messages: list[Message]):
+        """Check, encode and append a batch with numpy (commitlog/batch.py): one bad message writes none.
+
+        Returns (commitlog offsets, queue offsets, record sizes, records placed, store ts, StoreIOError or None).
+        """
+        columns = prepare_columns(self, messages)
+        offsets, queue_offsets, placed, store_ts, error = append_columns(self, columns)
+        return offsets, queue_offsets, columns.sizes, placed, store_ts, error
+
     def _use_segment(self, segment: MappedFile | None) -> None:
         """Make `segment` the one appends go to (None: no segment yet, or closed)."""
         if segment is None:
-            self._view, self._segment_base, self._segment_end = None, 0, -1
+            self._view, self._array, self._segment_base, self._segment_end = None, None, 0, -1
         else:
             self._view = segment.view
+            self._array = segment.array
             self._segment_base = segment.base_offset
             self._segment_end = segment.base_offset + segment.size_bytes
 

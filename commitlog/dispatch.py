@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import zlib
 from typing import Protocol
 
 import numpy as np
@@ -148,20 +147,20 @@ def _find_property(buffer, starts: list[int], ends: list[int], name: bytes) -> l
     needle = name + b"\x01"
     skip = len(needle)
     find = buffer.find
-    values: list[bytes | None] = []
-    append = values.append
-    for start, end in zip(starts, ends):
+    values: list[bytes | None] = [None] * len(starts)
+    rows = [row for row, (start, end) in enumerate(zip(starts, ends)) if start != end] \
+        if starts and starts[0] == ends[0] else range(len(starts))  # records without properties are common
+    for row in rows:
+        start, end = starts[row], ends[row]
         if start == end:
-            append(None)
             continue
         at = find(needle, start, end)
         while at > start and buffer[at - 1] != 2:  # a longer name that ends in `name`
             at = find(needle, at + 1, end)
         if at < 0:
-            append(None)
             continue
         value_end = find(b"\x02", at + skip, end)
-        append(buffer[at + skip : value_end if value_end >= 0 else end])
+        values[row] = buffer[at + skip : value_end if value_end >= 0 else end]
     return values
 
 
@@ -207,12 +206,19 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
 
 def _walk(segment, pos: int, limit: int, records_max: int,
           zeros_end: bool = False) -> tuple[list[int], int, CorruptionError | None]:
-    """Follow the TOTALSIZE chain from `pos`: (record positions, where it stopped, the error that stopped it)."""
+    """Follow the TOTALSIZE chain from `pos`: (record positions, where it stopped, the error that stopped it).
+
+    Runs of records of one size (a producer's messages often are) are followed many at once: after two
+    records of equal size, the next WALK_RUN_MAX positions that size apart are checked together (magic code
+    and TOTALSIZE, what the step-by-step walk checks); the run ends at the first that differs.
+    """
     view = segment.view
     size_bytes = segment.size_bytes
     peek = fmt.BLANK.unpack_from
     positions: list[int] = []
     append = positions.append
+    previous_size = 0
+    skip_runs_until = 0  # after a short run, record counts below which no run is tried
     while pos < limit and len(positions) < records_max:
         remaining = size_bytes - pos
         if remaining < fmt.END_FILE_MIN_BLANK_LENGTH:
@@ -230,6 +236,15 @@ def _walk(segment, pos: int, limit: int, records_max: int,
                     pos)
             append(pos)
             pos += size
+            if size == previous_size and len(positions) >= skip_runs_until:
+                run = _run_of(segment.array, pos, size, min((limit - pos) // size, records_max - len(positions),
+                                                              WALK_RUN_MAX))
+                if run:
+                    positions.extend(range(pos, pos + run * size, size))
+                    pos += run * size
+                if run < WALK_RUN_SHORT:
+                    skip_runs_until = len(positions) + WALK_RUN_BACKOFF
+            previous_size = size
         elif magic == fmt.BLANK_MAGIC_CODE and size == remaining:
             return positions, size_bytes, None
         elif zeros_end and size == 0 and magic == 0:
@@ -239,10 +254,28 @@ def _walk(segment, pos: int, limit: int, records_max: int,
     return positions, pos, None
 
 
+WALK_RUN_MAX = 4096  # records of one size checked at once by the walk
+WALK_RUN_SHORT = 8  # a run shorter than this ...
+WALK_RUN_BACKOFF = 64  # ... makes the walk go step by step for this many records before it tries again
+_HEAD_SPAN = np.arange(8, dtype=np.int64)
+_HEAD_DTYPE = np.dtype([("size", ">i4"), ("magic", ">u4")])
+
+
+def _run_of(data, pos: int, size: int, count_max: int) -> int:
+    """How many records of TOTALSIZE `size` with a message magic code follow each other from `pos` (at most
+    `count_max`, all of which lie inside the segment)."""
+    if count_max <= 0:
+        return 0
+    starts = pos + size * np.arange(count_max, dtype=np.int64)
+    heads = np.asarray(data)[starts[:, None] + _HEAD_SPAN].view(_HEAD_DTYPE)[:, 0]
+    same = (heads["size"] == size) & ((heads["magic"] == _MAGIC_V1) | (heads["magic"] == _MAGIC_V2))
+    return count_max if same.all() else int(np.argmin(same))
+
+
 def _decode(segment, positions: list[int], check_crc: bool,
             required_from: int | None = None) -> tuple[dict, CorruptionError | None]:
     """Decode and check the records at `positions` of one segment with numpy; stops at the first bad one."""
-    data = segment.array
+    data = segment.array.view(np.ndarray)  # a plain array: indexing a memmap subclass costs more
     base = segment.base_offset
     pos = np.asarray(positions, dtype=np.int64)
     header = data[pos[:, None] + _HEADER_SPAN].view(HEADER_DTYPE)[:, 0]
@@ -331,7 +364,7 @@ def _decode(segment, positions: list[int], check_crc: bool,
 
 def _first_crc_mismatch(view, expected: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int | None:
     """The first row whose bytes view[starts[row]:ends[row]] do not have the CRC `expected[row]`, or None."""
-    crc32 = zlib.crc32
+    crc32 = fmt.crc32
     for row, (start, end, crc) in enumerate(zip(starts.tolist(), ends.tolist(), expected.tolist())):
         if crc32(view[start:end]) & 0x7FFFFFFF != crc:
             return row
@@ -385,18 +418,19 @@ def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
     batch.queue_offsets = join([p["queue_offset"] for p in parts])
     batch.store_timestamps_ms = join([p["store_timestamp"] for p in parts])
     batch.sys_flags = join([p["sys_flag"] for p in parts])
-    codes: list[int] = []
+    codes = np.zeros(len(batch.commitlog_offsets), dtype=np.int64)
     cache: dict[bytes, int] = {}
+    row = 0
     for part in parts:
-        for tag in _find_property(part["buffer"], part["properties_start"], part["properties_end"], _TAGS):
+        tags = _find_property(part["buffer"], part["properties_start"], part["properties_end"], _TAGS)
+        for i, tag in enumerate(tags):
             if tag:
                 code = cache.get(tag)
                 if code is None:
                     code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
-                codes.append(code)
-            else:
-                codes.append(0)
-    batch.tags_codes = np.asarray(codes, dtype=np.int64)
+                codes[row + i] = code
+        row += len(tags)
+    batch.tags_codes = codes
 
 
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE

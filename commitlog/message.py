@@ -6,7 +6,6 @@ The byte layout they map to is in `commitlog.format`.
 from __future__ import annotations
 
 import enum
-import zlib
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
@@ -119,7 +118,7 @@ class StoredMessage(tuple):
 
 
 _new_tuple = tuple.__new__
-_crc32 = zlib.crc32
+_crc32 = fmt.crc32
 _HEADER = fmt.HEADER_V1
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE
 _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6

@@ -57,3 +57,9 @@ class UniqueKeyGenerator:
         now = _time_ns() // 1_000_000
         time_prefix = self._time_prefix if now == self._last_ms else self._refresh(now)
         return time_prefix + _COUNTER_HEX[next(self._counter) & 0xFFFF]
+
+    def next_many(self, count: int) -> list[bytes]:
+        """`count` values at once (one clock read, for a batch of messages)."""
+        now = _time_ns() // 1_000_000
+        time_prefix = self._time_prefix if now == self._last_ms else self._refresh(now)
+        return [time_prefix + _COUNTER_HEX[value & 0xFFFF] for value in itertools.islice(self._counter, count)]

@@ -365,25 +365,27 @@ class MessageStore(IndexLookups):
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Store many messages under one lock hold. Every message is checked first: one bad one writes none."""
         self._check_writable()
-        prepare = self._commitlog.prepare
-        records = [prepare(message) for message in messages]
-        if not records:
+        messages = list(messages)
+        if not messages:
             return []
         if self._disk_full:
-            return [_refused(PutStatus.DISK_FULL) for _ in records]
-        placed, store_ts, error = self._commitlog.append_batch(records)
+            for message in messages:
+                self._commitlog.prepare(message)  # bad input is still reported as such
+            return [_refused(PutStatus.DISK_FULL) for _ in messages]
+        offsets, queue_offsets, sizes, placed, store_ts, error = self._commitlog.append_messages(messages)
         ok = PutStatus.PUT_OK
         if self._sync_flush and placed:
-            last_offset, _ = placed[-1]
-            if not self._group_commit.wait_durable(last_offset + records[len(placed) - 1][6], self._sync_timeout_s):
+            if not self._group_commit.wait_durable(int(offsets[placed - 1] + sizes[placed - 1]), self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
         prefix = self._msg_id_prefix
+        digits = offsets[:placed].astype(">u8").tobytes().hex().upper()  # the offset part of every msg_id at once
         new = _new_tuple
-        results = [new(PutResult, (ok, offset, queue_offset, record[6], store_ts, prefix + "%016X" % offset))
-                   for (offset, queue_offset), record in zip(placed, records)]
+        results = [new(PutResult, (ok, offset, queue_offset, size, store_ts, prefix + digits[at : at + 16]))
+                   for offset, queue_offset, size, at in zip(offsets[:placed].tolist(), queue_offsets[:placed].tolist(),
+                                                             sizes[:placed].tolist(), range(0, 16 * placed, 16))]
         if error is not None:
-            log.error("put_batch stored %d of %d messages: %s", len(placed), len(records), error)
-            results.extend(_refused(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in records[len(placed):])
+            log.error("put_batch stored %d of %d messages: %s", placed, len(messages), error)
+            results.extend(_refused(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in messages[placed:])
         return results
 
     def flush(self) -> None:

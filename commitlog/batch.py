@@ -1,0 +1,237 @@
+"""Batched writes: many messages checked, encoded and appended with a few numpy steps instead of a loop.
+
+`prepare_columns` checks a batch and encodes what the store does not assign (body CRC, topic, properties) as
+columns; messages of the common shapes (no keys, no user properties; tags or not) are checked all at once,
+any other batch goes message by message through `CommitLog.prepare`, with the same checks and errors.
+`append_columns` then writes the batch under the writer lock: the 88-byte headers of a whole run of records
+come from one numpy array, the records are joined into one buffer and copied into the segment with one
+memcpy, and the record-CRC digits (format rule 6) are written for all records at once. A run ends where a
+segment does; the blank and the roll are the CommitLog's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from commitlog import format as fmt
+from commitlog.errors import InvalidMessageError, StoreIOError
+from commitlog.message import Message
+from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS
+
+_POWERS_OF_TEN = 10 ** np.arange(fmt.RECORD_CRC_DIGITS, dtype=np.int64)  # least significant digit first
+_DIGIT_SPAN = np.arange(fmt.RECORD_CRC_DIGITS, dtype=np.int64)
+_UNIQUE_KEY_START = b"UNIQ_KEY\x01"
+
+
+@dataclass
+class Columns:
+    """A checked batch: one entry per message, in order. `key_ids` index `queue_keys` ((topic, queue_id))."""
+
+    queue_keys: list[tuple[str, int]]
+    key_ids: np.ndarray
+    queue_ids: np.ndarray
+    flags: np.ndarray
+    born_ms: np.ndarray  # -1 where the store timestamp stands in (no born_timestamp_ms given)
+    bodies: list[bytes]
+    body_lengths: np.ndarray
+    body_crcs: np.ndarray
+    tails: list[bytes]
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+
+def prepare_columns(log, messages: list[Message]) -> Columns:
+    """Check and encode a batch (InvalidMessageError at the first bad message, as `prepare` raises it)."""
+    columns = _prepare_common(log, messages) if messages else None
+    if columns is None:
+        columns = _from_records([log.prepare(message) for message in messages])
+    return columns
+
+
+def _from_records(records: list) -> Columns:
+    """Columns from records prepared one by one (any message shape)."""
+    keys: dict[tuple[str, int], int] = {}
+    key_ids = [keys.setdefault(record[0], len(keys)) for record in records]
+    bodies = [record[2] for record in records]
+    return Columns(
+        queue_keys=list(keys), key_ids=np.asarray(key_ids, dtype=np.int64),
+        queue_ids=np.asarray([record[0][1] for record in records], dtype=np.int64),
+        flags=np.asarray([record[1] for record in records], dtype=np.int64),
+        born_ms=np.asarray([-1 if record[4] is None else record[4] for record in records], dtype=np.int64),
+        bodies=bodies, body_lengths=np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)),
+        body_crcs=np.asarray([record[3] for record in records], dtype=np.int64),
+        tails=[record[5] for record in records], sizes=np.asarray([record[6] for record in records], dtype=np.int64))
+
+
+def _prepare_common(log, messages: list[Message]) -> Columns | None:
+    """The all-at-once path for messages without keys or user properties; None when a message is of another
+    shape or breaks a rule (the one-by-one path then finds it and raises the precise error)."""
+    if set(map(type, messages)) != {Message}:
+        return None
+    if any(m.keys or m.properties for m in messages):
+        return None
+    topics = [m.topic for m in messages]
+    queue_ids = [m.queue_id for m in messages]
+    bodies = [m.body for m in messages]
+    flags = [m.flag for m in messages]
+    borns = [m.born_timestamp_ms for m in messages]
+    tags = [m.tags for m in messages]
+    if set(map(type, topics)) != {str} or set(map(type, queue_ids)) != {int} or set(map(type, bodies)) != {bytes} \
+            or set(map(type, flags)) != {int}:
+        return None
+    if min(queue_ids) < 0 or max(queue_ids) >= log.max_queues_per_topic:
+        return None
+    if min(flags) < -(2**31) or max(flags) > 2**31 - 1:
+        return None
+    born_values = set(borns)
+    born_values.discard(None)
+    if born_values and (set(map(type, born_values)) != {int} or min(born_values) < 0):
+        return None
+    tag_values = set(tags)
+    tag_values.discard(None)
+    for tag in tag_values:
+        if tag.__class__ is not str or not tag or "\x01" in tag or "\x02" in tag:
+            return None
+    lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
+    if int(lengths.max()) > log.max_message_size_bytes:
+        return None
+    keys: dict[tuple[str, int], int] = {}
+    key_ids = np.fromiter((keys.setdefault(key, len(keys)) for key in zip(topics, queue_ids)), dtype=np.int64,
+                          count=len(topics))
+    tails = _tails(log, topics, tags, tag_values)
+    if tails is None:
+        return None
+    crc32 = fmt.crc32
+    return Columns(
+        queue_keys=list(keys), key_ids=key_ids, queue_ids=np.asarray(queue_ids, dtype=np.int64),
+        flags=np.asarray(flags, dtype=np.int64),
+        born_ms=np.asarray([-1 if born is None else born for born in borns], dtype=np.int64) if born_values
+        else np.full(len(borns), -1, dtype=np.int64),
+        bodies=bodies, body_lengths=lengths,
+        body_crcs=np.fromiter(map(crc32, bodies), dtype=np.int64, count=len(bodies)) & 0x7FFFFFFF,
+        tails=tails, sizes=fmt.HEADER_SIZE + lengths + np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)))
+
+
+def _tails(log, topics: list[str], tags: list, tag_values: set) -> list[bytes] | None:
+    """TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES of every message (TAGS, UNIQ_KEY, record-CRC pair);
+    None when a topic is invalid or the properties would be too long (the one-by-one path reports it)."""
+    suffix = log._crc_suffix
+    unique_keys = log.unique_keys
+    shapes: dict[tuple[str, str | None], tuple[bytes, bytes]] = {}
+    for topic in set(topics):
+        try:
+            prefix = (log._topic_tails.get(topic) or log._topic_tail(topic))[0]  # checks the topic
+        except InvalidMessageError:
+            return None
+        for tag in (*tag_values, None):
+            head = b"" if tag is None else b"TAGS\x01" + tag.encode("utf-8") + b"\x02"
+            if unique_keys is None:  # PROPERTIES = head, all of it known now
+                head, after = head + suffix, b""
+                length = len(head)
+            else:  # PROPERTIES = head, the message's UNIQ_KEY value, after
+                head, after = head + _UNIQUE_KEY_START, b"\x02" + suffix
+                length = len(head) + UNIQUE_KEY_HEX_DIGITS + len(after)
+            if length > fmt.PROPERTIES_LENGTH_MAX:
+                return None
+            shapes[topic, tag] = (prefix + fmt.I16.pack(length) + head, after)
+    if len(shapes) == 1:  # one topic, no tags: the most common batch
+        (head, tail), = shapes.values()
+        if unique_keys is None:
+            return [head] * len(topics)
+        return [head + key + tail for key in unique_keys.next_many(len(topics))]
+    pairs = [shapes[key] for key in zip(topics, tags)]
+    if unique_keys is None:
+        return [head for head, _ in pairs]
+    return [head + key + tail for (head, tail), key in zip(pairs, unique_keys.next_many(len(topics)))]
+
+
+def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, int, StoreIOError | None]:
+    """Append a prepared batch under the writer lock; returns (commitlog offsets, queue offsets, records placed,
+    store timestamp, error). When a segment cannot be created part way, the records before it stay stored and
+    the StoreIOError is returned with them (the rest are not written)."""
+    count = len(columns)
+    offsets = np.zeros(count, dtype=np.int64)
+    queue_offsets = np.zeros(count, dtype=np.int64)
+    sizes = columns.sizes
+    with log.lock:
+        store_ts = time.time_ns() // 1_000_000
+        log.last_store_timestamp_ms = store_ts
+        table = log.queue_offsets
+        keys = columns.queue_keys
+        if len(keys) == 1:
+            queue_offsets[:] = table.get(keys[0], 0) + np.arange(count, dtype=np.int64)
+        else:
+            for key_id, key in enumerate(keys):  # bounded by the batch's distinct queues
+                rows = np.flatnonzero(columns.key_ids == key_id)
+                queue_offsets[rows] = table.get(key, 0) + np.arange(len(rows), dtype=np.int64)
+        done = 0
+        error = None
+        while done < count:  # one round per segment the batch touches
+            offset = log._end
+            try:
+                if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._segment_end:
+                    offset = log._roll(offset, int(sizes[done]))
+            except StoreIOError as exc:
+                error = exc
+                break
+            ends = offset + np.cumsum(sizes[done:])
+            run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._segment_end, side="right"))
+            assert run >= 1
+            stop = done + run
+            starts = np.empty(run, dtype=np.int64)
+            starts[0] = offset
+            starts[1:] = ends[: run - 1]
+            offsets[done:stop] = starts
+            _write_run(log, columns, done, stop, starts, queue_offsets[done:stop], store_ts)
+            log._end = int(ends[run - 1])  # published only when the whole run is written
+            done = stop
+        if done:
+            placed_counts = np.bincount(columns.key_ids[:done], minlength=len(keys))
+            for key_id, key in enumerate(keys):
+                if placed_counts[key_id]:
+                    table[key] = table.get(key, 0) + int(placed_counts[key_id])
+    return offsets, queue_offsets, done, store_ts, error
+
+
+def _write_run(log, columns: Columns, start: int, stop: int, offsets: np.ndarray, queue_offsets: np.ndarray,
+               store_ts: int) -> None:
+    """Write records [start, stop) of the batch at `offsets`, which all lie in the current segment."""
+    run = stop - start
+    sizes = columns.sizes[start:stop]
+    header = np.zeros(run, dtype=fmt.HEADER_V1_DTYPE)
+    header["total_size"] = sizes
+    header["magic"] = fmt.MESSAGE_MAGIC_CODE
+    header["body_crc"] = columns.body_crcs[start:stop]
+    header["queue_id"] = columns.queue_ids[start:stop]
+    header["flag"] = columns.flags[start:stop]
+    header["queue_offset"] = queue_offsets
+    header["physical_offset"] = offsets
+    born = columns.born_ms[start:stop]
+    header["born_timestamp"] = np.where(born < 0, store_ts, born)
+    header["born_host"] = np.frombuffer(log.born_host_raw, dtype="V8")[0]
+    header["store_timestamp"] = store_ts
+    header["store_host"] = np.frombuffer(log.store_host_raw, dtype="V8")[0]
+    header["body_length"] = columns.body_lengths[start:stop]
+    raw = memoryview(header.tobytes())
+    step = fmt.HEADER_SIZE
+    parts: list = [None] * (3 * run)
+    parts[0::3] = [raw[at : at + step] for at in range(0, step * run, step)]
+    parts[1::3] = columns.bodies[start:stop]
+    parts[2::3] = columns.tails[start:stop]
+    blob = b"".join(parts)
+    position = int(offsets[0]) - log._segment_base
+    log._view[position : position + len(blob)] = blob
+    if log.record_crc:
+        relative = (offsets - offsets[0]).tolist()
+        whole = memoryview(blob)
+        crc32 = fmt.crc32
+        crcs = np.fromiter((crc32(whole[at : at + size - fmt.RECORD_CRC_LENGTH])
+                            for at, size in zip(relative, sizes.tolist())), dtype=np.int64, count=run) & 0x7FFFFFFF
+        digits = (crcs[:, None] // _POWERS_OF_TEN % 10 + ord("0")).astype(np.uint8)
+        digits_at = position + offsets - offsets[0] + sizes - (fmt.RECORD_CRC_DIGITS + 1)
+        log._array[digits_at[:, None] + _DIGIT_SPAN] = digits

@@ -1,0 +1,95 @@
+"""put_batch's numpy path (commitlog/batch.py) writes exactly the bytes one put per message writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from commitlog import format as fmt
+from mqstore import InvalidMessageError, Message, MessageStore
+from tests.conftest import small_config
+
+
+def _segments(root) -> dict[str, bytearray]:
+    return {path.name: bytearray(path.read_bytes()) for path in sorted((root / "commitlog").iterdir())}
+
+
+def _mask_store_times(data: bytearray, results) -> None:
+    """Zero the STORETIMESTAMP and the record-CRC digits (which cover it) of every record: the only bytes
+    that depend on when a message was stored."""
+    for result in results:
+        at = result.commitlog_offset % len(data)
+        data[at + fmt.OFFSET_STORE_TIMESTAMP : at + fmt.OFFSET_STORE_TIMESTAMP + 8] = bytes(8)
+        end = at + result.size_bytes
+        if data[end - 20 : end - 11] == fmt.RECORD_CRC_PREFIX:
+            data[end - 11 : end - 1] = bytes(10)
+
+
+def _one_segment_each(root, results, config):
+    images = _segments(root)
+    for result in results:
+        name = f"{result.commitlog_offset - result.commitlog_offset % config.segment_size_bytes:020d}"
+        _mask_store_times(images[name], [result])
+    return images
+
+
+BATCHES = {
+    "plain": [Message("t", b"m%d" % i * (i % 7), queue_id=i % 3, born_timestamp_ms=1000 + i) for i in range(50)],
+    "tags": [Message("t" if i % 2 else "u", b"x" * i, tags=("A", "B", None)[i % 3], flag=i - 25,
+                     born_timestamp_ms=5) for i in range(50)],
+    "mixed shapes": [Message("t", bytearray(b"b%d" % i), keys=("k%d" % i,), properties={"p": str(i)},
+                             born_timestamp_ms=7) for i in range(20)],
+    "rolls segments": [Message("t", b"r" * 3000, queue_id=i % 2, born_timestamp_ms=9) for i in range(60)],
+}
+
+
+@pytest.mark.parametrize("record_crc", [True, False], ids=["record-crc", "rocketmq-4"])
+@pytest.mark.parametrize("name", list(BATCHES))
+def test_a_batch_writes_the_bytes_of_one_put_per_message(tmp_path, name, record_crc):
+    messages = BATCHES[name]
+    config = small_config(record_crc=record_crc)
+    with MessageStore.open(tmp_path / "one", config) as store:
+        singles = [store.put(message) for message in messages]
+    with MessageStore.open(tmp_path / "batch", config) as store:
+        batched = store.put_batch(messages)
+        assert store.wait_dispatched(30)
+        read = [store.read_at(result.commitlog_offset) for result in batched]
+    assert [r[1:4] for r in batched] == [r[1:4] for r in singles]  # offsets, queue offsets, sizes
+    assert [r.msg_id for r in batched] == [r.msg_id for r in singles]
+    assert _one_segment_each(tmp_path / "batch", batched, config) == _one_segment_each(tmp_path / "one", singles,
+                                                                                       config)
+    assert [(m.topic, m.queue_id, m.body, m.tags, m.keys, m.flag) for m in read] == [
+        (m.topic, m.queue_id, bytes(m.body), m.tags, tuple(m.keys), m.flag) for m in messages]
+    if name == "rolls segments":
+        assert batched[-1].commitlog_offset >= 2 * config.segment_size_bytes
+
+
+def test_queue_offsets_continue_across_batches_and_puts(tmp_path):
+    with MessageStore.open(tmp_path, small_config()) as store:
+        first = store.put_batch([Message("t", b"a", queue_id=i % 2) for i in range(5)])
+        middle = store.put(Message("t", b"b", queue_id=1))
+        last = store.put_batch([Message("t", b"c", queue_id=1), Message("u", b"d")])
+    assert [r.queue_offset for r in first] == [0, 0, 1, 1, 2]
+    assert middle.queue_offset == 2 and [r.queue_offset for r in last] == [3, 0]
+
+
+BAD = [
+    Message("bad topic!", b"x"),
+    Message("t", b"x", queue_id=-1),
+    Message("t", "not bytes"),
+    Message("t", b"x", tags=""),
+    Message("t", b"x", tags="a\x01b"),
+    Message("t", b"x", flag=2**31),
+    Message("t", b"x", born_timestamp_ms=-5),
+    Message("t", b"x" * 9000),
+]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=range(len(BAD)))
+def test_a_bad_message_gives_the_error_a_single_put_gives_and_writes_nothing(tmp_path, bad):
+    with MessageStore.open(tmp_path, small_config()) as store:
+        with pytest.raises(InvalidMessageError) as single:
+            store.put(bad)
+        with pytest.raises(InvalidMessageError) as batched:
+            store.put_batch([Message("t", b"ok")] * 3 + [bad, Message("t", b"ok")])
+        assert str(batched.value) == str(single.value)
+        assert store._commitlog.readable_end() == 0
