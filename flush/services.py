@@ -95,7 +95,7 @@ class GroupCommitService:
     def wait_durable(self, position: int, timeout_s: float) -> bool:
         """Block until everything below `position` is on disk; False on timeout or a failed flush."""
         entry = None
-        deadline = 0.0
+        deadline = None
         while True:
             if self.durable_position >= position:
                 return True
@@ -106,8 +106,9 @@ class GroupCommitService:
                 self.leader_flush_count += 1
                 self._lead(position)
                 continue
-            if entry is None:
+            if deadline is None:
                 deadline = time.monotonic() + timeout_s
+            if entry is None:
                 entry = [position, threading.Lock()]
                 entry[1].acquire()
             with self._parked_lock:
