@@ -22,6 +22,7 @@ class SpyFlushable:
         self.entered = threading.Event()
         self.threads = []  # name of the thread each flush ran in
         self.error: Exception | None = None
+        self.covers_written_at_start = False
 
     def dirty_bytes(self):
         return self.dirty
@@ -30,10 +31,11 @@ class SpyFlushable:
         self.threads.append(threading.current_thread().name)
         if self.error is not None:
             raise self.error
+        entry_target = self.written  # what a real flush covers: what was written when it started ...
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
-        target = self.written
+        target = entry_target if self.covers_written_at_start else self.written  # ... or a generous one
         self.flushes.append(target)
         self.durable = target
         self.dirty = 0
@@ -135,6 +137,41 @@ def test_a_follower_times_out_on_time_behind_a_leader_stuck_in_a_slow_flush():
         spy.written = 4
         assert service.wait_durable(4, 0.5) is True
         assert spy.threads[-1] == "group-commit-thread"
+    finally:
+        spy.gate.set()
+        service.stop()
+
+
+def test_a_leader_flushes_again_for_the_callers_that_parked_during_its_flush():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0, name="group-commit-thread")
+    service.start()
+    results = {}
+    try:
+        spy.written = 1
+        assert service.wait_durable(1, 5) is True  # timed: later callers lead
+        spy.covers_written_at_start = True
+        spy.gate = threading.Event()
+        spy.entered.clear()
+        spy.written = 2
+        leader = threading.Thread(target=lambda: results.update(leader=service.wait_durable(2, 5)), name="leader")
+        leader.start()
+        assert spy.entered.wait(5)
+        spy.written = 4  # two more records, whose callers park behind the running flush
+        followers = [threading.Thread(target=lambda p=p: results.update({p: service.wait_durable(p, 5)}),
+                                      name=f"follower-{p}") for p in (3, 4)]
+        for follower in followers:
+            follower.start()
+        for _ in range(500):
+            if len(service._parked) == 2:
+                break
+            threading.Event().wait(0.01)
+        assert len(service._parked) == 2
+        spy.gate.set()
+        for thread in [leader, *followers]:
+            thread.join(10)
+        assert results == {"leader": True, 3: True, 4: True}
+        assert spy.threads[1:] == ["leader", "leader"]  # one more flush, by the leader, for both followers
     finally:
         spy.gate.set()
         service.stop()
