@@ -7,7 +7,8 @@ cost the rolling put milliseconds (Thread.start waits until the new thread has r
 With `warm=True` the thread also pre-faults the new segment's pages, so the writer's first touches are cheap:
 madvise(MADV_POPULATE_WRITE) on the mapping, a chunk at a time, through ctypes (which releases the GIL). It
 maps every page writable without writing a byte, so it may go on after `take()` handed the segment over, while
-records are written into it: the rolling put does not wait for it. Where the kernel lacks it (before Linux
+records are written into it: the rolling put does not wait for it (and it stops when the next segment is
+requested: making that one comes first). Where the kernel lacks it (before Linux
 5.14), the thread writes zeros over the file with pwrite instead, and `take()` stops that at the next chunk
 boundary first, so it never writes over a record. Either way the pages are dirty: the zeros are written back.
 """
@@ -27,7 +28,7 @@ from commitlog.mapped_file import MappedFile
 log = logging.getLogger(__name__)
 
 WARM_CHUNK_BYTES = 256 * 1024  # zeros written per pwrite; bounds how long take() waits for warming to stop
-POPULATE_CHUNK_BYTES = 1024 * 1024  # bytes pre-faulted per madvise call
+POPULATE_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted per madvise call (each call then waits for the GIL)
 MADV_POPULATE_WRITE = 23  # linux/mman.h (Linux 5.14+)
 _ZEROS = bytes(WARM_CHUNK_BYTES)
 
@@ -125,8 +126,8 @@ class SegmentAllocator:
             return False
         address = array.ctypes.data
         for position in range(start, min(end, self.segment_size_bytes), POPULATE_CHUNK_BYTES):
-            if stop.is_set():
-                return True
+            if stop.is_set() or (start > 0 and not self._requests.empty()):
+                return True  # closing, or the next segment is wanted: making it comes first
             length = min(POPULATE_CHUNK_BYTES, self.segment_size_bytes - position)
             if _madvise(address + position, length, MADV_POPULATE_WRITE) != 0:
                 error = ctypes.get_errno()
