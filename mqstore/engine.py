@@ -618,7 +618,7 @@ class MessageStore(IndexLookups):
 def _wait_for_writer(writer: threading.Lock) -> None:
     """Take the writer lock another put holds, without queueing on it while it can be avoided.
 
-    The holder only ever waits for the interpreter lock (the GIL), which the switch interval took from it. A
+    The holder is nearly always just waiting for the interpreter lock (the GIL), taken from it mid-append. A
     put blocked on the writer lock would be handed it when the holder lets go, then wait for the GIL itself,
     while the holder's next put blocks on the lock: a lock convoy, one thread switch per put, that made four
     producers slower together than one alone. Sleeping a little and trying again lets the holder finish.
