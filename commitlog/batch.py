@@ -11,7 +11,6 @@ segment does; the blank and the roll are the CommitLog's.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,8 +158,7 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
     queue_offsets = np.zeros(count, dtype=np.int64)
     sizes = columns.sizes
     with log.lock:
-        store_ts = time.time_ns() // 1_000_000
-        log.last_store_timestamp_ms = store_ts
+        store_ts = log.now_ms()
         table = log.queue_offsets
         keys = columns.queue_keys
         if len(keys) == 1:
@@ -191,6 +189,7 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
             log._end = int(ends[run - 1])  # published only when the whole run is written
             done = stop
         if done:
+            log.last_store_timestamp_ms = store_ts  # after the records are published, as append() does
             placed_counts = np.bincount(columns.key_ids[:done], minlength=len(keys))
             for key_id, key in enumerate(keys):
                 if placed_counts[key_id]:

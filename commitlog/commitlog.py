@@ -16,7 +16,7 @@ import threading
 import time
 
 from commitlog import format as fmt
-from commitlog.batch import append_columns, prepare_columns
+from commitlog.batch import Columns, append_columns, prepare_columns
 from commitlog.dispatch import parse_records
 from commitlog.errors import InvalidMessageError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile
@@ -318,14 +318,19 @@ class CommitLog:
                 offset += size
                 self._end = offset
 
-    def append_messages(self, messages: list[Message]):
-        """Check, encode and append a batch with numpy (commitlog/batch.py): one bad message writes none.
+    def now_ms(self) -> int:
+        """The store clock (ms since the epoch) that stamps STORETIMESTAMP; tests replace `_time_ns`."""
+        return _time_ns() // 1_000_000
 
-        Returns (commitlog offsets, queue offsets, record sizes, records placed, store ts, StoreIOError or None).
-        """
-        columns = prepare_columns(self, messages)
-        offsets, queue_offsets, placed, store_ts, error = append_columns(self, columns)
-        return offsets, queue_offsets, columns.sizes, placed, store_ts, error
+    def prepare_batch(self, messages: list[Message]) -> Columns:
+        """Check and encode a batch as columns (commitlog/batch.py); InvalidMessageError for the first bad message,
+        as `prepare` gives it. Nothing is written."""
+        return prepare_columns(self, messages)
+
+    def append_prepared(self, columns: Columns) -> tuple:
+        """Append a prepared batch under the writer lock: (commitlog offsets, queue offsets, records placed, store ts,
+        StoreIOError or None); records before a failed segment creation stay stored."""
+        return append_columns(self, columns)
 
     def _use_segment(self, segment: MappedFile | None) -> None:
         """Make `segment` the one appends go to (None: no segment yet, or closed)."""

@@ -1,16 +1,24 @@
 """Segment allocation ahead of need (RocketMQ's AllocateMappedFileService), so a roll does not stall put().
 
-After the CommitLog moves to segment N, the allocator creates segment N+1 in a background thread (its space
-reserved with posix_fallocate) and, with `warm=True`, writes zeros over it with pwrite in small chunks, so
-the page cache already holds its pages and the writer's first touches are cheap (the thread spends its time
-in system calls, which release the GIL). `take()` hands the segment over: warming stops at the next chunk
-boundary first, so it never writes over a record.
+After the CommitLog moves to segment N, the allocator creates segment N+1 in its own thread (its space reserved
+with posix_fallocate). `request()` only queues the work: it runs under the writer lock, where starting a thread
+cost the rolling put milliseconds (Thread.start waits until the new thread has run, which needs the GIL).
+
+With `warm=True` the thread also pre-faults the new segment's pages, so the writer's first touches are cheap:
+madvise(MADV_POPULATE_WRITE) on the mapping, a chunk at a time, through ctypes (which releases the GIL). It
+maps every page writable without writing a byte, so it may go on after `take()` handed the segment over, while
+records are written into it: the rolling put does not wait for it (and it stops when the next segment is
+requested: making that one comes first). Where the kernel lacks it (before Linux
+5.14), the thread writes zeros over the file with pwrite instead, and `take()` stops that at the next chunk
+boundary first, so it never writes over a record. Either way the pages are dirty: the zeros are written back.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import queue
 import threading
 
 from commitlog import format as fmt
@@ -20,11 +28,41 @@ from commitlog.mapped_file import MappedFile
 log = logging.getLogger(__name__)
 
 WARM_CHUNK_BYTES = 256 * 1024  # zeros written per pwrite; bounds how long take() waits for warming to stop
+POPULATE_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted per madvise call (each call then waits for the GIL)
+MADV_POPULATE_WRITE = 23  # linux/mman.h (Linux 5.14+)
 _ZEROS = bytes(WARM_CHUNK_BYTES)
 
 
+def _load_madvise():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_madvise = _load_madvise()
+
+
+class _Allocation:
+    """One segment on its way: made by the thread, handed over by take()."""
+
+    __slots__ = ("base_offset", "segment", "error", "stop", "created", "finished", "writes_zeros")
+
+    def __init__(self, base_offset: int):
+        self.base_offset = base_offset
+        self.segment: MappedFile | None = None
+        self.error: BaseException | None = None
+        self.stop = threading.Event()  # set by close(), and by take() while zeros are being written: stop warming
+        self.created = threading.Event()  # set by the thread: `segment` or `error` is final
+        self.finished = threading.Event()  # set by the thread: nothing more will touch the file
+        self.writes_zeros = False  # warming writes zeros with pwrite (take() must stop it before the hand-over)
+
+
 class SegmentAllocator:
-    """Creates the next segment of a directory in the background; `take(base)` returns it."""
+    """Creates the next segment of a directory in its thread; `take(base)` returns it."""
 
     def __init__(self, directory: str, segment_size_bytes: int, *, preallocate: bool, warm: bool):
         self.directory = directory
@@ -32,33 +70,73 @@ class SegmentAllocator:
         self.preallocate = preallocate
         self.warm = warm
         self._lock = threading.Lock()
-        self._pending: dict[int, tuple[threading.Thread, dict]] = {}
+        self._pending: dict[int, _Allocation] = {}
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()  # allocations for the thread; None stops it
+        self._thread = threading.Thread(target=self._run, name="mqstore-allocate", daemon=True)
+        self._thread.start()
         self.created_in_background = 0
         self.warmed_bytes = 0
 
     def request(self, base_offset: int) -> None:
-        """Start creating the segment at `base_offset` unless it exists or is on its way."""
+        """Queue the creation of the segment at `base_offset` unless it is on its way (the thread skips a file
+        that exists)."""
         with self._lock:
             if base_offset in self._pending:
                 return
-            path = os.path.join(self.directory, fmt.segment_name(base_offset))
+            allocation = self._pending[base_offset] = _Allocation(base_offset)
+        self._requests.put(allocation)
+
+    def _run(self) -> None:
+        while True:
+            allocation = self._requests.get()
+            if allocation is None:
+                return
+            try:
+                self._create(allocation)  # even at close: a requested segment is made (stop ends warming)
+            finally:
+                allocation.created.set()
+                allocation.finished.set()
+
+    def _create(self, allocation: _Allocation) -> None:
+        path = os.path.join(self.directory, fmt.segment_name(allocation.base_offset))
+        try:
             if os.path.exists(path):
                 return
-            state = {"segment": None, "error": None, "stop": threading.Event()}
-            thread = threading.Thread(target=self._create, args=(base_offset, path, state),
-                                      name=f"mqstore-allocate-{base_offset}", daemon=True)
-            self._pending[base_offset] = (thread, state)
-            thread.start()
-
-    def _create(self, base_offset: int, path: str, state: dict) -> None:
-        try:
-            segment = MappedFile.create(path, base_offset, self.segment_size_bytes, preallocate=self.preallocate)
-            state["segment"] = segment
+            segment = MappedFile.create(path, allocation.base_offset, self.segment_size_bytes,
+                                        preallocate=self.preallocate)
             self.created_in_background += 1
-            if self.warm:
-                self._warm(path, state["stop"])
+            array = segment.array  # keeps the mapping alive while it is pre-faulted, even once closed
+            if self.warm and self._populate(array, allocation.stop, 0, POPULATE_CHUNK_BYTES):
+                allocation.segment = segment
+                allocation.created.set()  # take() may hand it over now: the rest is pre-faulted meanwhile
+                self._populate(array, allocation.stop, POPULATE_CHUNK_BYTES, self.segment_size_bytes)
+            elif self.warm:
+                allocation.writes_zeros = True
+                allocation.segment = segment
+                allocation.created.set()  # take() stops the warming, then hands it over
+                self._warm(path, allocation.stop)
+            else:
+                allocation.segment = segment
         except BaseException as exc:  # noqa: BLE001 - handed to take(), which raises it in the writer
-            state["error"] = exc
+            allocation.error = exc
+
+    def _populate(self, array, stop: threading.Event, start: int, end: int) -> bool:
+        """Pre-fault [start, end) of a mapping with MADV_POPULATE_WRITE; False where the kernel lacks it."""
+        if _madvise is None:
+            return False
+        address = array.ctypes.data
+        for position in range(start, min(end, self.segment_size_bytes), POPULATE_CHUNK_BYTES):
+            if stop.is_set() or (start > 0 and not self._requests.empty()):
+                return True  # closing, or the next segment is wanted: making it comes first
+            length = min(POPULATE_CHUNK_BYTES, self.segment_size_bytes - position)
+            if _madvise(address + position, length, MADV_POPULATE_WRITE) != 0:
+                error = ctypes.get_errno()
+                if position == 0:
+                    return False  # EINVAL: an older kernel
+                log.warning("pre-faulting a segment stopped at %d: %s", position, os.strerror(error))
+                return True  # warming is an optimisation: the segment is good
+            self.warmed_bytes += length
+        return True
 
     def _warm(self, path: str, stop: threading.Event) -> None:
         fd = os.open(path, os.O_WRONLY)
@@ -72,28 +150,33 @@ class SegmentAllocator:
             os.close(fd)
 
     def take(self, base_offset: int) -> MappedFile | None:
-        """The segment made for `base_offset` (warming stopped), or None when none was requested."""
+        """The segment made for `base_offset` (warming stopped), or None when none was requested (or its file
+        existed already)."""
         with self._lock:
-            pending = self._pending.pop(base_offset, None)
-        if pending is None:
+            allocation = self._pending.pop(base_offset, None)
+        if allocation is None:
             return None
-        thread, state = pending
-        state["stop"].set()
-        thread.join()
-        if state["error"] is not None:
-            error = state["error"]
+        allocation.created.wait()
+        if allocation.writes_zeros:
+            allocation.stop.set()
+            allocation.finished.wait()
+        if allocation.error is not None:
+            error = allocation.error
             if isinstance(error, StoreIOError):
                 raise error
             raise StoreIOError(f"creating segment {fmt.segment_name(base_offset)} failed: {error}") from error
-        return state["segment"]
+        return allocation.segment
 
     def close(self) -> None:
-        """Stop background work; segments made but never taken stay on disk (empty, valid) for the next open."""
+        """Stop the thread; segments made but never taken stay on disk (empty, valid) for the next open."""
         with self._lock:
             pending = list(self._pending.values())
             self._pending.clear()
-        for thread, state in pending:
-            state["stop"].set()
-            thread.join()
-            if state["segment"] is not None:
-                state["segment"].close()
+        for allocation in pending:
+            allocation.stop.set()
+        self._requests.put(None)
+        if self._thread.is_alive():
+            self._thread.join()
+        for allocation in pending:
+            if allocation.segment is not None:
+                allocation.segment.close()

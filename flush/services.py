@@ -9,6 +9,7 @@ and one `IntervalFlusher` for the ConsumeQueues and the index.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Callable, Protocol
@@ -17,6 +18,9 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE_BYTES = 4096
 FLUSH_DURATIONS_KEPT = 64  # recent flush durations kept for stats()
+LEADER_FLUSH_ROUNDS_MAX = 4  # flushes one leader runs back to back for callers that parked meanwhile
+FLUSH_INLINE_TIMEOUT_SHARE = 0.1  # a SYNC caller flushes itself while the last flush took under this share of
+#                                   its timeout (else the thread flushes, and the caller can time out on time)
 
 
 class Flushable(Protocol):
@@ -55,20 +59,35 @@ class FlushStats:
 class GroupCommitService:
     """SYNC flushing (RocketMQ's GroupCommitService): callers wait until their position is durable.
 
-    One thread flushes; every caller that asked while a flush was running is served by the next one, so
-    concurrent producers share flushes. `wait_durable` returns False when its position did not become durable
-    within the timeout (the data stays written; the caller reports FLUSH_DISK_TIMEOUT).
+    Leader and followers, as LevelDB's and MySQL's group commit: a caller whose position is not durable and who
+    finds no flush running becomes the leader and flushes in its own thread (one producer pays no thread
+    switch); callers arriving while a flush runs park, and when it ends the leader wakes those it made durable
+    and one of the others, who leads the next flush for all of them. So concurrent producers share flushes.
+
+    A caller only flushes itself while the last flush took under FLUSH_INLINE_TIMEOUT_SHARE of its timeout
+    (and never before a first flush has been timed): a caller stuck in a flush cannot time out. Otherwise it
+    parks and the service's own thread flushes, so every caller gets `False` when its position did not become
+    durable within `timeout_s` (the data stays written; the store reports FLUSH_DISK_TIMEOUT). A leader
+    returns when its flush does: a disk that turns slow after fast flushes delays that one leader past its
+    timeout (its result then says whether its bytes are durable); the callers parked behind it time out on time,
+    and the slow flush sends the following ones to the thread.
     """
 
     def __init__(self, flushable: Flushable, durable_position: int, *, name: str = "mqstore-group-commit",
                  on_flushed: Callable[[], None] | None = None):
         self._flushable = flushable
         self._on_flushed = on_flushed
-        self._condition = threading.Condition()
         self.durable_position = durable_position
-        self._requested = durable_position
+        self._flush_lock = threading.Lock()  # held by whoever flushes: a leading caller or the thread
+        self._parked_lock = threading.Lock()
+        self._parked: list[list] = []  # [position, lock held until its owner is woken] of parked callers
+        self._requested = durable_position  # the highest position asked of the thread
+        self._wake = threading.Lock()  # released to wake the thread
+        self._wake.acquire()
+        self._last_flush_s = math.inf  # duration of the last flush; no caller leads before one was timed
         self._stopping = False
         self.stats = FlushStats()
+        self.leader_flush_count = 0  # flushes run by callers (the rest ran in the thread)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -76,53 +95,127 @@ class GroupCommitService:
 
     def wait_durable(self, position: int, timeout_s: float) -> bool:
         """Block until everything below `position` is on disk; False on timeout or a failed flush."""
-        condition = self._condition
-        with condition:
+        entry = None
+        deadline = None
+        while True:
             if self.durable_position >= position:
                 return True
-            if position > self._requested:
-                self._requested = position
-                condition.notify_all()
-            deadline = time.monotonic() + timeout_s
-            while self.durable_position < position:
-                if self.stats.error is not None or self._stopping:
-                    return False
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                condition.wait(remaining)
-            return True
+            if self.stats.error is not None or self._stopping:
+                return False
+            leads = self._last_flush_s < timeout_s * FLUSH_INLINE_TIMEOUT_SHARE
+            if leads and self._flush_lock.acquire(False):
+                self.leader_flush_count += 1
+                self._lead(position)
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + timeout_s
+            if entry is None:
+                entry = [position, threading.Lock()]
+                entry[1].acquire()
+            with self._parked_lock:
+                self._parked.append(entry)
+            # Parked first, then one more try: a flush that ended before we parked did not see us, and one
+            # running now will wake us when it ends.
+            if leads:
+                if self._flush_lock.acquire(False):
+                    self.leader_flush_count += 1
+                    self._lead(position)  # it wakes us too (releasing our lock): a fresh one if we park again
+                    entry = None
+                    continue
+            else:
+                self._request(position)
+            remaining = deadline - time.monotonic()
+            if remaining > 0 and entry[1].acquire(True, remaining):
+                continue  # woken: durable now, or chosen to lead the next flush
+            if not self._unpark(entry):
+                # A flush woke us as we timed out, maybe choosing us to lead the next one: the thread takes it on.
+                self._request(position)
+            return self.durable_position >= position
+
+    def _lead(self, position: int) -> None:
+        """Holding the flush lock: flush unless `position` is durable already; while callers parked during that
+        flush wait, flush again for them (at most LEADER_FLUSH_ROUNDS_MAX flushes); release it, wake the parked.
+
+        Flushing again at once keeps the disk busy: handing the next flush to a parked caller would first wait
+        for that thread to be woken and to get the GIL, with the disk idle meanwhile.
+        """
+        try:
+            for round_ in range(LEADER_FLUSH_ROUNDS_MAX):
+                if self.durable_position >= position or self.stats.error is not None:
+                    break
+                started = time.perf_counter()
+                try:
+                    durable = self._flushable.flush()
+                    if self._on_flushed is not None:
+                        self._on_flushed()
+                except Exception as exc:  # noqa: BLE001 - reported to every waiter from now on
+                    log.exception("group commit flush failed")
+                    self.stats.error = exc
+                    break
+                elapsed = time.perf_counter() - started
+                self.stats.record(elapsed)
+                self._last_flush_s = elapsed
+                if durable > self.durable_position:
+                    self.durable_position = durable
+                if self._parked and round_ + 1 < LEADER_FLUSH_ROUNDS_MAX:
+                    position = self._wake_parked(choose_leader=False)
+        finally:
+            self._flush_lock.release()
+            if self._parked:
+                self._wake_parked(choose_leader=True)
+
+    def _wake_parked(self, *, choose_leader: bool) -> int:
+        """Wake every parked caller whose position is durable (all of them after a failed flush or at stop), and
+        with `choose_leader` one of the others to lead the next flush. Returns the highest position still
+        waiting (0 when none is)."""
+        with self._parked_lock:
+            durable = self.durable_position
+            everyone = self.stats.error is not None or self._stopping
+            kept = []
+            for entry in self._parked:
+                if everyone or entry[0] <= durable:
+                    entry[1].release()
+                elif choose_leader:
+                    entry[1].release()
+                    choose_leader = False
+                else:
+                    kept.append(entry)
+            self._parked = kept
+            return max((entry[0] for entry in kept), default=0)
+
+    def _unpark(self, entry: list) -> bool:
+        """Take a caller that timed out off the parked list; False when a flush already woke it."""
+        with self._parked_lock:
+            for index, parked in enumerate(self._parked):
+                if parked is entry:
+                    del self._parked[index]
+                    return True
+            return False
+
+    def _request(self, position: int) -> None:
+        """Ask the thread to flush up to `position`."""
+        if position > self._requested:
+            self._requested = position
+        try:
+            self._wake.release()
+        except RuntimeError:
+            pass  # already woken: it flushes everything written when it runs
 
     def _run(self) -> None:
-        condition = self._condition
         while True:
-            with condition:
-                while self._requested <= self.durable_position and not self._stopping:
-                    condition.wait()
-                if self._stopping and self._requested <= self.durable_position:
-                    return
-            started = time.perf_counter()
-            try:
-                durable = self._flushable.flush()
-                if self._on_flushed is not None:
-                    self._on_flushed()
-            except BaseException as exc:  # noqa: BLE001 - reported to every waiter, then the thread ends
-                log.exception("group commit flush failed")
-                with condition:
-                    self.stats.error = exc
-                    condition.notify_all()
+            self._wake.acquire()
+            self._flush_lock.acquire()
+            self._lead(self._requested)
+            if self._stopping:
                 return
-            with condition:
-                self.stats.record(time.perf_counter() - started)
-                self.durable_position = max(self.durable_position, durable)
-                condition.notify_all()
 
     def stop(self) -> None:
-        with self._condition:
-            self._stopping = True
-            self._condition.notify_all()
+        self._stopping = True
+        self._request(self._requested)
         if self._thread.is_alive():
             self._thread.join()
+        if self._parked:
+            self._wake_parked(choose_leader=True)
 
 
 class IntervalFlusher:

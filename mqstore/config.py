@@ -79,7 +79,8 @@ class StoreConfig:
     """how often ConsumeQueues (and the index) are flushed, in both modes (RocketMQ's flushIntervalConsumeQueue)."""
 
     warm_segments: bool = False
-    """write zeros over the next segment in the background so first writes into it find its pages cached."""
+    """pre-fault the next segment's pages in the background (madvise MADV_POPULATE_WRITE) so first writes into it
+    are cheap; its zero pages are written back like data."""
 
     file_reserved_hours: float = 72
     """segments last modified longer ago than this are expired (RocketMQ's fileReservedTime)."""

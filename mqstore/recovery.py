@@ -25,7 +25,9 @@ a corrupt checkpoint                                      | (engine)           |
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
 after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
-3 s (RocketMQ's recoverAbnormally), or at the first segment when no segment qualifies. Records are checked
+3 s (RocketMQ's recoverAbnormally), or at the first segment when no segment qualifies, and never past the
+segment holding the checkpoint's flushed offset (store times come from a clock that can go back; that offset
+is exact). Records are checked
 with rule (1)-(4) of commitlog/format.py and, with check_crc_on_recover, rule (5).
 
 Repair policy: repair=True walks the whole log (a segment cut short is first extended with zeros) and cuts the
@@ -120,12 +122,17 @@ def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, 
         return commitlog.min_offset()
     if not crashed:
         return segments[max(0, len(segments) - CLEAN_STOP_SEGMENTS_CHECKED)].base_offset
+    start = commitlog.min_offset()
     threshold = checkpoint.min_timestamp_ms(with_index=with_index)
     for segment in reversed(segments):
         first_time = _segment_start_time(commitlog, segment)
         if first_time is not None and 0 < first_time <= threshold:
-            return segment.base_offset
-    return commitlog.min_offset()
+            start = segment.base_offset
+            break
+    flushed = checkpoint.physic_flushed_offset
+    if flushed > 0:  # store times are a clock's; the flushed offset is exact: never start past its segment
+        start = max(commitlog.min_offset(), min(start, flushed - flushed % commitlog.segment_size_bytes))
+    return start
 
 
 def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryReport, *, crashed: bool,

@@ -20,15 +20,22 @@ class SpyFlushable:
         self.dirty = dirty
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
+        self.threads = []  # name of the thread each flush ran in
+        self.error: Exception | None = None
+        self.covers_written_at_start = False
 
     def dirty_bytes(self):
         return self.dirty
 
     def flush(self):
+        self.threads.append(threading.current_thread().name)
+        if self.error is not None:
+            raise self.error
+        entry_target = self.written  # what a real flush covers: what was written when it started ...
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
-        target = self.written
+        target = entry_target if self.covers_written_at_start else self.written  # ... or a generous one
         self.flushes.append(target)
         self.durable = target
         self.dirty = 0
@@ -87,6 +94,177 @@ def test_wait_durable_times_out_when_the_flush_hangs():
     finally:
         spy.gate.set()
         service.stop()
+
+
+def test_after_a_first_timed_flush_a_lone_caller_flushes_in_its_own_thread():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0, name="group-commit-thread")
+    service.start()
+    try:
+        for position in range(1, 6):
+            spy.written = position
+            assert service.wait_durable(position, 5) is True
+            assert spy.durable >= position
+        # the first flush is timed in the service's thread; a caller leads only once one was quick
+        assert spy.threads[0] == "group-commit-thread"
+        assert spy.threads[1:] == [threading.current_thread().name] * 4
+        assert service.leader_flush_count == 4 and service.stats.flush_count == 5
+    finally:
+        service.stop()
+
+
+def test_a_follower_times_out_on_time_behind_a_leader_stuck_in_a_slow_flush():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0, name="group-commit-thread")
+    service.start()
+    try:
+        spy.written = 1
+        assert service.wait_durable(1, 5) is True  # timed: later callers lead
+        spy.gate = threading.Event()
+        spy.entered.clear()
+        spy.written = 2
+        leader_result = []
+        leader = threading.Thread(target=lambda: leader_result.append(service.wait_durable(2, 5)), name="leader")
+        leader.start()
+        assert spy.entered.wait(5)  # the leader is in its flush, held like a slow disk
+        spy.written = 3
+        assert service.wait_durable(3, 0.05) is False  # parked behind it: times out on time
+        assert leader_result == []
+        spy.gate.set()
+        leader.join(10)
+        assert leader_result == [True] and spy.threads[1] == "leader"
+        # that flush took longer than a tenth of the timeout: the next caller leaves it to the thread
+        spy.written = 4
+        assert service.wait_durable(4, 0.5) is True
+        assert spy.threads[-1] == "group-commit-thread"
+    finally:
+        spy.gate.set()
+        service.stop()
+
+
+def test_a_leader_flushes_again_for_the_callers_that_parked_during_its_flush():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0, name="group-commit-thread")
+    service.start()
+    results = {}
+    try:
+        spy.written = 1
+        assert service.wait_durable(1, 5) is True  # timed: later callers lead
+        spy.covers_written_at_start = True
+        spy.gate = threading.Event()
+        spy.entered.clear()
+        spy.written = 2
+        leader = threading.Thread(target=lambda: results.update(leader=service.wait_durable(2, 5)), name="leader")
+        leader.start()
+        assert spy.entered.wait(5)
+        spy.written = 4  # two more records, whose callers park behind the running flush
+        followers = [threading.Thread(target=lambda p=p: results.update({p: service.wait_durable(p, 5)}),
+                                      name=f"follower-{p}") for p in (3, 4)]
+        for follower in followers:
+            follower.start()
+        for _ in range(500):
+            if len(service._parked) == 2:
+                break
+            threading.Event().wait(0.01)
+        assert len(service._parked) == 2
+        spy.gate.set()
+        for thread in [leader, *followers]:
+            thread.join(10)
+        assert results == {"leader": True, 3: True, 4: True}
+        assert spy.threads[1:] == ["leader", "leader"]  # one more flush, by the leader, for both followers
+    finally:
+        spy.gate.set()
+        service.stop()
+
+
+def test_many_callers_share_flushes_and_all_return_durable():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0)
+    service.start()
+    lock = threading.Lock()
+    results = []
+
+    def produce(index):
+        for round_ in range(50):
+            with lock:
+                spy.written += 1
+                position = spy.written
+            ok = service.wait_durable(position, 10)
+            results.append(ok and spy.durable >= position)
+
+    try:
+        spy.written = 1
+        assert service.wait_durable(1, 5)
+        threads = [threading.Thread(target=produce, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert results == [True] * 16 * 50
+        assert service.stats.flush_count <= 1 + 16 * 50
+        assert service.durable_position == spy.written
+    finally:
+        service.stop()
+
+
+def test_a_failed_flush_is_reported_to_the_caller_and_every_later_one():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0)
+    service.start()
+    try:
+        spy.written = 1
+        assert service.wait_durable(1, 5) is True
+        spy.error = OSError(5, "EIO")
+        spy.written = 2
+        assert service.wait_durable(2, 5) is False  # the caller led the failed flush itself
+        assert service.stats.error is spy.error
+        assert service.stats.as_dict()["error"] == repr(spy.error)
+        assert service.wait_durable(2, 5) is False
+        assert service.wait_durable(1, 5) is True  # what was durable stays durable
+    finally:
+        service.stop()
+
+
+def test_a_failed_flush_in_the_thread_wakes_the_parked_callers():
+    spy = SpyFlushable()
+    spy.gate = threading.Event()
+    spy.error = OSError(28, "ENOSPC")
+    service = GroupCommitService(spy, 0)
+    service.start()
+    results = []
+    try:
+        spy.written = 5
+        callers = [threading.Thread(target=lambda: results.append(service.wait_durable(5, 10))) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(10)
+        assert results == [False] * 4 and service.stats.error is spy.error
+    finally:
+        service.stop()
+
+
+def test_stop_wakes_parked_callers():
+    spy = SpyFlushable()
+    spy.gate = threading.Event()
+    service = GroupCommitService(spy, 0)
+    service.start()
+    results = []
+    try:
+        spy.written = 5
+        caller = threading.Thread(target=lambda: results.append(service.wait_durable(5, 30)))
+        caller.start()
+        assert spy.entered.wait(5)  # the thread's first flush is held
+        stopper = threading.Thread(target=service.stop)
+        stopper.start()
+        spy.gate.set()
+        stopper.join(10)
+        caller.join(10)
+        assert not caller.is_alive() and not stopper.is_alive()
+        assert results == [True]  # the held flush covered it before the thread stopped
+        assert service.wait_durable(6, 5) is False  # stopped: nothing more is flushed
+    finally:
+        spy.gate.set()
 
 
 def test_interval_flusher_honours_least_pages_and_the_thorough_interval():
