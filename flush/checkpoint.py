@@ -100,6 +100,12 @@ class Checkpoint:
             if self._get(name) > offset:
                 self._fields[name] = offset
 
+    def lower_index_flushed_end(self, offset: int) -> None:
+        """Lower index_flushed_end to `offset` after recovery cut the index below it (what it re-adds is not
+        on disk until the next index flush)."""
+        if self._get("index_flushed_end") > offset:
+            self._fields["index_flushed_end"] = offset
+
     def reset_logical_times(self) -> None:
         """Forget how far the queues and index were flushed (they are being rebuilt): recovery scans from the start."""
         for name in ("logics_msg_timestamp", "index_msg_timestamp", "index_flushed_end"):

@@ -51,7 +51,18 @@ a slot read is valid iff
     (4) 0 <= value < indexCount;
 and an entry i reached from a slot or a prevIndex link is valid iff
     (5) 0 <= prevIndex < i (chains strictly descend, so every walk ends within indexCount steps);
-    (6) timeDiff >= 0.
+    (6) timeDiff >= 0;
+the header agrees with the entries it counts iff
+    (7) with entries (indexCount > 1): entry 1's phyOffset is beginPhyOffset, entry indexCount-1's is
+        endPhyOffset, that last entry is the head of its slot (the newest entry always is) and keeps (5), (6),
+        and its prevIndex, when not 0, names an entry of the same slot; without entries: beginPhyOffset =
+        endPhyOffset and beginTimestamp = endTimestamp (a file created by a roll inherits both, a new one is
+        zero);
+and the files of one index agree iff
+    (8) every file but the newest is full (indexCount = N: a file rolls only when full), and a file's entries
+        point at or past the previous file's endPhyOffset (entries are in CommitLog order).
+Rules (7) and (8) cost O(1) per file and catch a file whose end was zeroed or never written back under a
+header that counts it (keys silently missing otherwise); they are checked at every writable open.
 RocketMQ silently treats an out-of-range slot or link as "empty" and a negative timeDiff as "end of chain";
 here they are corruption (`CorruptionError`), healed by `IndexService.truncate` after an unclean shutdown.
 keyHash and phyOffset are not checked: a wrong hash never matches, and the store verifies every offset by

@@ -322,10 +322,47 @@ class IndexFile:
         return self._entries[1 : self._index_count].astype(
             [("key_hash", "i4"), ("phy_offset", "i8"), ("time_diff", "i4"), ("prev_index", "i4")])
 
-    def check(self) -> None:
-        """Check rules (4) to (6) on every slot and every written entry at once; CorruptionError at the first
-        break. `select` checks only what it reads; this is for `IndexService.check` and tests."""
+    def check_tail(self) -> None:
+        """Check rule (7) in O(1): the header agrees with the entries it counts; CorruptionError when not.
+
+        Catches a file whose written part lost its end (zeroed or never written back) under a header that
+        still counts it, and a put stopped between its header and slot writes. Damage that leaves the first
+        and last entries and the last entry's slot intact (a hole in the middle) is not seen here.
+        """
         self._check_open()
+        count = self._index_count
+        if count <= 1:
+            if (self._begin_phy_offset, self._begin_timestamp_ms) != (self._end_phy_offset, self._end_timestamp_ms):
+                raise CorruptionError(
+                    f"an empty file's header has begin {self._begin_phy_offset}/{self._begin_timestamp_ms} ms and end "
+                    f"{self._end_phy_offset}/{self._end_timestamp_ms} ms, not equal [rule 7]", path=self.path,
+                    offset=fmt.OFFSET_BEGIN_TIMESTAMP, rule="7")
+            return
+        unpack = fmt.ENTRY_STRUCT.unpack_from
+        last_at = self._entries_at + fmt.ENTRY_SIZE_BYTES * (count - 1)
+        key_hash, phy_offset, time_diff, prev = unpack(self._buf, last_at)
+        first_phy = unpack(self._buf, self._entries_at + fmt.ENTRY_SIZE_BYTES)[1]
+        slot = key_hash % self.hash_slot_count if key_hash >= 0 else None
+        head = None if slot is None else int(self._slots[slot])
+        problem = None
+        if first_phy != self._begin_phy_offset:
+            problem = f"entry 1 points at {first_phy}, the header's beginPhyOffset is {self._begin_phy_offset}"
+        elif phy_offset != self._end_phy_offset:
+            problem = f"entry {count - 1} points at {phy_offset}, the header's endPhyOffset is {self._end_phy_offset}"
+        elif head != count - 1:
+            problem = f"entry {count - 1} (keyHash {key_hash}) is not the head of its slot (which holds {head})"
+        elif time_diff < 0 or not 0 <= prev < count - 1:
+            problem = f"entry {count - 1} has timeDiff {time_diff}, prevIndex {prev}"
+        elif prev and unpack(self._buf, self._entries_at + fmt.ENTRY_SIZE_BYTES * prev)[0] % self.hash_slot_count \
+                != slot:
+            problem = f"entry {count - 1} links to entry {prev} of another slot"
+        if problem is not None:
+            raise CorruptionError(f"{problem} [rule 7]", path=self.path, offset=last_at, rule="7")
+
+    def check(self) -> None:
+        """Check rules (4) to (7) on every slot and every written entry at once; CorruptionError at the first
+        break. `select` checks only what it reads; this is for `IndexService.check` and tests."""
+        self.check_tail()
         count = self._index_count
         heads = self._slots.astype(np.int64)
         bad = np.flatnonzero((heads < 0) | (heads >= count))
@@ -344,16 +381,20 @@ class IndexFile:
                     path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number, rule=rule)
 
     # --- repair ------------------------------------------------------------------------------------------
-    def truncate(self, commitlog_offset: int) -> int:
-        """Keep the longest prefix of valid entries pointing below `commitlog_offset`; returns entries dropped.
+    def truncate(self, commitlog_offset: int, commitlog_offset_min: int = 0) -> int:
+        """Keep the longest prefix of valid entries pointing into [commitlog_offset_min, commitlog_offset);
+        returns entries dropped.
 
-        An entry stays iff it and every entry before it (a) points below `commitlog_offset`, (b) points at
-        or past the entry before it (log order), and (c) keeps rules (5) and (6). So the cut also drops what
-        a lost page left behind (zeroed or stale entries under a newer header). The slots are rebuilt from the
-        kept entries (whose links all point lower, so they stay valid), the dropped entries are zeroed, the
-        header comes last. A shortened file's end timestamp is rebuilt from the kept timeDiffs (second
-        precision, where RocketMQ kept the exact ms). A file left without entries gets a zero header, like a
-        file never written. Idempotent.
+        An entry stays iff it and every entry before it (a) points below `commitlog_offset` and at or past
+        `commitlog_offset_min` (where the previous file ends), (b) points at or past the entry before it (log
+        order), (c) keeps rules (5) and (6) and (d) is not all zeros; when an entry breaks (b), (c) or (d), the
+        one before it goes too (damage may begin inside it without breaking a rule). So the cut also drops
+        what a lost page left behind (zeroed or stale entries under a newer header); (d) may cut a real entry
+        (keyHash 0 at offset 0), which, like the extra entry, costs only a re-dispatch. The slots are rebuilt from the kept entries (whose links
+        all point lower, so they stay valid), the dropped entries are zeroed, the header comes last and is set
+        from the kept entries whenever it disagrees with them (rule 7). A shortened file's end timestamp is
+        rebuilt from the kept timeDiffs (second precision, where RocketMQ kept the exact ms). A file left
+        without entries gets a zero header, like a file never written. Idempotent.
         """
         self._check_writable()
         count = self._index_count
@@ -361,18 +402,25 @@ class IndexFile:
         phy_offsets = written["phy_offset"].astype(np.int64)
         prev = written["prev_index"].astype(np.int64)
         time_diffs = written["time_diff"].astype(np.int64)
-        broken = ((phy_offsets >= commitlog_offset) | (prev < 0) | (prev >= np.arange(1, count))
-                  | (time_diffs < 0))
-        broken[1:] |= phy_offsets[1:] < np.maximum.accumulate(phy_offsets)[:-1]
-        past = np.flatnonzero(broken)
+        hashes = written["key_hash"].astype(np.int64)
+        damaged = ((phy_offsets < commitlog_offset_min) | (prev < 0) | (prev >= np.arange(1, count))
+                   | (time_diffs < 0) | ((hashes == 0) & (phy_offsets == 0) & (time_diffs == 0) & (prev == 0)))
+        damaged[1:] |= phy_offsets[1:] < np.maximum.accumulate(phy_offsets)[:-1]
+        past = np.flatnonzero(damaged | (phy_offsets >= commitlog_offset))
         kept = int(past[0]) if past.size else count - 1
+        if kept and past.size and damaged[kept]:
+            kept -= 1  # the entry before damage may be damaged too, within the rules (a page or a zeroed tail
+            # can start inside it): its phyOffset would resume dispatch off a record, its prevIndex cut a chain
         self.rebuild_slots(kept + 1)
-        if kept == count - 1:
+        header_agrees = kept == 0 or (self._begin_phy_offset == int(phy_offsets[0])
+                                      and self._end_phy_offset == int(phy_offsets[kept - 1]))
+        if kept == count - 1 and header_agrees:
             return 0
         self._map[self._entries_at + fmt.ENTRY_SIZE_BYTES * (kept + 1) : self._entries_at
                   + fmt.ENTRY_SIZE_BYTES * count] = 0
         self.flush()
         if kept:
+            self._begin_phy_offset = int(phy_offsets[0])
             self._end_phy_offset = int(phy_offsets[kept - 1])
             if self._begin_timestamp_ms > 0:
                 self._end_timestamp_ms = self._begin_timestamp_ms + 1000 * int(time_diffs[:kept].max())

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from commitlog.errors import (
-    InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
+    CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
 )
 from indexfile import format as fmt
 from indexfile.index_file import TEMP_SUFFIX, IndexFile
@@ -58,6 +58,7 @@ class IndexService:
         self._lock = threading.Lock()
         self._files: list[IndexFile] = []
         self._closed = False
+        self.damage_found: list[str] = []  # what the last `truncate` found breaking rules (7) and (8)
         self._load()
 
     def _load(self) -> None:
@@ -217,28 +218,64 @@ class IndexService:
         return found
 
     # --- maintenance -------------------------------------------------------------------------------------
-    def truncate(self, commitlog_offset: int) -> int:
-        """Drop every entry pointing at or past `commitlog_offset` (the log was cut there); returns how many.
+    def truncate(self, commitlog_offset: int, *, crashed: bool = True) -> int:
+        """Make the index a gap-free prefix of the log ending below `commitlog_offset`; returns entries dropped.
 
-        Files whose entries all go are deleted (newest first), the file holding the cut is shortened
-        (`IndexFile.truncate`), and the newest file's slots are always rebuilt from its entries, so calling
-        this after an unclean shutdown also heals a put that stopped between its header and slot writes.
+        Walks the files oldest first. A file is scanned (`IndexFile.truncate`: keep its longest valid prefix
+        below the cut, rebuild its slots) when it may hold entries at or past the cut (endPhyOffset >= cut),
+        when rules (7) or (8) of `indexfile.format` fail for it, and, after a crash (`crashed`), when it is the
+        newest (heals a put stopped between its header and slot writes). The walk stops at the first file left
+        empty (deleted, unless it is a newest file that needed no scan) or not full: every later file is
+        deleted, newest first, since its entries lie after a hole that the re-dispatch from
+        `max_indexed_offset` would not fill. A file below the cut that passes the O(1) checks is trusted: an
+        index flush writes every file whole, so its entries were on disk. What rules (7) and (8) found is kept
+        in `damage_found`, for the recovery report.
         """
         with self._lock:
             self._check_writable()
+            self.damage_found = []
             dropped = 0
-            while self._files:  # bounded by the file count
-                newest = self._files[-1]
-                empty = newest.entry_count == 0
-                if (empty and newest.end_phy_offset >= commitlog_offset) or (
-                        not empty and newest.begin_phy_offset >= commitlog_offset):
-                    dropped += newest.entry_count
-                    self._files.pop()
-                    newest.delete()
-                    continue
-                dropped += newest.truncate(commitlog_offset)
-                break
+            previous_end = 0
+            stop = len(self._files)
+            for position, index_file in enumerate(self._files):  # bounded by the file count
+                newest = position == len(self._files) - 1
+                scan = self._scan_reason(index_file, commitlog_offset, previous_end, newest=newest,
+                                         crashed=crashed)
+                if scan is not None:
+                    dropped += index_file.truncate(commitlog_offset, previous_end)
+                if index_file.entry_count == 0:
+                    stop = position + 1 if newest and scan is None else position
+                    break
+                previous_end = index_file.end_phy_offset
+                if not index_file.is_full:
+                    stop = position + 1
+                    break
+            for index_file in reversed(self._files[stop:]):  # newest first: a crash leaves a prefix
+                dropped += index_file.entry_count
+                self._files.remove(index_file)
+                index_file.delete()
             return dropped
+
+    def _scan_reason(self, index_file: IndexFile, commitlog_offset: int, previous_end: int, *, newest: bool,
+                     crashed: bool) -> str | None:
+        """Why `truncate` must scan `index_file` ("" for a routine reason, the rule broken for damage), or None."""
+        damage = None
+        try:
+            index_file.check_tail()
+        except CorruptionError as exc:
+            damage = str(exc)
+        if damage is None and not newest and not index_file.is_full:
+            damage = f"index file {index_file.path} is not full but not the newest [rule 8]"
+        if damage is None and index_file.entry_count and index_file.begin_phy_offset < previous_end:
+            damage = (f"index file {index_file.path} begins at {index_file.begin_phy_offset}, before the previous "
+                      f"file's end {previous_end} [rule 8]")
+        if damage is not None:
+            log.warning("cutting the index at %s: %s", index_file.name, damage)
+            self.damage_found.append(damage)
+            return damage
+        if index_file.end_phy_offset >= commitlog_offset or (crashed and newest):
+            return ""
+        return None
 
     def delete_files_below(self, commitlog_offset_min: int) -> int:
         """Delete the oldest files whose endPhyOffset is below the log's new minimum offset (RocketMQ's
@@ -253,11 +290,22 @@ class IndexService:
             return deleted
 
     def check(self) -> None:
-        """Check every slot and entry of every file (rules 4 to 6); CorruptionError at the first break."""
+        """Check every slot and entry of every file (rules 4 to 8); CorruptionError at the first break."""
         with self._lock:
             self._check_open()
-            for index_file in self._files:
+            previous_end = 0
+            for position, index_file in enumerate(self._files):
                 index_file.check()
+                if position < len(self._files) - 1 and not index_file.is_full:
+                    raise CorruptionError(f"index file {index_file.path} is not full but not the newest [rule 8]",
+                                          path=index_file.path, offset=fmt.OFFSET_INDEX_COUNT, rule="8")
+                if index_file.entry_count and index_file.begin_phy_offset < previous_end:
+                    raise CorruptionError(
+                        f"index file {index_file.path} begins at {index_file.begin_phy_offset}, before the previous "
+                        f"file's end {previous_end} [rule 8]", path=index_file.path,
+                        offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="8")
+                if index_file.entry_count:
+                    previous_end = index_file.end_phy_offset
 
     def flush(self) -> int:
         """msync every file written since the last flush; returns the `max_indexed_offset` now durable.

@@ -18,9 +18,17 @@ a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      |
 a ConsumeQueue has entries past the log's end             | QUEUE_TRUNCATED    | drop those entries
 the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
   that lost its tail)                                     |                    |
-an index file breaks its format rule                      | (engine)           | delete the index, rebuild it
-`abort` marker and an index                               | INDEX_CUT          | cut the index at the checkpoint's
-                                                          |                    | index_flushed_end; re-dispatch the rest
+an index file breaks its format rule (1)-(3)              | (engine)           | delete the index, rebuild it
+`abort` marker and an index (or the log was cut)          | INDEX_CUT          | cut the index at the checkpoint's
+  (index pages written after the last index flush may be  |                    | index_flushed_end: check every file
+  lost, stale or torn, in any file, not only the newest)  |                    | that may hold later entries (and the
+                                                          |                    | newest) entry by entry, cut at the
+                                                          |                    | first bad one, delete the files after
+                                                          |                    | it; re-dispatch the rest
+no `abort` marker; an index file's header disagrees with  | INDEX_INCONSISTENT | check that file entry by entry, cut it
+  its entries or its place (rules 7, 8: a zeroed tail     |                    | at the first bad entry, delete later
+  under a header counting it, an older file not full), or |                    | files; cut where no message starts;
+  the index ends where no message starts                  |                    | re-dispatch the rest
 a corrupt checkpoint                                      | (engine)           | replace it with zeros: scan everything
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
@@ -45,15 +53,16 @@ from dataclasses import asdict, dataclass, field
 from commitlog import format as fmt
 from commitlog.commitlog import CommitLog
 from commitlog.dispatch import parse_records
-from commitlog.errors import CorruptionError
+from commitlog.errors import CorruptionError, InvalidMessageError
 from consumequeue.consume_queue import ConsumeQueueTable
 from flush.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 
 RECOVERY_BATCH_RECORDS = 65_536  # records decoded at once while walking the log
-CLEAN_STOP_SEGMENTS_CHECKED = 3
-SCAN_CHUNK_BYTES = 1 << 20  # bytes looked at per step when searching a segment's tail for data  # RocketMQ checks the last three files after a clean stop
+CLEAN_STOP_SEGMENTS_CHECKED = 3  # RocketMQ checks the last three files after a clean stop
+INDEX_RESUME_CHECKS_MAX = 16  # cuts of the index at an end where no message starts, before it is rebuilt whole
+SCAN_CHUNK_BYTES = 1 << 20  # bytes looked at per step when searching a segment's tail for data
 
 
 @dataclass
@@ -73,6 +82,8 @@ class RecoveryReport:
     messages_redispatched: int = 0
     seconds: float = 0.0
     replay_from: int | None = None  # the first scanned message a ConsumeQueue lacks (dispatch must start there)
+    index_case: str | None = None  # INDEX_CUT, INDEX_INCONSISTENT, or None (the index was kept as it was)
+    index_damage: list[str] = field(default_factory=list)  # index rules (7), (8) found broken
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,13 +103,54 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
         checkpoint.reset_logical_times()
         checkpoint.flush()
-    if index is not None and (crashed or report.dropped_bytes):
-        # After a crash only index entries below the checkpoint's index_flushed_end are known to be whole on disk
-        # (later pages may be lost or stale: missing or duplicate keys); the rest is re-dispatched.
-        cut = min(report.log_end, checkpoint.index_flushed_end) if crashed else report.log_end
-        report.index_entries_dropped = index.truncate(cut)
+    if index is not None:
+        _recover_index(commitlog, index, checkpoint, report, crashed=crashed)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _recover_index(commitlog: CommitLog, index, checkpoint: Checkpoint, report: RecoveryReport, *,
+                   crashed: bool) -> None:
+    """Rows INDEX_CUT and INDEX_INCONSISTENT: make the index a gap-free prefix of the log (the caller re-dispatches
+    from its `max_indexed_offset`). After a crash only index entries below the checkpoint's index_flushed_end are
+    known to be whole on disk (later pages may be lost, stale or torn: missing or duplicate keys), so every file
+    that may hold later entries is checked entry by entry and cut. At every open each file's header is also
+    checked against its first and last entries and its place among the files, in O(1) per file (rules 7 and
+    8 of indexfile/format.py): a file that fails is checked in full and cut at its first bad entry, and every
+    later file is deleted. Last, the re-dispatch must resume at a message: while the index's end is not one
+    (a damaged entry that kept the rules), the index is cut there. Keys are never silently missing: whatever
+    is cut is re-dispatched."""
+    cut = min(report.log_end, checkpoint.index_flushed_end) if crashed else report.log_end
+    report.index_entries_dropped = index.truncate(cut, crashed=crashed)
+    report.index_damage = list(index.damage_found)
+    for _ in range(INDEX_RESUME_CHECKS_MAX):
+        end = index.max_indexed_offset
+        if end < max(1, commitlog.min_offset()) or _message_at(commitlog, end):
+            break
+        report.index_damage.append(f"the index ends at commitlog offset {end}, where no message starts")
+        report.index_entries_dropped += index.truncate(end, crashed=False)
+        report.index_damage += index.damage_found
+    else:
+        report.index_entries_dropped += index.truncate(0, crashed=False)  # rebuild it all
+    if crashed or report.dropped_bytes:
+        report.index_case = "INDEX_CUT"
+    elif report.index_damage:
+        report.index_case = "INDEX_INCONSISTENT"
+    if report.index_entries_dropped or report.index_damage:
+        # What the re-dispatch adds back is not on disk before the next index flush: a second crash must cut there.
+        checkpoint.lower_index_flushed_end(index.max_indexed_offset)
+        checkpoint.flush()
+
+
+def _message_at(commitlog: CommitLog, commitlog_offset: int) -> bool:
+    """Whether a valid message record starts at `commitlog_offset`, inside the log."""
+    if commitlog_offset >= commitlog.readable_end():
+        return False
+    try:
+        commitlog.read(commitlog_offset)
+    except (CorruptionError, InvalidMessageError):
+        return False
+    return True
 
 
 def _segment_start_time(commitlog: CommitLog, segment) -> int | None:

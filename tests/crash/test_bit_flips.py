@@ -278,10 +278,7 @@ def _check_index(store, reference: Reference, trial: Trial, damaged: Path) -> No
 
 ALL_CASES = [(target, damage, variant) for target in ("segment", "queue", "index", "checkpoint")
              for damage in ("flip", "truncate", "zero-tail") for variant in ("clean", "crashed")]
-# Damage the engine does not yet handle as this test demands; they run from tests/crash/known_gaps.py (not
-# collected by default: `pytest tests/crash/known_gaps.py`) until fixed. Each is described there.
-KNOWN_GAPS = [("index", "zero-tail", "clean"), ("index", "zero-tail", "crashed")]
-CASES = [case for case in ALL_CASES if case not in KNOWN_GAPS]
+CASES = ALL_CASES
 
 
 @pytest.mark.parametrize("target, damage, variant", CASES, ids=["-".join(case) for case in CASES])

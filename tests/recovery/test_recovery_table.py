@@ -205,6 +205,105 @@ def test_the_index_is_cut_with_the_log(tmp_path):
         assert len(store.query("t", "k", max_count=1000)) == 50
 
 
+def _quiet_index_config():
+    """An index of 64-entry files (they roll every 63 keys: 31.5 messages, each has its key and a UNIQ_KEY) and
+    flush services that never run on their own."""
+    return config(index_enabled=True, index_slot_count=16, index_entry_count_max=64, flush_interval_ms=3_600_000,
+                  flush_thorough_interval_ms=86_400_000, flush_consume_queue_interval_ms=3_600_000)
+
+
+def _keyed(store, start, count):
+    return [store.put(Message("t", b"%d" % i + b"." * 200, keys=(f"k{i}",))) for i in range(start, start + count)]
+
+
+def _index_files(root):
+    return sorted((root / "index").iterdir())
+
+
+def _zero_entries_from(path, entry_number, slot_count=16):
+    data = bytearray(path.read_bytes())
+    start = 40 + 4 * slot_count + 20 * entry_number
+    data[start:] = bytes(len(data) - start)
+    path.write_bytes(bytes(data))
+
+
+def test_a_crash_cuts_lost_index_pages_in_an_older_file_not_only_the_newest(tmp_path):
+    """INDEX_CUT: the index was flushed while its second file was being filled; then it filled that file and
+    rolled to a third, and power was lost: the second file's header page reached the disk, the page of its
+    last entries did not. The cut must look at the second file too, not only at the newest."""
+    index_config = _quiet_index_config()
+    with MessageStore.open(tmp_path / "live", index_config) as store:
+        _keyed(store, 0, 40)  # 80 keys: 63 in file 1, 17 in file 2
+        assert store.wait_dispatched(10)
+        store.flush()
+        _keyed(store, 40, 40)  # file 2 fills, file 3 holds the last 34 keys
+        crashed = _crash_copy(store, tmp_path / "crashed")
+    files = _index_files(crashed)
+    assert len(files) == 3
+    _zero_entries_from(files[1], 40)  # entries 40..63 of file 2 were never written back
+    files[2].write_bytes(bytes(files[2].stat().st_size))  # nor was the new file
+    with MessageStore.open(crashed, index_config) as store:
+        report = store.recovery_report
+        assert report.index_case == "INDEX_CUT" and report.index_entries_dropped > 0
+        assert all(len(store.query("t", f"k{i}")) == 1 for i in range(80))
+
+
+def test_an_index_file_whose_tail_was_zeroed_is_cut_and_re_dispatched(tmp_path):
+    """INDEX_INCONSISTENT: after a clean stop, an older index file keeps its header (indexCount says full) but
+    its last entries read as zeros. Its header no longer agrees with its last entry (rule 7): the file is cut at
+    its first bad entry, the later files are deleted, and what they held is re-dispatched."""
+    index_config = _quiet_index_config()
+    with MessageStore.open(tmp_path, index_config) as store:
+        _keyed(store, 0, 80)
+    files = _index_files(tmp_path)
+    assert len(files) == 3
+    _zero_entries_from(files[0], 50)
+    with MessageStore.open(tmp_path, index_config) as store:
+        report = store.recovery_report
+        assert report.case == "CLEAN" and report.index_case == "INDEX_INCONSISTENT"
+        assert "rule 7" in report.index_damage[0] and report.index_entries_dropped > 0
+        assert all(len(store.query("t", f"k{i}")) == 1 for i in range(80))
+        store.put(Message("t", b"after", keys=("k-after",)))
+        assert store.wait_dispatched(10)
+    with MessageStore.open(tmp_path, index_config) as store:  # the cut index was left consistent
+        assert store.recovery_report.index_case is None and not store.recovery_report.index_damage
+        assert len(store.query("t", "k-after")) == 1 and len(store.query("t", "k0")) == 1
+
+
+def test_an_older_index_file_left_empty_is_cut_there(tmp_path):
+    """INDEX_INCONSISTENT (rule 8): an older index file whose header was zeroed reads as empty; the files after
+    it are deleted and everything from the file before it on is re-dispatched."""
+    index_config = _quiet_index_config()
+    with MessageStore.open(tmp_path, index_config) as store:
+        _keyed(store, 0, 80)
+    files = _index_files(tmp_path)
+    files[1].write_bytes(bytes(files[1].stat().st_size))
+    with MessageStore.open(tmp_path, index_config) as store:
+        report = store.recovery_report
+        assert report.index_case == "INDEX_INCONSISTENT" and "rule 8" in report.index_damage[0]
+        assert all(len(store.query("t", f"k{i}")) == 1 for i in range(80))
+
+
+def test_an_index_that_ends_where_no_message_starts_is_cut_there(tmp_path):
+    """INDEX_INCONSISTENT: damage moved the last entry's phyOffset (and the header's endPhyOffset with it, so
+    rule 7 holds) a few bytes into its message. Re-dispatch would resume off a record: the index is cut there."""
+    index_config = _quiet_index_config()
+    with MessageStore.open(tmp_path, index_config) as store:
+        results = _keyed(store, 0, 20)
+    newest = _index_files(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    count = struct.unpack_from(">i", data, 36)[0]
+    last_at = 40 + 4 * 16 + 20 * (count - 1)
+    assert struct.unpack_from(">q", data, last_at + 4)[0] == results[-1].commitlog_offset
+    struct.pack_into(">q", data, last_at + 4, results[-1].commitlog_offset + 3)
+    struct.pack_into(">q", data, 24, results[-1].commitlog_offset + 3)
+    newest.write_bytes(bytes(data))
+    with MessageStore.open(tmp_path, index_config) as store:
+        report = store.recovery_report
+        assert report.index_case == "INDEX_INCONSISTENT" and "where no message starts" in report.index_damage[0]
+        assert all(len(store.query("t", f"k{i}")) == 1 for i in range(20))
+
+
 @pytest.mark.parametrize("crashed", [False, True])
 def test_rocketmqs_store_goes_through_recovery_unchanged(rocketmq_store_copy, crashed):
     if crashed:

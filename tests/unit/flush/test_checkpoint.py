@@ -48,3 +48,13 @@ def test_bad_checkpoints_are_corruption(tmp_path):
     (tmp_path / "checkpoint").write_bytes(bytes(100))
     with pytest.raises(CorruptionError):
         Checkpoint.open(str(tmp_path), writable=False)
+
+
+def test_index_flushed_end_is_lowered_only_downwards(tmp_path):
+    checkpoint = Checkpoint.open(str(tmp_path), writable=True)
+    checkpoint.update(index_flushed_end=5000)
+    checkpoint.lower_index_flushed_end(7000)
+    assert checkpoint.index_flushed_end == 5000
+    checkpoint.lower_index_flushed_end(1200)
+    assert checkpoint.index_flushed_end == 1200
+    checkpoint.close()

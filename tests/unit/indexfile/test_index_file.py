@@ -149,18 +149,18 @@ def test_tail_count(tmp_path):
 
 def test_truncate_drops_entries_and_rebuilds_slots(tmp_path):
     index_file = _new(tmp_path, slots=2, entries=16)
-    for i in range(8):
-        index_file.put_key(i % 3, 100 * i, T0 + 1000 * i)
+    for i in range(8):  # keyHash 2, 3, 4 (slots 0, 1, 0): an entry of hash 0 at offset 0 would be all zeros
+        index_file.put_key(i % 3 + 2, 100 * i, T0 + 1000 * i)
     assert index_file.truncate(450) == 3
     assert index_file.entry_count == 5 and index_file.end_phy_offset == 400
     assert index_file.end_timestamp_ms == T0 + 4000
-    assert _select(index_file, 0) == [300, 0] and _select(index_file, 1) == [400, 100]
+    assert _select(index_file, 2) == [300, 0] and _select(index_file, 3) == [400, 100]
     index_file.check()
     assert index_file.truncate(450) == 0  # idempotent
-    index_file.put_key(1, 500, T0 + 5000)
-    assert _select(index_file, 1) == [500, 400, 100]
+    index_file.put_key(3, 500, T0 + 5000)
+    assert _select(index_file, 3) == [500, 400, 100]
     assert index_file.truncate(0) == 6 and index_file.entry_count == 0
-    assert index_file.end_phy_offset == 0 and _select(index_file, 1) == []
+    assert index_file.end_phy_offset == 0 and _select(index_file, 3) == []
 
 
 def test_truncate_drops_entries_a_lost_page_left_behind(tmp_path):
@@ -168,11 +168,12 @@ def test_truncate_drops_entries_a_lost_page_left_behind(tmp_path):
     for i in range(6):
         index_file.put_key(i % 2, 100 * (i + 1), T0 + 1000 * i)
     index_file.flush()
-    # a power loss kept the header (indexCount 7) and the slots, but entries 4..6 never reached the disk
+    # a power loss kept the header (indexCount 7) and the slots, but entries 4..6 never reached the disk;
+    # entry 3, before the damage, goes too (a lost page may begin inside an entry)
     index_file._map[fmt.entries_offset(2) + 20 * 4 : fmt.entries_offset(2) + 20 * 7] = 0
-    assert index_file.truncate(10**9) == 3
-    assert index_file.entry_count == 3 and index_file.end_phy_offset == 300
-    assert _select(index_file, 0) == [300, 100] and _select(index_file, 1) == [200]
+    assert index_file.truncate(10**9) == 4
+    assert index_file.entry_count == 2 and index_file.end_phy_offset == 200
+    assert _select(index_file, 0) == [100] and _select(index_file, 1) == [200]
     index_file.check()
 
 
@@ -273,3 +274,62 @@ def test_zero_index_count_reads_as_empty(tmp_path):
     _poke(path, 40, ">i", 0)
     index_file = IndexFile.open(path, 1, 8)
     assert index_file.index_count == 1 and _select(index_file, 7) == []
+
+
+def _zero_from(index_file, position):
+    index_file._map[position:] = 0
+
+
+def test_check_tail_passes_on_files_as_written(tmp_path):
+    index_file = _new(tmp_path, slots=3, entries=16)
+    index_file.check_tail()  # new and empty
+    for i in range(10):
+        index_file.put_key(i % 5 + 1, 100 * i, T0 + 1000 * i)
+    index_file.check_tail()
+    inherited = _new(tmp_path, name="20260101000000001", end_phy_offset=900, end_timestamp_ms=T0 + 9000)
+    inherited.check_tail()  # a rolled file inherits begin = end
+    index_file.truncate(0)
+    index_file.check_tail()  # emptied: a zero header
+
+
+@pytest.mark.parametrize("damage", ["last entries zeroed", "slots and entries zeroed", "end phy zeroed",
+                                    "slot write lost", "prev link of the last entry cut"])
+def test_check_tail_reports_a_header_that_disagrees_with_its_entries(tmp_path, damage):
+    index_file = _new(tmp_path, slots=3, entries=16)
+    for i in range(10):
+        index_file.put_key(i % 5 + 1, 100 * (i + 1), T0 + 1000 * i)
+    entries_at = fmt.entries_offset(3)
+    if damage == "last entries zeroed":
+        _zero_from(index_file, entries_at + 20 * 7)
+    elif damage == "slots and entries zeroed":
+        _zero_from(index_file, fmt.slots_offset() + 4)
+    elif damage == "end phy zeroed":  # an empty-looking header: indexCount and endPhyOffset's low bytes zeroed
+        _zero_from(index_file, fmt.OFFSET_END_PHY_OFFSET + 6)
+        index_file = IndexFile.open(index_file.path, 3, 16)
+    elif damage == "slot write lost":
+        struct.pack_into(">i", index_file._buf, fmt.slots_offset() + 4 * (5 % 3), 5)  # entry 10 (hash 5) not yet its head
+    else:  # entry 10 (hash 5) linked to entry 5 (hash 5); now to entry 4 (hash 4, another slot)
+        struct.pack_into(">i", index_file._buf, entries_at + 20 * 10 + fmt.OFFSET_PREV_INDEX, 4)
+    with pytest.raises(CorruptionError) as raised:
+        index_file.check_tail()
+    assert raised.value.rule == "7" and raised.value.path == index_file.path
+
+
+def test_truncate_drops_the_entry_a_zeroed_tail_begins_in(tmp_path):
+    """A zeroed tail that begins inside an entry's phyOffset leaves a smaller offset that keeps the rules; it
+    must not survive (dispatch would resume off a record)."""
+    index_file = _new(tmp_path, slots=2, entries=16)
+    for i in range(6):
+        index_file.put_key(i % 2 + 1, 1000 * (i + 1), T0 + 1000 * i)
+    _zero_from(index_file, fmt.entries_offset(2) + 20 * 5 + fmt.OFFSET_PHY_OFFSET + 7)  # entry 5: 5000 -> 4864
+    assert index_file.truncate(10**9) == 2
+    assert index_file.entry_count == 4 and index_file.end_phy_offset == 4000
+    index_file.check()
+
+
+def test_truncate_keeps_entries_at_or_past_the_previous_files_end(tmp_path):
+    index_file = _new(tmp_path, slots=2, entries=16)
+    for i in range(4):
+        index_file.put_key(1, 100 * (i + 1), T0)
+    assert index_file.truncate(10**9, commitlog_offset_min=100) == 0
+    assert index_file.truncate(10**9, commitlog_offset_min=150) == 4 and index_file.entry_count == 0

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from commitlog.errors import (
-    InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
+    CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
 )
 from indexfile import format as fmt
 from indexfile.index_service import IndexService
@@ -191,3 +191,57 @@ def test_flush_reports_the_durable_end(tmp_path):
     assert service.flush() == 0
     _put_messages(service, 6, keys_per_message=2)
     assert service.flush() == 500 == service.max_indexed_offset
+
+
+def _zero_from(index_file, position):
+    index_file._map[position:] = 0
+
+
+def test_truncate_cuts_lost_pages_of_an_older_file_and_deletes_the_files_after_it(tmp_path):
+    """After a crash the cut must look at every file that may hold entries past it, not only the newest: here
+    the middle file's last entries were lost (zeros under a header that counts them) and the newest file's
+    header too (it reads as empty)."""
+    service = _service(tmp_path, slots=4, entries=5)
+    _put_messages(service, 12)  # four keys a file: offsets 0-300, 400-700, 800-1100
+    middle, newest = service.files[1:]
+    _zero_from(middle, fmt.entries_offset(4) + 20 * 3)  # entries 3, 4 (600, 700) never reached the disk
+    _zero_from(newest, 0)
+    service.close()
+    service = _service(tmp_path, slots=4, entries=5)
+    assert service.truncate(650) == 3  # 500 (before the damage), 600, 700 go; the empty newest file is deleted
+    assert [f.entry_count for f in service.files] == [4, 1] and service.max_indexed_offset == 400
+    assert service.damage_found and "rule 7" in service.damage_found[0]
+    service.check()
+    service.put_keys([b"orders#k2"], [500], [T0])
+    assert service.query("orders", "k2", 100, *ALWAYS) == [500, 200]
+
+
+def test_truncate_at_a_clean_open_trusts_files_that_pass_the_o1_checks(tmp_path):
+    service = _service(tmp_path, slots=4, entries=5)
+    _put_messages(service, 10)
+    assert service.truncate(10**9, crashed=False) == 0 and service.damage_found == []
+    assert [f.entry_count for f in service.files] == [4, 4, 2]
+
+
+def test_truncate_cuts_at_an_older_file_that_reads_as_empty(tmp_path):
+    service = _service(tmp_path, slots=4, entries=5)
+    _put_messages(service, 12)
+    _zero_from(service.files[1], 0)
+    service.close()
+    service = _service(tmp_path, slots=4, entries=5)
+    assert service.truncate(10**9, crashed=False) == 4  # the newest file's entries; the zeroed file counted none
+    assert [f.entry_count for f in service.files] == [4] and service.max_indexed_offset == 300
+    assert "rule 8" in service.damage_found[0]
+    assert len(os.listdir(tmp_path / "index")) == 1
+
+
+def test_check_reports_files_out_of_place(tmp_path):
+    service = _service(tmp_path, slots=4, entries=5)
+    _put_messages(service, 12)
+    service.check()
+    _zero_from(service.files[1], 0)
+    service.close()
+    service = _service(tmp_path, slots=4, entries=5)
+    with pytest.raises(CorruptionError) as raised:
+        service.check()
+    assert raised.value.rule == "8"
