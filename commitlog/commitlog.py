@@ -393,8 +393,10 @@ class CommitLog:
         return decode_message(view, pos, segment.size_bytes - pos, commitlog_offset, path=segment.path,
                               check_crc=check_crc, record_crc_from=self.record_crc_from)
 
-    def read_many(self, commitlog_offsets: list[int], sizes: list[int]) -> list[StoredMessage]:
-        """Decode many records, as an index (ConsumeQueue) locates them; all must lie in the log."""
+    def read_many(self, commitlog_offsets: list[int], sizes: list[int],
+                  queue: tuple[str, int, list[int]] | None = None) -> list[StoredMessage]:
+        """Decode many records, as an index (ConsumeQueue) locates them; all must lie in the log. With `queue`
+        = (topic, queue_id, queue offsets) each record must be that queue's entry (else CorruptionError)."""
         if self._closed:
             raise StoreClosedError("the commitlog is closed")
         if commitlog_offsets:
@@ -404,7 +406,8 @@ class CommitLog:
             if low < self.segments.first_base_offset or high >= self._end:
                 raise InvalidMessageError(f"commitlog offsets {low}..{high} are not all inside the log "
                                           f"[{self.min_offset()}, {self._end})")
-        return decode_records(self.segment_at, commitlog_offsets, sizes, record_crc_from=self.record_crc_from)
+        return decode_records(self.segment_at, commitlog_offsets, sizes, record_crc_from=self.record_crc_from,
+                              queue=queue)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
     def truncate(self, commitlog_offset: int) -> int:

@@ -176,29 +176,38 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
 
 
 def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
-                   record_crc_from: int | None = None) -> list[StoredMessage]:
+                   record_crc_from: int | None = None, queue: tuple[str, int, list[int]] | None = None
+                   ) -> list[StoredMessage]:
     """Decode the records at `commitlog_offsets` whose TOTALSIZE an index says is `sizes`.
 
     `segments(offset)` returns the MappedFile holding an offset. Each record is copied out of the mapping
     once and checked as decode_message checks it, CRCs included (a record whose size differs from the
-    index's is corrupt): damaged bytes are reported, never returned as a message.
+    index's is corrupt): damaged bytes are reported, never returned as a message. With `queue` = (topic,
+    queue_id, queue offsets), the ConsumeQueue entries they came from, each record must belong to that entry.
     """
     required = _NEVER if record_crc_from is None else record_crc_from
+    if queue is not None:
+        expect_topic, expect_queue_id, expect_offsets = queue
+        expect_raw = expect_topic.encode("ascii")
+    else:
+        expect_topic = expect_queue_id = expect_raw = None
+        expect_offsets = [None] * len(commitlog_offsets)
     messages = []
     append = messages.append
     unpack = _HEADER.unpack_from
-    segment = None
+    segment = view = None
     segment_start = segment_end = 0
-    for offset, expected_size in zip(commitlog_offsets, sizes):
+    for offset, expected_size, expected_queue_offset in zip(commitlog_offsets, sizes, expect_offsets):
         if not segment_start <= offset < segment_end:
             segment = segments(offset)
+            view = segment.view
             segment_start = segment.base_offset
             segment_end = segment_start + segment.size_bytes
         pos = offset - segment_start
-        if expected_size < _RECORD_SIZE_MIN or pos + expected_size > segment.size_bytes:
+        if expected_size < _RECORD_SIZE_MIN or offset + expected_size > segment_end:
             raise CorruptionError(f"an index gives size {expected_size} for the record at offset {offset}",
                                   path=segment.path, offset=pos, rule="cq-matches-log")
-        raw = bytes(segment.view[pos : pos + expected_size])
+        raw = view[pos : pos + expected_size].tobytes()
         (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host, store_ts,
          store_host, reconsume, prepared, body_length) = unpack(raw)
         body_end = 88 + body_length
@@ -209,15 +218,22 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
                     (raw[properties_at] << 8) | raw[properties_at + 1]) == size and raw[properties_at] < 0x80:
                 topic = raw[body_end + 1 : properties_at]
                 body = raw[88:body_end]
-                if size - properties_at >= 22 and raw[-20:-11] == _CRC_PREFIX and raw[-1] == 2 and (
+                pair = raw[-20:]
+                if pair[:9] == _CRC_PREFIX and pair[19] == 2 and size - properties_at >= 22 and (
                         size - properties_at == 22 or raw[-21] == 2):
-                    digits = raw[-11:-1]
+                    digits = pair[9:19]
                     ok = digits.isdigit() and int(digits[::-1]) == _crc32(raw[:-20]) & 0x7FFFFFFF
                     properties = raw[properties_at + 2 : -20]
                 else:
                     ok = offset < required and _crc32(body) & 0x7FFFFFFF == crc
                     properties = raw[properties_at + 2 :]
-                if ok and topic.isascii():
+                if ok and expect_raw is not None and topic == expect_raw and queue_id == expect_queue_id \
+                        and queue_offset == expected_queue_offset:
+                    append(_new_tuple(StoredMessage, (
+                        size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
+                        store_ts, store_host, reconsume, prepared, body_length, body, expect_topic, properties)))
+                    continue
+                if ok and expect_raw is None and topic.isascii():
                     append(_new_tuple(StoredMessage, (
                         size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host,
                         store_ts, store_host, reconsume, prepared, body_length, body, topic.decode("ascii"),
@@ -228,6 +244,12 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
         if message[0] != expected_size:
             raise CorruptionError(f"an index gives size {expected_size}, the record has {message[0]}",
                                   path=segment.path, offset=pos, rule="cq-matches-log")
+        if expect_raw is not None and (message[16] != expect_topic or message[3] != expect_queue_id
+                                       or message[5] != expected_queue_offset):
+            raise CorruptionError(
+                f"queue entry {expected_queue_offset} of {expect_topic}/{expect_queue_id} points to a record of "
+                f"{message[16]}/{message[3]} entry {message[5]}", path=segment.path, offset=offset,
+                rule="cq-matches-log")
         append(message)
     return messages
 
