@@ -365,10 +365,10 @@ def _decode(segment, positions: list[int], check_crc: bool,
 def _first_crc_mismatch(view, expected: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int | None:
     """The first row whose bytes view[starts[row]:ends[row]] do not have the CRC `expected[row]`, or None."""
     crc32 = fmt.crc32
-    for row, (start, end, crc) in enumerate(zip(starts.tolist(), ends.tolist(), expected.tolist())):
-        if crc32(view[start:end]) & 0x7FFFFFFF != crc:
-            return row
-    return None
+    actual = np.fromiter((crc32(view[start:end]) for start, end in zip(starts.tolist(), ends.tolist())),
+                         dtype=np.int64, count=len(starts))
+    bad = np.flatnonzero((actual & 0x7FFFFFFF) != expected)
+    return int(bad[0]) if len(bad) else None
 
 
 def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: dict[bytes, int],

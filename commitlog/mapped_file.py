@@ -94,6 +94,10 @@ class MappedFile:
             raise StoreIOError(f"cannot map {path}: {exc.strerror}") from exc
         return cls(path, base_offset, size_bytes, array, writable, fd)
 
+    def fileno(self) -> int | None:
+        """The file's descriptor while open for writing (kept for fdatasync), else None."""
+        return self._fd
+
     def flush(self, start: int = 0, end: int | None = None) -> None:
         """Make the bytes [start, end) durable and wait for it.
 
