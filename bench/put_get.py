@@ -20,7 +20,6 @@ import shutil
 import sys
 import tempfile
 import time
-import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,11 +42,12 @@ def baseline(count: int, body_size: int) -> float:
     for position in range(0, len(buffer), PAGE):
         buffer[position] = 1
     pack = fmt.HEADER_V1.pack_into
+    crc32 = fmt.crc32  # the CRC the store uses (ISA-L's)
     host = b"\x0a\x00\x00\x01\x00\x00\x2a\x9f"
     started = time.perf_counter()
     position = 0
     for i in range(count):
-        pack(buffer, position, size, fmt.MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, i % QUEUES, 0, i, position,
+        pack(buffer, position, size, fmt.MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, i % QUEUES, 0, i, position,
              0, 1, host, 2, host, 0, 0, body_size)
         buffer[position + 88 : position + 88 + body_size] = body
         buffer[position + 88 + body_size : position + size] = tail
@@ -57,10 +57,15 @@ def baseline(count: int, body_size: int) -> float:
     return count / elapsed
 
 
-def _config(index: bool = False) -> StoreConfig:
+def _config(index: bool = False, record_crc: bool = True) -> StoreConfig:
     """The core engine's rows run without the index (it adds a UNIQ_KEY and index entries to every message);
-    one row measures put with it, as a store opened with the defaults runs."""
-    return StoreConfig(store_host="10.0.0.1", index_enabled=index)
+    one row measures put with it, as a store opened with the defaults runs. Record CRCs are on (the default)
+    except in the rows that say so."""
+    return StoreConfig(store_host="10.0.0.1", index_enabled=index, record_crc=record_crc)
+
+
+def _record_bytes(body_size: int, record_crc: bool) -> int:
+    return fmt.RECORD_SIZE_FIXED + len("orders") + body_size + (fmt.RECORD_CRC_LENGTH if record_crc else 0)
 
 
 def _pre_touch(store: MessageStore) -> None:
@@ -72,9 +77,10 @@ def _pre_touch(store: MessageStore) -> None:
         view[position] = 0
 
 
-def bench_put(root: str, count: int, body_size: int, warm: bool, index: bool = False) -> dict:
+def bench_put(root: str, count: int, body_size: int, warm: bool, index: bool = False,
+              record_crc: bool = True) -> dict:
     messages = [Message("orders", b"x" * body_size, queue_id=i % QUEUES) for i in range(count)]
-    with MessageStore.open(root, _config(index)) as store:
+    with MessageStore.open(root, _config(index, record_crc)) as store:
         store.put(Message("orders", b"first"))
         if warm:
             _pre_touch(store)
@@ -83,13 +89,14 @@ def bench_put(root: str, count: int, body_size: int, warm: bool, index: bool = F
             store.put(message)
         elapsed = time.perf_counter() - started
         store.wait_dispatched(120)
-    size = 88 + body_size + 9
+    size = _record_bytes(body_size, record_crc)
     return {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6}
 
 
-def bench_put_batch(root: str, count: int, body_size: int, warm: bool, batch: int = 1000) -> dict:
+def bench_put_batch(root: str, count: int, body_size: int, warm: bool, batch: int = 1000,
+                    record_crc: bool = True) -> dict:
     messages = [Message("orders", b"x" * body_size, queue_id=i % QUEUES) for i in range(count)]
-    with MessageStore.open(root, _config()) as store:
+    with MessageStore.open(root, _config(record_crc=record_crc)) as store:
         store.put(Message("orders", b"first"))
         if warm:
             _pre_touch(store)
@@ -98,7 +105,7 @@ def bench_put_batch(root: str, count: int, body_size: int, warm: bool, batch: in
             store.put_batch(messages[start : start + batch])
         elapsed = time.perf_counter() - started
         store.wait_dispatched(120)
-    size = 88 + body_size + 9
+    size = _record_bytes(body_size, record_crc)
     return {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6}
 
 
@@ -144,9 +151,10 @@ def main() -> int:
     rows = []
     try:
         def fresh(name):
-            path = os.path.join(work, name)
-            shutil.rmtree(path, ignore_errors=True)
-            return path
+            """A new store directory; the stores of earlier rows are removed (each reserves 1-2 GiB)."""
+            for old in os.listdir(work):
+                shutil.rmtree(os.path.join(work, old), ignore_errors=True)
+            return os.path.join(work, name)
 
         base_100 = baseline(count, 100)
         base_1k = baseline(count, 1000)
@@ -159,9 +167,13 @@ def main() -> int:
                 rows.append((f"put {body} B, 1 thread, {'warm' if warm else 'cold'}", result, base))
         result = bench_put(fresh("put-index"), count, 100, True, index=True)
         rows.append(("put 100 B, 1 thread, warm, index on", result, base_100))
+        result = bench_put(fresh("put-nocrc"), count, 100, True, record_crc=False)
+        rows.append(("put 100 B, 1 thread, warm, record_crc off", result, base_100))
         for warm in (False, True):
             result = bench_put_batch(fresh(f"batch{warm}"), count, 1000, warm)
             rows.append((f"put_batch 1 KB x1000, {'warm' if warm else 'cold'}", result, base_1k))
+        result = bench_put_batch(fresh("batch-nocrc"), count, 1000, True, record_crc=False)
+        rows.append(("put_batch 1 KB x1000, warm, record_crc off", result, base_1k))
         store = fresh("get")
         with MessageStore.open(store, _config()) as s:
             for start in range(0, count, 1000):
