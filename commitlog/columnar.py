@@ -168,7 +168,7 @@ class FastLayout:
         self.properties_length = length = (buf[properties_at].astype(np.int64) << 8) | buf[properties_at + 1]
         fast &= (length < 0x8000) & (properties_at + 2 + length == positions + size)
         # The record-CRC pair (format rule 6) is the store's, not a user property: it is left out of `properties`.
-        has_crc, _ = fmt.record_crc_columns(buf, properties_at + 2, length, positions + size, fast)
+        has_crc = fmt.record_crc_present(buf, properties_at + 2, length, positions + size, fast)
         self.properties_length = np.where(has_crc, length - fmt.RECORD_CRC_LENGTH, length)
         self.fast = fast
 

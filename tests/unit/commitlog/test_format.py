@@ -139,3 +139,25 @@ def test_locate_refuses_fewer_than_eight_bytes():
 def test_peek_reads_size_and_magic():
     assert fmt.peek(handmade.blank(16), 0, 16) == (16, handmade.MAGIC_BLANK)
     assert fmt.peek(bytes(16), 0, 7) == (0, 0)
+
+
+def test_record_crc_present_agrees_with_record_crc_columns():
+    import numpy as np
+
+    seed = 20261122
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    pair = np.frombuffer(fmt.RECORD_CRC_PLACEHOLDER, dtype=np.uint8)
+    data = rng.choice(np.frombuffer(b"\x01\x02ab_", dtype=np.uint8), size=64 * 400).astype(np.uint8)
+    starts = np.arange(0, 64 * 400, 64, dtype=np.int64) + 4
+    lengths = rng.integers(0, 60, size=len(starts))
+    ends = starts + lengths
+    for i in np.flatnonzero(rng.random(len(starts)) < 0.6):  # most properties end with a pair, some damaged
+        if lengths[i] >= fmt.RECORD_CRC_LENGTH:
+            data[ends[i] - fmt.RECORD_CRC_LENGTH:ends[i]] = pair
+            data[ends[i] - rng.integers(1, fmt.RECORD_CRC_LENGTH + 2)] ^= rng.integers(0, 2) * 3
+    valid = rng.random(len(starts)) < 0.9
+    expected, _ = fmt.record_crc_columns(data, starts, lengths, ends, valid)
+    got = fmt.record_crc_present(data, starts, lengths, ends, valid)
+    assert expected.any() and not expected.all()
+    assert np.array_equal(got, expected)
