@@ -10,7 +10,8 @@ from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidConfi
 from commitlog.message import Message, PutResult, PutStatus, StoredMessage
 from flush.modes import FlushMode
 from mqstore.config import StoreConfig
-from mqstore.engine import GetResult, GetStatus, MessageStore
+from mqstore.engine import MessageStore
+from mqstore.engine_read import GetResult, GetStatus
 
 __all__ = [
     "ConfigMismatchError",

@@ -36,7 +36,8 @@ from indexfile import format as index_format
 from mqstore import cli_admin
 from mqstore.config import CONFIG_FILE_NAME, StoreConfig
 from mqstore.consumer import open_consumer
-from mqstore.engine import GetStatus, MessageStore
+from mqstore.engine import MessageStore
+from mqstore.engine_read import GetStatus
 from mqstore.verify import log_written_end, queue_usage, verify_store
 
 PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch

@@ -30,7 +30,7 @@ from typing import Iterator
 
 from commitlog.errors import InvalidMessageError, StoreClosedError
 from commitlog.message import StoredMessage
-from mqstore.engine import GET_MAX_COUNT_LIMIT, GetStatus
+from mqstore.engine_read import GET_MAX_COUNT_LIMIT, GetStatus
 from mqstore.offsets import ConsumerOffsets, validate_group
 
 CONSUME_FROM = ("first", "last")

@@ -8,22 +8,19 @@ reach the end of the log, flushes everything and releases the lock.
 
 from __future__ import annotations
 
-import enum
 import fcntl
 import logging
 import os
 import threading
 import time
-from typing import Iterable, NamedTuple
-
-import numpy as np
+from typing import Iterable
 
 from commitlog import format as fmt
-from commitlog.commitlog import CommitLog, validate_topic
+from commitlog.commitlog import CommitLog
 from commitlog.dispatch import DispatchService
 from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
                               StoreIOError, StoreLockedError)
-from commitlog.message import Message, PutResult, PutStatus, StoredMessage
+from commitlog.message import Message, PutResult, PutStatus
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
 from commitlog.unique_key import UniqueKeyGenerator
@@ -34,14 +31,13 @@ from indexfile.dispatcher import IndexDispatcher
 from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
                             save_record_crc_from)
 from mqstore.engine_index import IndexFlushable, IndexLookups
+from mqstore.engine_read import Reads
 from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
 from mqstore.recovery import RecoveryReport, recover
 from mqstore.retention import Retention
 
 log = logging.getLogger(__name__)
 
-GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
-GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
 REBUILDS_PER_OPEN_MAX = 64  # queues one open may rebuild after finding holes in them
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
@@ -52,30 +48,6 @@ _new_tuple = tuple.__new__  # builds a PutResult without the NamedTuple construc
 _PUT_OK = PutStatus.PUT_OK
 
 
-class GetStatus(enum.Enum):
-    """The outcome of a get, with RocketMQ's names and meanings."""
-
-    FOUND = "FOUND"  # messages returned
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # entries examined, none matched the tag filter
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"  # entries point below the log's minimum (retention)
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"  # the queue has no entry file for that offset
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # offset > max_offset
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # offset == max_offset: caught up, nothing new yet
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # offset < min_offset: those entries were deleted
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such (topic, queue_id) in this store
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # the queue exists and is empty
-
-
-class GetResult(NamedTuple):
-    """Messages read from one queue. `next_offset` is where the next get should start."""
-
-    status: GetStatus
-    messages: list[StoredMessage]
-    next_offset: int
-    min_offset: int
-    max_offset: int
-
-
 def _has_segments(directory: str) -> bool:
     """Whether a CommitLog directory holds any segment file."""
     try:
@@ -84,7 +56,7 @@ def _has_segments(directory: str) -> bool:
         return False
 
 
-class MessageStore(IndexLookups):
+class MessageStore(Reads, IndexLookups):
     """An embedded RocketMQ-format message store. Use `MessageStore.open(...)`; it is a context manager."""
 
     def __init__(self, root_dir: str, config: StoreConfig, read_only: bool):
@@ -419,135 +391,6 @@ class MessageStore(IndexLookups):
         self._checkpoint_queues()
 
     # --- reading -------------------------------------------------------------------------------------------
-    def _queue(self, topic, queue_id):
-        """The ConsumeQueue of (topic, queue_id) or None; bad names and ids raise InvalidMessageError."""
-        if type(queue_id) is not int or queue_id < 0:
-            raise InvalidMessageError(f"queue_id must be a non-negative int, got {queue_id!r}")
-        queue = self._queues.get(topic, queue_id) if topic.__class__ is str else None
-        if queue is None:
-            validate_topic(topic)  # known queues have valid names: only unknown ones need the check
-        if self.read_only:
-            if queue is None:
-                self._queues.load()
-                queue = self._queues.get(topic, queue_id)
-            if queue is not None:
-                queue.refresh()
-        return queue
-
-    def get(self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None) -> GetResult:
-        """Up to `max_count` messages of one queue from entry `offset`, optionally only those with given tags.
-
-        `tags` is None or "*" for all, a tag, "A || B", or a collection of tags.
-        """
-        self._check_open()
-        if type(offset) is not int:
-            raise InvalidMessageError(f"offset must be an int, got {offset!r}")
-        if type(max_count) is not int or not 1 <= max_count <= GET_MAX_COUNT_LIMIT:
-            raise InvalidMessageError(f"max_count must be an int in 1..{GET_MAX_COUNT_LIMIT}, got {max_count!r}")
-        wanted = _parse_tags(tags)
-        queue = self._queue(topic, queue_id)
-        if queue is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
-        low, high = queue.min_offset, queue.max_offset
-        if high == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high)
-        if offset < low:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
-        if offset == high:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
-        if offset > high:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], low if low == 0 else high, low, high)
-        scan = max(max_count, GET_FILTER_SCAN_ENTRIES_MIN) if wanted else max_count
-        units = queue.read(offset, scan)
-        if not len(units):
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], offset + 1, low, high)
-        return self._collect(queue, offset, units, max_count, wanted, low, high)
-
-    def _collect(self, queue, offset, units, max_count, wanted, low, high) -> GetResult:
-        log_min = self._commitlog.min_offset()
-        if wanted:
-            codes = np.array([fmt.tags_code(tag) for tag in wanted], dtype=np.int64)
-            rows = np.flatnonzero(np.isin(units["tags_code"], codes) & (units["commitlog_offset"] >= log_min))
-        else:
-            rows = np.flatnonzero(units["commitlog_offset"] >= log_min)
-        removed = len(units) - len(rows) if not wanted else int(np.count_nonzero(units["commitlog_offset"] < log_min))
-        examined = len(units)
-        messages: list[StoredMessage] = []
-        topic, queue_id = queue.topic, queue.queue_id
-        while len(rows):
-            take = rows[: max_count - len(messages)] if not wanted else rows[: max(max_count - len(messages), 32)]
-            rows = rows[len(take):]
-            take_rows = take.tolist()
-            found = self._commitlog.read_many(units["commitlog_offset"][take].tolist(), units["size"][take].tolist(),
-                                              (topic, queue_id, [offset + row for row in take_rows]))
-            if not wanted and len(found) == max_count - len(messages):
-                messages.extend(found)  # every record checked against its entry by read_many
-                examined = take_rows[-1] + 1
-                break
-            for row, message in zip(take_rows, found):
-                if wanted and message.tags not in wanted:
-                    continue
-                messages.append(message)
-                if len(messages) == max_count:
-                    examined = row + 1
-                    break
-            if len(messages) == max_count:
-                break
-        if messages:
-            status = GetStatus.FOUND
-        elif removed:
-            status = GetStatus.MESSAGE_WAS_REMOVING
-        else:
-            status = GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, messages, offset + examined, low, high)
-
-    def read_at(self, commitlog_offset: int) -> StoredMessage:
-        """The message whose record starts at `commitlog_offset`."""
-        self._check_open()
-        if type(commitlog_offset) is not int:
-            raise InvalidMessageError(f"commitlog_offset must be an int, got {commitlog_offset!r}")
-        try:
-            return self._commitlog.read(commitlog_offset)
-        except CorruptionError as exc:
-            if exc.rule == "4" or exc.rule == "1":
-                raise InvalidMessageError(f"no message record starts at commitlog offset {commitlog_offset}") \
-                    from exc
-            raise
-
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        self._check_open()
-        queue = self._queue(topic, queue_id)
-        return queue.min_offset if queue is not None else 0
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next message of this queue will get (= the count of entries ever written)."""
-        self._check_open()
-        queue = self._queue(topic, queue_id)
-        return queue.max_offset if queue is not None else 0
-
-    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset whose message was stored at or after `timestamp_ms` (max_offset if none)."""
-        self._check_open()
-        queue = self._queue(topic, queue_id)
-        if queue is None:
-            return 0
-        low, high = queue.min_offset, queue.max_offset
-        while low < high:
-            middle = (low + high) // 2
-            unit = queue.read(middle, 1)
-            if self._commitlog.read(int(unit["commitlog_offset"][0])).store_timestamp_ms < timestamp_ms:
-                low = middle + 1
-            else:
-                high = middle
-        return low
-
-    def topics(self) -> dict[str, list[int]]:
-        """Every topic with the queue ids it has (dispatched queues only)."""
-        self._check_open()
-        if self.read_only:
-            self._queues.load()
-        return self._queues.topics()
-
     def wait_dispatched(self, timeout_s: float | None = None) -> bool:
         """Block until everything put so far is visible to get(); False on timeout or dispatch failure."""
         self._check_open()
@@ -653,21 +496,3 @@ def _wait_for_writer(writer: threading.Lock) -> None:
 def _refused(status: PutStatus) -> PutResult:
     """The result of a put that wrote nothing."""
     return PutResult(status, -1, -1, 0, 0, "")
-
-
-def _parse_tags(tags) -> frozenset[str] | None:
-    if tags is None:
-        return None
-    if isinstance(tags, str):
-        parts = [part.strip() for part in tags.split("||")]
-    else:
-        try:
-            parts = list(tags)
-        except TypeError as exc:
-            raise InvalidMessageError(f"tags must be None, a str or a collection of str, got {tags!r}") from exc
-        if not all(isinstance(part, str) for part in parts):
-            raise InvalidMessageError(f"tags must be str, got {tags!r}")
-    parts = [part for part in parts if part]
-    if not parts or "*" in parts:
-        return None
-    return frozenset(parts)
