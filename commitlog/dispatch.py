@@ -32,7 +32,6 @@ _UNIQ_KEY = b"UNIQ_KEY"
 
 HEADER_DTYPE = fmt.HEADER_V1_DTYPE  # the v1 IPv4 header as a numpy record (layout in commitlog/format.py)
 _I64 = fmt.struct.Struct(">q")
-_HEADER_SPAN = np.arange(fmt.HEADER_SIZE, dtype=np.int64)
 
 
 class _Chunk:
@@ -40,7 +39,7 @@ class _Chunk:
 
     __slots__ = ("buffer", "properties_start", "properties_end")
 
-    def __init__(self, buffer, properties_start: list[int], properties_end: list[int]):
+    def __init__(self, buffer, properties_start: np.ndarray, properties_end: np.ndarray):
         self.buffer = buffer
         self.properties_start = properties_start
         self.properties_end = properties_end
@@ -142,26 +141,31 @@ class LogReader(Protocol):
     def segment_at(self, commitlog_offset: int): ...
 
 
-def _find_property(buffer, starts: list[int], ends: list[int], name: bytes) -> list[bytes | None]:
+def _find_property(buffer, starts: np.ndarray, ends: np.ndarray, name: bytes) -> list[bytes | None]:
     """Raw values of property `name` in the properties spans [starts[i], ends[i]) of `buffer` (an mmap)."""
+    values: list[bytes | None] = [None] * len(starts)
+    for row, value in _found_property(buffer, starts, ends, name):
+        values[row] = value
+    return values
+
+
+def _found_property(buffer, starts: np.ndarray, ends: np.ndarray, name: bytes) -> list[tuple[int, bytes]]:
+    """(row, raw value) of the records whose properties hold `name`; records without properties (common) are
+    passed over with numpy, not visited."""
     needle = name + b"\x01"
     skip = len(needle)
     find = buffer.find
-    values: list[bytes | None] = [None] * len(starts)
-    rows = [row for row, (start, end) in enumerate(zip(starts, ends)) if start != end] \
-        if starts and starts[0] == ends[0] else range(len(starts))  # records without properties are common
-    for row in rows:
-        start, end = starts[row], ends[row]
-        if start == end:
-            continue
+    found = []
+    rows = np.flatnonzero(ends != starts)
+    for row, start, end in zip(rows.tolist(), starts[rows].tolist(), ends[rows].tolist()):
         at = find(needle, start, end)
         while at > start and buffer[at - 1] != 2:  # a longer name that ends in `name`
             at = find(needle, at + 1, end)
         if at < 0:
             continue
         value_end = find(b"\x02", at + skip, end)
-        values[row] = buffer[at + skip : value_end if value_end >= 0 else end]
-    return values
+        found.append((row, buffer[at + skip : value_end if value_end >= 0 else end]))
+    return found
 
 
 def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = False,
@@ -278,7 +282,7 @@ def _decode(segment, positions: list[int], check_crc: bool,
     data = segment.array.view(np.ndarray)  # a plain array: indexing a memmap subclass costs more
     base = segment.base_offset
     pos = np.asarray(positions, dtype=np.int64)
-    header = data[pos[:, None] + _HEADER_SPAN].view(HEADER_DTYPE)[:, 0]
+    header = fmt.rows_at(data, pos, fmt.HEADER_SIZE).view(HEADER_DTYPE)[:, 0]
     size = header["total_size"].astype(np.int64)
     magic = header["magic"]
     sys_flag = header["sys_flag"].astype(np.int64)
@@ -353,8 +357,8 @@ def _decode(segment, positions: list[int], check_crc: bool,
     part = {
         "offsets": base + pos[:keep], "sizes": size[:keep],
         "topic_start": topic_start[:keep], "topic_length": topic_length[:keep],
-        "properties_start": properties_start[:keep].tolist(),
-        "properties_end": properties_end[:keep].tolist(),
+        "properties_start": properties_start[:keep],
+        "properties_end": properties_end[:keep],
         "buffer": segment.array._mmap, "data": data,
         "end": base + (positions[keep] if keep < len(positions) else int(record_end[-1])),
     }
@@ -422,14 +426,13 @@ def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
     cache: dict[bytes, int] = {}
     row = 0
     for part in parts:
-        tags = _find_property(part["buffer"], part["properties_start"], part["properties_end"], _TAGS)
-        for i, tag in enumerate(tags):
+        for i, tag in _found_property(part["buffer"], part["properties_start"], part["properties_end"], _TAGS):
             if tag:
                 code = cache.get(tag)
                 if code is None:
                     code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
                 codes[row + i] = code
-        row += len(tags)
+        row += len(part["offsets"])
     batch.tags_codes = codes
 
 

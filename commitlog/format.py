@@ -416,8 +416,23 @@ def peek(buf, pos: int, remaining: int) -> tuple[int, int]:
     return BLANK.unpack_from(buf, pos)
 
 
+def rows_at(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """The (len(starts), width) bytes data[start : start + width] for each start (all inside `data`).
+
+    Records of one size lie evenly spaced: then the rows are a strided view of `data` (nothing copied);
+    otherwise they are gathered through an index matrix (about 0.2-0.35 us per 88-byte row here)."""
+    count = len(starts)
+    if count > 1:
+        step = int(starts[1] - starts[0])
+        first = int(starts[0])
+        if step >= width and int(starts[-1]) == first + step * (count - 1) and bool(
+                (np.diff(starts) == step).all()):
+            return np.lib.stride_tricks.as_strided(data[first:], shape=(count, width), strides=(step, 1),
+                                                   writeable=False)
+    return data[starts[:, None] + np.arange(width, dtype=np.int64)]
+
+
 _CRC_PREFIX_ARRAY = np.frombuffer(RECORD_CRC_PREFIX, dtype=np.uint8)
-_CRC_SPAN = np.arange(RECORD_CRC_LENGTH, dtype=np.int64)
 _DIGIT_WEIGHTS = 10 ** np.arange(RECORD_CRC_DIGITS, dtype=np.int64)  # least significant digit first
 
 
@@ -445,7 +460,7 @@ def record_crc_columns(data, properties_start: np.ndarray, properties_length: np
     at = record_end - RECORD_CRC_LENGTH
     candidate = valid & (properties_length >= RECORD_CRC_LENGTH)
     at = np.where(candidate, at, 0)
-    tail = data[at[:, None] + _CRC_SPAN]
+    tail = rows_at(data, at, RECORD_CRC_LENGTH)
     prefix = len(_CRC_PREFIX_ARRAY)
     before = data[np.maximum(at - 1, 0)]
     has = candidate & (tail[:, :prefix] == _CRC_PREFIX_ARRAY).all(axis=1) & (tail[:, -1] == 2) & (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 from commitlog import format as fmt
@@ -161,3 +162,12 @@ def test_record_crc_present_agrees_with_record_crc_columns():
     got = fmt.record_crc_present(data, starts, lengths, ends, valid)
     assert expected.any() and not expected.all()
     assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("starts", [[5, 105, 205, 305], [0, 90, 200, 201 + 88], [7], [0, 100, 200, 301]],
+                         ids=["evenly spaced", "irregular", "one", "last one off"])
+def test_rows_at_gives_the_bytes_at_each_start(starts):
+    data = np.frombuffer(bytes(range(256)) * 3, dtype=np.uint8)
+    rows = fmt.rows_at(data, np.asarray(starts, dtype=np.int64), 88)
+    assert rows.shape == (len(starts), 88)
+    assert [bytes(row) for row in rows] == [bytes(data[start : start + 88]) for start in starts]
