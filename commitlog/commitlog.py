@@ -17,7 +17,7 @@ import time
 
 from commitlog import format as fmt
 from commitlog.batch import Columns, append_columns, prepare_columns
-from commitlog.dispatch import parse_records
+from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile
 from commitlog.message import Message, StoredMessage, decode_message, decode_records

@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, field
 
 from commitlog import format as fmt
 from commitlog.commitlog import CommitLog
-from commitlog.dispatch import parse_records
+from commitlog.record_batch import parse_records
 from commitlog.errors import CorruptionError, InvalidMessageError
 from consumequeue.consume_queue import ConsumeQueueTable
 from flush.checkpoint import Checkpoint

@@ -1,0 +1,443 @@
+"""Batches of records decoded from the CommitLog with numpy: the input of every dispatcher and of recovery.
+
+`parse_records` walks the TOTALSIZE chain from a record boundary (runs of one record size many at once),
+then decodes and checks the headers of a whole segment's records together, and returns a `DispatchBatch`:
+parallel numpy columns (RocketMQ's DispatchRequest, batched) with properties looked up on demand. The
+dispatch loop that feeds dispatchers with these batches is `commitlog.dispatch`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from commitlog import format as fmt
+from commitlog.errors import CorruptionError
+
+DISPATCH_BATCH_RECORDS_MAX = 8192  # records handed to the dispatchers at once
+
+_TAGS = b"TAGS"
+_KEYS = b"KEYS"
+_UNIQ_KEY = b"UNIQ_KEY"
+
+HEADER_DTYPE = fmt.HEADER_V1_DTYPE  # the v1 IPv4 header as a numpy record (layout in commitlog/format.py)
+_I64 = fmt.struct.Struct(">q")
+
+
+class _Chunk:
+    """Records of one segment inside a batch: where their properties are, for lazy property lookups."""
+
+    __slots__ = ("buffer", "properties_start", "properties_end")
+
+    def __init__(self, buffer, properties_start: np.ndarray, properties_end: np.ndarray):
+        self.buffer = buffer
+        self.properties_start = properties_start
+        self.properties_end = properties_end
+
+
+class DispatchBatch:
+    """Consecutive message records of the log, as parallel numpy columns (RocketMQ's DispatchRequest, batched).
+
+    Transaction-prepared and rolled-back records are in the batch too (with their sys_flag); dispatchers
+    that must skip them look at `sys_flags`. `end_offset` is the log offset right after the batch, blanks
+    included: once the batch is dispatched, everything below it is. Topics are `topic_ids` into
+    `topic_names`; tags codes are computed for every record; other properties are looked up on demand
+    (`property_values`, `keys`, `uniq_keys`), so a dispatcher that does not need them does not pay for them.
+    """
+
+    def __init__(self, start_offset: int):
+        empty = np.empty(0, dtype=np.int64)
+        self.start_offset = start_offset
+        self.end_offset = start_offset
+        self.commitlog_offsets = empty
+        self.sizes = empty
+        self.topic_ids = empty
+        self.topic_names: list[str] = []
+        self.queue_ids = empty
+        self.queue_offsets = empty
+        self.tags_codes = empty
+        self.store_timestamps_ms = empty
+        self.sys_flags = empty
+        self.error: CorruptionError | None = None
+        self._chunks: list[_Chunk] = []
+        self._cache: dict[bytes, list] = {}
+
+    def __len__(self) -> int:
+        return len(self.commitlog_offsets)
+
+    @classmethod
+    def from_rows(cls, rows: list[dict], *, start_offset: int | None = None,
+                  end_offset: int | None = None) -> "DispatchBatch":
+        """A batch from one dict per record (keys: commitlog_offset, size, topic, queue_id, queue_offset,
+        tags_code, store_timestamp_ms, sys_flag, and optionally keys / uniq_key raw bytes). For tests and tools
+        that build dispatch input without a log."""
+        batch = cls(rows[0]["commitlog_offset"] if rows and start_offset is None else (start_offset or 0))
+        column = lambda name: np.asarray([row.get(name, 0) for row in rows], dtype=np.int64)  # noqa: E731
+        batch.commitlog_offsets = column("commitlog_offset")
+        batch.sizes = column("size")
+        batch.queue_ids = column("queue_id")
+        batch.queue_offsets = column("queue_offset")
+        batch.tags_codes = column("tags_code")
+        batch.store_timestamps_ms = column("store_timestamp_ms")
+        batch.sys_flags = column("sys_flag")
+        ids: dict[str, int] = {}
+        batch.topic_ids = np.asarray([ids.setdefault(row["topic"], len(ids)) for row in rows], dtype=np.int64)
+        batch.topic_names = list(ids)
+        batch._cache[_KEYS] = [row.get("keys") for row in rows]
+        batch._cache[_UNIQ_KEY] = [row.get("uniq_key") for row in rows]
+        if end_offset is None:
+            end_offset = rows[-1]["commitlog_offset"] + rows[-1]["size"] if rows else batch.start_offset
+        batch.end_offset = end_offset
+        return batch
+
+    @property
+    def topics(self) -> list[str]:
+        names = self.topic_names
+        return [names[i] for i in self.topic_ids.tolist()]
+
+    def property_values(self, name: bytes) -> list[bytes | None]:
+        """The raw value of property `name` for every record (None where a record does not have it)."""
+        values = self._cache.get(name)
+        if values is None:
+            values = []
+            for chunk in self._chunks:
+                values.extend(_find_property(chunk.buffer, chunk.properties_start, chunk.properties_end, name))
+            self._cache[name] = values
+        return values
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        """The raw KEYS property of every record (space-separated), or None."""
+        return self.property_values(_KEYS)
+
+    @property
+    def uniq_keys(self) -> list[bytes | None]:
+        """The raw UNIQ_KEY property of every record, or None."""
+        return self.property_values(_UNIQ_KEY)
+
+
+class LogReader(Protocol):
+    """What the dispatch loop needs of a CommitLog."""
+
+    def readable_end(self) -> int: ...
+
+    def segment_at(self, commitlog_offset: int): ...
+
+
+def _find_property(buffer, starts: np.ndarray, ends: np.ndarray, name: bytes) -> list[bytes | None]:
+    """Raw values of property `name` in the properties spans [starts[i], ends[i]) of `buffer` (an mmap)."""
+    values: list[bytes | None] = [None] * len(starts)
+    for row, value in _found_property(buffer, starts, ends, name):
+        values[row] = value
+    return values
+
+
+def _found_property(buffer, starts: np.ndarray, ends: np.ndarray, name: bytes) -> list[tuple[int, bytes]]:
+    """(row, raw value) of the records whose properties hold `name`; records without properties (common) are
+    passed over with numpy, not visited."""
+    needle = name + b"\x01"
+    skip = len(needle)
+    find = buffer.find
+    found = []
+    rows = np.flatnonzero(ends != starts)
+    for row, start, end in zip(rows.tolist(), starts[rows].tolist(), ends[rows].tolist()):
+        at = find(needle, start, end)
+        while at > start and buffer[at - 1] != 2:  # a longer name that ends in `name`
+            at = find(needle, at + 1, end)
+        if at < 0:
+            continue
+        value_end = find(b"\x02", at + skip, end)
+        found.append((row, buffer[at + skip : value_end if value_end >= 0 else end]))
+    return found
+
+
+def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = False,
+                  records_max: int = DISPATCH_BATCH_RECORDS_MAX, zeros_end: bool = False) -> DispatchBatch:
+    """Decode the records of [start, end) into a batch, stopping after `records_max` records.
+
+    `start` must be a record boundary. Crosses segment ends at blanks. With `zeros_end`, eight zero bytes
+    where a record should start end the batch (finding the end of a log); otherwise they are corruption. Records are found by walking their
+    TOTALSIZE chain; their fields are then decoded and checked for all records of a segment at once with
+    numpy. At the first invalid record the batch stops and `batch.error` holds the CorruptionError: the log
+    is read only up to its published end, so anything invalid below it is real corruption.
+    """
+    batch = DispatchBatch(start)
+    required_from = getattr(log, "record_crc_from", None)
+    parts: list[dict] = []
+    offset = start
+    count = 0
+    while offset < end and count < records_max:
+        segment = log.segment_at(offset)
+        base = segment.base_offset
+        positions, stop, error = _walk(segment, offset - base, min(end, base + segment.size_bytes) - base,
+                                       records_max - count, zeros_end)
+        if positions:
+            part, part_error = _decode(segment, positions, check_crc, required_from)
+            parts.append(part)
+            count += len(part["offsets"])
+            if part_error is not None:
+                batch.error = part_error
+                offset = int(part["end"])
+                break
+        if error is not None:
+            batch.error = error
+            offset = base + stop
+            break
+        if base + stop == offset:
+            break  # the next record is not complete yet
+        offset = base + stop
+    _assemble(batch, parts)
+    batch.end_offset = offset
+    return batch
+
+
+def _walk(segment, pos: int, limit: int, records_max: int,
+          zeros_end: bool = False) -> tuple[list[int], int, CorruptionError | None]:
+    """Follow the TOTALSIZE chain from `pos`: (record positions, where it stopped, the error that stopped it).
+
+    Runs of records of one size (a producer's messages often are) are followed many at once: after two
+    records of equal size, the next WALK_RUN_MAX positions that size apart are checked together (magic code
+    and TOTALSIZE, what the step-by-step walk checks); the run ends at the first that differs.
+    """
+    view = segment.view
+    size_bytes = segment.size_bytes
+    peek = fmt.BLANK.unpack_from
+    positions: list[int] = []
+    append = positions.append
+    previous_size = 0
+    skip_runs_until = 0  # after a short run, record counts below which no run is tried
+    while pos < limit and len(positions) < records_max:
+        remaining = size_bytes - pos
+        if remaining < fmt.END_FILE_MIN_BLANK_LENGTH:
+            return positions, pos, fmt._corrupt("blank", f"{remaining} bytes left in the segment, no room for a "
+                                                "blank", segment.path, segment.base_offset + pos, pos)
+        size, magic = peek(view, pos)
+        if magic == _MAGIC_V1 or magic == _MAGIC_V2:
+            if size < _RECORD_SIZE_MIN or size > remaining:
+                return positions, pos, _invalid(view, pos, remaining, segment.base_offset + pos, segment.path)
+            if pos + size > limit:
+                if zeros_end:
+                    break  # finding the end: a record not complete yet ends the data
+                return positions, pos, fmt._corrupt(
+                    "2", f"TOTALSIZE {size} runs past the written end", segment.path, segment.base_offset + pos,
+                    pos)
+            append(pos)
+            pos += size
+            if size == previous_size and len(positions) >= skip_runs_until:
+                run = _run_of(segment.array, pos, size, min((limit - pos) // size, records_max - len(positions),
+                                                              WALK_RUN_MAX))
+                if run:
+                    positions.extend(range(pos, pos + run * size, size))
+                    pos += run * size
+                if run < WALK_RUN_SHORT:
+                    skip_runs_until = len(positions) + WALK_RUN_BACKOFF
+            previous_size = size
+        elif magic == fmt.BLANK_MAGIC_CODE and size == remaining:
+            return positions, size_bytes, None
+        elif zeros_end and size == 0 and magic == 0:
+            break
+        else:
+            return positions, pos, _invalid(view, pos, remaining, segment.base_offset + pos, segment.path)
+    return positions, pos, None
+
+
+WALK_RUN_MAX = 4096  # records of one size checked at once by the walk
+WALK_RUN_SHORT = 8  # a run shorter than this ...
+WALK_RUN_BACKOFF = 64  # ... makes the walk go step by step for this many records before it tries again
+_HEAD_SPAN = np.arange(8, dtype=np.int64)
+_HEAD_DTYPE = np.dtype([("size", ">i4"), ("magic", ">u4")])
+
+
+def _run_of(data, pos: int, size: int, count_max: int) -> int:
+    """How many records of TOTALSIZE `size` with a message magic code follow each other from `pos` (at most
+    `count_max`, all of which lie inside the segment)."""
+    if count_max <= 0:
+        return 0
+    starts = pos + size * np.arange(count_max, dtype=np.int64)
+    heads = np.asarray(data)[starts[:, None] + _HEAD_SPAN].view(_HEAD_DTYPE)[:, 0]
+    same = (heads["size"] == size) & ((heads["magic"] == _MAGIC_V1) | (heads["magic"] == _MAGIC_V2))
+    return count_max if same.all() else int(np.argmin(same))
+
+
+def _decode(segment, positions: list[int], check_crc: bool,
+            required_from: int | None = None) -> tuple[dict, CorruptionError | None]:
+    """Decode and check the records at `positions` of one segment with numpy; stops at the first bad one."""
+    data = segment.array.view(np.ndarray)  # a plain array: indexing a memmap subclass costs more
+    base = segment.base_offset
+    pos = np.asarray(positions, dtype=np.int64)
+    header = fmt.rows_at(data, pos, fmt.HEADER_SIZE).view(HEADER_DTYPE)[:, 0]
+    size = header["total_size"].astype(np.int64)
+    magic = header["magic"]
+    sys_flag = header["sys_flag"].astype(np.int64)
+    body_length = header["body_length"].astype(np.int64)
+    record_end = pos + size
+    general = (magic != _MAGIC_V1) | ((sys_flag & _V6_FLAGS) != 0)
+    valid = (body_length >= 0) & (pos + 88 + body_length + 3 <= record_end) & (
+        header["physical_offset"] == base + pos)
+    topic_length_at = np.where(valid, pos + 88 + body_length, pos)
+    topic_length = data[topic_length_at].astype(np.int64)
+    properties_length_at = topic_length_at + 1 + topic_length
+    valid &= (topic_length >= 1) & (properties_length_at + 2 <= record_end)
+    properties_length_at = np.where(valid, properties_length_at, pos)
+    properties_length = (data[properties_length_at].astype(np.int64) << 8) | data[properties_length_at + 1]
+    properties_length = np.where(properties_length >= 0x8000, properties_length - 0x10000, properties_length)
+    properties_start = properties_length_at + 2
+    valid &= (properties_length >= 0) & (properties_start + properties_length == record_end)
+    fields = {
+        "queue_id": header["queue_id"].astype(np.int64),
+        "queue_offset": header["queue_offset"].astype(np.int64),
+        "store_timestamp": header["store_timestamp"].astype(np.int64),
+        "sys_flag": sys_flag,
+    }
+    topic_start = topic_length_at + 1
+    body_start = pos + fmt.HEADER_SIZE
+    general_errors: dict[int, CorruptionError] = {}
+    for row in np.flatnonzero(general).tolist():  # v2 records and IPv6 hosts: rare, decoded one by one
+        at = positions[row]
+        try:
+            layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
+        except CorruptionError as exc:
+            valid[row] = False
+            general_errors[row] = exc
+            break
+        valid[row] = True
+        store_at = layout.store_host[0]
+        fields["store_timestamp"][row] = _I64.unpack_from(segment.view, store_at - 8)[0]
+        topic_start[row] = layout.topic_start
+        topic_length[row] = layout.topic_length
+        body_start[row] = layout.body_start
+        body_length[row] = layout.body_length
+        properties_start[row] = layout.properties_start
+        properties_length[row] = layout.properties_length
+    has_crc, crc_value = fmt.record_crc_columns(data, properties_start, properties_length, record_end, valid)
+    valid &= crc_value >= 0  # a record-CRC pair without 10 digits in it
+    if required_from is not None:
+        valid &= has_crc | (base + pos < required_from)
+    bad = np.flatnonzero(~valid)
+    keep = int(bad[0]) if len(bad) else len(positions)
+    error = None
+    if keep < len(positions):
+        at = positions[keep]
+        error = general_errors.get(keep) or _invalid(segment.view, at, segment.size_bytes - at, base + at,
+                                                     segment.path, required_from)
+    if check_crc and keep:
+        # A record CRC covers the whole record (BODYCRC and the body included); other records have their body's.
+        starts = np.where(has_crc, pos, body_start)[:keep]
+        ends = np.where(has_crc, record_end - fmt.RECORD_CRC_LENGTH, body_start + body_length)[:keep]
+        expected = np.where(has_crc, crc_value, header["body_crc"].astype(np.int64))[:keep]
+        bad_row = _first_crc_mismatch(segment.view, expected, starts, ends)
+        if bad_row is not None:
+            at = positions[bad_row]
+            try:
+                layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
+                if not fmt.check_record_crc(segment.view, layout, at, base + at, required=False, check_crc=True,
+                                            path=segment.path):
+                    fmt.check_body_crc(segment.view, layout, at, base + at, path=segment.path)
+                raise AssertionError("the batch CRC check and the record's own check disagree")
+            except CorruptionError as exc:
+                keep, error = bad_row, exc
+    properties_end = np.where(has_crc, record_end - fmt.RECORD_CRC_LENGTH, properties_start + properties_length)
+    part = {
+        "offsets": base + pos[:keep], "sizes": size[:keep],
+        "topic_start": topic_start[:keep], "topic_length": topic_length[:keep],
+        "properties_start": properties_start[:keep],
+        "properties_end": properties_end[:keep],
+        "buffer": segment.array._mmap, "data": data,
+        "end": base + (positions[keep] if keep < len(positions) else int(record_end[-1])),
+    }
+    part.update({name: column[:keep] for name, column in fields.items()})
+    return part, error
+
+
+def _first_crc_mismatch(view, expected: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int | None:
+    """The first row whose bytes view[starts[row]:ends[row]] do not have the CRC `expected[row]`, or None."""
+    crc32 = fmt.crc32
+    actual = np.fromiter((crc32(view[start:end]) for start, end in zip(starts.tolist(), ends.tolist())),
+                         dtype=np.int64, count=len(starts))
+    bad = np.flatnonzero((actual & 0x7FFFFFFF) != expected)
+    return int(bad[0]) if len(bad) else None
+
+
+def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: dict[bytes, int],
+               path: str) -> np.ndarray:
+    """Map each record's topic bytes to an id in `names` (new topics are added), decoding each topic once."""
+    if not len(topic_start):
+        return np.empty(0, dtype=np.int64)
+    width = int(topic_length.max())
+    span = np.arange(width, dtype=np.int64)
+    matrix = data[np.minimum(topic_start[:, None] + span, len(data) - 1)]
+    matrix[span[None, :] >= topic_length[:, None]] = 0
+    lengths = topic_length.astype(">u2").view(np.uint8).reshape(-1, 2)  # v2 topics may be longer than 255
+    keyed = np.concatenate([lengths, matrix], axis=1)
+    rows = np.ascontiguousarray(keyed).view(np.dtype((np.void, width + 2)))[:, 0]
+    unique, inverse = np.unique(rows, return_inverse=True)
+    ids = np.empty(len(unique), dtype=np.int64)
+    for index, row in enumerate(unique):
+        raw = bytes(row)
+        key = raw[2 : 2 + ((raw[0] << 8) | raw[1])]
+        topic_id = names.get(key)
+        if topic_id is None:
+            if not key.isascii():
+                raise CorruptionError(f"topic is not ASCII: {key!r}", path=path, rule="3")
+            topic_id = names[key] = len(names)
+        ids[index] = topic_id
+    return ids[inverse.ravel()]
+
+
+def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
+    if not parts:
+        return
+    names: dict[bytes, int] = {}
+    topic_ids = []
+    for part in parts:
+        try:
+            topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names, ""))
+        except CorruptionError as exc:
+            batch.error = exc
+            topic_ids.append(np.zeros(len(part["offsets"]), dtype=np.int64))
+        batch._chunks.append(_Chunk(part["buffer"], part["properties_start"], part["properties_end"]))
+    batch.topic_names = [name.decode("ascii") for name in names]
+    batch.topic_ids = np.concatenate(topic_ids)
+    join = np.concatenate
+    batch.commitlog_offsets = join([p["offsets"] for p in parts])
+    batch.sizes = join([p["sizes"] for p in parts])
+    batch.queue_ids = join([p["queue_id"] for p in parts])
+    batch.queue_offsets = join([p["queue_offset"] for p in parts])
+    batch.store_timestamps_ms = join([p["store_timestamp"] for p in parts])
+    batch.sys_flags = join([p["sys_flag"] for p in parts])
+    codes = np.zeros(len(batch.commitlog_offsets), dtype=np.int64)
+    cache: dict[bytes, int] = {}
+    row = 0
+    for part in parts:
+        for i, tag in _found_property(part["buffer"], part["properties_start"], part["properties_end"], _TAGS):
+            if tag:
+                code = cache.get(tag)
+                if code is None:
+                    code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
+                codes[row + i] = code
+        row += len(part["offsets"])
+    batch.tags_codes = codes
+
+
+_MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE
+_MAGIC_V2 = fmt.MESSAGE_MAGIC_CODE_V2
+_V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
+_RECORD_SIZE_MIN = fmt.RECORD_SIZE_MIN
+
+
+def _invalid(view, pos, remaining, commitlog_offset, path, required_from: int | None = None) -> CorruptionError:
+    """The precise CorruptionError for a record the fast checks refused."""
+    size, magic = fmt.peek(view, pos, remaining)
+    if size == 0 and magic == 0:
+        return fmt._corrupt("1", "zero bytes inside the written part of the log", path, commitlog_offset, pos)
+    if magic == fmt.BLANK_MAGIC_CODE:
+        return fmt._corrupt("blank", f"end-of-segment blank of {size} bytes with {remaining} left", path,
+                            commitlog_offset, pos)
+    try:
+        layout = fmt.locate(view, pos, remaining, commitlog_offset, path=path)
+        fmt.check_record_crc(view, layout, pos, commitlog_offset, check_crc=False, path=path,
+                             required=required_from is not None and commitlog_offset >= required_from)
+    except CorruptionError as exc:
+        return exc
+    return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset, rule="3")
