@@ -85,7 +85,8 @@ class StoredMessage(tuple):
 
     @property
     def properties(self) -> dict[str, str]:
-        """Every property, TAGS, KEYS and UNIQ_KEY included (a new dict on each access)."""
+        """Every property, TAGS, KEYS and UNIQ_KEY included; the record-CRC pair is checked on read and left out
+        (a new dict on each access)."""
         return fmt.decode_properties(self[17])
 
     @property
