@@ -96,6 +96,7 @@ class MessageStore(Reads, IndexLookups):
         try:
             store._open()
         except BaseException:
+            store._stop_threads()
             store._release()
             marker = getattr(store, "_abort_marker_created", None)
             if marker is not None:
@@ -277,18 +278,24 @@ class MessageStore(Reads, IndexLookups):
             try:
                 if self._dispatch is not None:
                     self._dispatch.wait_dispatched(CLOSE_DISPATCH_TIMEOUT_S)
-                    self._dispatch.stop()
                     if self._dispatch.error is not None:
                         log.error("closing with dispatch stopped by: %s", self._dispatch.error)
-                for service in reversed(self._services):
-                    service.stop()
-                if getattr(self, "_allocator", None) is not None:
-                    self._allocator.close()
+                self._stop_threads()
                 if not self.read_only:
                     self._flush_all()
                     remove_marker(os.path.join(self.root_dir, ABORT_FILE_NAME))
             finally:
                 self._release()
+
+    def _stop_threads(self) -> None:
+        """Stop every thread this store started: dispatch, flushers, retention, the segment allocator (a failed
+        open stops the ones it had started too). Nothing is flushed here."""
+        if self._dispatch is not None:
+            self._dispatch.stop()
+        for service in reversed(self._services):
+            service.stop()
+        if getattr(self, "_allocator", None) is not None:
+            self._allocator.close()
 
     def _release(self) -> None:
         for part in ("_index", "_queues", "_commitlog", "_checkpoint"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from mqstore import GetStatus, Message, MessageStore, StoreIOError, StoreLockedError
@@ -103,3 +105,24 @@ def test_read_only_open_of_a_missing_store_creates_nothing(tmp_path):
     with pytest.raises(StoreIOError):
         MessageStore.open(tmp_path / "missing", config(), read_only=True)
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_failed_open_stops_every_thread_it_started_and_releases_the_store(store_dir, monkeypatch):
+    from mqstore import retention
+
+    with MessageStore.open(store_dir, config()) as store:
+        store.put(Message("t", b"kept"))
+    before = {thread for thread in threading.enumerate() if thread.name.startswith("mqstore")}
+
+    def failing(self, manual):
+        raise OSError("injected: retention cannot read the disk")
+
+    monkeypatch.setattr(retention.Retention, "run_once", failing)
+    with pytest.raises(OSError, match="injected"):
+        MessageStore.open(store_dir, config())
+    left = {thread for thread in threading.enumerate() if thread.name.startswith("mqstore")} - before
+    assert not {thread for thread in left if thread.is_alive()}
+    monkeypatch.undo()
+    with MessageStore.open(store_dir, config()) as store:  # the lock was released, the abort marker removed
+        assert store.recovery_report.case == "CLEAN"
+        assert [m.body for m in store.get("t", 0, 0).messages] == [b"kept"]
