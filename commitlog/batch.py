@@ -20,7 +20,6 @@ from commitlog.errors import InvalidMessageError, StoreIOError
 from commitlog.message import Message
 from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS
 
-_POWERS_OF_TEN = 10 ** np.arange(fmt.RECORD_CRC_DIGITS, dtype=np.int64)  # least significant digit first
 _DIGIT_SPAN = np.arange(fmt.RECORD_CRC_DIGITS, dtype=np.int64)
 _UNIQUE_KEY_START = b"UNIQ_KEY\x01"
 
@@ -48,12 +47,12 @@ def prepare_columns(log, messages: list[Message]) -> Columns:
     """Check and encode a batch (InvalidMessageError at the first bad message, as `prepare` raises it)."""
     columns = _prepare_common(log, messages) if messages else None
     if columns is None:
-        columns = _from_records([log.prepare(message) for message in messages])
+        columns = columns_from_records([log.prepare(message) for message in messages])
     return columns
 
 
-def _from_records(records: list) -> Columns:
-    """Columns from records prepared one by one (any message shape)."""
+def columns_from_records(records: list) -> Columns:
+    """Columns from records prepared one by one (`CommitLog.prepare`, any message shape)."""
     keys: dict[tuple[str, int], int] = {}
     key_ids = [keys.setdefault(record[0], len(keys)) for record in records]
     bodies = [record[2] for record in records]
@@ -231,6 +230,6 @@ def _write_run(log, columns: Columns, start: int, stop: int, offsets: np.ndarray
         crc32 = fmt.crc32
         crcs = np.fromiter((crc32(whole[at : at + size - fmt.RECORD_CRC_LENGTH])
                             for at, size in zip(relative, sizes.tolist())), dtype=np.int64, count=run) & 0x7FFFFFFF
-        digits = (crcs[:, None] // _POWERS_OF_TEN % 10 + ord("0")).astype(np.uint8)
+        digits = fmt.record_crc_digit_rows(crcs)
         digits_at = position + offsets - offsets[0] + sizes - (fmt.RECORD_CRC_DIGITS + 1)
         log._array[digits_at[:, None] + _DIGIT_SPAN] = digits

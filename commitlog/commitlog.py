@@ -16,7 +16,7 @@ import threading
 import time
 
 from commitlog import format as fmt
-from commitlog.batch import Columns, append_columns, prepare_columns
+from commitlog.batch import Columns, append_columns, columns_from_records, prepare_columns
 from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile
@@ -266,7 +266,7 @@ class CommitLog:
             view[pos + 88 : body_end] = body
             end = pos + size
             view[body_end:end] = tail
-            if self.record_crc:
+            if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
                 view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[pos : end - 20]) & 0x7FFFFFFF))[::-1]
             self.queue_offsets[queue_key] = queue_offset + 1
             self.last_store_timestamp_ms = store_ts
@@ -275,48 +275,14 @@ class CommitLog:
 
     def append_batch(self, records: list[PreparedRecord]
                      ) -> tuple[list[tuple[int, int]], int, StoreIOError | None]:
-        """Append prepared records under one lock hold.
+        """Append records prepared one by one (`prepare`) under one lock hold, through the batch writer.
 
-        Returns ([(commitlog_offset, queue_offset)] of the records written, store ts, error). Records are
-        written and published one by one: when a segment cannot be created part way, the ones before it stay
-        stored and the StoreIOError is returned with them (the rest are not written).
+        Returns ([(commitlog_offset, queue_offset)] of the records written, store ts, error): when a segment
+        cannot be created part way, the ones before it stay stored and the StoreIOError is returned with them
+        (the rest are not written).
         """
-        placed = []
-        times = [0]
-        try:
-            self._append_batch(records, placed, times)
-        except StoreIOError as exc:
-            return placed, times[0], exc
-        return placed, times[0], None
-
-    def _append_batch(self, records: list[PreparedRecord], placed: list, times: list) -> None:
-        with self.lock:
-            store_ts = _time_ns() // 1_000_000
-            times[0] = self.last_store_timestamp_ms = store_ts
-            offset = self._end
-            queue_offsets = self.queue_offsets
-            born_host, store_host = self.born_host_raw, self.store_host_raw
-            segment_end = self._segment_end
-            view, base = self._view, self._segment_base
-            record_crc = self.record_crc
-            for queue_key, flag, body, crc, born, tail, size in records:
-                if offset + size + 8 > segment_end:
-                    offset = self._roll(offset, size)
-                    segment_end, view, base = self._segment_end, self._view, self._segment_base
-                queue_offset = queue_offsets.get(queue_key, 0)
-                pos = offset - base
-                body_end = pos + 88 + len(body)
-                _pack_header(view, pos, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
-                             store_ts if born is None else born, born_host, store_ts, store_host, 0, 0, len(body))
-                view[pos + 88 : body_end] = body
-                end = pos + size
-                view[body_end:end] = tail
-                if record_crc:
-                    view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[pos : end - 20]) & 0x7FFFFFFF))[::-1]
-                queue_offsets[queue_key] = queue_offset + 1
-                placed.append((offset, queue_offset))
-                offset += size
-                self._end = offset
+        offsets, queue_offsets, placed, store_ts, error = append_columns(self, columns_from_records(records))
+        return list(zip(offsets[:placed].tolist(), queue_offsets[:placed].tolist())), store_ts, error
 
     def now_ms(self) -> int:
         """The store clock (ms since the epoch) that stamps STORETIMESTAMP; tests replace `_time_ns`."""

@@ -190,6 +190,11 @@ def record_crc_digits(crc: int) -> bytes:
     return (b"%010d" % crc)[::-1]
 
 
+def record_crc_digit_rows(crcs: np.ndarray) -> np.ndarray:
+    """`record_crc_digits` of many CRCs at once: an (n, 10) uint8 array of ASCII digits, one row per CRC."""
+    return (crcs[:, None] // _DIGIT_WEIGHTS % 10 + ord("0")).astype(np.uint8)
+
+
 def record_crc_value(digits: bytes) -> int | None:
     """The CRC the 10 digits of a record-CRC property hold, or None when they are not 10 ASCII digits."""
     if len(digits) != RECORD_CRC_DIGITS or not digits.isdigit() or not digits.isascii():

@@ -245,7 +245,6 @@ def _walk(segment, pos: int, limit: int, records_max: int,
 WALK_RUN_MAX = 4096  # records of one size checked at once by the walk
 WALK_RUN_SHORT = 8  # a run shorter than this ...
 WALK_RUN_BACKOFF = 64  # ... makes the walk go step by step for this many records before it tries again
-_HEAD_SPAN = np.arange(8, dtype=np.int64)
 _HEAD_DTYPE = np.dtype([("size", ">i4"), ("magic", ">u4")])
 
 
@@ -255,7 +254,7 @@ def _run_of(data, pos: int, size: int, count_max: int) -> int:
     if count_max <= 0:
         return 0
     starts = pos + size * np.arange(count_max, dtype=np.int64)
-    heads = np.asarray(data)[starts[:, None] + _HEAD_SPAN].view(_HEAD_DTYPE)[:, 0]
+    heads = fmt.rows_at(np.asarray(data), starts, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE)[:, 0]
     same = (heads["size"] == size) & ((heads["magic"] == _MAGIC_V1) | (heads["magic"] == _MAGIC_V2))
     return count_max if same.all() else int(np.argmin(same))
 

@@ -355,11 +355,9 @@ class MessageStore(Reads, IndexLookups):
         messages = list(messages)
         if not messages:
             return []
-        if self._disk_full:
-            for message in messages:
-                self._commitlog.prepare(message)  # bad input is still reported as such
-            return [_refused(PutStatus.DISK_FULL) for _ in messages]
         columns = self._commitlog.prepare_batch(messages)  # checked and encoded before taking the writer lock
+        if self._disk_full:  # bad input was reported above even so
+            return [_refused(PutStatus.DISK_FULL) for _ in messages]
         writer = self._writer
         if not writer.acquire(False):
             _wait_for_writer(writer)
