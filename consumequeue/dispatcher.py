@@ -12,15 +12,18 @@ from commitlog.dispatch import DispatchBatch
 from commitlog.errors import CorruptionError
 from consumequeue import format as cqf
 from consumequeue.consume_queue import ConsumeQueueTable
+from consumequeue.mark import DispatchedMark
 
 _HIDDEN_TRANSACTION_TYPES = (fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE, fmt.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE)
 
 
 class ConsumeQueueDispatcher:
-    """Groups a batch by (topic, queue_id) and appends each group's units with one numpy write."""
+    """Groups a batch by (topic, queue_id) and appends each group's units with one numpy write; then, when it
+    has a `mark`, publishes the batch's end there (every queue is complete below it)."""
 
-    def __init__(self, table: ConsumeQueueTable):
+    def __init__(self, table: ConsumeQueueTable, mark: DispatchedMark | None = None):
         self.table = table
+        self.mark = mark
         self.dispatched_entries = 0
 
     def dispatch(self, batch: DispatchBatch) -> None:
@@ -53,3 +56,5 @@ class ConsumeQueueDispatcher:
             self.dispatched_entries += self.table.put(topic, queue_id, first, units)
         self.table.dispatched_timestamp_ms = max(self.table.dispatched_timestamp_ms,
                                                  int(batch.store_timestamps_ms.max()))
+        if self.mark is not None:
+            self.mark.publish(batch.end_offset)

@@ -23,6 +23,7 @@ from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStor
 from commitlog.message import Message, PutResult, PutStatus
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
+from consumequeue.mark import MARK_FILE_NAME, DispatchedMark
 from commitlog.unique_key import UniqueKeyGenerator
 from flush.allocator import SegmentAllocator
 from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
@@ -143,6 +144,9 @@ class MessageStore(Reads, IndexLookups):
         write_marker(abort_path)
         self._abort_marker_created = None if crashed else abort_path  # removed again if this open fails
         self._checkpoint = self._open_checkpoint()
+        # Readers in other processes trust the queues below the mark; recovery may cut them, so: nothing known.
+        self._mark = DispatchedMark(os.path.join(root, "config", MARK_FILE_NAME))
+        self._mark.publish(0)
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
                          repair=self._repair, check_crc=config.check_crc_on_recover)
         end = report.log_end
@@ -160,7 +164,7 @@ class MessageStore(Reads, IndexLookups):
             dispatched = min(dispatched, report.scan_start)
         if report.replay_from is not None:  # the walk met messages a queue lacks (it lost its tail)
             dispatched = min(dispatched, report.replay_from)
-        dispatchers = [ConsumeQueueDispatcher(self._queues)]
+        dispatchers = [ConsumeQueueDispatcher(self._queues, self._mark)]
         if self._index is not None:
             # The index resumes at the message it indexed last (a replay it skips) or rebuilds from the start.
             dispatched = max(min(dispatched, self._index.max_indexed_offset), self._commitlog.min_offset())
@@ -169,6 +173,7 @@ class MessageStore(Reads, IndexLookups):
                                          check_crc=config.check_crc_on_dispatch)
         started = time.perf_counter()
         report.messages_redispatched = self._redispatch(report)
+        self._mark.publish(self._dispatch.dispatched_offset)  # the queues are whole below it now
         report.seconds += time.perf_counter() - started
         self._commitlog.queue_offsets.update(
             {key: queue.max_offset for key, queue in self._queues.queues.items()})
@@ -283,6 +288,9 @@ class MessageStore(Reads, IndexLookups):
                 self._stop_threads()
                 if not self.read_only:
                     self._flush_all()
+                    dispatch = self._dispatch
+                    if dispatch.error is None and dispatch.dispatched_offset >= self._commitlog.readable_end():
+                        self._mark.remove()  # the queues are complete: readers may trust their furthest unit
                     remove_marker(os.path.join(self.root_dir, ABORT_FILE_NAME))
             finally:
                 self._release()
@@ -298,7 +306,7 @@ class MessageStore(Reads, IndexLookups):
             self._allocator.close()
 
     def _release(self) -> None:
-        for part in ("_index", "_queues", "_commitlog", "_checkpoint"):
+        for part in ("_index", "_queues", "_commitlog", "_checkpoint", "_mark"):
             component = getattr(self, part, None)
             if component is not None:
                 component.close()

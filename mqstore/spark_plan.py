@@ -8,7 +8,10 @@ How a store is planned (batch), case by case:
                                                       from the dispatched end (or its start) to the first zero or
                                                       invalid header; the last records' body CRCs are checked, a
                                                       record straddling the end is not included
-    a topic filter, region the ConsumeQueues cover    read only the records the topic's queues point to
+    a topic filter, region the ConsumeQueues cover    read only the records the topic's queues point to; the
+                                                      region ends at the writer's dispatched mark when there
+                                                      is one (queues are written one after another), else at
+                                                      the queues' furthest unit
     a topic filter, region past the dispatched end    walk the records and keep the topic's
     a time filter                                     skip segments whose records are all outside the range,
                                                       trusting store timestamps to grow along the log (as
@@ -33,6 +36,7 @@ from pyspark.sql.datasource import InputPartition
 
 from commitlog import format as fmt
 from commitlog.errors import StoreIOError
+from consumequeue.mark import MARK_FILE_NAME, read_mark
 from mqstore.spark_options import RowFilter, StoreRef
 from mqstore.spark_scan import LogPartition, Piece, QueuePartition, written_end
 from mqstore.spark_store import QueueIndex, Segments, list_segments
@@ -61,22 +65,62 @@ def plan_store(ref: StoreRef, known_start: int | None = None) -> StorePlan:
     """Snapshot one store: its written end now (walking from the best known record start)."""
     segments = list_segments(ref.root)
     queues = QueueIndex(ref.root)
-    dispatched = _verified_dispatched_end(segments, queues)
-    starts = [s for s in (dispatched, known_start) if s is not None]
+    furthest = _verified_dispatched_end(segments, queues)
+    starts = [s for s in (furthest, known_start) if s is not None]
     end, boundaries = written_end(segments, starts)
+    dispatched = _queues_complete_below(ref.root, segments, furthest)
     if dispatched is not None and dispatched > end:
         dispatched = end
     return StorePlan(ref, segments, end, dispatched, queues, boundaries)
 
 
 def _verified_dispatched_end(segments: Segments, queues: QueueIndex) -> int | None:
-    """The ConsumeQueues' dispatched end, when the record their last unit points to is where they say."""
+    """The end of the queues' furthest unit, when the record it points to is where it says."""
     found = queues.dispatched_end()
     if found is None or not segments.bases:
         return None
     end, offset, size = found
+    head = _header_at(segments, offset)
+    if head is None or end > segments.base_of(offset) + segments.segment_size:
+        return None
+    total, magic, physical = head
+    if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2) or total != size or physical != offset:
+        return None
+    return end
+
+
+def _queues_complete_below(root: str, segments: Segments, furthest: int | None) -> int | None:
+    """A commitlog offset below which every record is in its ConsumeQueue (None: no such offset is known).
+
+    An mqstore writer that has the store open publishes one (consumequeue/mark.py): its dispatcher writes a
+    batch queue by queue, so a queue's furthest unit can be ahead of another queue's last record. Without the
+    mark (RocketMQ wrote the store, or mqstore closed it cleanly) the queues are complete up to their furthest
+    unit: RocketMQ's dispatcher writes one record's units at a time, in log order.
+    """
+    mark = read_mark(os.path.join(root, "config", MARK_FILE_NAME))
+    if mark is None or mark == furthest:
+        return furthest
+    if mark <= segments.start:
+        return None
+    base = segments.base_of(mark)
+    if mark == base:
+        return mark if base in segments.bases else None
+    head = _header_at(segments, mark)
+    if head is None:
+        return None
+    total, magic, physical = head
+    if magic in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2) and physical == mark:
+        return mark
+    if magic == fmt.BLANK_MAGIC_CODE and total == base + segments.segment_size - mark:
+        return mark
+    return None  # not a record start: a mark left by an older run, the log rewritten since
+
+
+def _header_at(segments: Segments, offset: int) -> tuple[int, int, int | None] | None:
+    """(TOTALSIZE, MAGICCODE, PHYSICALOFFSET or None when the segment ends first) of the header at commitlog
+    `offset`; None if it cannot be read."""
     base = segments.base_of(offset)
-    if offset < segments.start or base not in segments.bases or end > base + segments.segment_size:
+    if offset < segments.start or base not in segments.bases:
         return None
     try:
         fd = os.open(segments.path(base), os.O_RDONLY)
@@ -86,13 +130,12 @@ def _verified_dispatched_end(segments: Segments, queues: QueueIndex) -> int | No
         head = os.pread(fd, fmt.OFFSET_PHYSICAL_OFFSET + 8, offset - base)
     finally:
         os.close(fd)
-    if len(head) < fmt.OFFSET_PHYSICAL_OFFSET + 8:
+    if len(head) < fmt.BLANK.size:
         return None
     total, magic = fmt.BLANK.unpack_from(head, 0)
-    physical = fmt.struct.unpack_from(">q", head, fmt.OFFSET_PHYSICAL_OFFSET)[0]
-    if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2) or total != size or physical != offset:
-        return None
-    return end
+    if len(head) < fmt.OFFSET_PHYSICAL_OFFSET + 8:  # the last bytes of a segment: only a blank fits there
+        return total, magic, None
+    return total, magic, fmt.struct.unpack_from(">q", head, fmt.OFFSET_PHYSICAL_OFFSET)[0]
 
 
 # --- planning: partitions -------------------------------------------------------------------------------------
