@@ -19,7 +19,7 @@ from commitlog import format as fmt
 from commitlog.batch import Columns, append_columns, columns_from_records, prepare_columns
 from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, StoreClosedError, StoreIOError
-from commitlog.mapped_file import MappedFile
+from commitlog.mapped_file import MappedFile, fsync_directory
 from commitlog.message import Message, StoredMessage, decode_message, decode_records
 from commitlog.segments import SegmentList
 from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
@@ -387,8 +387,11 @@ class CommitLog:
                 position = commitlog_offset - segment.base_offset
                 segment.array[position:] = 0
                 segment.flush(position, segment.size_bytes)
-            for later in self.segments.remove_after(commitlog_offset):
+            deleted = self.segments.remove_after(commitlog_offset)
+            for later in deleted:
                 later.delete()
+            if deleted:  # a deletion lost in a crash would bring the cut records back under new ones
+                fsync_directory(self.directory)
             self._end = commitlog_offset
             self.flushed_position = min(self.flushed_position, commitlog_offset)
             self._use_segment(None)

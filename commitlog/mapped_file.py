@@ -147,6 +147,18 @@ def _reserve(fd: int, size_bytes: int) -> None:
             raise
 
 
+def fsync_directory(path: str) -> None:
+    """Make the directory's entries durable: files created, linked or deleted in it stay so after a crash."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StoreIOError(f"fsync of directory {path} failed: {exc.strerror}") from exc
+
+
 def _unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)

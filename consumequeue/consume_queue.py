@@ -14,7 +14,7 @@ import numpy as np
 
 from commitlog.commitlog import TOPIC_PATTERN
 from commitlog.errors import CorruptionError, StoreIOError
-from commitlog.mapped_file import MappedFile
+from commitlog.mapped_file import MappedFile, fsync_directory
 from consumequeue import format as cqf
 
 log = logging.getLogger(__name__)
@@ -359,6 +359,7 @@ class ConsumeQueueTable:
         try:
             for name in os.listdir(directory):
                 os.unlink(os.path.join(directory, name))
+            fsync_directory(directory)  # the rebuilt queue's files must not meet the old ones after a crash
         except FileNotFoundError:
             pass
         except OSError as exc:

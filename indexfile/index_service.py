@@ -19,6 +19,7 @@ import numpy as np
 from commitlog.errors import (
     CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
 )
+from commitlog.mapped_file import fsync_directory
 from indexfile import format as fmt
 from indexfile.index_file import TEMP_SUFFIX, IndexFile
 
@@ -250,10 +251,13 @@ class IndexService:
                 if not index_file.is_full:
                     stop = position + 1
                     break
-            for index_file in reversed(self._files[stop:]):  # newest first: a crash leaves a prefix
+            cut = list(reversed(self._files[stop:]))
+            for index_file in cut:  # newest first: a crash leaves a prefix
                 dropped += index_file.entry_count
                 self._files.remove(index_file)
                 index_file.delete()
+            if cut:
+                fsync_directory(self.directory)
             return dropped
 
     def _scan_reason(self, index_file: IndexFile, commitlog_offset: int, previous_end: int, *, newest: bool,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from commitlog.errors import StoreIOError
+from commitlog.mapped_file import fsync_directory
 
 ABORT_FILE_NAME = "abort"
 
@@ -30,11 +31,3 @@ def remove_marker(path: str) -> None:
         pass
     except OSError as exc:
         raise StoreIOError(f"cannot remove {path}: {exc.strerror}") from exc
-
-
-def fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -4,8 +4,8 @@
 (CommitLog segments, ConsumeQueue files, the checkpoint) and `IndexFile.flush` (index files, which sync their
 own numpy.memmap), and the places files are created (`MappedFile.create`, `IndexFile.create`). After each real
 flush it copies the flushed pages (4 KiB) of [start, end) into an event log; a file's *durable* content at any
-moment is its content when recording started (zeros for a file created since) overlaid with the pages of
-every flush event before that moment. Only [start, end) counts, the flush's contract, even though the
+moment is its content when recording started (zeros for a file created since, even under the name of a file
+deleted since: a new inode) overlaid with the pages of every flush event of it before that moment. Only [start, end) counts, the flush's contract, even though the
 implementation (fdatasync) happens to write every dirty page of the file: the engine may rely on no more.
 
 `FlushRecorder.snapshot()` takes a `CrashPoint`: the live content of every file (what the page cache holds,
@@ -102,6 +102,7 @@ class CrashPoint:
     acked_count: int = 0  # puts acknowledged before the moment (the workload's own counter)
     flushed_acked_count: int = 0  # ASYNC: puts acknowledged before a store.flush() that completed
     label: str = ""
+    created_after_events: dict = field(default_factory=dict)  # path -> flush events before its latest creation
     extra: dict = field(default_factory=dict)
 
 
@@ -113,7 +114,7 @@ class FlushRecorder:
         self._prefix = self.root + os.sep
         self._lock = threading.Lock()
         self.events: list[tuple[str, int, bytes]] = []  # (relative path, first page, page bytes)
-        self.creations: list[str] = []  # relative paths, in creation order
+        self.creations: list[tuple[str, int]] = []  # (relative path, flush events before it), in creation order
         self.base: dict[str, bytes] = {}
         self._saved = None
 
@@ -131,7 +132,7 @@ class FlushRecorder:
         relative = self._relative(path)
         if relative is not None:
             with self._lock:
-                self.creations.append(relative)
+                self.creations.append((relative, len(self.events)))
 
     def __enter__(self) -> "FlushRecorder":
         self.base = read_tree(self.root) if os.path.isdir(self.root) else {}
@@ -189,17 +190,26 @@ class FlushRecorder:
         acked, flushed_acked = counters()
         with self._lock:
             event_count = len(self.events)
-            creations = list(self.creations)
         for group in ("index", "consumequeue", "commitlog"):
             _read_group(self.root, group, files)
         for relative, data in read_tree(self.root).items():  # config, abort marker, lock: written durably
             files.setdefault(relative, data)
-        return CrashPoint(files, event_count, creations, acked, flushed_acked, label)
+        # Creations are taken after the files: a file the reads found (re)created while they ran (the allocator
+        # making the next segment) is a new inode, whatever a file of that name held when recording started.
+        with self._lock:
+            creations = list(self.creations)
+        latest = {relative: events_before for relative, events_before in creations}
+        last_index = {relative: index for index, (relative, _) in enumerate(creations)}
+        order = [relative for index, (relative, _) in enumerate(creations) if last_index[relative] == index]
+        return CrashPoint(files, event_count, order, acked, flushed_acked, label, latest)
 
     def durable_pages(self, point: CrashPoint) -> dict[str, dict[int, bytes]]:
-        """For each file flushed before `point`: page number -> the content of its last flush."""
+        """For each file flushed before `point`: page number -> the content of its last flush (flushes of an
+        earlier file of the same name, deleted since, do not count)."""
         pages: dict[str, dict[int, bytes]] = {}
-        for relative, first, data in self.events[: point.event_count]:
+        for number, (relative, first, data) in enumerate(self.events[: point.event_count]):
+            if number < point.created_after_events.get(relative, 0):
+                continue
             file_pages = pages.setdefault(relative, {})
             for index in range(0, len(data), PAGE_SIZE_BYTES):
                 file_pages[first + index // PAGE_SIZE_BYTES] = data[index : index + PAGE_SIZE_BYTES]
@@ -265,7 +275,7 @@ def image_files(recorder: FlushRecorder, point: CrashPoint, durable: dict[str, d
     if late:  # created after the counters were read: the newest creations of all
         point = replace(point, creations=point.creations + late)
     created = set(point.creations)
-    anchored = set(durable) | set(recorder.base)
+    anchored = set(durable) | (set(recorder.base) - created)
     surviving = _surviving_creations(point, anchored, rng, policy)
     result: dict[str, bytes] = {}
     for relative, live in point.files.items():

@@ -97,3 +97,23 @@ def test_a_queue_entry_with_the_wrong_size_is_corruption(store_dir):
     with MessageStore.open(store_dir, config(), read_only=True) as reader:
         with pytest.raises(CorruptionError):
             reader.get("a", 0, 0)
+
+
+def test_repair_cuts_the_log_and_makes_the_deletion_of_later_segments_durable(store_dir, monkeypatch):
+    import commitlog.commitlog as commitlog_module
+
+    results, _ = _fill_two_segments(store_dir)
+    handmade.flip_bit(store_dir / "commitlog" / f"{0:020d}", results[5].commitlog_offset + handmade.AT_MAGIC, 0)
+    synced = []
+    real_fsync_directory = commitlog_module.fsync_directory
+
+    def spy(path):
+        synced.append((path, sorted(p.name for p in (store_dir / "commitlog").iterdir())))
+        real_fsync_directory(path)
+
+    monkeypatch.setattr(commitlog_module, "fsync_directory", spy)
+    with MessageStore.open(store_dir, config(), repair=True) as store:
+        assert store.recovery_report.dropped_bytes > 0
+        assert store.max_offset("t", 0) == 5
+    # fsynced once the later segment was gone: a crash cannot bring its records back after new ones
+    assert synced and synced[0][0] == str(store_dir / "commitlog") and synced[0][1] == [f"{0:020d}"]
