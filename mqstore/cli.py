@@ -21,7 +21,6 @@ long work when stderr is a terminal.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -31,21 +30,16 @@ import time
 from commitlog import format as fmt
 from commitlog.errors import StoreError
 from commitlog.message import Message
-from consumequeue import format as cqf
-from indexfile import format as index_format
 from mqstore import cli_admin
-from mqstore.config import CONFIG_FILE_NAME, StoreConfig
+from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
+                                progress_bar, store_config, table)
 from mqstore.consumer import open_consumer
-from mqstore.engine import MessageStore
 from mqstore.engine_read import GetStatus
 from mqstore.verify import log_written_end, queue_usage, verify_store
 
 PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch
 TAIL_BATCH_MESSAGES = 256  # messages `tail` asks one poll for
 FOLLOW_POLL_TIMEOUT_MS = 1000  # how long one poll of `tail --follow` waits before looking again
-MESSAGE_SIZE_DEFAULT_BYTES = StoreConfig.max_message_size_bytes
-_RECORD_OVERHEAD_MAX_BYTES = (fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX
-                              + fmt.END_FILE_MIN_BLANK_LENGTH)
 
 
 # --- arguments -----------------------------------------------------------------------------------------------
@@ -160,141 +154,6 @@ def _silence_stdout() -> None:
         pass
 
 
-# --- opening a store -----------------------------------------------------------------------------------------
-def _saved_format(root: str) -> dict:
-    try:
-        with open(os.path.join(root, "config", CONFIG_FILE_NAME), "rb") as handle:
-            saved = json.loads(handle.read())
-    except (OSError, ValueError):
-        return {}  # a bad file is reported by the store's own check when it opens
-    return saved if isinstance(saved, dict) else {}
-
-
-def _first_file_size(directory: str, is_name) -> int | None:
-    try:
-        names = sorted(name for name in os.listdir(directory) if is_name(name))
-        return os.path.getsize(os.path.join(directory, names[0])) if names else None
-    except OSError:
-        return None
-
-
-def _inferred_cq_entries(root: str) -> int | None:
-    directory = os.path.join(root, "consumequeue")
-    try:
-        topics = sorted(os.listdir(directory))
-    except OSError:
-        return None
-    for topic in topics:
-        try:
-            queues = sorted(os.listdir(os.path.join(directory, topic)))
-        except OSError:
-            continue
-        for queue in queues:
-            size = _first_file_size(os.path.join(directory, topic, queue),
-                                    lambda name: cqf.parse_file_name(name) is not None)
-            if size and size % cqf.UNIT_SIZE_BYTES == 0:
-                return size // cqf.UNIT_SIZE_BYTES
-    return None
-
-
-def _index_settings(args, root: str) -> dict:
-    """Index settings to open `root` with: the options if given; the defaults when the store has no index files
-    or default-sized ones; otherwise the index stays off (an index file's size does not tell its two sizes
-    apart), and a later open with the right sizes catches the index up."""
-    if args.index_slot_count or args.index_entry_count_max:
-        return {"index_slot_count": args.index_slot_count or StoreConfig.index_slot_count,
-                "index_entry_count_max": args.index_entry_count_max or StoreConfig.index_entry_count_max}
-    size = _first_file_size(os.path.join(root, "index"), lambda name: index_format.parse_file_name(name) is not None)
-    default = index_format.file_size_bytes(StoreConfig.index_slot_count, StoreConfig.index_entry_count_max)
-    return {} if size is None or size == default else {"index_enabled": False}
-
-
-def store_config(args) -> StoreConfig:
-    """The StoreConfig to open args.store with: options, else the saved format, else the files' sizes."""
-    root = args.store
-    saved = _saved_format(root)
-    segment = (args.segment_size_bytes or saved.get("segment_size_bytes")
-               or _first_file_size(os.path.join(root, "commitlog"),
-                                   lambda name: fmt.parse_segment_name(name) is not None)
-               or StoreConfig.segment_size_bytes)
-    entries = (args.cq_entries_per_file or saved.get("consume_queue_entries_per_file") or _inferred_cq_entries(root)
-               or StoreConfig.consume_queue_entries_per_file)
-    message_max = max(0, min(MESSAGE_SIZE_DEFAULT_BYTES, segment - _RECORD_OVERHEAD_MAX_BYTES))
-    return StoreConfig(segment_size_bytes=segment, consume_queue_entries_per_file=entries,
-                       max_message_size_bytes=message_max, **_index_settings(args, root))
-
-
-def _open(args, *, read_only: bool, repair: bool = False):
-    return MessageStore.open(args.store, store_config(args), read_only=read_only, repair=repair)
-
-
-class _NoBar:
-    def update(self, count: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def progress_bar(total: int | None, description: str, unit: str):
-    """A tqdm bar on stderr when stderr is a terminal (and tqdm is installed), else one that does nothing."""
-    if not sys.stderr.isatty():
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, desc=description, unit=unit, unit_scale=True, file=sys.stderr, leave=False)
-
-
-# --- output --------------------------------------------------------------------------------------------------
-def _print_json(data) -> None:
-    print(json.dumps(data, ensure_ascii=False), flush=True)
-
-
-def body_text(body: bytes) -> str | None:
-    """The body as text when it is printable UTF-8 (tabs allowed), else None."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return text if text.replace("\t", " ").isprintable() else None
-
-
-def message_dict(message) -> dict:
-    return {
-        "topic": message.topic, "queue_id": message.queue_id, "queue_offset": message.queue_offset,
-        "commitlog_offset": message.commitlog_offset, "size_bytes": message.size_bytes, "msg_id": message.msg_id,
-        "tags": message.tags, "keys": list(message.keys), "properties": message.properties,
-        "flag": message.flag, "sys_flag": message.sys_flag, "born_timestamp_ms": message.born_timestamp_ms,
-        "store_timestamp_ms": message.store_timestamp_ms, "born_host": message.born_host,
-        "store_host": message.store_host, "reconsume_times": message.reconsume_times,
-        "body_crc": message.body_crc, "body_text": body_text(message.body), "body_hex": message.body.hex(),
-    }
-
-
-def message_line(message) -> str:
-    text = body_text(message.body)
-    return (f"{message.topic}/{message.queue_id} @{message.queue_offset} commitlog={message.commitlog_offset} "
-            f"tags={message.tags or '-'} keys={','.join(message.keys) or '-'} "
-            f"body={text if text is not None else '0x' + message.body.hex()}")
-
-
-def _hexdump(data: bytes) -> list[str]:
-    lines = []
-    for at in range(0, len(data), 16):
-        chunk = data[at : at + 16]
-        shown = "".join(chr(byte) if 32 <= byte < 127 else "." for byte in chunk)
-        lines.append(f"  {at:08x}  {' '.join(f'{byte:02x}' for byte in chunk):<47}  |{shown}|")
-    return lines
-
-
-def _table(rows: list[list], header: list[str]) -> list[str]:
-    cells = [header] + [[str(cell) for cell in row] for row in rows]
-    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]
-
-
 # --- commands ------------------------------------------------------------------------------------------------
 def _bodies(args):
     """Each line of --file or stdin as bytes, without its newline."""
@@ -317,7 +176,7 @@ def _cmd_put(args) -> int:
     first = last = None
     stored = 0
     bar = progress_bar(None, "put", "msg")
-    with _open(args, read_only=False) as store:
+    with open_store(args, read_only=False) as store:
         try:
             batch = []
             for body in _bodies(args):
@@ -337,7 +196,7 @@ def _cmd_put(args) -> int:
         finally:
             bar.close()
     if args.json:
-        _print_json({"topic": args.topic, "queue_id": args.queue, "count": stored,
+        print_json({"topic": args.topic, "queue_id": args.queue, "count": stored,
                      "first_queue_offset": first.queue_offset if first else None,
                      "last_queue_offset": last.queue_offset if last else None,
                      "first_msg_id": first.msg_id if first else None, "last_msg_id": last.msg_id if last else None})
@@ -350,13 +209,13 @@ def _cmd_put(args) -> int:
 
 
 def _cmd_get(args) -> int:
-    with _open(args, read_only=True) as store:
+    with open_store(args, read_only=True) as store:
         result = store.get(args.topic, args.queue, args.offset, max_count=args.count, tags=args.tags)
         if result.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
             print(f"mqstore: the store has no queue {args.topic}/{args.queue}", file=sys.stderr)
             return 1
         if args.json:
-            _print_json({"status": result.status.value, "next_offset": result.next_offset,
+            print_json({"status": result.status.value, "next_offset": result.next_offset,
                          "min_offset": result.min_offset, "max_offset": result.max_offset,
                          "messages": [message_dict(message) for message in result.messages]})
         else:
@@ -365,15 +224,6 @@ def _cmd_get(args) -> int:
             print(f"# {result.status.value}: {len(result.messages)} messages, next offset {result.next_offset} "
                   f"(queue offsets {result.min_offset}..{result.max_offset})")
     return 0
-
-
-def _print_messages(args, messages) -> None:
-    for message in messages:
-        if args.json:
-            print(json.dumps(message_dict(message), ensure_ascii=False))
-        else:
-            print(message_line(message))
-    sys.stdout.flush()
 
 
 class _DeferredInterrupt:
@@ -401,7 +251,7 @@ class _DeferredInterrupt:
 
 
 def _cmd_tail(args) -> int:
-    with _open(args, read_only=True) as store:
+    with open_store(args, read_only=True) as store:
         if not args.follow and args.queues is None and args.topic not in store.topics():
             print(f"mqstore: the store has no topic {args.topic}", file=sys.stderr)
             return 1
@@ -432,7 +282,7 @@ def _tail(args, consumer, interrupt: _DeferredInterrupt) -> None:
         if messages:
             interrupt.in_critical = True
             try:
-                _print_messages(args, messages)
+                print_messages(args, messages)
                 consumer.commit()  # after printing: at-least-once
             finally:
                 interrupt.in_critical = False
@@ -443,16 +293,16 @@ def _tail(args, consumer, interrupt: _DeferredInterrupt) -> None:
 
 
 def _cmd_topics(args) -> int:
-    with _open(args, read_only=True) as store:
+    with open_store(args, read_only=True) as store:
         topics = store.topics()
         counts = {topic: sum(store.max_offset(topic, q) - store.min_offset(topic, q) for q in queue_ids)
                   for topic, queue_ids in topics.items()}
     if args.json:
-        _print_json({"topics": {topic: {"queues": queue_ids, "messages": counts[topic]}
+        print_json({"topics": {topic: {"queues": queue_ids, "messages": counts[topic]}
                                 for topic, queue_ids in topics.items()}})
     else:
         rows = [[topic, ",".join(map(str, queue_ids)), counts[topic]] for topic, queue_ids in topics.items()]
-        print("\n".join(_table(rows, ["TOPIC", "QUEUES", "MESSAGES"])))
+        print("\n".join(table(rows, ["TOPIC", "QUEUES", "MESSAGES"])))
     return 0
 
 
@@ -467,7 +317,7 @@ def _flush_lag(engine: dict) -> int | None:
 
 
 def _cmd_stats(args) -> int:
-    with _open(args, read_only=True) as store:
+    with open_store(args, read_only=True) as store:
         engine = store.stats()
         usage = queue_usage(args.store, store.config, progress_bar)
         end = log_written_end(args.store, store.config)
@@ -487,7 +337,7 @@ def _cmd_stats(args) -> int:
                "dispatched_offset": dispatched, "dispatch_lag_bytes": dispatch_lag, "flush_lag_bytes": flush_lag,
                "topics": topics}
     if args.json:
-        _print_json(summary)
+        print_json(summary)
         return 0
     print(f"commitlog: {summary['commitlog']['segments']} segments, offsets {log_min}..{end} ({end - log_min} bytes)")
     print(f"dispatch lag: {dispatch_lag} bytes (ConsumeQueues reach offset {dispatched})")
@@ -495,18 +345,18 @@ def _cmd_stats(args) -> int:
                            else f"{flush_lag} bytes"))
     rows = [[topic, queue_id, q["min_offset"], q["max_offset"], q["messages"], q["bytes"]]
             for topic, queues in topics.items() for queue_id, q in queues.items()]
-    print("\n".join(_table(rows, ["TOPIC", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "MESSAGES", "BYTES"])))
+    print("\n".join(table(rows, ["TOPIC", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "MESSAGES", "BYTES"])))
     return 0
 
 
 def _cmd_dump(args) -> int:
-    with _open(args, read_only=True) as store:
+    with open_store(args, read_only=True) as store:
         message = store.read_at(args.offset)
     record = message_dict(message)
     record.update(magic_code=f"0x{message.magic_code:08X}", crc_ok=fmt.body_crc(message.body) == message.body_crc,
                   prepared_transaction_offset=message.prepared_transaction_offset, body_length=len(message.body))
     if args.json:
-        _print_json(record)
+        print_json(record)
         return 0
     for name, value in record.items():
         if name not in ("body_text", "body_hex"):
@@ -514,14 +364,14 @@ def _cmd_dump(args) -> int:
     text = body_text(message.body)
     print(f"body text: {text if text is not None else '(not printable UTF-8)'}")
     print(f"body hex ({len(message.body)} bytes):")
-    print("\n".join(_hexdump(message.body)))
+    print("\n".join(hexdump(message.body)))
     return 0
 
 
 def _cmd_verify(args) -> int:
     report = verify_store(args.store, store_config(args), progress_bar)
     if args.json:
-        _print_json(report.as_dict())
+        print_json(report.as_dict())
         return 0 if report.ok else 1
     print(f"commitlog: {report.segments} segments, {report.records} records, {report.blanks} end-of-segment "
           f"blanks, offsets {report.log_min_offset}..{report.log_end_offset}")
@@ -537,7 +387,5 @@ def _cmd_verify(args) -> int:
 
 _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
              "dump": _cmd_dump, "verify": _cmd_verify,
-             "recover": lambda args: cli_admin.cmd_recover(args, _open, _print_json),
-             "clean": lambda args: cli_admin.cmd_clean(args, _open, _print_json),
-             "query": lambda args: cli_admin.cmd_query(args, _open, _print_messages),
+             "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query,
              "bench": cli_admin.cmd_bench}

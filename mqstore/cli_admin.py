@@ -1,14 +1,15 @@
 """The `mqstore` subcommands for store maintenance and lookups: recover, clean, query, bench.
 
-Kept apart from mqstore/cli.py (which holds the parser, the reading commands and the shared helpers).
+Kept apart from mqstore/cli.py (the parser and the reading commands); both use mqstore/cli_common.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
+
+from mqstore.cli_common import open_store, print_json, print_messages
 
 BENCHMARKS = ("put_get", "flush_modes", "index", "recovery", "spark_read")
 
@@ -34,7 +35,7 @@ def add_bench_parser(commands) -> None:
     bench.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
 
 
-def cmd_recover(args, open_store, print_json) -> int:
+def cmd_recover(args) -> int:
     with open_store(args, read_only=False, repair=args.repair) as store:
         report = store.recovery_report.as_dict()
     if args.json:
@@ -45,7 +46,7 @@ def cmd_recover(args, open_store, print_json) -> int:
     return 0
 
 
-def cmd_clean(args, open_store, print_json) -> int:
+def cmd_clean(args) -> int:
     with open_store(args, read_only=False) as store:
         report = store.clean_expired()
     if args.json:
@@ -59,7 +60,7 @@ def cmd_clean(args, open_store, print_json) -> int:
     return 0
 
 
-def cmd_query(args, open_store, print_messages) -> int:
+def cmd_query(args) -> int:
     with open_store(args, read_only=True) as store:
         messages = store.query(args.topic, args.key, max_count=args.count, begin_ms=args.begin_ms,
                                end_ms=args.end_ms)
@@ -76,7 +77,3 @@ def cmd_bench(args) -> int:
         return 1
     command = [sys.executable, script] + (["--quick"] if args.quick else [])
     return subprocess.call(command)
-
-
-def dumps(data) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False, default=str)

@@ -5,8 +5,9 @@
 own numpy.memmap), and the places files are created (`MappedFile.create`, `IndexFile.create`). After each real
 flush it copies the flushed pages (4 KiB) of [start, end) into an event log; a file's *durable* content at any
 moment is its content when recording started (zeros for a file created since, even under the name of a file
-deleted since: a new inode) overlaid with the pages of every flush event of it before that moment. Only [start, end) counts, the flush's contract, even though the
-implementation (fdatasync) happens to write every dirty page of the file: the engine may rely on no more.
+deleted since: a new inode) overlaid with the pages of every flush event of it before that moment. Only
+[start, end) counts, the flush's contract, even though the implementation (fdatasync) happens to write every
+dirty page of the file: the engine may rely on no more.
 
 `FlushRecorder.snapshot()` takes a `CrashPoint`: the live content of every file (what the page cache holds,
 as after kill -9) and how many flush events had completed. Reads go in an order that makes a consistent
