@@ -119,12 +119,18 @@ class MappedFile:
             raise StoreIOError(f"fdatasync of {self.path} failed: {exc.strerror}") from exc
 
     def close(self) -> None:
-        """Drop the mapping (the operating system unmaps it once no reader holds a view)."""
+        """Drop the mapping: unmapped now when nothing else holds a view of it, else once the last view goes."""
         if self._closed:
             return
         self._closed = True
+        mapping = getattr(self.array, "_mmap", None)
         self.view = None
         self.array = None
+        if mapping is not None:
+            try:
+                mapping.close()  # also closes the descriptor the mapping keeps
+            except BufferError:
+                pass  # a reader still holds a view: the mapping goes with the last of them
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

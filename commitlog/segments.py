@@ -29,7 +29,11 @@ class SegmentList:
         self.repair = repair  # a writer told to repair extends segments cut short with zeros (recovery then cuts)
         self.segments: list[MappedFile] = []
         self._lock = threading.Lock()
-        self.load()
+        try:
+            self.load()
+        except BaseException:
+            self.close()  # the segments mapped before the bad one
+            raise
 
     def load(self) -> None:
         """Map every segment file of the directory that is not mapped yet (a reader calls it to see new ones)."""

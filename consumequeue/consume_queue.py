@@ -38,7 +38,11 @@ class ConsumeQueue:
         self.max_offset = 0
         self.flushed_offset = 0
         self.lock = threading.Lock()
-        self._load()
+        try:
+            self._load()
+        except BaseException:
+            self.close()  # the files mapped before the bad one: their descriptors and mappings
+            raise
 
     # --- loading -------------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -271,10 +275,10 @@ class ConsumeQueue:
 
     def close(self) -> None:
         with self.lock:
+            self.units = []  # first: views of the files' mappings
             for mapped in self.files:
                 mapped.close()
             self.files = []
-            self.units = []
 
 
 def _written_count(units: np.ndarray) -> int:
@@ -316,7 +320,11 @@ class ConsumeQueueTable:
         self.dispatched_timestamp_ms = 0  # store time of the newest message given an entry (set by the dispatcher)
         self.flushed_timestamp_ms = 0  # the same, for entries known to be on disk
         self.flush_count = 0
-        self.load()
+        try:
+            self.load()
+        except BaseException:
+            self.close()  # the queues loaded before the bad one
+            raise
 
     def load(self) -> None:
         """Open every queue directory not opened yet (readers call it again to find new queues)."""
@@ -344,7 +352,7 @@ class ConsumeQueueTable:
                     except CorruptionError as exc:
                         if not self.writable:
                             raise
-                        self.corrupt[key] = exc  # the owner rebuilds it from the CommitLog
+                        self.corrupt[key] = exc.with_traceback(None)  # the owner rebuilds it from the log
                         continue
                     with self._lock:
                         self.queues.setdefault(key, queue)

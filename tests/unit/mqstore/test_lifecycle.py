@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 
-from mqstore import GetStatus, Message, MessageStore, StoreIOError, StoreLockedError
+from mqstore import CorruptionError, GetStatus, Message, MessageStore, StoreIOError, StoreLockedError
 from tests.unit.mqstore.conftest import config
 
 
@@ -126,3 +127,36 @@ def test_a_failed_open_stops_every_thread_it_started_and_releases_the_store(stor
     with MessageStore.open(store_dir, config()) as store:  # the lock was released, the abort marker removed
         assert store.recovery_report.case == "CLEAN"
         assert [m.body for m in store.get("t", 0, 0).messages] == [b"kept"]
+
+
+def _open_descriptors() -> set[tuple[str, str]]:
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found.add((name, os.readlink(f"/proc/self/fd/{name}")))
+        except OSError:
+            pass  # the descriptor listdir itself used
+    return found
+
+
+def test_opens_that_rebuild_or_fail_leave_no_descriptor_open(store_dir):
+    small = config(consume_queue_entries_per_file=64)
+    with MessageStore.open(store_dir, small) as store:
+        store.put_batch([Message("t", b"x" * 300, queue_id=0) for _ in range(200)])  # four queue files
+        assert store.wait_dispatched(30)
+    before = _open_descriptors()
+    queue_dir = store_dir / "consumequeue" / "t" / "0"
+    third = sorted(queue_dir.iterdir())[2]
+    data = bytearray(third.read_bytes())
+    data[0:8] = (0).to_bytes(8, "big")  # its first entry now points backwards: the queue is rebuilt at open
+    third.write_bytes(bytes(data))
+    with MessageStore.open(store_dir, small) as store:
+        assert store.recovery_report.queues_rebuilt == ["t/0"]
+    with pytest.raises(CorruptionError):  # a read_only open refuses a queue that breaks its rule
+        third.write_bytes(bytes(data))
+        MessageStore.open(store_dir, small, read_only=True)
+    segment = sorted((store_dir / "commitlog").iterdir())[-1]
+    os.truncate(segment, 1000)  # the last segment cut short: the open fails
+    with pytest.raises(CorruptionError):
+        MessageStore.open(store_dir, small)
+    assert _open_descriptors() == before
