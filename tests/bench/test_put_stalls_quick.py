@@ -1,0 +1,26 @@
+"""The put-stall benchmark's --quick mode runs end to end and writes every row (timings are not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_put_stalls_quick_writes_every_row(tmp_path):
+    out = tmp_path / "put_stalls.json"
+    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "put_stalls.py"), "--quick", "--out", str(out)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    rows = {row["case"]: row for row in json.loads(out.read_text())["rows"]}
+    assert len(rows) == 7
+    assert sum(name.startswith("bare:") for name in rows) == 3
+    assert sum(name.startswith("store:") for name in rows) == 4
+    for row in rows.values():
+        assert row["ops"] > 0 and row["ops_per_s"] > 0 and row["max_ms"] >= row["p999_us"] / 1000 > 0, row
+        assert 0 <= row["over_5ms"] <= row["over_1ms"] <= row["ops"], row
+    assert all(row["segments"] >= 1 for name, row in rows.items() if name.startswith("store:"))
+    assert (tmp_path / "put_stalls.md").read_text().count("\n") == 9  # header, rule, seven rows
