@@ -68,11 +68,21 @@ def _python_cost() -> None:
     _HEADER.pack(1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 
-def _pace(began: float, done: int) -> None:
-    """Spin until the next write is due (BARE_RATE_PER_S); the spin is not part of the write's latency."""
-    due = began + done / BARE_RATE_PER_S
-    while time.perf_counter() < due:
-        pass
+def _paced_writes(seconds: float, write) -> tuple[list[int], float]:
+    """Call `write` BARE_RATE_PER_S times a second for `seconds`, each after the Python cost of a put; returns
+    each call's nanoseconds (the spin until the next is due is not counted) and the seconds taken."""
+    latencies, clock = [], time.perf_counter_ns
+    began = time.perf_counter()
+    deadline = began + seconds
+    while time.perf_counter() < deadline:
+        due = began + len(latencies) / BARE_RATE_PER_S
+        while time.perf_counter() < due:
+            pass
+        started = clock()
+        _python_cost()
+        write()
+        latencies.append(clock() - started)
+    return latencies, time.perf_counter() - began
 
 
 def _flusher(fd: int, stop: threading.Event, durations: list[float]) -> None:
@@ -103,17 +113,14 @@ def bare_mmap(work: str, seconds: float, flush: bool) -> dict:
     flusher = threading.Thread(target=_flusher, args=(fd, stop, durations)) if flush else None
     if flusher:
         flusher.start()
-    latencies, position, clock = [], 0, time.perf_counter_ns
-    began = time.perf_counter()
-    deadline = began + seconds
-    while time.perf_counter() < deadline:
-        _pace(began, len(latencies))
-        started = clock()
-        _python_cost()
+    position = 0
+
+    def write():
+        nonlocal position
         mapping[position : position + BODY_BYTES] = chunk
         position = (position + BODY_BYTES) % size
-        latencies.append(clock() - started)
-    elapsed = time.perf_counter() - began
+
+    latencies, elapsed = _paced_writes(seconds, write)
     stop.set()
     if flusher:
         flusher.join()
@@ -148,21 +155,16 @@ def bare_write_buffer(work: str, seconds: float) -> dict:
     for thread in threads:
         thread.start()
     chunk = os.urandom(BODY_BYTES)
-    latencies, clock = [], time.perf_counter_ns
-    began = time.perf_counter()
-    deadline = began + seconds
-    while time.perf_counter() < deadline:
-        _pace(began, len(latencies))
-        started = clock()
-        _python_cost()
+
+    def write():
         written = state["written"]
         while written + BODY_BYTES - state["committed"] > RING_BYTES:  # the ring is full: wait for the committer
             time.sleep(0.0001)
         at = written % RING_BYTES
         view[at : at + BODY_BYTES] = chunk
         state["written"] = written + BODY_BYTES
-        latencies.append(clock() - started)
-    elapsed = time.perf_counter() - began
+
+    latencies, elapsed = _paced_writes(seconds, write)
     stop.set()
     for thread in threads:
         thread.join()

@@ -31,6 +31,7 @@ from json.decoder import scanstring
 
 from commitlog.commitlog import TOPIC_PATTERN
 from commitlog.errors import CorruptionError, InvalidMessageError, StoreIOError
+from commitlog.mapped_file import fsync_directory
 
 OFFSETS_DIR_NAME = "config"
 OFFSETS_FILE_NAME = "consumerOffset.json"
@@ -286,13 +287,9 @@ class ConsumerOffsets:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, self.path)
-            descriptor = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
         except OSError as exc:
             raise StoreIOError(f"cannot write {self.path}: {exc.strerror}") from exc
+        fsync_directory(directory)  # the rename survives a crash
 
 
 class _FileLock:
