@@ -224,6 +224,29 @@ def test_a_topic_read_while_dispatch_is_between_queues_misses_nothing(tmp_path):
     assert read_mark(str(mark)) is None  # a clean close removes it: the queues are complete
 
 
+def test_the_dispatched_mark_is_trusted_only_at_a_record_start(tmp_path):
+    root = tmp_path / "store"
+    starts = []
+    with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
+        for i in range(120):  # 1 200-byte bodies: the first segment ends with a blank
+            starts.append(writer.put(f"t{i % 2}", b"b" * 1200, queue_id=i % 2))
+    second = next(offset for offset in starts if offset >= SEGMENT)
+    last_in_first = max(offset for offset in starts if offset < SEGMENT)
+    first_segment = (root / "commitlog" / fmt.segment_name(0)).read_bytes()
+    blank_at = last_in_first + fmt.I32.unpack_from(first_segment, last_in_first)[0]
+    assert blank_at < SEGMENT == second  # a blank fills [blank_at, SEGMENT)
+    mark = root / "config" / MARK_FILE_NAME
+    mark.parent.mkdir(exist_ok=True)
+    every = read_rows(root)
+    wanted = [r["commitlog_offset"] for r in every if r["topic"] == "t0"]
+    for offset, trusted in ((starts[7], True), (blank_at, True), (second, True), (starts[7] + 1, False),
+                            (0, False), (10 * SEGMENT, False)):
+        mark.write_bytes(offset.to_bytes(8, "big"))
+        plan = spark_plan.plan_store(spark_options.StoreRef(str(root), None))
+        assert plan.dispatched_end == (offset if trusted else None), offset
+        assert sorted(r["commitlog_offset"] for r in read_rows(root, topic="t0")) == wanted
+
+
 def test_push_filters_folds_what_it_applies_exactly():
     from datetime import datetime, timezone
 
