@@ -177,22 +177,35 @@ class ConsumeQueue:
         self.files.append(mapped)
         self.units.append(mapped.array.view(np.ndarray).view(UNIT))
 
+    def _entries_ending_by(self, commitlog_end: int) -> int:
+        """The queue offset of the first entry whose message does not end by `commitlog_end` (max_offset when
+        all do). Entries hold increasing offsets, so the others are a tail of the queue. Under the lock."""
+        keep = self.max_offset
+        while keep > self.min_offset:
+            index, position = self._locate(keep - 1)
+            file_first = keep - 1 - position  # queue offset of this file's first unit
+            start = max(self.min_offset, file_first)
+            units = self.units[index][start - file_first : keep - file_first]
+            ends = units["commitlog_offset"].astype(np.int64) + units["size"].astype(np.int64)
+            inside = int(np.searchsorted(ends, commitlog_end, side="right"))  # units ending by the cut
+            keep = start + inside
+            if inside:
+                break
+        return keep
+
+    def offsets_past(self, commitlog_end: int) -> np.ndarray:
+        """The commitlog offsets of the entries `truncate_past(commitlog_end)` would drop (oldest first)."""
+        with self.lock:
+            keep = self._entries_ending_by(commitlog_end)
+        return self.read(keep, self.max_offset - keep)["commitlog_offset"] if keep < self.max_offset \
+            else np.empty(0, dtype=np.int64)
+
     def truncate_past(self, commitlog_end: int) -> int:
         """Drop the entries whose message does not end by `commitlog_end` (the log was cut there); returns how
-        many were dropped. Entries hold increasing offsets, so they are a tail of the queue."""
+        many were dropped."""
         assert self.writable
         with self.lock:
-            keep = self.max_offset
-            while keep > self.min_offset:
-                index, position = self._locate(keep - 1)
-                file_first = keep - 1 - position  # queue offset of this file's first unit
-                start = max(self.min_offset, file_first)
-                units = self.units[index][start - file_first : keep - file_first]
-                ends = units["commitlog_offset"].astype(np.int64) + units["size"].astype(np.int64)
-                inside = int(np.searchsorted(ends, commitlog_end, side="right"))  # units ending by the cut
-                keep = start + inside
-                if inside:
-                    break
+            keep = self._entries_ending_by(commitlog_end)
             dropped = self.max_offset - keep
             if dropped:
                 offset = keep

@@ -52,6 +52,8 @@ a slot read is valid iff
 and an entry i reached from a slot or a prevIndex link is valid iff
     (5) 0 <= prevIndex < i (chains strictly descend, so every walk ends within indexCount steps);
     (6) timeDiff >= 0;
+    (9) the entries of the chain of slot s have keyHash >= 0 and keyHash % S = s (RocketMQ's slot of the
+        hash it stores);
 the header agrees with the entries it counts iff
     (7) with entries (indexCount > 1): entry 1's phyOffset is beginPhyOffset, entry indexCount-1's is
         endPhyOffset, that last entry is the head of its slot (the newest entry always is) and keeps (5), (6),
@@ -65,8 +67,12 @@ Rules (7) and (8) cost O(1) per file and catch a file whose end was zeroed or ne
 header that counts it (keys silently missing otherwise); they are checked at every writable open.
 RocketMQ silently treats an out-of-range slot or link as "empty" and a negative timeDiff as "end of chain";
 here they are corruption (`CorruptionError`), healed by `IndexService.truncate` after an unclean shutdown.
-keyHash and phyOffset are not checked: a wrong hash never matches, and the store verifies every offset by
-reading the message it points to. The hashSlotCount field is informational and not checked.
+Rule (9) is checked on the chains a query walks: it finds a damaged keyHash whenever the damage changes the
+hash's slot (every one-bit flip when S has an odd factor, as RocketMQ's 5 000 000 does; with S a power of two,
+flips of the bits above log2(S) go unseen) and a damaged prevIndex that leads into another slot's chain. The
+store checks each phyOffset by reading the message there, which must hold a key of that hash. A damaged
+timeDiff, or a prevIndex that stays inside its own chain, is not detected: the query may miss keys. The
+hashSlotCount field is informational and not checked.
 
 Files live in `<store>/index/` and are named by their creation time in local time, `yyyyMMddHHmmssSSS`
 (17 digits, RocketMQ's UtilAll.timeMillisToHumanString), so name order is creation order. A name that is

@@ -276,7 +276,8 @@ class IndexFile:
         self._check_open()
         assert 0 <= key_hash < 2**31 and max_count >= 0
         count = self._index_count
-        slot = key_hash % self.hash_slot_count
+        slot_count = self.hash_slot_count
+        slot = key_hash % slot_count
         buf = self._buf
         number = fmt.SLOT_STRUCT.unpack_from(buf, fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot)[0]
         if not 0 <= number < count:
@@ -295,6 +296,9 @@ class IndexFile:
             if not 0 <= prev < number:
                 raise CorruptionError(f"entry {number} links to entry {prev} [rule 5]", path=self.path,
                                       offset=at, rule="5")
+            if hash_read < 0 or hash_read % slot_count != slot:
+                raise CorruptionError(f"entry {number}, in the chain of slot {slot}, has key hash {hash_read} "
+                                      f"[rule 9]", path=self.path, offset=at, rule="9")
             stored_ms = begin_timestamp_ms + time_diff * 1000
             if hash_read == key_hash and begin_ms <= stored_ms <= end_ms:
                 out.append(phy_offset)

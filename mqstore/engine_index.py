@@ -73,22 +73,36 @@ class IndexLookups:
         if type(begin_ms) is not int or type(end_ms) is not int:
             raise InvalidMessageError("begin_ms and end_ms must be ints")
         wanted = max_count
+        key_hash = index_format.index_key_hash(index_format.index_key(topic, key))
         while True:
             asked = min(QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR, wanted * QUERY_COLLISION_FACTOR)
             # Index entries keep whole seconds: ask a second wider, then filter by the exact store time.
             offsets = index.query(topic, key, asked, max(0, begin_ms - 1000), min(2**63 - 1, end_ms + 1000))
-            found = [message for message in (self._read_indexed(offset) for offset in offsets)
-                     if message is not None and has_key(message, topic, key)
-                     and begin_ms <= message.store_timestamp_ms <= end_ms]
+            found = []
+            for offset in offsets:
+                message = self._read_indexed(offset)
+                if message is None:
+                    continue
+                if not has_key(message, topic, key):
+                    _check_collision(message, key_hash, index.directory, offset)
+                elif begin_ms <= message.store_timestamp_ms <= end_ms:
+                    found.append(message)
             if len(found) >= max_count or len(offsets) < asked or asked >= QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR:
                 return found[:max_count]
             wanted *= 4  # many collisions: look further
 
     def _read_indexed(self, commitlog_offset: int) -> StoredMessage | None:
-        """The message an index entry points to; None when it is below the log's minimum (deleted)."""
+        """The message an index entry points to; None when it is below the log's minimum (deleted).
+        CorruptionError naming the index when no record starts there (the entry is damaged), naming the segment
+        when the record there is damaged."""
         if commitlog_offset < self._commitlog.min_offset():
             return None
-        return self._commitlog.read(commitlog_offset)
+        try:
+            return self.read_at(commitlog_offset)
+        except InvalidMessageError as exc:  # outside the log, or no record starts there (rules 1 and 4)
+            raise CorruptionError(f"an index entry points at commitlog offset {commitlog_offset}, where no record "
+                                  f"starts ({exc})", path=self._index.directory, offset=commitlog_offset,
+                                  rule="index entry") from exc
 
     def get_by_msg_id(self, msg_id: str) -> StoredMessage:
         """The message with this offset message id (the record there must have the id's store host and port)."""
@@ -155,6 +169,18 @@ def check_index_sizes(directory: str, config: StoreConfig) -> None:
             f"index file {path} is {size} bytes; index_slot_count={config.index_slot_count} and "
             f"index_entry_count_max={config.index_entry_count_max} make {expected}-byte files. Open with the "
             "sizes the store was written with, or with index_enabled=False")
+
+
+def _check_collision(message: StoredMessage, key_hash: int, index_directory: str, offset: int) -> None:
+    """An index entry with `key_hash` led to `message`, which lacks the key asked for: fine when one of its own
+    keys has that hash (two keys share it), else the entry's phyOffset is damaged (CorruptionError)."""
+    properties = message.properties
+    keys = [properties.get(fmt.PROPERTY_UNIQ_KEY)] + properties.get(fmt.PROPERTY_KEYS, "").split(" ")
+    if not any(index_format.index_key_hash(index_format.index_key(message.topic, k)) == key_hash
+               for k in keys if k):
+        raise CorruptionError(f"an index entry of key hash {key_hash} points at commitlog offset {offset}, a "
+                              f"message none of whose keys has that hash", path=index_directory, offset=offset,
+                              rule="index entry")
 
 
 def has_key(message: StoredMessage, topic: str, key: str) -> bool:

@@ -334,6 +334,15 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
         report.queues_rebuilt.append(f"{topic}/{queue_id}")
     end = report.log_end
     for (topic, queue_id), queue in list(queues.queues.items()):
+        past = queue.offsets_past(end)
+        if len(past) and (report.case == "CLEAN" or int(past.min()) < end):
+            # What the cut would drop is not a tail of entries for records past the log's end (which a crash
+            # leaves): an entry is damaged, and cutting there would hide the good entries after it for good.
+            log.warning("rebuilding consume queue %s/%d: %d entries from one pointing at %d do not end by the "
+                        "log's end %d", topic, queue_id, len(past), int(past[0]), end)
+            queues.remove(topic, queue_id)
+            report.queues_rebuilt.append(f"{topic}/{queue_id}")
+            continue
         report.queue_entries_dropped += queue.truncate_past(end)
         if crashed and queue.max_offset > queue.min_offset and not _last_entry_matches(commitlog, queue):
             log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)

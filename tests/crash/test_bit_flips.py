@@ -45,9 +45,11 @@ IN_WRITTEN_PART_PROBABILITY = 0.85
 GET_CHUNK_ENTRIES = 500
 INDEX_SAMPLE_COUNT = 8
 SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20240601"))
+# 100 hash slots: like RocketMQ's 5 000 000 (and unlike a power of two), a count with an odd factor, so that
+# every one-bit flip of an entry's keyHash moves it out of its slot's chain (index format rule 9).
 CONFIG = StoreConfig(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64, max_message_size_bytes=8192,
                      store_host="10.0.0.7", store_port=10911, preallocate_segments=False, index_enabled=True,
-                     index_slot_count=64, index_entry_count_max=128, flush_mode=FlushMode.ASYNC, **RETENTION_OFF)
+                     index_slot_count=100, index_entry_count_max=128, flush_mode=FlushMode.ASYNC, **RETENTION_OFF)
 
 # Record regions of a v1 IPv4 record, for the histogram of where a flip landed.
 HEADER_FIELDS = [(fmt.OFFSET_TOTAL_SIZE, "TOTALSIZE"), (fmt.OFFSET_MAGIC_CODE, "MAGICCODE"),

@@ -117,3 +117,60 @@ def test_repair_cuts_the_log_and_makes_the_deletion_of_later_segments_durable(st
         assert store.max_offset("t", 0) == 5
     # fsynced once the later segment was gone: a crash cannot bring its records back after new ones
     assert synced and synced[0][0] == str(store_dir / "commitlog") and synced[0][1] == [f"{0:020d}"]
+
+
+@pytest.mark.parametrize("damage", ["size past the end", "offset past the end", "size, crashed"])
+def test_a_queue_entry_past_the_logs_end_rebuilds_the_queue_and_hides_nothing(store_dir, damage):
+    # Cutting the queue at such an entry would hide the good entries after it for good: no walk of the log
+    # brings back entries the queues say they have.
+    with MessageStore.open(store_dir, config()) as store:
+        results = store.put_batch([Message("q", b"%03d" % i, queue_id=0) for i in range(30)])
+        assert store.wait_dispatched(30)
+    end = results[-1].commitlog_offset + results[-1].size_bytes
+    victim = 29
+    unit = results[victim]
+    if damage == "offset past the end":
+        _rewrite_unit(store_dir, "q", 0, victim, end + 4096, unit.size_bytes)
+    else:
+        _rewrite_unit(store_dir, "q", 0, victim, unit.commitlog_offset, unit.size_bytes + (1 << 24))
+    if damage == "size, crashed":
+        (store_dir / "abort").write_bytes(b"")
+    with MessageStore.open(store_dir, config()) as store:
+        assert store.recovery_report.queues_rebuilt == ["q/0"]
+        got = store.get("q", 0, 0, max_count=100)
+        assert [m.body for m in got.messages] == [b"%03d" % i for i in range(30)]
+        assert [m.commitlog_offset for m in got.messages] == [r.commitlog_offset for r in results]
+
+
+def test_a_damaged_entry_inside_a_queue_is_reported_or_repaired_never_hides_the_rest(store_dir):
+    with MessageStore.open(store_dir, config()) as store:
+        results = store.put_batch([Message("q", b"%03d" % i, queue_id=0) for i in range(30)])
+        assert store.wait_dispatched(30)
+    for victim in range(30):
+        unit = results[victim]
+        _rewrite_unit(store_dir, "q", 0, victim, unit.commitlog_offset, unit.size_bytes + (1 << 24))
+        with MessageStore.open(store_dir, config()) as store:
+            for offset in range(30):
+                try:
+                    got = store.get("q", 0, offset, max_count=1).messages
+                except CorruptionError as exc:  # the damaged entry, named
+                    assert offset == victim and exc.path.endswith(f"{0:020d}")
+                    continue
+                assert [m.body for m in got] == [b"%03d" % offset]
+        _rewrite_unit(store_dir, "q", 0, victim, unit.commitlog_offset, unit.size_bytes)
+
+
+def test_entries_past_the_end_of_a_crashed_log_are_cut_without_a_rebuild(store_dir):
+    with MessageStore.open(store_dir, config()) as store:
+        results = store.put_batch([Message("q", b"%03d" % i, queue_id=0) for i in range(30)])
+        assert store.wait_dispatched(30)
+    # the log lost its last three records (their pages never reached the disk); the queue kept their entries
+    segment = store_dir / "commitlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    data[results[27].commitlog_offset:] = bytes(len(data) - results[27].commitlog_offset)
+    segment.write_bytes(bytes(data))
+    (store_dir / "abort").write_bytes(b"")
+    with MessageStore.open(store_dir, config()) as store:
+        report = store.recovery_report
+        assert report.queues_rebuilt == [] and report.queue_entries_dropped == 3
+        assert store.max_offset("q", 0) == 27

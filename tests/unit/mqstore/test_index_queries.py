@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pytest
 
-from mqstore import ConfigMismatchError, InvalidMessageError, Message, MessageStore
+from indexfile import format as index_format
+from mqstore import ConfigMismatchError, CorruptionError, InvalidMessageError, Message, MessageStore
 from tests.conftest import rocketmq_config, rocketmq_manifest, small_config
 
 
@@ -141,3 +143,19 @@ def test_rocketmqs_own_index_answers_through_the_store(rocketmq_store_copy):
                 expected = {o for o, m in manifest.items()
                             if m["topic"] == entry["topic"] and key in (m["keys"] or "").split()}
                 assert found == expected
+
+
+def test_an_index_entry_pointing_where_no_record_starts_is_corruption_not_another_message(tmp_path):
+    with MessageStore.open(tmp_path, config()) as store:
+        store.put_batch([Message("t", b"%d" % i, keys=(f"k{i % 3}",)) for i in range(30)])
+    path = tmp_path / "index" / sorted(os.listdir(tmp_path / "index"))[0]
+    data = bytearray(path.read_bytes())
+    entries_at = index_format.HEADER_SIZE_BYTES + index_format.SLOT_SIZE_BYTES * config().index_slot_count
+    entries = np.frombuffer(data, dtype=index_format.INDEX_ENTRY, count=60, offset=entries_at).copy()
+    entries["phy_offset"][10:50] += 1  # the middle entries (the open checks the first and last of a file)
+    data[entries_at : entries_at + entries.nbytes] = entries.tobytes()
+    path.write_bytes(bytes(data))
+    with MessageStore.open(tmp_path, config(), read_only=True) as reader:
+        with pytest.raises(CorruptionError) as raised:
+            reader.query("t", "k1", max_count=100)
+        assert raised.value.path == str(tmp_path / "index") and raised.value.rule == "index entry"
