@@ -14,8 +14,12 @@ no `abort` marker; a record breaks the format rule        | CLEAN_CORRUPT      |
 `abort` marker; the first bad record lies below the       | CRASH_CORRUPT      | CorruptionError; repair=True: cut the
   checkpoint's flushed offset (flushed bytes are damaged) |                    | log there
 a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      | delete that queue, rebuild it from
-  entry does not match the record it points to            |   (per queue)      | the CommitLog
-a ConsumeQueue has entries past the log's end             | QUEUE_TRUNCATED    | drop those entries
+  entry does not match the record it points to, or it has |   (per queue)      | the CommitLog
+  entries past the log's end that no crash explains (any  |                    |
+  after a clean stop; one whose record starts inside the  |                    |
+  log): damage, which a cut would hide the rest behind    |                    |
+a ConsumeQueue has entries for records past the end of a  | QUEUE_TRUNCATED    | drop those entries
+  crashed (or repaired) log                               |                    |
 the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
   that lost its tail)                                     |                    |
 an index file breaks its format rule (1)-(3)              | (engine)           | delete the index, rebuild it
