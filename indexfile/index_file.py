@@ -391,7 +391,8 @@ class IndexFile:
 
         An entry stays iff it and every entry before it (a) points below `commitlog_offset` and at or past
         `commitlog_offset_min` (where the previous file ends), (b) points at or past the entry before it (log
-        order), (c) keeps rules (5) and (6) and (d) is not all zeros; when an entry breaks (b), (c) or (d), the
+        order), (c) keeps rules (5), (6) and (9) (checked against the links and the slot table on disk) and
+        (d) is not all zeros; when an entry breaks (b), (c) or (d), the
         one before it goes too (damage may begin inside it without breaking a rule). So the cut also drops
         what a lost page left behind (zeroed or stale entries under a newer header); (d) may cut a real entry
         (keyHash 0 at offset 0), which, like the extra entry, costs only a re-dispatch. The slots are rebuilt from the kept entries (whose links
@@ -410,6 +411,7 @@ class IndexFile:
         damaged = ((phy_offsets < commitlog_offset_min) | (prev < 0) | (prev >= np.arange(1, count))
                    | (time_diffs < 0) | ((hashes == 0) & (phy_offsets == 0) & (time_diffs == 0) & (prev == 0)))
         damaged[1:] |= phy_offsets[1:] < np.maximum.accumulate(phy_offsets)[:-1]
+        self._mark_foreign_slots(hashes, prev, damaged)
         past = np.flatnonzero(damaged | (phy_offsets >= commitlog_offset))
         kept = int(past[0]) if past.size else count - 1
         if kept and past.size and damaged[kept]:
@@ -437,6 +439,25 @@ class IndexFile:
         self._dirty = True
         self.flush()
         return count - 1 - kept
+
+    def _mark_foreign_slots(self, hashes: np.ndarray, prev: np.ndarray, damaged: np.ndarray) -> None:
+        """Rule (9) over the written entries, before the slots are rebuilt from their hashes (which would make
+        a damaged hash look right): an entry linked to one of another slot, or named as a slot's head by the
+        slot table on disk while its hash belongs elsewhere, is damaged; so is the entry it links to, either
+        may be the damaged one. Entry i is at index i - 1 of the arrays."""
+        slot_count = self.hash_slot_count
+        count = len(hashes) + 1
+        slots_of = hashes % slot_count
+        damaged |= hashes < 0
+        linked = np.flatnonzero((prev > 0) & (prev < np.arange(1, count)))
+        targets = prev[linked] - 1
+        foreign = slots_of[linked] != slots_of[targets]
+        damaged[linked[foreign]] = True
+        damaged[targets[foreign]] = True
+        heads = self._slots.astype(np.int64)
+        named = np.flatnonzero((heads > 0) & (heads < count))
+        wrong = slots_of[heads[named] - 1] != named
+        damaged[heads[named[wrong]] - 1] = True
 
     def rebuild_slots(self, index_count: int | None = None) -> None:
         """Recompute every slot from entries 1..index_count-1 (default: all written): each slot gets the
