@@ -85,6 +85,10 @@ def _paced_writes(seconds: float, write) -> tuple[list[int], float]:
     return latencies, time.perf_counter() - began
 
 
+def _flush_figures(durations: list[float]) -> dict:
+    return {"flushes": len(durations), "longest_flush_ms": max(durations, default=0) * 1000}
+
+
 def _flusher(fd: int, stop: threading.Event, durations: list[float]) -> None:
     while not stop.wait(FLUSH_EVERY_S):
         started = time.perf_counter()
@@ -127,8 +131,7 @@ def bare_mmap(work: str, seconds: float, flush: bool) -> dict:
     mapping.close()
     os.close(fd)
     os.unlink(os.path.join(work, "bare"))
-    return _summary(latencies, elapsed, {"flushes": len(durations),
-                                         "longest_flush_ms": max(durations, default=0) * 1000})
+    return _summary(latencies, elapsed, _flush_figures(durations))
 
 
 def bare_write_buffer(work: str, seconds: float) -> dict:
@@ -171,8 +174,7 @@ def bare_write_buffer(work: str, seconds: float) -> dict:
     view.release()
     os.close(fd)
     os.unlink(os.path.join(work, "buffer"))
-    return _summary(latencies, elapsed, {"flushes": len(durations),
-                                         "longest_flush_ms": max(durations, default=0) * 1000})
+    return _summary(latencies, elapsed, _flush_figures(durations))
 
 
 def store_row(work: str, seconds: float, *, index: bool, settings: dict, switch_interval_s: float | None) -> dict:
@@ -209,7 +211,8 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="mqstore-stalls-")
     rows = []
     try:
-        rows.append(("bare: 1 KB copy into a pre-faulted 256 MiB mapping, round and round", bare_mmap(work, seconds, flush=False)))
+        rows.append(("bare: 1 KB copy into a pre-faulted 256 MiB mapping, round and round",
+                     bare_mmap(work, seconds, flush=False)))
         rows.append(("bare: the same, fdatasync every 500 ms in another thread", bare_mmap(work, seconds, flush=True)))
         rows.append(("bare: copy into a write buffer, committer pwrites, fdatasync every 500 ms",
                      bare_write_buffer(work, seconds)))

@@ -23,8 +23,8 @@ sure nothing non-zero lies past the end, mqstore.recovery._written_end: it reads
 walk_gb_per_s = scanned / (recover_s - tail_check_s) (the record walk alone), redispatch_s (the replay through the
 dispatchers after recover, open_s less recover_s, roughly). Baselines, measured in the same run over the same
 segment bytes (warm): zlib.crc32 and the store's CRC (ISA-L's, from the isal package) over 1 MiB chunks (the
-CRC's own speed, one core) and called once per record (the per-record loop a recovery scan cannot avoid). Target: >= 1 GB/s scanned with CRC on (warm).
-The best of `repeats` opens is kept.
+CRC's own speed, one core) and called once per record (the per-record loop a recovery scan cannot avoid).
+Target: >= 1 GB/s scanned with CRC on (warm). The best of `repeats` opens is kept.
 """
 
 from __future__ import annotations

@@ -94,7 +94,8 @@ def spark_session():
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[*]").appName("mqstore-spark-read-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.memory", "4g").config("spark.sql.python.filterPushdown.enabled", "true")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

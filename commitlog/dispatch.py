@@ -31,6 +31,7 @@ DISPATCH_ERROR_BACKOFF_S = 0.5
 # about half the puts over 5 ms of 8192-record batches). Catching up in one call (at open) uses the large ones.
 DISPATCH_TAIL_BATCH_RECORDS = 512
 
+
 class Dispatcher(Protocol):
     """Something built from the log. Called from the dispatch thread only, in log order."""
 

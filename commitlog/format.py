@@ -414,6 +414,16 @@ def check_record_crc(buf, layout: RecordLayout, pos: int, commitlog_offset: int,
     return True
 
 
+def check_crcs(buf, layout: RecordLayout, pos: int, commitlog_offset: int, *, required: bool, check_crc: bool,
+               path: str | None = None) -> bool:
+    """Rules (5) and (6) for a located record: its record CRC when it has one (required when `required`),
+    else its body CRC (only when `check_crc`). Returns whether it has a record CRC."""
+    has_crc = check_record_crc(buf, layout, pos, commitlog_offset, required=required, check_crc=check_crc, path=path)
+    if check_crc and not has_crc:
+        check_body_crc(buf, layout, pos, commitlog_offset, path=path)
+    return has_crc
+
+
 def peek(buf, pos: int, remaining: int) -> tuple[int, int]:
     """(TOTALSIZE, MAGICCODE) at `pos`, or (0, 0) when fewer than 8 bytes are left."""
     if remaining < END_FILE_MIN_BLANK_LENGTH:

@@ -259,10 +259,7 @@ def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc, reco
     """Any record version and host width (and the detailed error when the fast path refused a record)."""
     layout = fmt.locate(buf, pos, remaining, commitlog_offset, path=path)
     required = record_crc_from is not None and commitlog_offset >= record_crc_from
-    has_crc = fmt.check_record_crc(buf, layout, pos, commitlog_offset, required=required, check_crc=check_crc,
-                                   path=path)
-    if check_crc and not has_crc:
-        fmt.check_body_crc(buf, layout, pos, commitlog_offset, path=path)
+    has_crc = fmt.check_crcs(buf, layout, pos, commitlog_offset, required=required, check_crc=check_crc, path=path)
     properties_length = layout.properties_length - (fmt.RECORD_CRC_LENGTH if has_crc else 0)
     (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts) = fmt.struct.unpack_from(
         ">iIiiiqqiq", buf, pos)

@@ -157,10 +157,11 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
     """Decode the records of [start, end) into a batch, stopping after `records_max` records.
 
     `start` must be a record boundary. Crosses segment ends at blanks. With `zeros_end`, eight zero bytes
-    where a record should start end the batch (finding the end of a log); otherwise they are corruption. Records are found by walking their
-    TOTALSIZE chain; their fields are then decoded and checked for all records of a segment at once with
-    numpy. At the first invalid record the batch stops and `batch.error` holds the CorruptionError: the log
-    is read only up to its published end, so anything invalid below it is real corruption.
+    where a record should start end the batch (finding the end of a log); otherwise they are corruption.
+    Records are found by walking their TOTALSIZE chain; their fields are then decoded and checked for all
+    records of a segment at once with numpy. At the first invalid record the batch stops and `batch.error`
+    holds the CorruptionError: the log is read only up to its published end, so anything invalid below it is
+    real corruption.
     """
     batch = DispatchBatch(start)
     required_from = getattr(log, "record_crc_from", None)
@@ -327,15 +328,7 @@ def _decode(segment, positions: list[int], check_crc: bool,
         expected = np.where(has_crc, crc_value, header["body_crc"].astype(np.int64))[:keep]
         bad_row = _first_crc_mismatch(segment.view, expected, starts, ends)
         if bad_row is not None:
-            at = positions[bad_row]
-            try:
-                layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
-                if not fmt.check_record_crc(segment.view, layout, at, base + at, required=False, check_crc=True,
-                                            path=segment.path):
-                    fmt.check_body_crc(segment.view, layout, at, base + at, path=segment.path)
-                raise AssertionError("the batch CRC check and the record's own check disagree")
-            except CorruptionError as exc:
-                keep, error = bad_row, exc
+            keep, error = bad_row, _crc_error(segment, positions[bad_row])
     properties_end = np.where(has_crc, record_end - fmt.RECORD_CRC_LENGTH, properties_start + properties_length)
     part = {
         "offsets": base + pos[:keep], "sizes": size[:keep],
@@ -347,6 +340,17 @@ def _decode(segment, positions: list[int], check_crc: bool,
     }
     part.update({name: column[:keep] for name, column in fields.items()})
     return part, error
+
+
+def _crc_error(segment, at: int) -> CorruptionError:
+    """The precise CorruptionError of the record at `at`, whose CRC the batch check found wrong."""
+    commitlog_offset = segment.base_offset + at
+    try:
+        layout = fmt.locate(segment.view, at, segment.size_bytes - at, commitlog_offset, path=segment.path)
+        fmt.check_crcs(segment.view, layout, at, commitlog_offset, required=False, check_crc=True, path=segment.path)
+    except CorruptionError as exc:
+        return exc
+    raise AssertionError("the batch CRC check and the record's own check disagree")
 
 
 def _first_crc_mismatch(view, expected: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int | None:

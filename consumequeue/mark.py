@@ -20,6 +20,11 @@ MARK_FILE_NAME = "dispatched_offset"
 _MARK = struct.Struct(">q")
 
 
+def mark_path(root: str) -> str:
+    """Where the mark of the store at `root` lives."""
+    return os.path.join(root, "config", MARK_FILE_NAME)
+
+
 class DispatchedMark:
     """The writer's side: an open file it overwrites in place."""
 
@@ -29,12 +34,10 @@ class DispatchedMark:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StoreIOError(f"cannot open the dispatched mark {path}: {exc.strerror}") from exc
-        self.offset = 0
 
     def publish(self, offset: int) -> None:
         """Say that every unit of every record below `offset` is written."""
         os.pwrite(self._fd, _MARK.pack(offset), 0)
-        self.offset = offset
 
     def remove(self) -> None:
         """At a clean close: the queues are complete, the mark has nothing to add."""

@@ -71,10 +71,9 @@ Rule (9) is checked on the chains a query walks, and by the entry-by-entry check
 links and the slot table on disk, before the slots are rebuilt): it finds a damaged keyHash whenever the damage
 changes the hash's slot (every one-bit flip when S has an odd factor, as RocketMQ's 5 000 000 does; with S a
 power of two, flips of the bits above log2(S) go unseen) and a damaged prevIndex that leads into another
-slot's chain. The
-store checks each phyOffset by reading the message there, which must hold a key of that hash. A damaged
-timeDiff, or a prevIndex that stays inside its own chain, is not detected: the query may miss keys. The
-hashSlotCount field is informational and not checked.
+slot's chain. The store checks each phyOffset by reading the message there, which must hold a key of that
+hash. A damaged timeDiff, or a prevIndex that stays inside its own chain, is not detected: the query may miss
+keys. The hashSlotCount field is informational and not checked.
 
 Files live in `<store>/index/` and are named by their creation time in local time, `yyyyMMddHHmmssSSS`
 (17 digits, RocketMQ's UtilAll.timeMillisToHumanString), so name order is creation order. A name that is

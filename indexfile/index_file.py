@@ -392,10 +392,10 @@ class IndexFile:
         An entry stays iff it and every entry before it (a) points below `commitlog_offset` and at or past
         `commitlog_offset_min` (where the previous file ends), (b) points at or past the entry before it (log
         order), (c) keeps rules (5), (6) and (9) (checked against the links and the slot table on disk) and
-        (d) is not all zeros; when an entry breaks (b), (c) or (d), the
-        one before it goes too (damage may begin inside it without breaking a rule). So the cut also drops
-        what a lost page left behind (zeroed or stale entries under a newer header); (d) may cut a real entry
-        (keyHash 0 at offset 0), which, like the extra entry, costs only a re-dispatch. The slots are rebuilt from the kept entries (whose links
+        (d) is not all zeros; when an entry breaks (b), (c) or (d), the one before it goes too (damage may
+        begin inside it without breaking a rule). So the cut also drops what a lost page left behind (zeroed
+        or stale entries under a newer header); (d) may cut a real entry (keyHash 0 at offset 0), which, like
+        the extra entry, costs only a re-dispatch. The slots are rebuilt from the kept entries (whose links
         all point lower, so they stay valid), the dropped entries are zeroed, the header comes last and is set
         from the kept entries whenever it disagrees with them (rule 7). A shortened file's end timestamp is
         rebuilt from the kept timeDiffs (second precision, where RocketMQ kept the exact ms). A file left

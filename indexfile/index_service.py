@@ -263,17 +263,13 @@ class IndexService:
     def _scan_reason(self, index_file: IndexFile, commitlog_offset: int, previous_end: int, *, newest: bool,
                      crashed: bool) -> str | None:
         """Why `truncate` must scan `index_file` ("" for a routine reason, the rule broken for damage), or None."""
-        damage = None
         try:
             index_file.check_tail()
+            broken = _rule_8(index_file, previous_end, newest=newest)
         except CorruptionError as exc:
-            damage = str(exc)
-        if damage is None and not newest and not index_file.is_full:
-            damage = f"index file {index_file.path} is not full but not the newest [rule 8]"
-        if damage is None and index_file.entry_count and index_file.begin_phy_offset < previous_end:
-            damage = (f"index file {index_file.path} begins at {index_file.begin_phy_offset}, before the previous "
-                      f"file's end {previous_end} [rule 8]")
-        if damage is not None:
+            broken = exc
+        if broken is not None:
+            damage = str(broken)
             log.warning("cutting the index at %s: %s", index_file.name, damage)
             self.damage_found.append(damage)
             return damage
@@ -300,14 +296,9 @@ class IndexService:
             previous_end = 0
             for position, index_file in enumerate(self._files):
                 index_file.check()
-                if position < len(self._files) - 1 and not index_file.is_full:
-                    raise CorruptionError(f"index file {index_file.path} is not full but not the newest [rule 8]",
-                                          path=index_file.path, offset=fmt.OFFSET_INDEX_COUNT, rule="8")
-                if index_file.entry_count and index_file.begin_phy_offset < previous_end:
-                    raise CorruptionError(
-                        f"index file {index_file.path} begins at {index_file.begin_phy_offset}, before the previous "
-                        f"file's end {previous_end} [rule 8]", path=index_file.path,
-                        offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="8")
+                broken = _rule_8(index_file, previous_end, newest=position == len(self._files) - 1)
+                if broken is not None:
+                    raise broken
                 if index_file.entry_count:
                     previous_end = index_file.end_phy_offset
 
@@ -339,3 +330,15 @@ class IndexService:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _rule_8(index_file: IndexFile, previous_end: int, *, newest: bool) -> CorruptionError | None:
+    """Rule (8) of indexfile/format.py for one file among its index's: broken (the error), or None."""
+    if not newest and not index_file.is_full:
+        return CorruptionError(f"index file {index_file.path} is not full but not the newest [rule 8]",
+                               path=index_file.path, offset=fmt.OFFSET_INDEX_COUNT, rule="8")
+    if index_file.entry_count and index_file.begin_phy_offset < previous_end:
+        return CorruptionError(f"index file {index_file.path} begins at {index_file.begin_phy_offset}, before the "
+                               f"previous file's end {previous_end} [rule 8]", path=index_file.path,
+                               offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="8")
+    return None

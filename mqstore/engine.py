@@ -23,7 +23,7 @@ from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStor
 from commitlog.message import Message, PutResult, PutStatus
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
-from consumequeue.mark import MARK_FILE_NAME, DispatchedMark
+from consumequeue.mark import DispatchedMark, mark_path
 from commitlog.unique_key import UniqueKeyGenerator
 from flush.allocator import SegmentAllocator
 from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
@@ -34,7 +34,7 @@ from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or
 from mqstore.engine_index import IndexFlushable, IndexLookups
 from mqstore.engine_read import Reads
 from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
-from mqstore.recovery import RecoveryReport, recover
+from mqstore.recovery import RecoveryReport, dispatch_start, recover
 from mqstore.retention import Retention
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class MessageStore(Reads, IndexLookups):
         self._abort_marker_created = None if crashed else abort_path  # removed again if this open fails
         self._checkpoint = self._open_checkpoint()
         # Readers in other processes trust the queues below the mark; recovery may cut them, so: nothing known.
-        self._mark = DispatchedMark(os.path.join(root, "config", MARK_FILE_NAME))
+        self._mark = DispatchedMark(mark_path(root))
         self._mark.publish(0)
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
                          repair=self._repair, check_crc=config.check_crc_on_recover)
@@ -155,22 +155,11 @@ class MessageStore(Reads, IndexLookups):
             self._commitlog.record_crc_from = end
         self._commitlog.set_end(end)
         self._commitlog.flushed_position = end
-        dispatched = max(self._queues.max_commitlog_end(), self._commitlog.min_offset())
-        if report.queues_rebuilt or self._queues.corrupt:
-            dispatched = self._commitlog.min_offset()
-        elif crashed:
-            # Queue pages may have been lost in any queue: replay from where the recovery scan started (the
-            # checkpoint says everything before was on disk); dispatchers skip the entries they already have.
-            dispatched = min(dispatched, report.scan_start)
-        if report.replay_from is not None:  # the walk met messages a queue lacks (it lost its tail)
-            dispatched = min(dispatched, report.replay_from)
         dispatchers = [ConsumeQueueDispatcher(self._queues, self._mark)]
         if self._index is not None:
-            # The index resumes at the message it indexed last (a replay it skips) or rebuilds from the start.
-            dispatched = max(min(dispatched, self._index.max_indexed_offset), self._commitlog.min_offset())
             dispatchers.append(IndexDispatcher(self._index))
-        self._dispatch = DispatchService(self._commitlog, dispatchers, dispatched,
-                                         check_crc=config.check_crc_on_dispatch)
+        start = dispatch_start(report, self._commitlog, self._queues, self._index, crashed=crashed)
+        self._dispatch = DispatchService(self._commitlog, dispatchers, start, check_crc=config.check_crc_on_dispatch)
         started = time.perf_counter()
         report.messages_redispatched = self._redispatch(report)
         self._mark.publish(self._dispatch.dispatched_offset)  # the queues are whole below it now

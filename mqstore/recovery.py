@@ -39,8 +39,8 @@ Where the walk starts: after a clean stop, at the third-last segment with data (
 after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
 3 s (RocketMQ's recoverAbnormally), or at the first segment when no segment qualifies, and never past the
 segment holding the checkpoint's flushed offset (store times come from a clock that can go back; that offset
-is exact). Records are checked
-with rule (1)-(4) of commitlog/format.py and, with check_crc_on_recover, rule (5).
+is exact). Records are checked with rules (1)-(4) and (6) of commitlog/format.py and, with
+check_crc_on_recover, their CRCs (rules 5 and 6).
 
 Repair policy: repair=True walks the whole log (a segment cut short is first extended with zeros) and cuts the
 log at the first bad record, dropping everything after it (reported in
@@ -54,9 +54,9 @@ import errno
 import logging
 import os
 import time
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from dataclasses import asdict, dataclass, field
 
 from commitlog import format as fmt
 from commitlog.commitlog import CommitLog
@@ -99,8 +99,8 @@ class RecoveryReport:
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
             repair: bool, check_crc: bool) -> RecoveryReport:
-    """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's: from
-    `report.replay_from` when the walk met messages a ConsumeQueue lacks (a queue that lost its tail)."""
+    """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's, from
+    `dispatch_start(report, ...)`."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
     ends = {key: queue.max_offset for key, queue in queues.queues.items()}
@@ -115,6 +115,25 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
         _recover_index(commitlog, index, checkpoint, report, crashed=crashed)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: ConsumeQueueTable, index, *,
+                   crashed: bool) -> int:
+    """Where dispatch resumes after `recover`: at or before the first message a queue or the index lacks."""
+    log_min = commitlog.min_offset()
+    dispatched = max(queues.max_commitlog_end(), log_min)
+    if report.queues_rebuilt or queues.corrupt:
+        dispatched = log_min
+    elif crashed:
+        # Queue pages may have been lost in any queue: replay from where the recovery scan started (the
+        # checkpoint says everything before was on disk); dispatchers skip the entries they already have.
+        dispatched = min(dispatched, report.scan_start)
+    if report.replay_from is not None:  # the walk met messages a queue lacks (it lost its tail)
+        dispatched = min(dispatched, report.replay_from)
+    if index is not None:
+        # The index resumes at the message it indexed last (a replay it skips) or rebuilds from the start.
+        dispatched = max(min(dispatched, index.max_indexed_offset), log_min)
+    return dispatched
 
 
 def _recover_index(commitlog: CommitLog, index, checkpoint: Checkpoint, report: RecoveryReport, *,

@@ -36,7 +36,7 @@ from pyspark.sql.datasource import InputPartition
 
 from commitlog import format as fmt
 from commitlog.errors import StoreIOError
-from consumequeue.mark import MARK_FILE_NAME, read_mark
+from consumequeue.mark import mark_path, read_mark
 from mqstore.spark_options import RowFilter, StoreRef
 from mqstore.spark_scan import LogPartition, Piece, QueuePartition, written_end
 from mqstore.spark_store import QueueIndex, Segments, list_segments
@@ -97,7 +97,7 @@ def _queues_complete_below(root: str, segments: Segments, furthest: int | None) 
     mark (RocketMQ wrote the store, or mqstore closed it cleanly) the queues are complete up to their furthest
     unit: RocketMQ's dispatcher writes one record's units at a time, in log order.
     """
-    mark = read_mark(os.path.join(root, "config", MARK_FILE_NAME))
+    mark = read_mark(mark_path(root))
     if mark is None or mark == furthest:
         return furthest
     if mark <= segments.start:

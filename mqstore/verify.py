@@ -99,10 +99,8 @@ def _walk_segment(segment, pos: int, *, check_crc: bool, report: VerifyReport | 
             try:
                 layout = fmt.locate(view, pos, remaining, base + pos, path=segment.path)
                 required = record_crc_from is not None and base + pos >= record_crc_from
-                has_crc = fmt.check_record_crc(view, layout, pos, base + pos, required=required,
-                                               check_crc=check_crc, path=segment.path)
-                if check_crc and not has_crc:
-                    fmt.check_body_crc(view, layout, pos, base + pos, path=segment.path)
+                fmt.check_crcs(view, layout, pos, base + pos, required=required, check_crc=check_crc,
+                               path=segment.path)
             except CorruptionError as exc:
                 if report is None:
                     raise

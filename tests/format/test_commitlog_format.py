@@ -78,7 +78,8 @@ def test_two_records_byte_for_byte(tmp_path):
 
 
 def test_message_ids_are_store_host_port_and_offset_in_upper_case_hex(tmp_path):
-    with MessageStore.open(tmp_path, small_config(store_host="192.168.0.254", store_port=10911, record_crc=False)) as store:
+    config = small_config(store_host="192.168.0.254", store_port=10911, record_crc=False)
+    with MessageStore.open(tmp_path, config) as store:
         first = store.put(Message("t", b"x" * 33))
         second = store.put(Message("t", b""))
     assert first.msg_id == "C0A800FE" "00002A9F" "0000000000000000"

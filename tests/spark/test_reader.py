@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from commitlog import format as fmt
 from commitlog.errors import CorruptionError, StoreIOError
 from commitlog.message import decode_message
 from consumequeue import format as cqfmt
-from consumequeue.mark import MARK_FILE_NAME, read_mark
+from consumequeue.mark import mark_path, read_mark
 from mqstore import Message, MessageStore, StoreConfig
 from mqstore import spark as source
 from mqstore import spark_options, spark_plan, spark_scan
@@ -201,7 +202,7 @@ def test_a_topic_read_while_dispatch_is_between_queues_misses_nothing(tmp_path):
         for i in range(150, 230):
             store.put(Message(f"t{i % 2}", f"{i}".encode() * 20, queue_id=i % 3))
         assert store.wait_dispatched(10)
-        mark = root / "config" / MARK_FILE_NAME
+        mark = Path(mark_path(str(root)))
         assert read_mark(str(mark)) == store.dispatched_offset  # published after each batch
         every = read_rows(root)
         assert len(every) == 230
@@ -235,7 +236,7 @@ def test_the_dispatched_mark_is_trusted_only_at_a_record_start(tmp_path):
     first_segment = (root / "commitlog" / fmt.segment_name(0)).read_bytes()
     blank_at = last_in_first + fmt.I32.unpack_from(first_segment, last_in_first)[0]
     assert blank_at < SEGMENT == second  # a blank fills [blank_at, SEGMENT)
-    mark = root / "config" / MARK_FILE_NAME
+    mark = Path(mark_path(str(root)))
     mark.parent.mkdir(exist_ok=True)
     every = read_rows(root)
     wanted = [r["commitlog_offset"] for r in every if r["topic"] == "t0"]

@@ -307,7 +307,8 @@ def test_check_tail_reports_a_header_that_disagrees_with_its_entries(tmp_path, d
         _zero_from(index_file, fmt.OFFSET_END_PHY_OFFSET + 6)
         index_file = IndexFile.open(index_file.path, 3, 16)
     elif damage == "slot write lost":
-        struct.pack_into(">i", index_file._buf, fmt.slots_offset() + 4 * (5 % 3), 5)  # entry 10 (hash 5) not yet its head
+        # entry 10 (hash 5) not yet its head
+        struct.pack_into(">i", index_file._buf, fmt.slots_offset() + 4 * (5 % 3), 5)
     else:  # entry 10 (hash 5) linked to entry 5 (hash 5); now to entry 4 (hash 4, another slot)
         struct.pack_into(">i", index_file._buf, entries_at + 20 * 10 + fmt.OFFSET_PREV_INDEX, 4)
     with pytest.raises(CorruptionError) as raised:
