@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import sys
 
 import numpy as np
 
@@ -29,6 +30,9 @@ def remove_leftovers(directory: str, names: list[str]) -> list[str]:
         else:
             kept.append(name)
     return kept
+
+
+_ONLY_THIS_FRAME = 2  # sys.getrefcount of a mapping only a local name refers to (the name, the argument)
 
 
 class MappedFile:
@@ -119,18 +123,23 @@ class MappedFile:
             raise StoreIOError(f"fdatasync of {self.path} failed: {exc.strerror}") from exc
 
     def close(self) -> None:
-        """Drop the mapping: unmapped now when nothing else holds a view of it, else once the last view goes."""
+        """Drop the mapping: unmapped now when nothing else refers to it, else when the last reference goes.
+
+        numpy arrays over a mapping hold no buffer export of it (the mmap's close() would succeed under them and
+        leave them pointing at unmapped memory: a segmentation fault on the next read). So the test is the
+        reference count: the mapping is referred to by the memmap array (twice) and by every view through it;
+        when only this frame's name for it is left, nobody can read it any more and it is closed at once (which
+        also closes the descriptor it keeps). Otherwise a reader in another thread, or a batch that looks up
+        properties later, still has it, and the mapping and its descriptor go with the last of them.
+        """
         if self._closed:
             return
         self._closed = True
         mapping = getattr(self.array, "_mmap", None)
         self.view = None
         self.array = None
-        if mapping is not None:
-            try:
-                mapping.close()  # also closes the descriptor the mapping keeps
-            except BufferError:
-                pass  # a reader still holds a view: the mapping goes with the last of them
+        if mapping is not None and sys.getrefcount(mapping) <= _ONLY_THIS_FRAME:
+            mapping.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
