@@ -3,7 +3,7 @@
 `prepare_columns` checks a batch and encodes what the store does not assign (body CRC, topic, properties) as
 columns; messages of the common shapes (no keys, no user properties; tags or not) are checked all at once,
 any other batch goes message by message through `CommitLog.prepare`, with the same checks and errors.
-`append_columns` then writes the batch under the writer lock: the 88-byte headers of a whole run of records
+`append_columns` then writes the batch (its caller holds the writer lock): the 88-byte headers of a whole run of records
 come from one numpy array, the records are joined into one buffer and copied into the segment with one
 memcpy, and the record-CRC digits (format rule 6) are written for all records at once. A run ends where a
 segment does; the blank and the roll are the CommitLog's.
@@ -149,50 +149,49 @@ def _tails(log, topics: list[str], tags: list, tag_values: set) -> list[bytes] |
 
 
 def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, int, StoreIOError | None]:
-    """Append a prepared batch under the writer lock; returns (commitlog offsets, queue offsets, records placed,
-    store timestamp, error). When a segment cannot be created part way, the records before it stay stored and
-    the StoreIOError is returned with them (the rest are not written)."""
+    """Append a prepared batch; the caller holds `log.lock` (the writer lock). Returns (commitlog offsets, queue
+    offsets, records placed, store timestamp, error). When a segment cannot be created part way, the records
+    before it stay stored and the StoreIOError is returned with them (the rest are not written)."""
     count = len(columns)
     offsets = np.zeros(count, dtype=np.int64)
     queue_offsets = np.zeros(count, dtype=np.int64)
     sizes = columns.sizes
-    with log.lock:
-        store_ts = log.now_ms()
-        table = log.queue_offsets
-        keys = columns.queue_keys
-        if len(keys) == 1:
-            queue_offsets[:] = table.get(keys[0], 0) + np.arange(count, dtype=np.int64)
-        else:
-            for key_id, key in enumerate(keys):  # bounded by the batch's distinct queues
-                rows = np.flatnonzero(columns.key_ids == key_id)
-                queue_offsets[rows] = table.get(key, 0) + np.arange(len(rows), dtype=np.int64)
-        done = 0
-        error = None
-        while done < count:  # one round per segment the batch touches
-            offset = log._end
-            try:
-                if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._segment_end:
-                    offset = log._roll(offset, int(sizes[done]))
-            except StoreIOError as exc:
-                error = exc
-                break
-            ends = offset + np.cumsum(sizes[done:])
-            run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._segment_end, side="right"))
-            assert run >= 1
-            stop = done + run
-            starts = np.empty(run, dtype=np.int64)
-            starts[0] = offset
-            starts[1:] = ends[: run - 1]
-            offsets[done:stop] = starts
-            _write_run(log, columns, done, stop, starts, queue_offsets[done:stop], store_ts)
-            log._end = int(ends[run - 1])  # published only when the whole run is written
-            done = stop
-        if done:
-            log.last_store_timestamp_ms = store_ts  # after the records are published, as append() does
-            placed_counts = np.bincount(columns.key_ids[:done], minlength=len(keys))
-            for key_id, key in enumerate(keys):
-                if placed_counts[key_id]:
-                    table[key] = table.get(key, 0) + int(placed_counts[key_id])
+    store_ts = log.now_ms()
+    table = log.queue_offsets
+    keys = columns.queue_keys
+    if len(keys) == 1:
+        queue_offsets[:] = table.get(keys[0], 0) + np.arange(count, dtype=np.int64)
+    else:
+        for key_id, key in enumerate(keys):  # bounded by the batch's distinct queues
+            rows = np.flatnonzero(columns.key_ids == key_id)
+            queue_offsets[rows] = table.get(key, 0) + np.arange(len(rows), dtype=np.int64)
+    done = 0
+    error = None
+    while done < count:  # one round per segment the batch touches
+        offset = log._end
+        try:
+            if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._segment_end:
+                offset = log._roll(offset, int(sizes[done]))
+        except StoreIOError as exc:
+            error = exc
+            break
+        ends = offset + np.cumsum(sizes[done:])
+        run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._segment_end, side="right"))
+        assert run >= 1
+        stop = done + run
+        starts = np.empty(run, dtype=np.int64)
+        starts[0] = offset
+        starts[1:] = ends[: run - 1]
+        offsets[done:stop] = starts
+        _write_run(log, columns, done, stop, starts, queue_offsets[done:stop], store_ts)
+        log._end = int(ends[run - 1])  # published only when the whole run is written
+        done = stop
+    if done:
+        log.last_store_timestamp_ms = store_ts  # after the records are published, as append() does
+        placed_counts = np.bincount(columns.key_ids[:done], minlength=len(keys))
+        for key_id, key in enumerate(keys):
+            if placed_counts[key_id]:
+                table[key] = table.get(key, 0) + int(placed_counts[key_id])
     return offsets, queue_offsets, done, store_ts, error
 
 

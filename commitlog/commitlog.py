@@ -250,27 +250,32 @@ class CommitLog:
 
     def append(self, record: PreparedRecord) -> tuple[int, int, int]:
         """Append one prepared record; returns (commitlog_offset, queue_offset, store_timestamp_ms)."""
-        queue_key, flag, body, crc, born, tail, size = record
         with self.lock:
-            offset = self._end
-            if offset + size + 8 > self._segment_end:
-                offset = self._roll(offset, size)
-            pos = offset - self._segment_base
-            view = self._view
-            queue_offset = self.queue_offsets.get(queue_key, 0)
-            store_ts = _time_ns() // 1_000_000
-            body_end = pos + 88 + len(body)
-            _pack_header(view, pos, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
-                         store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
-                         0, 0, len(body))
-            view[pos + 88 : body_end] = body
-            end = pos + size
-            view[body_end:end] = tail
-            if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
-                view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[pos : end - 20]) & 0x7FFFFFFF))[::-1]
-            self.queue_offsets[queue_key] = queue_offset + 1
-            self.last_store_timestamp_ms = store_ts
-            self._end = offset + size
+            return self.append_locked(record)
+
+    def append_locked(self, record: PreparedRecord) -> tuple[int, int, int]:
+        """`append` for a caller that holds `self.lock` (the store's put path: one lock per put, not two)."""
+        queue_key, flag, body, crc, born, tail, size = record
+        offset = self._end
+        if offset + size + 8 > self._segment_end:
+            offset = self._roll(offset, size)
+        pos = offset - self._segment_base
+        view = self._view
+        queue_offsets = self.queue_offsets
+        queue_offset = queue_offsets.get(queue_key, 0)
+        store_ts = _time_ns() // 1_000_000
+        body_end = pos + 88 + len(body)
+        _pack_header(view, pos, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
+                     store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
+                     0, 0, len(body))
+        view[pos + 88 : body_end] = body
+        end = pos + size
+        view[body_end:end] = tail
+        if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
+            view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[pos : end - 20]) & 0x7FFFFFFF))[::-1]
+        queue_offsets[queue_key] = queue_offset + 1
+        self.last_store_timestamp_ms = store_ts
+        self._end = offset + size
         return offset, queue_offset, store_ts
 
     def append_batch(self, records: list[PreparedRecord]
@@ -281,7 +286,9 @@ class CommitLog:
         cannot be created part way, the ones before it stay stored and the StoreIOError is returned with them
         (the rest are not written).
         """
-        offsets, queue_offsets, placed, store_ts, error = append_columns(self, columns_from_records(records))
+        columns = columns_from_records(records)
+        with self.lock:
+            offsets, queue_offsets, placed, store_ts, error = append_columns(self, columns)
         return list(zip(offsets[:placed].tolist(), queue_offsets[:placed].tolist())), store_ts, error
 
     def now_ms(self) -> int:
@@ -294,8 +301,8 @@ class CommitLog:
         return prepare_columns(self, messages)
 
     def append_prepared(self, columns: Columns) -> tuple:
-        """Append a prepared batch under the writer lock: (commitlog offsets, queue offsets, records placed, store ts,
-        StoreIOError or None); records before a failed segment creation stay stored."""
+        """Append a prepared batch, for a caller that holds `self.lock`: (commitlog offsets, queue offsets, records
+        placed, store ts, StoreIOError or None); records before a failed segment creation stay stored."""
         return append_columns(self, columns)
 
     def _use_segment(self, segment: MappedFile | None) -> None:

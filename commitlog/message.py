@@ -214,17 +214,18 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
         body_end = 88 + body_length
         if (magic == _MAGIC_V1 and not sys_flag & _V6_FLAGS and size == expected_size and physical == offset
                 and 0 <= body_length and body_end + 3 <= size):
-            properties_at = body_end + 1 + raw[body_end]
-            if raw[body_end] and properties_at + 2 <= size and properties_at + 2 + (
+            topic_length = raw[body_end]
+            properties_at = body_end + 1 + topic_length
+            if topic_length and properties_at + 2 <= size and properties_at + 2 + (
                     (raw[properties_at] << 8) | raw[properties_at + 1]) == size and raw[properties_at] < 0x80:
                 topic = raw[body_end + 1 : properties_at]
                 body = raw[88:body_end]
-                pair = raw[-20:]
-                if pair[:9] == _CRC_PREFIX and pair[19] == 2 and size - properties_at >= 22 and (
-                        size - properties_at == 22 or raw[-21] == 2):
-                    digits = pair[9:19]
-                    ok = digits.isdigit() and int(digits[::-1]) == _crc32(raw[:-20]) & 0x7FFFFFFF
-                    properties = raw[properties_at + 2 : -20]
+                crc_at = size - 20
+                if raw[-1] == 2 and raw.startswith(_CRC_PREFIX, crc_at) and crc_at - properties_at >= 2 and (
+                        crc_at - properties_at == 2 or raw[-21] == 2):
+                    digits = raw[crc_at + 9 : -1]
+                    ok = digits.isdigit() and int(digits[::-1]) == _crc32(view[pos : pos + crc_at]) & 0x7FFFFFFF
+                    properties = raw[properties_at + 2 : crc_at]
                 else:
                     ok = offset < required and _crc32(body) & 0x7FFFFFFF == crc
                     properties = raw[properties_at + 2 :]

@@ -286,6 +286,26 @@ class ConsumeQueue:
                                   offset=position * cqf.UNIT_SIZE_BYTES, rule="1")
         return result
 
+    def read_lists(self, queue_offset: int, count: int) -> tuple[list[int], list[int]]:
+        """The commitlog offsets and sizes of the units [queue_offset, queue_offset + count) that exist, as lists
+        (the get path: a few entries, wanted as Python ints). `queue_offset` must be at least min_offset. A
+        unit that is not valid raises CorruptionError, as `read` reports it."""
+        stop = min(queue_offset + count, self.max_offset)
+        if stop <= queue_offset:
+            return [], []
+        index, position = self._locate(queue_offset)
+        take = min(stop - queue_offset, self.entries_per_file - position)
+        if take < stop - queue_offset:  # the range crosses into the next file: rare, take the general path
+            units = self.read(queue_offset, count)
+            return units["commitlog_offset"].tolist(), units["size"].tolist()
+        units = self.units[index][position : position + take]
+        offsets = units["commitlog_offset"].tolist()
+        sizes = units["size"].tolist()
+        if min(sizes) <= 0 or min(offsets) < 0:
+            self.read(queue_offset, count)  # raises with the file and the position of the bad unit
+            raise CorruptionError(f"queue entries from {queue_offset} changed while read", path=self.directory)
+        return offsets, sizes
+
     def close(self) -> None:
         with self.lock:
             self.units = []  # first: views of the files' mappings

@@ -75,7 +75,7 @@ class MessageStore(Reads, IndexLookups):
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
         self._checkpoint: Checkpoint | None = None
-        self._writer = threading.Lock()  # one put or put_batch appends at a time; see _wait_for_writer
+        self._writer = threading.Lock()  # one put or put_batch appends at a time (the CommitLog's lock once open)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
@@ -129,6 +129,9 @@ class MessageStore(Reads, IndexLookups):
             preallocate=config.preallocate_segments, repair=self._repair and not self.read_only,
             record_crc=config.record_crc, record_crc_from=self._settings.get(RECORD_CRC_FROM_KEY))
         self._msg_id_prefix = self._commitlog.store_host_raw.hex().upper()
+        self._writer = self._commitlog.lock  # see _wait_for_writer
+        self._prepare = self._commitlog.prepare
+        self._append_locked = self._commitlog.append_locked
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
         self._index = None
@@ -324,14 +327,14 @@ class MessageStore(Reads, IndexLookups):
         """Store one message; it becomes visible to get() once dispatched."""
         if self._closed or self.read_only:
             self._check_writable()
-        record = self._commitlog.prepare(message)
+        record = self._prepare(message)
         if self._disk_full:
             return _refused(PutStatus.DISK_FULL)
         writer = self._writer
         if not writer.acquire(False):
             _wait_for_writer(writer)
         try:
-            offset, queue_offset, store_ts = self._commitlog.append(record)
+            offset, queue_offset, store_ts = self._append_locked(record)
         except StoreIOError as exc:  # the next segment could not be created: nothing of this message is written
             log.error("put refused: %s", exc)
             return _refused(PutStatus.CREATE_MAPPED_FILE_FAILED)
@@ -344,7 +347,7 @@ class MessageStore(Reads, IndexLookups):
         if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
             status = PutStatus.FLUSH_DISK_TIMEOUT
         return _new_tuple(PutResult, (status, offset, queue_offset, record[6], store_ts,
-                                      self._msg_id_prefix + "%016X" % offset))
+                                      self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Store many messages under one lock hold. Every message is checked first: one bad one writes none."""

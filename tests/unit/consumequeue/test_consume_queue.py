@@ -146,6 +146,29 @@ def test_a_zeroed_unit_read_inside_the_written_range_is_corruption(tmp_path):
     queue.close()
 
 
+def test_read_lists_gives_what_read_gives_within_and_across_files(tmp_path):
+    queue = _queue(tmp_path)
+    queue.put(0, _units(0, 10, size=50))
+    for start, count in ((0, 1), (1, 3), (2, 5), (4, 4), (8, 100), (0, 10), (10, 5)):
+        units = queue.read(start, count)
+        assert queue.read_lists(start, count) == (units["commitlog_offset"].tolist(), units["size"].tolist())
+    assert queue.read_lists(3, 2) == ([150, 200], [50, 50])
+    queue.close()
+
+
+@pytest.mark.parametrize("field, value", [("size", 0), ("size", -3), ("commitlog_offset", -1)])
+@pytest.mark.parametrize("start, count", [(0, 3), (1, 1), (0, 6)])  # inside one file; across two
+def test_read_lists_refuses_a_bad_unit_as_read_does(tmp_path, field, value, start, count):
+    queue = _queue(tmp_path)
+    queue.put(0, _units(0, 6))
+    queue.units[0][1][field] = value
+    with pytest.raises(CorruptionError) as raised:
+        queue.read_lists(start, count)
+    assert raised.value.offset == 20 and raised.value.rule == "1"
+    assert raised.value.path == os.path.join(str(tmp_path), cqf.file_name(0))
+    queue.close()
+
+
 def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
     writer = _queue(tmp_path)
     writer.put(0, _units(0, 2))

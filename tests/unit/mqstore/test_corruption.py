@@ -142,6 +142,29 @@ def test_a_queue_entry_past_the_logs_end_rebuilds_the_queue_and_hides_nothing(st
         assert [m.commitlog_offset for m in got.messages] == [r.commitlog_offset for r in results]
 
 
+@pytest.mark.parametrize("bad_offset, bad_size", [(None, 0), (None, -1), (-1, None)])
+def test_a_unit_damaged_under_an_open_store_is_corruption_for_every_get_that_reads_it(store_dir, bad_offset,
+                                                                                       bad_size):
+    # Opening checks the queues; damage done after that (the disk, another program) is found by the get that reads
+    # the unit, whatever entry it starts at, and the entries around it stay readable.
+    with MessageStore.open(store_dir, config()) as store:
+        results = store.put_batch([Message("q", b"%03d" % i) for i in range(6)])
+        assert store.wait_dispatched(30)
+    victim = results[3]
+    with MessageStore.open(store_dir, config(), read_only=True) as reader:
+        path = store_dir / "consumequeue" / "q" / "0" / f"{0:020d}"
+        with open(path, "r+b") as handle:  # in place: the reader's mapping sees it
+            handle.seek(3 * 20)
+            handle.write(struct.pack(">qi", victim.commitlog_offset if bad_offset is None else bad_offset,
+                                     victim.size_bytes if bad_size is None else bad_size))
+        assert [m.body for m in reader.get("q", 0, 0, max_count=3).messages] == [b"000", b"001", b"002"]
+        assert [m.body for m in reader.get("q", 0, 4).messages] == [b"004", b"005"]
+        for start, count in ((0, 32), (3, 1), (2, 2)):
+            with pytest.raises(CorruptionError) as raised:
+                reader.get("q", 0, start, max_count=count)
+            assert raised.value.rule == "1" and raised.value.offset == 3 * 20 and raised.value.path == str(path)
+
+
 def test_a_damaged_entry_inside_a_queue_is_reported_or_repaired_never_hides_the_rest(store_dir):
     with MessageStore.open(store_dir, config()) as store:
         results = store.put_batch([Message("q", b"%03d" % i, queue_id=0) for i in range(30)])
