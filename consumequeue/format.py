@@ -12,9 +12,10 @@ Unit, big-endian:
                         = 20 bytes
 
 Validity rule. An entry read from disk is valid iff (1) size > 0 and (2) commitlog_offset >= 0. The first
-entry of a file (or of the unwritten tail) with size <= 0 ends the queue's written part; written entries
-never have size 0, so a zero-filled unit is free space. (3) Entries hold strictly increasing
-commitlog offsets.
+entry of a file (or of the unwritten tail) with size 0 ends the queue's written part; written entries never
+have size 0, so a zero-filled unit is free space. A negative size is damage wherever it is (RocketMQ takes
+any size <= 0 for the end; mqstore reports it instead of hiding the entries after it). (3) Entries hold
+strictly increasing commitlog offsets.
 
 Files: `consumequeue/<topic>/<queue_id>/<name>`, each holding `consume_queue_entries_per_file` units
 (default 300 000, 6 000 000 bytes), named by the logical byte offset of their first unit as 20 zero-padded

@@ -152,7 +152,8 @@ class QueueIndex:
 
     @staticmethod
     def read_units(path: str, first: int = 0, count: int | None = None) -> np.ndarray:
-        """Units [first, first+count) of one file, cut at the first unit with size <= 0 (the queue's end)."""
+        """Units [first, first+count) of one file, cut at the first unit with size 0 (the queue's end); a negative
+        size is damage (ConsumeQueue format rule 1), not an end that would hide the units after it."""
         try:
             with open(path, "rb") as handle:
                 handle.seek(first * cqfmt.UNIT_SIZE_BYTES)
@@ -163,6 +164,9 @@ class QueueIndex:
             raise StoreIOError(f"cannot read ConsumeQueue file {path}: {exc.strerror}") from exc
         units = np.frombuffer(raw[:len(raw) - len(raw) % cqfmt.UNIT_SIZE_BYTES], dtype=cqfmt.CONSUME_QUEUE_UNIT)
         ends = np.flatnonzero(units["size"] <= 0)
+        if len(ends) and units["size"][ends[0]] < 0:
+            raise CorruptionError(f"queue entry has size {int(units['size'][ends[0]])}", path=path,
+                                  offset=(first + int(ends[0])) * cqfmt.UNIT_SIZE_BYTES, rule="1")
         return units[:ends[0]] if len(ends) else units
 
     def first_offsets(self, queue_dir: str, files) -> list[int]:

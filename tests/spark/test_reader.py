@@ -293,6 +293,22 @@ def test_corruption_is_reported_with_file_and_offset(tmp_path):
     assert caught.value.path.endswith(fmt.segment_name(0)) and caught.value.offset == offsets[20]
 
 
+def test_a_queue_entry_with_a_negative_size_is_corruption_not_the_queues_end(tmp_path):
+    # Taken for the end, it would hide the entries after it and a topic read would miss their records.
+    root = tmp_path / "store"
+    with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
+        for i in range(40):
+            writer.put("t" if i % 2 else "u", b"d" * 100)
+    path = root / "consumequeue" / "t" / "0" / cqfmt.file_name(0)
+    with open(path, "r+b") as handle:
+        handle.seek(5 * cqfmt.UNIT_SIZE_BYTES + 8)
+        handle.write((-1).to_bytes(4, "big", signed=True))
+    with pytest.raises(CorruptionError) as caught:
+        read_rows(root, topic="t")
+    assert caught.value.rule == "1" and caught.value.path == str(path)
+    assert caught.value.offset == 5 * cqfmt.UNIT_SIZE_BYTES
+
+
 def test_snapshot_stops_at_the_planned_end_while_records_are_appended(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:

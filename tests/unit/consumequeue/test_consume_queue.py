@@ -183,6 +183,34 @@ def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
     reader.close()
 
 
+@pytest.mark.parametrize("writable", [True, False])
+def test_a_negative_size_is_damage_not_the_end_of_the_queue(tmp_path, writable):
+    # A zero size ends the written units (free space); no writer puts a negative one there, and taking it for
+    # the end would hide the entries after it.
+    _write_unit_file(tmp_path, 0, [(0, 10, 0), (10, -10, 0), (20, 10, 0)])
+    with pytest.raises(CorruptionError) as raised:
+        _queue(tmp_path, writable=writable)
+    assert raised.value.rule == "1" and raised.value.offset == 20
+    _write_unit_file(tmp_path, 0, [(0, 10, 0), (10, 0, 0), (20, 10, 0)])
+    queue = _queue(tmp_path, writable=writable)
+    assert queue.max_offset == 1  # a zero size is where the written part ends
+    queue.close()
+
+
+def test_a_reader_refresh_reports_a_negative_size_past_what_it_has_seen(tmp_path):
+    writer = _queue(tmp_path)
+    writer.put(0, _units(0, 2))
+    reader = _queue(tmp_path, writable=False)
+    writer.put(2, _units(200, 4))
+    writer.units[1][1]["size"] = -1  # entry 5: in the second file, past the reader's end
+    with pytest.raises(CorruptionError) as raised:
+        reader.refresh()
+    assert raised.value.rule == "1" and raised.value.offset == 20
+    assert raised.value.path == os.path.join(str(tmp_path), cqf.file_name(PER_FILE))
+    writer.close()
+    reader.close()
+
+
 def test_table_loads_queues_and_lists_topics(tmp_path):
     table = ConsumeQueueTable(str(tmp_path), PER_FILE, writable=True)
     table.get_or_create("b", 1).put(0, _units(0, 2))

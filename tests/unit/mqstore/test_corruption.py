@@ -197,3 +197,16 @@ def test_entries_past_the_end_of_a_crashed_log_are_cut_without_a_rebuild(store_d
         report = store.recovery_report
         assert report.queues_rebuilt == [] and report.queue_entries_dropped == 3
         assert store.max_offset("q", 0) == 27
+
+
+def test_a_negative_entry_size_on_disk_is_reported_to_a_reader_and_rebuilt_by_a_writer(store_dir):
+    with MessageStore.open(store_dir, config()) as store:
+        results = store.put_batch([Message("q", b"%03d" % i) for i in range(6)])
+        assert store.wait_dispatched(30)
+    _rewrite_unit(store_dir, "q", 0, 2, results[2].commitlog_offset, -results[2].size_bytes)
+    with pytest.raises(CorruptionError) as raised:  # not a queue that ends at entry 2
+        MessageStore.open(store_dir, config(), read_only=True)
+    assert raised.value.rule == "1"
+    with MessageStore.open(store_dir, config()) as store:
+        assert store.max_offset("q", 0) == 6
+        assert [m.body for m in store.get("q", 0, 0).messages] == [b"%03d" % i for i in range(6)]
