@@ -67,8 +67,9 @@ Rules (7) and (8) cost O(1) per file and catch a file whose end was zeroed or ne
 header that counts it (keys silently missing otherwise); they are checked at every writable open.
 RocketMQ silently treats an out-of-range slot or link as "empty" and a negative timeDiff as "end of chain";
 here they are corruption (`CorruptionError`), healed by `IndexService.truncate` after an unclean shutdown.
-Rule (9) is checked on the chains a query walks, and by the entry-by-entry check of recovery (against the
-links and the slot table on disk, before the slots are rebuilt): it finds a damaged keyHash whenever the damage
+Rule (9) is checked on the chains a query walks, on every chain by `IndexFile.check` (and so
+`IndexService.check`), and by the entry-by-entry check of recovery (against the links and the slot table on
+disk, before the slots are rebuilt): it finds a damaged keyHash whenever the damage
 changes the hash's slot (every one-bit flip when S has an odd factor, as RocketMQ's 5 000 000 does; with S a
 power of two, flips of the bits above log2(S) go unseen) and a damaged prevIndex that leads into another
 slot's chain. The store checks each phyOffset by reading the message there, which must hold a key of that

@@ -364,8 +364,8 @@ class IndexFile:
             raise CorruptionError(f"{problem} [rule 7]", path=self.path, offset=last_at, rule="7")
 
     def check(self) -> None:
-        """Check rules (4) to (7) on every slot and every written entry at once; CorruptionError at the first
-        break. `select` checks only what it reads; this is for `IndexService.check` and tests."""
+        """Check rules (4) to (7) and (9) on every slot and every written entry at once; CorruptionError at the
+        first break. `select` checks only what it reads; this is for `IndexService.check` and tests."""
         self.check_tail()
         count = self._index_count
         heads = self._slots.astype(np.int64)
@@ -383,6 +383,25 @@ class IndexFile:
                 raise CorruptionError(
                     f"entry {number}: prevIndex {int(prev[at[0]])}, timeDiff {int(time_diffs[at[0]])} [rule {rule}]",
                     path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number, rule=rule)
+        self._check_chains(written["key_hash"].astype(np.int64), prev, heads)
+
+    def _check_chains(self, hashes: np.ndarray, prev: np.ndarray, heads: np.ndarray) -> None:
+        """Rule (9) over every chain (links already keep rule 5): an entry's key hash is not negative and falls
+        in the slot of the chain it is in, that is, in the slot of the entry it links to, and a slot's head has
+        a hash of that slot. Entry i is at index i - 1 of the arrays."""
+        slots_of = hashes % self.hash_slot_count
+        linked = np.flatnonzero(prev > 0)
+        named = np.flatnonzero(heads > 0)  # slots; heads are entry numbers (rule 4 checked them)
+        broken = np.concatenate([np.flatnonzero(hashes < 0),
+                                 linked[slots_of[linked] != slots_of[prev[linked] - 1]],
+                                 heads[named][slots_of[heads[named] - 1] != named] - 1])
+        if broken.size:
+            index = int(broken.min())
+            number = index + 1
+            raise CorruptionError(
+                f"entry {number} (keyHash {int(hashes[index])}) is in the chain of another slot, or heads a slot its "
+                f"hash is not in [rule 9]", path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number,
+                rule="9")
 
     # --- repair ------------------------------------------------------------------------------------------
     def truncate(self, commitlog_offset: int, commitlog_offset_min: int = 0) -> int:

@@ -290,7 +290,7 @@ class IndexService:
             return deleted
 
     def check(self) -> None:
-        """Check every slot and entry of every file (rules 4 to 8); CorruptionError at the first break."""
+        """Check every slot and entry of every file (rules 4 to 9); CorruptionError at the first break."""
         with self._lock:
             self._check_open()
             previous_end = 0

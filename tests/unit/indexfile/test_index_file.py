@@ -252,6 +252,30 @@ def test_negative_time_diff_is_corruption(tmp_path):
     assert caught.value.rule == "6"
 
 
+@pytest.mark.parametrize("entry, field, value, reported", [
+    (1, fmt.OFFSET_KEY_HASH, 4, {1, 4}),  # entry 1 moved to slot 1: entry 4 of slot 0 links to it
+    (8, fmt.OFFSET_KEY_HASH, 6, {8}),  # the head of slot 1 with a hash of slot 0
+    (4, fmt.OFFSET_KEY_HASH, -3, {4}),
+    (5, fmt.OFFSET_PREV_INDEX, 1, {5}),  # slot 1's chain linked into slot 0's
+])
+def test_check_finds_entries_in_the_chain_of_another_slot(tmp_path, entry, field, value, reported):
+    # The damage is away from the newest entry and its link, which check_tail looks at (rule 7).
+    index_file = _new(tmp_path, slots=3, entries=12)
+    for number in range(1, 10):  # hashes 0 1 2 0 1 2 0 1 2: chains 7 -> 4 -> 1, 8 -> 5 -> 2, 9 -> 6 -> 3
+        index_file.put_key((number - 1) % 3, 10 * number, T0)
+    index_file.check()
+    path = index_file.path
+    index_file.close()
+    entry_at = fmt.entries_offset(3) + 20 * entry
+    _poke(path, entry_at + field, ">i", value)
+    damaged = IndexFile.open(path, 3, 12, read_only=True)
+    with pytest.raises(CorruptionError) as caught:
+        damaged.check()
+    assert caught.value.rule == "9" and caught.value.path == path
+    assert (caught.value.offset - fmt.entries_offset(3)) // 20 in reported
+    damaged.close()
+
+
 def test_bad_header_and_size_are_corruption(tmp_path):
     path = _filled(tmp_path)
     with pytest.raises(CorruptionError) as caught:
