@@ -68,13 +68,16 @@ def _record_bytes(body_size: int, record_crc: bool) -> int:
     return fmt.RECORD_SIZE_FIXED + len("orders") + body_size + (fmt.RECORD_CRC_LENGTH if record_crc else 0)
 
 
-def _pre_touch(store: MessageStore) -> None:
-    """Touch every page of the current segment so that writes find them mapped (the 'warm' case)."""
+def _pre_touch(store: MessageStore, nbytes: int) -> None:
+    """Touch the pages of the current segment that the next `nbytes` of records will use (the 'warm' case), then
+    write them back, so that the kernel is not writing a gigabyte of touched zeros during the measurement."""
     segment = store._commitlog.segments.last()
     view = segment.view
     start = store._commitlog.readable_end() - segment.base_offset
-    for position in range(start - start % PAGE + PAGE, segment.size_bytes, PAGE):
+    stop = min(segment.size_bytes, start + nbytes + 2 * PAGE)
+    for position in range(start - start % PAGE + PAGE, stop, PAGE):
         view[position] = 0
+    segment.flush(start, stop)
 
 
 def bench_put(root: str, count: int, body_size: int, warm: bool, index: bool = False,
@@ -83,7 +86,7 @@ def bench_put(root: str, count: int, body_size: int, warm: bool, index: bool = F
     with MessageStore.open(root, _config(index, record_crc)) as store:
         store.put(Message("orders", b"first"))
         if warm:
-            _pre_touch(store)
+            _pre_touch(store, count * _record_bytes(body_size, record_crc))
         started = time.perf_counter()
         for message in messages:
             store.put(message)
@@ -99,7 +102,7 @@ def bench_put_batch(root: str, count: int, body_size: int, warm: bool, batch: in
     with MessageStore.open(root, _config(record_crc=record_crc)) as store:
         store.put(Message("orders", b"first"))
         if warm:
-            _pre_touch(store)
+            _pre_touch(store, count * _record_bytes(body_size, record_crc))
         started = time.perf_counter()
         for start in range(0, count, batch):
             store.put_batch(messages[start : start + batch])
@@ -145,10 +148,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--out", default=None, help="result JSON path")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs of every row (default 3, 1 with --quick); the table gives the median and the best")
     args = parser.parse_args()
     count = 20_000 if args.quick else 300_000
+    repeat = args.repeat or (1 if args.quick else 3)
     work = tempfile.mkdtemp(prefix="mqstore-bench-")
     rows = []
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
     try:
         def fresh(name):
             """A new store directory; the stores of earlier rows are removed (each reserves 1-2 GiB)."""
@@ -156,50 +164,69 @@ def main() -> int:
                 shutil.rmtree(os.path.join(work, old), ignore_errors=True)
             return os.path.join(work, name)
 
-        base_100 = baseline(count, 100)
-        base_1k = baseline(count, 1000)
-        rows.append(("baseline pack+copy 100 B (warm mmap)", {"msgs_per_s": base_100}, None))
-        rows.append(("baseline pack+copy 1 KB (warm mmap)", {"msgs_per_s": base_1k,
-                                                             "mb_per_s": base_1k * 1097 / 1e6}, None))
+        def row(name, measure, base=None):
+            """Run `measure` `repeat` times; the row keeps the median run, the best and every run's rate."""
+            runs = sorted((measure() for _ in range(repeat)), key=lambda result: result["msgs_per_s"])
+            result = {**runs[len(runs) // 2], "best_msgs_per_s": runs[-1]["msgs_per_s"],
+                      "runs_msgs_per_s": [run["msgs_per_s"] for run in runs]}
+            rows.append((name, result, base))
+            return result
+
+        base_100 = row("baseline pack+copy 100 B (warm mmap)",
+                       lambda: {"msgs_per_s": baseline(count, 100)})["msgs_per_s"]
+        base_1k = row("baseline pack+copy 1 KB (warm mmap)",
+                      lambda: _with_mb(baseline(count, 1000), 1097))["msgs_per_s"]
         for body, base in ((100, base_100), (1000, base_1k)):
             for warm in (False, True):
-                result = bench_put(fresh(f"put{body}{warm}"), count, body, warm)
-                rows.append((f"put {body} B, 1 thread, {'warm' if warm else 'cold'}", result, base))
-        result = bench_put(fresh("put-index"), count, 100, True, index=True)
-        rows.append(("put 100 B, 1 thread, warm, index on", result, base_100))
-        result = bench_put(fresh("put-nocrc"), count, 100, True, record_crc=False)
-        rows.append(("put 100 B, 1 thread, warm, record_crc off", result, base_100))
+                row(f"put {body} B, 1 thread, {'warm' if warm else 'cold'}",
+                    lambda: bench_put(fresh(f"put{body}{warm}"), count, body, warm), base)
+        row("put 100 B, 1 thread, warm, index on",
+            lambda: bench_put(fresh("put-index"), count, 100, True, index=True), base_100)
+        row("put 100 B, 1 thread, warm, record_crc off",
+            lambda: bench_put(fresh("put-nocrc"), count, 100, True, record_crc=False), base_100)
         for warm in (False, True):
-            result = bench_put_batch(fresh(f"batch{warm}"), count, 1000, warm)
-            rows.append((f"put_batch 1 KB x1000, {'warm' if warm else 'cold'}", result, base_1k))
-        result = bench_put_batch(fresh("batch-nocrc"), count, 1000, True, record_crc=False)
-        rows.append(("put_batch 1 KB x1000, warm, record_crc off", result, base_1k))
+            row(f"put_batch 1 KB x1000, {'warm' if warm else 'cold'}",
+                lambda: bench_put_batch(fresh(f"batch{warm}"), count, 1000, warm), base_1k)
+        row("put_batch 1 KB x1000, warm, record_crc off",
+            lambda: bench_put_batch(fresh("batch-nocrc"), count, 1000, True, record_crc=False), base_1k)
         store = fresh("get")
         with MessageStore.open(store, _config()) as s:
             for start in range(0, count, 1000):
                 s.put_batch([Message("orders", b"x" * 100, queue_id=i % QUEUES) for i in range(start, start + 1000)])
-        rows.append(("get 100 B, 32 per call, sequential", bench_get(store), None))
-        rows.append(("dispatch (rebuild ConsumeQueues), 100 B", bench_dispatch(store), None))
+        row("get 100 B, 32 per call, sequential", lambda: bench_get(store))
+        row("dispatch (rebuild ConsumeQueues), 100 B", lambda: bench_dispatch(store))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    load_after = os.getloadavg()[0]
 
-    print(f"\nmqstore put/get benchmark ({count:,} messages per row; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()})")
-    print(f"{'case':<44} {'msgs/s':>12} {'MB/s':>9} {'vs baseline':>12}")
+    print(f"\nmqstore put/get benchmark ({count:,} messages per row, {repeat} run(s) each; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"load {load_before:.1f} before, {load_after:.1f} after)")
+    print(f"{'case':<44} {'msgs/s':>12} {'best':>12} {'MB/s':>9} {'vs baseline':>12}")
     for name, result, base in rows:
         mb = f"{result['mb_per_s']:.0f}" if "mb_per_s" in result else ""
         ratio = f"{result['msgs_per_s'] / base:.2f}x" if base else ""
-        print(f"{name:<44} {result['msgs_per_s']:>12,.0f} {mb:>9} {ratio:>12}")
+        print(f"{name:<44} {result['msgs_per_s']:>12,.0f} {result['best_msgs_per_s']:>12,.0f} {mb:>9} {ratio:>12}")
+    print("msgs/s and MB/s are the median run's; best is the fastest run's msgs/s; the ratio is of medians.")
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    "put_get_quick.json" if args.quick else "put_get.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    command = " ".join(["bench/put_get.py"] + (["--quick"] if args.quick else [])
+                       + ([f"--repeat {args.repeat}"] if args.repeat else []))
     with open(out, "w") as handle:
-        json.dump({"command": "bench/put_get.py" + (" --quick" if args.quick else ""), "messages_per_row": count,
+        json.dump({"command": command, "messages_per_row": count, "runs_per_row": repeat,
+                   "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "seconds": round(elapsed, 1),
+                   "load_average_1min": [load_before, load_after],
                    "python": platform.python_version(), "cores": os.cpu_count(),
                    "rows": [{"case": name, **result, "baseline_msgs_per_s": base} for name, result, base in rows]},
                   handle, indent=2)
     print(f"results written to {out}")
     return 0
+
+
+def _with_mb(msgs_per_s: float, record_bytes: int) -> dict:
+    return {"msgs_per_s": msgs_per_s, "mb_per_s": msgs_per_s * record_bytes / 1e6}
 
 
 if __name__ == "__main__":
