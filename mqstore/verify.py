@@ -12,7 +12,11 @@ Everything here maps files read-only, takes no lock and writes nothing, so it ma
     (4) every ConsumeQueue loads (file names, sizes, entry order: consumequeue.format rules 1-3);
     (5) every ConsumeQueue entry points below the log's written end, to a valid record whose TOTALSIZE, topic,
         queue id and queue offset are the entry's size, the queue's topic and id, and the entry's number.
-        Entries pointing below the log's first segment were deleted by retention: counted, not reported.
+        Entries pointing below the log's first segment were deleted by retention: counted, not reported;
+    (6) the index files follow rules 1-9 of indexfile.format, every slot and entry (IndexService.check: the
+        first break is reported). With index_enabled=False, or index files of another size than the
+        config's index_slot_count and index_entry_count_max make (written with other settings, which the
+        command line can give), they are not checked and the report says why (`index_not_checked`).
 
 At most VERIFY_PROBLEMS_MAX problems are kept; the rest are counted. A problem is a CorruptionError carrying
 the file and the byte position inside it (commitlog/errors.py).
@@ -26,12 +30,16 @@ from dataclasses import dataclass, field
 
 from commitlog import format as fmt
 from commitlog.commitlog import TOPIC_PATTERN
-from commitlog.errors import CorruptionError, StoreIOError
+from commitlog.errors import ConfigMismatchError, CorruptionError, StoreIOError
 from commitlog.segments import SegmentList
 from consumequeue import format as cqf
 from consumequeue.consume_queue import ConsumeQueue
+from indexfile import format as index_format
+from indexfile.index_service import IndexService
 from mqstore.config import RECORD_CRC_FROM_KEY, StoreConfig, save_or_check_format
+from mqstore.engine_index import check_index_sizes
 
+INDEX_DISABLED = "the config has index_enabled=False"
 VERIFY_PROBLEMS_MAX = 100  # problems a report keeps (the rest are only counted)
 QUEUE_READ_CHUNK_ENTRIES = 65_536  # ConsumeQueue entries read at once
 _I64 = struct.Struct(">q")
@@ -51,6 +59,8 @@ class VerifyReport:
     queues: int = 0
     entries: int = 0
     entries_removed: int = 0
+    index_files: int = 0
+    index_not_checked: str = ""  # why the index files were not checked ("" when they were, or there are none)
 
     @property
     def ok(self) -> bool:
@@ -64,7 +74,7 @@ class VerifyReport:
     def as_dict(self) -> dict:
         counts = {name: getattr(self, name) for name in (
             "segments", "records", "blanks", "log_min_offset", "log_end_offset", "queues", "entries",
-            "entries_removed")}
+            "entries_removed", "index_files", "index_not_checked")}
         return {"ok": self.ok, "problem_count": self.problem_count, **counts,
                 "problems": [{"path": p.path, "offset": p.offset, "rule": p.rule, "message": str(p)}
                              for p in self.problems]}
@@ -288,11 +298,39 @@ def verify_store(root, config: StoreConfig, make_progress=_no_progress) -> Verif
                 _check_queue(queue, segments, report, progress)
         finally:
             progress.close()
+        _check_index(os.path.join(root, "index"), config, report)
     finally:
         for queue in queues:
             queue.close()
         segments.close()
     return report
+
+
+def _check_index(directory: str, config: StoreConfig, report: VerifyReport) -> None:
+    """(6): every index file, if they have the size the config makes."""
+    if not os.path.isdir(directory) or not any(index_format.parse_file_name(n) is not None
+                                               for n in os.listdir(directory)):
+        return
+    if not config.index_enabled:
+        report.index_not_checked = INDEX_DISABLED
+        return
+    try:
+        check_index_sizes(directory, config)
+    except ConfigMismatchError as exc:
+        report.index_not_checked = str(exc)
+        return
+    try:
+        service = IndexService(directory, config.index_slot_count, config.index_entry_count_max, read_only=True)
+    except CorruptionError as exc:  # a file that does not load (header, size)
+        report.add(exc)
+        return
+    try:
+        report.index_files = len(service.files)
+        service.check()
+    except CorruptionError as exc:
+        report.add(exc)
+    finally:
+        service.close()
 
 
 def queue_usage(root, config: StoreConfig, make_progress=_no_progress) -> dict[tuple[str, int], dict]:
