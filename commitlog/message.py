@@ -224,7 +224,7 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
                 if raw[-1] == 2 and raw.startswith(_CRC_PREFIX, crc_at) and crc_at - properties_at >= 2 and (
                         crc_at - properties_at == 2 or raw[-21] == 2):
                     digits = raw[crc_at + 9 : -1]
-                    ok = digits.isdigit() and int(digits[::-1]) == _crc32(view[pos : pos + crc_at]) & 0x7FFFFFFF
+                    ok = digits.isdigit() and int(digits[::-1]) == _crc32(raw[:crc_at]) & 0x7FFFFFFF
                     properties = raw[properties_at + 2 : crc_at]
                 else:
                     ok = offset < required and _crc32(body) & 0x7FFFFFFF == crc

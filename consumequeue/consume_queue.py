@@ -72,9 +72,8 @@ class ConsumeQueue:
         self.min_offset = self.files[0].base_offset // cqf.UNIT_SIZE_BYTES
         self.max_offset = self.min_offset
         for index, units in enumerate(self.units):
-            written = _written_count(units)
+            written = cqf.written_count(units, self.files[index].path)
             _check_units(units[:written], self.files[index].path, 0)
-            _check_end(units, written, self.files[index].path)
             self.max_offset = self.files[index].base_offset // cqf.UNIT_SIZE_BYTES + written
             if written < self.entries_per_file:
                 if index != len(self.units) - 1:
@@ -120,8 +119,7 @@ class ConsumeQueue:
                 if index >= len(self.units):
                     return
                 units = self.units[index][position:]
-                written = _written_count(units)
-                _check_end(units, written, self.files[index].path, position)
+                written = cqf.written_count(units, self.files[index].path, position)
                 self.max_offset += written
                 if written < len(units):
                     return
@@ -314,23 +312,6 @@ class ConsumeQueue:
             for mapped in self.files:
                 mapped.close()
             self.files = []
-
-
-def _written_count(units: np.ndarray) -> int:
-    """How many units from the start are written (the first with size <= 0 ends them)."""
-    if not len(units):
-        return 0
-    free = units["size"] <= 0
-    first_free = int(np.argmax(free))
-    return first_free if free[first_free] else len(units)
-
-
-def _check_end(units: np.ndarray, written: int, path: str, first_index: int = 0) -> None:
-    """Rule (1) where the written units end: a zero size is free space, a negative one is damage (no writer puts
-    it there, and taking it for the end would hide the entries after it)."""
-    if written < len(units) and units[written]["size"] < 0:
-        raise CorruptionError(f"queue entry has size {int(units[written]['size'])}", path=path,
-                              offset=(first_index + written) * cqf.UNIT_SIZE_BYTES, rule="1")
 
 
 def _check_units(units: np.ndarray, path: str, first_index: int) -> None:

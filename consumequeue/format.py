@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from commitlog.errors import CorruptionError
+
 CONSUME_QUEUE_UNIT = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 UNIT_SIZE_BYTES = 20
 FILE_NAME_DIGITS = 20
@@ -54,3 +56,19 @@ def make_units(commitlog_offsets, sizes, tags_codes) -> np.ndarray:
     units["size"] = sizes
     units["tags_code"] = tags_codes
     return units
+
+
+def written_count(units: np.ndarray, path: str, first_index: int = 0) -> int:
+    """How many of `units` (read from `path`, the first being unit `first_index` of the file) are written: up to
+    the first with size 0 (free space). A negative size there is damage (rule 1): CorruptionError, not an end
+    that would hide the units after it."""
+    if not len(units):
+        return 0
+    free = units["size"] <= 0
+    first_free = int(np.argmax(free))
+    if not free[first_free]:
+        return len(units)
+    if units["size"][first_free] < 0:
+        raise CorruptionError(f"queue entry has size {int(units['size'][first_free])}", path=path,
+                              offset=(first_index + first_free) * UNIT_SIZE_BYTES, rule="1")
+    return first_free

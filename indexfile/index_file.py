@@ -383,18 +383,9 @@ class IndexFile:
                 raise CorruptionError(
                     f"entry {number}: prevIndex {int(prev[at[0]])}, timeDiff {int(time_diffs[at[0]])} [rule {rule}]",
                     path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number, rule=rule)
-        self._check_chains(written["key_hash"].astype(np.int64), prev, heads)
-
-    def _check_chains(self, hashes: np.ndarray, prev: np.ndarray, heads: np.ndarray) -> None:
-        """Rule (9) over every chain (links already keep rule 5): an entry's key hash is not negative and falls
-        in the slot of the chain it is in, that is, in the slot of the entry it links to, and a slot's head has
-        a hash of that slot. Entry i is at index i - 1 of the arrays."""
-        slots_of = hashes % self.hash_slot_count
-        linked = np.flatnonzero(prev > 0)
-        named = np.flatnonzero(heads > 0)  # slots; heads are entry numbers (rule 4 checked them)
-        broken = np.concatenate([np.flatnonzero(hashes < 0),
-                                 linked[slots_of[linked] != slots_of[prev[linked] - 1]],
-                                 heads[named][slots_of[heads[named] - 1] != named] - 1])
+        hashes = written["key_hash"].astype(np.int64)
+        negative, linking, _linked_to, wrong_heads = self._rule_9_breaks(hashes, prev)
+        broken = np.concatenate([negative, linking, wrong_heads])
         if broken.size:
             index = int(broken.min())
             number = index + 1
@@ -459,24 +450,27 @@ class IndexFile:
         self.flush()
         return count - 1 - kept
 
-    def _mark_foreign_slots(self, hashes: np.ndarray, prev: np.ndarray, damaged: np.ndarray) -> None:
-        """Rule (9) over the written entries, before the slots are rebuilt from their hashes (which would make
-        a damaged hash look right): an entry linked to one of another slot, or named as a slot's head by the
-        slot table on disk while its hash belongs elsewhere, is damaged; so is the entry it links to, either
-        may be the damaged one. Entry i is at index i - 1 of the arrays."""
-        slot_count = self.hash_slot_count
+    def _rule_9_breaks(self, hashes: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Rule (9) over the written entries (their key hashes and prevIndex links) and the slot table on disk:
+        (entries with a negative hash, entries linked to an entry of another slot, the entries they link to,
+        entries a slot names as its head while their hash is in another slot), as indexes: entry i is at index
+        i - 1. Links and heads out of range break rules (4) and (5), not this one, and are passed over."""
         count = len(hashes) + 1
-        slots_of = hashes % slot_count
-        damaged |= hashes < 0
+        slots_of = hashes % self.hash_slot_count
         linked = np.flatnonzero((prev > 0) & (prev < np.arange(1, count)))
         targets = prev[linked] - 1
         foreign = slots_of[linked] != slots_of[targets]
-        damaged[linked[foreign]] = True
-        damaged[targets[foreign]] = True
         heads = self._slots.astype(np.int64)
-        named = np.flatnonzero((heads > 0) & (heads < count))
-        wrong = slots_of[heads[named] - 1] != named
-        damaged[heads[named[wrong]] - 1] = True
+        named = np.flatnonzero((heads > 0) & (heads < count))  # slot numbers
+        wrong_heads = heads[named][slots_of[heads[named] - 1] != named] - 1
+        return np.flatnonzero(hashes < 0), linked[foreign], targets[foreign], wrong_heads
+
+    def _mark_foreign_slots(self, hashes: np.ndarray, prev: np.ndarray, damaged: np.ndarray) -> None:
+        """Rule (9) before the slots are rebuilt from the hashes (which would make a damaged hash look right):
+        the entries that break it are damaged, and so is the entry a foreign link points to, as either may be
+        the damaged one. Entry i is at index i - 1 of the arrays."""
+        for broken in self._rule_9_breaks(hashes, prev):
+            damaged[broken] = True
 
     def rebuild_slots(self, index_count: int | None = None) -> None:
         """Recompute every slot from entries 1..index_count-1 (default: all written): each slot gets the

@@ -163,11 +163,7 @@ class QueueIndex:
         except OSError as exc:
             raise StoreIOError(f"cannot read ConsumeQueue file {path}: {exc.strerror}") from exc
         units = np.frombuffer(raw[:len(raw) - len(raw) % cqfmt.UNIT_SIZE_BYTES], dtype=cqfmt.CONSUME_QUEUE_UNIT)
-        ends = np.flatnonzero(units["size"] <= 0)
-        if len(ends) and units["size"][ends[0]] < 0:
-            raise CorruptionError(f"queue entry has size {int(units['size'][ends[0]])}", path=path,
-                                  offset=(first + int(ends[0])) * cqfmt.UNIT_SIZE_BYTES, rule="1")
-        return units[:ends[0]] if len(ends) else units
+        return units[:cqfmt.written_count(units, path, first)]
 
     def first_offsets(self, queue_dir: str, files) -> list[int]:
         """The commitlog offset of each file's first unit (cached)."""

@@ -7,11 +7,9 @@ numbers and that each target was evaluated.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick import run_quick
+
 BODIES = {100: "100 B", 1024: "1 KB", 16384: "16 KB"}
 PRODUCERS = (1, 4, 16, 64)
 PEER_ENGINES = ("mqstore", "sqlite3 WAL", "lmdb", "rocksdict")
@@ -23,9 +21,7 @@ def _positive(row: dict, *fields: str) -> None:
 
 
 def test_flush_modes_quick_writes_every_row(tmp_path):
-    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "flush_modes.py"), "--quick",
-                                "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr
+    completed = run_quick("flush_modes.py", "--out-dir", str(tmp_path))
     result = json.loads((tmp_path / "flush_modes_quick.json").read_text())
     rows = {row["name"]: row for row in result["rows"]}
     assert len(rows) == len(result["rows"]), "row names are unique"

@@ -7,11 +7,8 @@ its numbers is positive, and that the build target was evaluated.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick import run_quick
 
 # Each expected row (by the start of its case name) and the numbers it must hold.
 EXPECTED_ROWS = {
@@ -39,9 +36,7 @@ EXPECTED_ROWS = {
 
 def test_index_quick_writes_every_row(tmp_path):
     out = tmp_path / "results" / "index.json"
-    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "index.py"), "--quick", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr
+    completed = run_quick("index.py", "--out", str(out))
     result = json.loads(out.read_text())
     assert result["command"] == "bench/index.py --quick"
     rows = result["rows"]

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick import run_quick
 
 
 def test_put_get_quick_writes_every_row(tmp_path):
     out = tmp_path / "put_get.json"
-    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "put_get.py"), "--quick", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr
+    completed = run_quick("put_get.py", "--out", str(out))
     result = json.loads(out.read_text())
     cases = [row["case"] for row in result["rows"]]
     assert any(case.startswith("put 100 B") for case in cases)

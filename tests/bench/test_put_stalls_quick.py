@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick import run_quick
 
 
 def test_put_stalls_quick_writes_every_row(tmp_path):
     out = tmp_path / "put_stalls.json"
-    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "put_stalls.py"), "--quick", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr
+    run_quick("put_stalls.py", "--out", str(out))
     rows = {row["case"]: row for row in json.loads(out.read_text())["rows"]}
     assert len(rows) == 7
     assert sum(name.startswith("bare:") for name in rows) == 3

@@ -7,11 +7,8 @@ are positive, and that the scan target was evaluated.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick import run_quick
 
 # Each expected row (the case name after the size label) and the numbers it must hold.
 OPEN_FIELDS = ("open_s", "recover_s", "scanned_bytes", "scan_gb_per_s", "walk_gb_per_s", "store_bytes")
@@ -31,9 +28,7 @@ EXPECTED_ROWS = {
 
 def test_recovery_quick_writes_every_row(tmp_path):
     out = tmp_path / "results" / "recovery.json"
-    completed = subprocess.run([sys.executable, str(ROOT / "bench" / "recovery.py"), "--quick", "--out", str(out),
-                                "--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
-    assert completed.returncode == 0, completed.stderr
+    completed = run_quick("recovery.py", "--out", str(out), "--dir", str(tmp_path), timeout_s=600)
     result = json.loads(out.read_text())
     assert result["command"] == "bench/recovery.py --quick"
     rows = result["rows"]
