@@ -420,7 +420,7 @@ class CommitLog:
             return self.flushed_position
 
     def flush_range(self, start: int, end: int) -> None:
-        """msync the bytes [start, end) of the log, across segments."""
+        """Write the bytes [start, end) of the log to disk, across segments (fdatasync of each segment touched)."""
         offset = start
         while offset < end:
             segment = self.segments.segment_at(offset)

@@ -2,8 +2,8 @@
 
 Files are created at their full size in one step (space reserved with posix_fallocate where the file system
 supports it, so a full disk shows up as an error at creation rather than as SIGBUS on a later write to a
-sparse page), then mapped. Writers write through `view` (a memoryview over the mapping); `flush()` msyncs a
-byte range. The owner decides what is written where: this class keeps no positions.
+sparse page), then mapped. Writers write through `view` (a memoryview over the mapping); `flush()` writes the
+file's dirty pages to disk (fdatasync). The owner decides what is written where: this class keeps no positions.
 """
 
 from __future__ import annotations

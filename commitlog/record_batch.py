@@ -174,7 +174,8 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
         positions, stop, error = _walk(segment, offset - base, min(end, base + segment.size_bytes) - base,
                                        records_max - count, zeros_end)
         if positions:
-            part, part_error = _decode(segment, positions, check_crc, required_from)
+            decode = _decode_few if len(positions) <= DECODE_FEW_RECORDS_MAX else _decode
+            part, part_error = decode(segment, positions, check_crc, required_from)
             parts.append(part)
             count += len(part["offsets"])
             if part_error is not None:
@@ -246,14 +247,15 @@ def _walk(segment, pos: int, limit: int, records_max: int,
 WALK_RUN_MAX = 4096  # records of one size checked at once by the walk
 WALK_RUN_SHORT = 8  # a run shorter than this ...
 WALK_RUN_BACKOFF = 64  # ... makes the walk go step by step for this many records before it tries again
+WALK_RUN_MIN = 24  # runs are checked at once only when at least this many records may follow
 _HEAD_DTYPE = np.dtype([("size", ">i4"), ("magic", ">u4")])
 
 
 def _run_of(data, pos: int, size: int, count_max: int) -> int:
     """How many records of TOTALSIZE `size` with a message magic code follow each other from `pos` (at most
     `count_max`, all of which lie inside the segment)."""
-    if count_max <= 0:
-        return 0
+    if count_max < WALK_RUN_MIN:
+        return 0  # stepping costs less than the numpy check
     starts = pos + size * np.arange(count_max, dtype=np.int64)
     heads = fmt.rows_at(np.asarray(data), starts, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE)[:, 0]
     same = (heads["size"] == size) & ((heads["magic"] == _MAGIC_V1) | (heads["magic"] == _MAGIC_V2))
@@ -342,6 +344,49 @@ def _decode(segment, positions: list[int], check_crc: bool,
     return part, error
 
 
+# Below this many records of a segment, `_decode_few` decodes them one by one: `_decode` makes about 100 numpy
+# calls whatever the count (~0.3 ms), which the tail of a slow stream (SYNC puts, a trickle) paid per message.
+DECODE_FEW_RECORDS_MAX = 24
+_QUEUE_FIELDS = fmt.struct.Struct(">iiq")  # QUEUEID, FLAG, QUEUEOFFSET
+_PART_COLUMNS = ("offsets", "sizes", "topic_start", "topic_length", "properties_start", "properties_end",
+                 "queue_id", "queue_offset", "store_timestamp", "sys_flag")
+
+
+def _decode_few(segment, positions: list[int], check_crc: bool,
+                required_from: int | None = None) -> tuple[dict, CorruptionError | None]:
+    """`_decode` for a few records: the same part and the same error, from `format.locate` and
+    `format.check_crcs` record by record (the checks `_decode` vectorises, and the ones it reports errors with)."""
+    view = segment.view
+    base = segment.base_offset
+    size_bytes = segment.size_bytes
+    path = segment.path
+    queue_fields = _QUEUE_FIELDS.unpack_from
+    timestamp = _I64.unpack_from
+    crc_length = fmt.RECORD_CRC_LENGTH
+    rows = []
+    error = None
+    end = base + positions[-1]
+    for at in positions:
+        offset = base + at
+        try:
+            layout = fmt.locate(view, at, size_bytes - at, offset, path=path)
+            has_crc = fmt.check_crcs(view, layout, at, offset, check_crc=check_crc, path=path,
+                                     required=required_from is not None and offset >= required_from)
+        except CorruptionError as exc:
+            error, end = exc, offset
+            break
+        queue_id, _, queue_offset = queue_fields(view, at + fmt.OFFSET_QUEUE_ID)
+        record_end = at + layout.size
+        rows.append((offset, layout.size, layout.topic_start, layout.topic_length, layout.properties_start,
+                     record_end - crc_length if has_crc else record_end, queue_id, queue_offset,
+                     timestamp(view, layout.store_host[0] - 8)[0], layout.sys_flag))
+        end = base + record_end
+    columns = np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T
+    part = dict(zip(_PART_COLUMNS, columns))
+    part.update({"buffer": segment.array._mmap, "data": segment.array.view(np.ndarray), "end": end})
+    return part, error
+
+
 def _crc_error(segment, at: int) -> CorruptionError:
     """The precise CorruptionError of the record at `at`, whose CRC the batch check found wrong."""
     commitlog_offset = segment.base_offset + at
@@ -367,6 +412,9 @@ def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: d
     """Map each record's topic bytes to an id in `names` (new topics are added), decoding each topic once."""
     if not len(topic_start):
         return np.empty(0, dtype=np.int64)
+    if len(topic_start) <= DECODE_FEW_RECORDS_MAX:
+        return np.array([_topic_id(data[start : start + length].tobytes(), names, path)
+                         for start, length in zip(topic_start.tolist(), topic_length.tolist())], dtype=np.int64)
     width = int(topic_length.max())
     span = np.arange(width, dtype=np.int64)
     matrix = data[np.minimum(topic_start[:, None] + span, len(data) - 1)]
@@ -378,14 +426,17 @@ def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: d
     ids = np.empty(len(unique), dtype=np.int64)
     for index, row in enumerate(unique):
         raw = bytes(row)
-        key = raw[2 : 2 + ((raw[0] << 8) | raw[1])]
-        topic_id = names.get(key)
-        if topic_id is None:
-            if not key.isascii():
-                raise CorruptionError(f"topic is not ASCII: {key!r}", path=path, rule="3")
-            topic_id = names[key] = len(names)
-        ids[index] = topic_id
+        ids[index] = _topic_id(raw[2 : 2 + ((raw[0] << 8) | raw[1])], names, path)
     return ids[inverse.ravel()]
+
+
+def _topic_id(key: bytes, names: dict[bytes, int], path: str) -> int:
+    topic_id = names.get(key)
+    if topic_id is None:
+        if not key.isascii():
+            raise CorruptionError(f"topic is not ASCII: {key!r}", path=path, rule="3")
+        topic_id = names[key] = len(names)
+    return topic_id
 
 
 def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:

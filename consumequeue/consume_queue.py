@@ -253,7 +253,7 @@ class ConsumeQueue:
         self.min_offset = max(self.min_offset, first + int(np.searchsorted(offsets, commitlog_min, side="left")))
 
     def flush(self) -> None:
-        """msync the entries written since the last flush."""
+        """Write the entries written since the last flush to disk (fdatasync of their files)."""
         with self.lock:
             target = self.max_offset
             offset = self.flushed_offset

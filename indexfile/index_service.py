@@ -26,6 +26,7 @@ from indexfile.index_file import TEMP_SUFFIX, IndexFile
 log = logging.getLogger(__name__)
 
 QUERY_COUNT_MAX = 1 << 20  # offsets one query may return (RocketMQ caps at maxMsgsNumBatch, 64 by default)
+PUT_FEW_KEYS_MAX = 48  # put_keys puts this many keys or fewer one by one (the numpy passes cost more for few)
 
 
 def _now_ms() -> int:
@@ -176,6 +177,8 @@ class IndexService:
         assert len(commitlog_offsets) == count == len(store_timestamps_ms)
         if count == 0:
             return 0
+        if count <= PUT_FEW_KEYS_MAX:
+            return self._put_few(index_keys, commitlog_offsets, store_timestamps_ms)
         hashes = fmt.index_key_hashes(index_keys)
         offsets = np.asarray(commitlog_offsets, dtype=np.int64)
         timestamps = np.asarray(store_timestamps_ms, dtype=np.int64)
@@ -188,6 +191,25 @@ class IndexService:
             while done < count:  # bounded: every pass puts at least one row (a new file has room)
                 done += self._writable_file().put_hashes(hashes[done:], offsets[done:], timestamps[done:])
         return count
+
+    def _put_few(self, index_keys: Sequence[bytes], commitlog_offsets: Sequence[int],
+                 store_timestamps_ms: Sequence[int]) -> int:
+        """`put_keys` key by key (`IndexFile.put_key` writes the bytes `put_hashes` does): for a few keys its
+        numpy passes cost more than the work."""
+        offsets = [int(offset) for offset in commitlog_offsets]
+        hashes = [fmt.index_key_hash(bytes(key).decode("utf-8", "replace")) for key in index_keys]
+        with self._lock:
+            self._check_writable()
+            if any(later < earlier for earlier, later in zip(offsets, offsets[1:])):
+                raise InvalidMessageError("index keys must come in commitlog order")
+            self._check_order(offsets[0], offsets[-1])
+            index_file = self._writable_file()
+            for key_hash, offset, timestamp in zip(hashes, offsets, store_timestamps_ms):
+                if not index_file.put_key(key_hash, offset, int(timestamp)):
+                    index_file = self._writable_file()
+                    put = index_file.put_key(key_hash, offset, int(timestamp))
+                    assert put, "a file just created has room"
+        return len(hashes)
 
     def _check_order(self, first_offset: int, last_offset: int) -> None:
         assert first_offset <= last_offset
@@ -303,7 +325,7 @@ class IndexService:
                     previous_end = index_file.end_phy_offset
 
     def flush(self) -> int:
-        """msync every file written since the last flush; returns the `max_indexed_offset` now durable.
+        """Flush (fdatasync) every file written since the last flush; returns the `max_indexed_offset` now durable.
 
         `put_keys` runs under the same lock and IndexDispatcher puts all keys of a message in one call, so
         the message at the returned offset has all its keys on disk: after a power loss,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commitlog import format as fmt
+from commitlog import record_batch
 from commitlog.commitlog import CommitLog
 from commitlog.dispatch import DispatchBatch, DispatchService, parse_records
 from commitlog.errors import CorruptionError
@@ -14,6 +15,14 @@ from tests.unit.commitlog import handmade
 from tests.unit.commitlog.test_message import _three_record_segment
 
 SEGMENT_SIZE = 4096
+
+
+@pytest.fixture(autouse=True, params=["vector", "few"])
+def decoder(request, monkeypatch):
+    """Every test runs with each of parse_records' two decoders: numpy over the whole run of records, and
+    record by record (what it uses for a few records)."""
+    monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", 0 if request.param == "vector" else 1 << 30)
+    return request.param
 
 
 def _segments(directory) -> SegmentList:

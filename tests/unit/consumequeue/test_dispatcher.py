@@ -7,12 +7,20 @@ import pytest
 from commitlog import format as log_format
 from commitlog.dispatch import DispatchBatch
 from commitlog.errors import CorruptionError
+from consumequeue import dispatcher as dispatcher_module
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
 
 PREPARED = log_format.SYS_FLAG_TRANSACTION_PREPARED_TYPE
 COMMIT = log_format.SYS_FLAG_TRANSACTION_COMMIT_TYPE
 ROLLBACK = log_format.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE
+
+
+@pytest.fixture(autouse=True, params=["numpy", "python"])
+def grouping(request, monkeypatch):
+    """Every test runs with each way the dispatcher groups a batch: numpy (large batches), Python (a few records)."""
+    monkeypatch.setattr(dispatcher_module, "DISPATCH_FEW_RECORDS_MAX", 0 if request.param == "numpy" else 1 << 30)
+    return request.param
 
 
 def _batch(rows) -> DispatchBatch:
@@ -92,3 +100,39 @@ def test_an_empty_batch_is_ignored(tmp_path):
     dispatcher.dispatch(DispatchBatch(0))
     assert table.topics() == {} and dispatcher.dispatched_entries == 0
     table.close()
+
+
+def _table_contents(table) -> dict:
+    return {(topic, queue_id): _entries(table, topic, queue_id)
+            for topic, queue_ids in table.topics().items() for queue_id in queue_ids}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_groupings_write_the_same_entries_and_refuse_the_same_gaps(tmp_path, monkeypatch, seed):
+    import random
+
+    rng = random.Random(seed)
+    next_offset: dict[tuple[str, int], int] = {}
+    rows = []
+    for index in range(rng.randrange(1, 40)):
+        key = (rng.choice("abc"), rng.randrange(3))
+        queue_offset = next_offset.get(key, 0)
+        if rng.random() < 0.03:
+            queue_offset += rng.choice([-1, 1])  # a gap or a repeat: corruption
+        sys_flag = rng.choice([0, 0, 0, PREPARED, COMMIT, ROLLBACK])
+        if sys_flag not in (PREPARED, ROLLBACK):
+            next_offset[key] = queue_offset + 1
+        rows.append((index * 100, key[0], key[1], queue_offset, rng.randrange(-5, 5), sys_flag))
+    outcomes = []
+    for name, threshold in (("numpy", 0), ("python", 1 << 30)):
+        monkeypatch.setattr(dispatcher_module, "DISPATCH_FEW_RECORDS_MAX", threshold)
+        table = ConsumeQueueTable(str(tmp_path / name), 64, writable=True)
+        dispatcher = ConsumeQueueDispatcher(table)
+        try:
+            dispatcher.dispatch(_batch(rows))
+            error = None
+        except CorruptionError as exc:
+            error = (str(exc).replace(str(tmp_path / name), "<table>"), exc.rule)
+        outcomes.append((_table_contents(table), dispatcher.dispatched_entries, error))
+        table.close()
+    assert outcomes[0] == outcomes[1]

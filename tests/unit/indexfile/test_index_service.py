@@ -10,10 +10,18 @@ from commitlog.errors import (
     CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
 )
 from indexfile import format as fmt
+from indexfile import index_service
 from indexfile.index_service import IndexService
 
 T0 = 1_700_000_000_000
 ALWAYS = (0, 2**62)
+
+
+@pytest.fixture(autouse=True, params=["numpy", "key-by-key"])
+def put_path(request, monkeypatch):
+    """Every test runs with each path of IndexService.put_keys: numpy passes, and key by key (a few keys)."""
+    monkeypatch.setattr(index_service, "PUT_FEW_KEYS_MAX", 0 if request.param == "numpy" else 1 << 30)
+    return request.param
 
 
 class Clock:
@@ -245,3 +253,30 @@ def test_check_reports_files_out_of_place(tmp_path):
     with pytest.raises(CorruptionError) as raised:
         service.check()
     assert raised.value.rule == "8"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_both_put_paths_write_the_same_files(tmp_path, monkeypatch, seed):
+    import random
+
+    rng = random.Random(seed)
+    calls, offset = [], 0
+    for _ in range(rng.randrange(4, 12)):
+        rows = ([], [], [])
+        for _ in range(rng.randrange(5, 30)):
+            offset += rng.choice([0, 0, 100, 250])  # several keys of one message share its offset
+            key = rng.choice(["k", "ключ", "\u00e9", "long-key-" * 5, ""]) + str(rng.randrange(50))
+            rows[0].append(fmt.index_key(rng.choice(["orders", "t"]), key).encode())
+            rows[1].append(offset)
+            rows[2].append(T0 + offset * 7)
+        calls.append(rows)
+    contents = []
+    for name, threshold in (("numpy", 0), ("key-by-key", 1 << 30)):
+        monkeypatch.setattr(index_service, "PUT_FEW_KEYS_MAX", threshold)
+        service = IndexService(tmp_path / name, 5, 17, clock_ms=Clock())
+        assert [service.put_keys(*rows) for rows in calls] == [len(rows[0]) for rows in calls]
+        service.close()
+        files = sorted(os.listdir(tmp_path / name))
+        contents.append([(file, (tmp_path / name / file).read_bytes()) for file in files])
+    assert len(contents[0]) > 1  # the keys filled several files
+    assert contents[0] == contents[1]

@@ -1,0 +1,100 @@
+"""parse_records' two decoders (numpy over many records, record by record for a few) give the same batch and the
+same error for the same bytes, damaged or not."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+
+from commitlog import format as fmt
+from commitlog import record_batch
+from commitlog.commitlog import CommitLog
+from commitlog.message import Message
+from commitlog.record_batch import parse_records
+from commitlog.segments import SegmentList
+from tests.unit.commitlog import handmade
+
+SEGMENT_SIZE = 65536
+FLIPS = 60
+RECORDS = 200
+
+
+class _Log:
+    """A read-only view of a log directory with the attributes parse_records looks for."""
+
+    def __init__(self, directory, record_crc_from):
+        self.segments = SegmentList(str(directory), SEGMENT_SIZE, writable=False)
+        self.record_crc_from = record_crc_from
+
+    def segment_at(self, offset):
+        return self.segments.segment_at(offset)
+
+
+def _write_log(directory) -> int:
+    log = CommitLog(str(directory), SEGMENT_SIZE, writable=True, max_message_size_bytes=4096,
+                    max_queues_per_topic=4, born_host_raw=fmt.encode_host("1.2.3.4", 0),
+                    store_host_raw=fmt.encode_host("10.0.0.7", 10911), preallocate=False, record_crc=True)
+    rng = random.Random(7)
+    for index in range(RECORDS):
+        tags = rng.choice([None, "TagA", "TagB"])
+        keys = tuple(f"k{index}-{n}" for n in range(rng.randrange(3)))
+        properties = {"UNIQ_KEY": f"U{index}"} if index % 5 == 0 else {}
+        log.append(log.prepare(Message(rng.choice(["alpha", "beta", "g%d" % (index % 3)]), rng.randbytes(
+            rng.choice([0, 1, 37, 300, 1500])), queue_id=index % 4, tags=tags, keys=keys, properties=properties)))
+    end = log.readable_end()
+    log.close()
+    return end
+
+
+def _outcome(batch) -> tuple:
+    error = batch.error
+    return (batch.start_offset, batch.end_offset, batch.commitlog_offsets.tolist(), batch.sizes.tolist(),
+            batch.topics, batch.queue_ids.tolist(), batch.queue_offsets.tolist(), batch.tags_codes.tolist(),
+            batch.store_timestamps_ms.tolist(), batch.sys_flags.tolist(), batch.keys, batch.uniq_keys,
+            batch.property_values(b"TAGS"), batch.property_values(fmt.PROPERTY_RECORD_CRC.encode()),
+            None if error is None else (type(error), str(error), error.rule, error.offset, error.path))
+
+
+def _both(log, start: int, end: int, check_crc: bool, monkeypatch) -> tuple[tuple, tuple]:
+    outcomes = []
+    for threshold in (0, 1 << 30):
+        monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
+        outcomes.append(_outcome(parse_records(log, start, end, check_crc=check_crc)))
+    return outcomes[0], outcomes[1]
+
+
+@pytest.mark.parametrize("check_crc", [False, True])
+@pytest.mark.parametrize("required", [False, True])
+def test_the_decoders_agree_on_a_sound_log_from_every_record(tmp_path, monkeypatch, check_crc, required):
+    end = _write_log(tmp_path / "log")
+    log = _Log(tmp_path / "log", 0 if required else None)
+    whole = parse_records(log, 0, end)
+    assert whole.error is None and len(whole) == RECORDS and len(log.segments.segments) > 1
+    for start in whole.commitlog_offsets.tolist():
+        vector, few = _both(log, start, end, check_crc, monkeypatch)
+        assert vector == few
+        assert vector[-1] is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_decoders_agree_on_damaged_logs(tmp_path, monkeypatch, seed):
+    end = _write_log(tmp_path / "log")
+    first_segment = tmp_path / "log" / fmt.segment_name(0)
+    rng = random.Random(seed)
+    errors = 0
+    for trial in range(FLIPS):
+        copy = tmp_path / f"copy{trial}"
+        shutil.copytree(tmp_path / "log", copy)
+        handmade.flip_bit(str(copy / fmt.segment_name(0)), rng.randrange(min(end, SEGMENT_SIZE)), rng.randrange(8))
+        log = _Log(copy, rng.choice([None, 0]))
+        check_crc = rng.random() < 0.5
+        vector, few = _both(log, 0, end, check_crc, monkeypatch)
+        assert vector == few, f"trial {trial}"
+        errors += vector[-1] is not None
+        for segment in log.segments.segments:
+            segment.close()
+        shutil.rmtree(copy)
+    assert first_segment.exists()
+    assert errors > FLIPS // 4  # most flips land in fields the decoders check (with CRCs on, all of them)
