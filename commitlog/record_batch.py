@@ -189,8 +189,8 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
         if base + stop == offset:
             break  # the next record is not complete yet
         offset = base + stop
-    _assemble(batch, parts)
-    batch.end_offset = offset
+    cut = _assemble(batch, parts)
+    batch.end_offset = offset if cut is None else cut
     return batch
 
 
@@ -337,7 +337,7 @@ def _decode(segment, positions: list[int], check_crc: bool,
         "topic_start": topic_start[:keep], "topic_length": topic_length[:keep],
         "properties_start": properties_start[:keep],
         "properties_end": properties_end[:keep],
-        "buffer": segment.array._mmap, "data": data,
+        "buffer": segment.array._mmap, "data": data, "path": segment.path,
         "end": base + (positions[keep] if keep < len(positions) else int(record_end[-1])),
     }
     part.update({name: column[:keep] for name, column in fields.items()})
@@ -383,7 +383,7 @@ def _decode_few(segment, positions: list[int], check_crc: bool,
         end = base + record_end
     columns = np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T
     part = dict(zip(_PART_COLUMNS, columns))
-    part.update({"buffer": segment.array._mmap, "data": segment.array.view(np.ndarray), "end": end})
+    part.update({"buffer": segment.array._mmap, "data": segment.array.view(np.ndarray), "path": path, "end": end})
     return part, error
 
 
@@ -439,18 +439,34 @@ def _topic_id(key: bytes, names: dict[bytes, int], path: str) -> int:
     return topic_id
 
 
-def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
+def _assemble(batch: DispatchBatch, parts: list[dict]) -> int | None:
+    """Join the decoded parts into `batch`. A record whose topic is not ASCII (format rule 3) ends the batch
+    before it, with its CorruptionError: returns its commitlog offset (None when every topic is sound)."""
     if not parts:
-        return
+        return None
     names: dict[bytes, int] = {}
     topic_ids = []
-    for part in parts:
+    cut = None
+    for index, part in enumerate(parts):
+        known = dict(names)
         try:
-            topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names, ""))
-        except CorruptionError as exc:
-            batch.error = exc
-            topic_ids.append(np.zeros(len(part["offsets"]), dtype=np.int64))
+            ids = _topic_ids(part["data"], part["topic_start"], part["topic_length"], names, part["path"])
+        except CorruptionError:
+            names.clear()
+            names.update(known)
+            row = _first_non_ascii_topic(part)
+            cut = int(part["offsets"][row])
+            start = int(part["topic_start"][row])
+            topic = part["data"][start : start + int(part["topic_length"][row])].tobytes()
+            batch.error = fmt._corrupt("3", f"topic is not ASCII: {topic!r}", part["path"], cut)
+            for name in _PART_COLUMNS:
+                part[name] = part[name][:row]
+            ids = _topic_ids(part["data"], part["topic_start"], part["topic_length"], names, part["path"])
+            parts = parts[: index + 1]
+        topic_ids.append(ids)
         batch._chunks.append(_Chunk(part["buffer"], part["properties_start"], part["properties_end"]))
+        if cut is not None:
+            break
     batch.topic_names = [name.decode("ascii") for name in names]
     batch.topic_ids = np.concatenate(topic_ids)
     join = np.concatenate
@@ -472,6 +488,16 @@ def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
                 codes[row + i] = code
         row += len(part["offsets"])
     batch.tags_codes = codes
+    return cut
+
+
+def _first_non_ascii_topic(part: dict) -> int:
+    """The first row of a decoded part whose topic bytes are not ASCII (`_topic_ids` found one)."""
+    data = part["data"]
+    for row, (start, length) in enumerate(zip(part["topic_start"].tolist(), part["topic_length"].tolist())):
+        if not data[start : start + length].tobytes().isascii():
+            return row
+    raise AssertionError("no topic of the part is outside ASCII")
 
 
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE

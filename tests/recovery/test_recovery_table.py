@@ -77,6 +77,29 @@ def test_clean_stop_with_a_damaged_record_raises_or_is_repaired(tmp_path):
         assert _bodies(store)[-1] == b"after repair"
 
 
+def test_a_record_whose_topic_is_not_ascii_is_cut_with_everything_after_it(tmp_path):
+    """Without record CRCs (RocketMQ 4.x's bytes) only rule 3's topic check sees such damage: the log ends before the
+    record, not after the batch it was read in (which kept it and listed it under another record's topic)."""
+    cfg = config(record_crc=False)
+    with MessageStore.open(tmp_path, cfg) as store:
+        results = [store.put(Message("tt", b"m%d" % i)) for i in range(8)]
+    damaged = results[5]
+    path = tmp_path / "commitlog" / f"{0:020d}"
+    with open(path, "r+b") as handle:
+        handle.seek(damaged.commitlog_offset)
+        record = bytearray(handle.read(damaged.size_bytes))
+        at = record.index(b"tt", 88)  # the topic: after the 88-byte header and the body
+        record[at : at + 2] = "é".encode()
+        handle.seek(damaged.commitlog_offset)
+        handle.write(record)
+    with pytest.raises(CorruptionError) as raised:
+        MessageStore.open(tmp_path, cfg)
+    assert raised.value.rule == "3" and raised.value.offset == damaged.commitlog_offset
+    with MessageStore.open(tmp_path, cfg, repair=True) as store:
+        assert store.recovery_report.log_end == damaged.commitlog_offset
+        assert _bodies(store, "tt") == [b"m%d" % i for i in range(5)]
+
+
 def test_crash_with_an_intact_log_re_dispatches_what_the_queues_missed(tmp_path):
     with MessageStore.open(tmp_path / "live", config()) as store:
         _put(store, 200, queue_ids=2)

@@ -287,3 +287,24 @@ def test_corruption_in_a_later_segment_is_reported_at_its_position_in_that_file(
     assert batch.commitlog_offsets.tolist() == writer.offsets[:-1] and batch.end_offset == corrupt
     assert batch.error.path == writer.path(SEGMENT_SIZE)
     assert batch.error.offset == corrupt - SEGMENT_SIZE
+
+
+def test_a_topic_that_is_not_ascii_ends_the_batch_before_its_record(tmp_path):
+    """Such a record is corrupt (format rule 3): the records before it are dispatched, it and the ones after it are
+    not, and none of them is listed under another record's topic."""
+    writer = handmade.SegmentWriter(tmp_path, SEGMENT_SIZE)
+    writer.add("a", b"one", queue_offset=0)
+    writer.add("zz", b"two", queue_offset=1)
+    writer.add("a", b"three", queue_offset=2)
+    writer.write()
+    with open(writer.path(0), "r+b") as handle:
+        data = bytearray(handle.read())
+        at = data.index(b"zz")
+        data[at : at + 2] = "é".encode()
+        handle.seek(0)
+        handle.write(data)
+    batch = parse_records(_segments(tmp_path), 0, writer.end)
+    assert batch.commitlog_offsets.tolist() == writer.offsets[:1] and batch.topics == ["a"]
+    assert batch.end_offset == writer.offsets[1]
+    assert batch.error.rule == "3" and "not ASCII" in str(batch.error)
+    assert batch.error.path == writer.path(0) and batch.error.offset == writer.offsets[1]
