@@ -35,8 +35,8 @@ to the start of the next segment. A segment's unwritten tail is zeros.
 Validity rule. A record at absolute offset `o`, with `r` bytes left in its segment, is valid iff
     (1) r >= 8 and its MAGICCODE is 0xDAA320A7 or 0xDAA320AB;
     (2) RECORD_SIZE_MIN <= TOTALSIZE <= r;
-    (3) BODYLENGTH >= 0, TOPICLENGTH >= 1, PROPERTIESLENGTH >= 0, and the header, body, topic and
-        properties add up to exactly TOTALSIZE;
+    (3) BODYLENGTH >= 0, TOPICLENGTH >= 1, PROPERTIESLENGTH >= 0, the header, body, topic and
+        properties add up to exactly TOTALSIZE, and the TOPIC is ASCII;
     (4) PHYSICALOFFSET == o;
     (5) when CRCs are checked, BODYCRC == zlib.crc32(body) & 0x7FFFFFFF;
     (6) when its PROPERTIES end with the record-CRC pair (below), the pair is well formed and, when CRCs are
@@ -370,6 +370,9 @@ def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | 
             "3", f"fields add up to {properties_start + properties_length - pos} bytes, TOTALSIZE is {size}",
             path, commitlog_offset, pos,
         )
+    topic = bytes(buf[topic_start:properties_length_at])
+    if not topic.isascii():
+        raise _corrupt("3", f"topic is not ASCII: {topic!r}", path, commitlog_offset, pos)
     physical = struct.unpack_from(">q", buf, pos + OFFSET_PHYSICAL_OFFSET)[0]
     if physical != commitlog_offset:
         raise _corrupt("4", f"PHYSICALOFFSET {physical} at offset {commitlog_offset}", path, commitlog_offset, pos)

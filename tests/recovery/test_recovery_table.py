@@ -14,6 +14,7 @@ import struct
 import pytest
 
 from mqstore import CorruptionError, GetStatus, Message, MessageStore
+from mqstore.verify import verify_store
 from tests.conftest import rocketmq_config, rocketmq_manifest, small_config
 
 
@@ -78,8 +79,8 @@ def test_clean_stop_with_a_damaged_record_raises_or_is_repaired(tmp_path):
 
 
 def test_a_record_whose_topic_is_not_ascii_is_cut_with_everything_after_it(tmp_path):
-    """Without record CRCs (RocketMQ 4.x's bytes) only rule 3's topic check sees such damage: the log ends before the
-    record, not after the batch it was read in (which kept it and listed it under another record's topic)."""
+    """Without record CRCs (RocketMQ 4.x's bytes) only rule 3's topic check sees such damage: verify names it, and
+    the log ends before the record, not after the batch it was read in (which kept it and listed it under another record's topic)."""
     cfg = config(record_crc=False)
     with MessageStore.open(tmp_path, cfg) as store:
         results = [store.put(Message("tt", b"m%d" % i)) for i in range(8)]
@@ -92,6 +93,8 @@ def test_a_record_whose_topic_is_not_ascii_is_cut_with_everything_after_it(tmp_p
         record[at : at + 2] = "é".encode()
         handle.seek(damaged.commitlog_offset)
         handle.write(record)
+    problem = verify_store(tmp_path, cfg).problems[0]
+    assert (problem.rule, problem.path, problem.offset) == ("3", str(path), damaged.commitlog_offset)
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(tmp_path, cfg)
     assert raised.value.rule == "3" and raised.value.offset == damaged.commitlog_offset
