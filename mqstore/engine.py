@@ -17,7 +17,8 @@ from typing import Iterable
 
 from commitlog import format as fmt
 from commitlog.commitlog import CommitLog
-from commitlog.dispatch import DispatchService
+from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
+                               DispatchService)
 from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
                               StoreIOError, StoreLockedError)
 from commitlog.message import Message, PutResult, PutStatus
@@ -162,7 +163,9 @@ class MessageStore(Reads, IndexLookups):
         if self._index is not None:
             dispatchers.append(IndexDispatcher(self._index))
         start = dispatch_start(report, self._commitlog, self._queues, self._index, crashed=crashed)
-        self._dispatch = DispatchService(self._commitlog, dispatchers, start, check_crc=config.check_crc_on_dispatch)
+        tail_batch = DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY if self._sync_flush else DISPATCH_TAIL_BATCH_RECORDS
+        self._dispatch = DispatchService(self._commitlog, dispatchers, start, check_crc=config.check_crc_on_dispatch,
+                                         tail_batch_records=tail_batch)
         started = time.perf_counter()
         report.messages_redispatched = self._redispatch(report)
         self._mark.publish(self._dispatch.dispatched_offset)  # the queues are whole below it now

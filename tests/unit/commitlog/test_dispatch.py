@@ -210,6 +210,16 @@ class Recorder:
         self.offsets += batch.commitlog_offsets.tolist()
 
 
+class Sizes(Recorder):
+    def __init__(self):
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def dispatch(self, batch):
+        super().dispatch(batch)
+        self.sizes.append(len(batch))
+
+
 class Failing:
     def dispatch(self, batch):
         raise RuntimeError("dispatcher failed")
@@ -308,3 +318,17 @@ def test_a_topic_that_is_not_ascii_ends_the_batch_before_its_record(tmp_path):
     assert batch.end_offset == writer.offsets[1]
     assert batch.error.rule == "3" and "not ASCII" in str(batch.error)
     assert batch.error.path == writer.path(0) and batch.error.offset == writer.offsets[1]
+
+
+def test_the_tailing_thread_hands_over_batches_of_at_most_its_tail_size(tmp_path):
+    log = _log(tmp_path)
+    offsets = [log.append(log.prepare(Message("t", b"x" * 10)))[0] for _ in range(50)]
+    sizes = Sizes()
+    service = DispatchService(log, [sizes], 0, tail_batch_records=4)
+    service.start()
+    try:
+        assert service.wait_dispatched(30)
+        assert sizes.offsets == offsets and max(sizes.sizes) == 4 and len(sizes.sizes) >= 13
+    finally:
+        service.stop()
+        log.close()
