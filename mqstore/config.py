@@ -52,7 +52,8 @@ class StoreConfig:
     """format of index files (checked against them). hash slots per IndexFile (RocketMQ's maxHashSlotNum)."""
 
     index_entry_count_max: int = 20_000_000
-    """format of index files (checked against them). entries per IndexFile before a new one starts (RocketMQ's maxIndexNum); a file is 420 MB."""
+    """format of index files (checked against them). entries per IndexFile before a new one starts (RocketMQ's
+    maxIndexNum); a file is 420 MB."""
 
     max_message_size_bytes: int = 4 * MIB
     """4 MiB, RocketMQ's maxMessageSize: a larger body is refused."""
@@ -160,7 +161,8 @@ class StoreConfig:
         _check_int("clean_interval_ms", self.clean_interval_ms, 1, 86_400_000)
         if not isinstance(self.file_reserved_hours, (int, float)) or isinstance(self.file_reserved_hours, bool) \
                 or not 0 <= self.file_reserved_hours <= 1_000_000:
-            raise InvalidConfigError(f"file_reserved_hours must be a number in 0..1000000, got {self.file_reserved_hours!r}")
+            raise InvalidConfigError("file_reserved_hours must be a number in 0..1000000, got "
+                                     f"{self.file_reserved_hours!r}")
         for name in ("disk_max_used_space_ratio", "disk_clean_forcibly_ratio", "disk_full_ratio"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < value <= 1.0:

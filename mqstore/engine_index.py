@@ -87,7 +87,8 @@ class IndexLookups:
                     _check_collision(message, key_hash, index.directory, offset)
                 elif begin_ms <= message.store_timestamp_ms <= end_ms:
                     found.append(message)
-            if len(found) >= max_count or len(offsets) < asked or asked >= QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR:
+            if (len(found) >= max_count or len(offsets) < asked
+                    or asked >= QUERY_MAX_COUNT_LIMIT * QUERY_COLLISION_FACTOR):
                 return found[:max_count]
             wanted *= 4  # many collisions: look further
 
@@ -110,8 +111,9 @@ class IndexLookups:
         host, commitlog_offset = fmt.parse_message_id(msg_id)
         message = self.read_at(commitlog_offset)
         if message.store_host_raw != host:
+            stored_by = message.store_host_raw.hex().upper()
             raise InvalidMessageError(f"message id {msg_id} names store host {host.hex().upper()}, but the message "
-                                      f"at offset {commitlog_offset} was stored by {message.store_host_raw.hex().upper()}")
+                                      f"at offset {commitlog_offset} was stored by {stored_by}")
         return message
 
     def get_by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage | None:

@@ -80,7 +80,8 @@ def test_clean_stop_with_a_damaged_record_raises_or_is_repaired(tmp_path):
 
 def test_a_record_whose_topic_is_not_ascii_is_cut_with_everything_after_it(tmp_path):
     """Without record CRCs (RocketMQ 4.x's bytes) only rule 3's topic check sees such damage: verify names it, and
-    the log ends before the record, not after the batch it was read in (which kept it and listed it under another record's topic)."""
+    the log ends before the record, not after the batch it was read in (which kept it and listed it under another
+    record's topic)."""
     cfg = config(record_crc=False)
     with MessageStore.open(tmp_path, cfg) as store:
         results = [store.put(Message("tt", b"m%d" % i)) for i in range(8)]

@@ -35,7 +35,8 @@ print("READY", flush=True)
 deadline = time.monotonic() + float(sys.argv[2])
 i = first
 while time.monotonic() < deadline:
-    store.put(Message(f"live-{{i % {topics}}}", f"{{i}}:".encode() + b"x" * (i % 700), queue_id=i % 2, tags=f"T{{i % 4}}"))
+    store.put(Message(f"live-{{i % {topics}}}", f"{{i}}:".encode() + b"x" * (i % 700), queue_id=i % 2,
+                      tags=f"T{{i % 4}}"))
     i += 1
     if i % 100 == 0:
         time.sleep(0.02)  # about 5 000 messages a second: the reads stay small
