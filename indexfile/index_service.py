@@ -313,16 +313,28 @@ class IndexService:
 
     def check(self) -> None:
         """Check every slot and entry of every file (rules 4 to 9); CorruptionError at the first break."""
+        found = self.problems()
+        if found:
+            raise found[0]
+
+    def problems(self) -> list[CorruptionError]:
+        """What `check` checks, in every file: each file's first break of rules 4 to 7 and 9, and its break of
+        rule 8, oldest file first (empty when the index is sound)."""
+        found = []
         with self._lock:
             self._check_open()
             previous_end = 0
             for position, index_file in enumerate(self._files):
-                index_file.check()
+                try:
+                    index_file.check()
+                except CorruptionError as exc:
+                    found.append(exc)
                 broken = _rule_8(index_file, previous_end, newest=position == len(self._files) - 1)
                 if broken is not None:
-                    raise broken
+                    found.append(broken)
                 if index_file.entry_count:
                     previous_end = index_file.end_phy_offset
+        return found
 
     def flush(self) -> int:
         """Flush (fdatasync) every file written since the last flush; returns the `max_indexed_offset` now durable.

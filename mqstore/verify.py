@@ -13,8 +13,8 @@ Everything here maps files read-only, takes no lock and writes nothing, so it ma
     (5) every ConsumeQueue entry points below the log's written end, to a valid record whose TOTALSIZE, topic,
         queue id and queue offset are the entry's size, the queue's topic and id, and the entry's number.
         Entries pointing below the log's first segment were deleted by retention: counted, not reported;
-    (6) the index files follow rules 1-9 of indexfile.format, every slot and entry (IndexService.check: the
-        first break is reported). With index_enabled=False, or index files of another size than the
+    (6) the index files follow rules 1-9 of indexfile.format, every slot and entry (IndexService.problems: the
+        first break in each file is reported). With index_enabled=False, or index files of another size than the
         config's index_slot_count and index_entry_count_max make (written with other settings, which the
         command line can give), they are not checked and the report says why (`index_not_checked`).
 
@@ -326,9 +326,8 @@ def _check_index(directory: str, config: StoreConfig, report: VerifyReport) -> N
         return
     try:
         report.index_files = len(service.files)
-        service.check()
-    except CorruptionError as exc:
-        report.add(exc)
+        for problem in service.problems():
+            report.add(problem)
     finally:
         service.close()
 

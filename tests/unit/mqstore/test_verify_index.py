@@ -52,3 +52,21 @@ def test_index_files_of_other_sizes_or_a_disabled_index_are_not_checked_and_the_
     assert disabled.ok and disabled.index_not_checked == INDEX_DISABLED
     assert disabled.as_dict()["index_not_checked"] == INDEX_DISABLED
     assert not verify_store(store_dir, settings).ok
+
+
+def test_every_damaged_index_file_is_reported(store_dir):
+    settings = config(index_enabled=True, index_slot_count=SLOTS, index_entry_count_max=ENTRIES)
+    with MessageStore.open(store_dir, settings) as store:
+        for start in range(0, 600, 50):  # 600 messages, two keys each (KEYS and UNIQ_KEY): files of 255 keys
+            store.put_batch([Message("t", b"m%d" % i, keys=(f"k{i % 7}",)) for i in range(start, start + 50)])
+        assert store.wait_dispatched(30)
+    paths = [str(store_dir / "index" / name) for name in sorted(os.listdir(store_dir / "index"))]
+    assert len(paths) >= 3
+    for path, slot in ((paths[0], 3), (paths[2], 5)):
+        with open(path, "r+b") as handle:  # a slot naming an entry past indexCount: rule 4
+            handle.seek(index_format.slots_offset() + 4 * slot)
+            handle.write(struct.pack(">i", ENTRIES + 7))
+    report = verify_store(store_dir, settings)
+    assert report.index_files == len(paths)
+    assert [(p.path, p.rule, p.offset) for p in report.problems] == [
+        (paths[0], "4", index_format.slots_offset() + 4 * 3), (paths[2], "4", index_format.slots_offset() + 4 * 5)]
