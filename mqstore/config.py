@@ -79,6 +79,11 @@ class StoreConfig:
     flush_consume_queue_interval_ms: int = 1000
     """how often ConsumeQueues (and the index) are flushed, in both modes (RocketMQ's flushIntervalConsumeQueue)."""
 
+    max_dispatch_lag_bytes: int = 0
+    """0: puts never wait for dispatch. Else a put that leaves more than this many log bytes undispatched waits
+    until dispatch is within three quarters of it, so messages become visible to get() within a bounded lag while
+    a producer puts flat out (dispatch shares the interpreter: unbounded, it falls behind by seconds)."""
+
     warm_segments: bool = False
     """pre-fault the next segment's pages in the background (madvise MADV_POPULATE_WRITE) so first writes into it
     are cheap; its zero pages are written back like data."""
@@ -139,6 +144,7 @@ class StoreConfig:
         _check_int("flush_thorough_interval_ms", self.flush_thorough_interval_ms, 0, 86_400_000)
         _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
+        _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
         for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch", "check_crc_on_recover",
                      "index_enabled", "record_crc"):
             if not isinstance(getattr(self, name), bool):

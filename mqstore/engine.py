@@ -41,6 +41,7 @@ from mqstore.retention import Retention
 log = logging.getLogger(__name__)
 
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
+DISPATCH_LAG_POLL_S = 0.1  # a put waiting for dispatch (max_dispatch_lag_bytes) looks at the store's state this often
 REBUILDS_PER_OPEN_MAX = 64  # queues one open may rebuild after finding holes in them
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
 CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
@@ -72,6 +73,7 @@ class MessageStore(Reads, IndexLookups):
         self.recovery_report: RecoveryReport | None = None
         self._sync_flush = config.flush_mode is FlushMode.SYNC
         self._sync_timeout_s = config.sync_flush_timeout_ms / 1000.0
+        self._lag_limit = config.max_dispatch_lag_bytes  # 0: puts never wait for dispatch
         self._disk_full = False  # set by retention while disk usage is over disk_full_ratio
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
@@ -346,6 +348,8 @@ class MessageStore(Reads, IndexLookups):
         # No wake-up of the dispatch thread here: it looks for new records every DISPATCH_IDLE_WAIT_S (1 ms), so
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond; wait_dispatched() wakes it at once).
+        if self._lag_limit and offset + record[6] - self._dispatch.dispatched_offset > self._lag_limit:
+            self._wait_for_dispatch(offset + record[6])
         status = _PUT_OK
         if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
             status = PutStatus.FLUSH_DISK_TIMEOUT
@@ -370,6 +374,10 @@ class MessageStore(Reads, IndexLookups):
             writer.release()
         sizes = columns.sizes
         ok = PutStatus.PUT_OK
+        if self._lag_limit and placed:
+            end = int(offsets[placed - 1] + sizes[placed - 1])
+            if end - self._dispatch.dispatched_offset > self._lag_limit:
+                self._wait_for_dispatch(end)
         if self._sync_flush and placed:
             if not self._group_commit.wait_durable(int(offsets[placed - 1] + sizes[placed - 1]), self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
@@ -383,6 +391,16 @@ class MessageStore(Reads, IndexLookups):
             log.error("put_batch stored %d of %d messages: %s", placed, len(messages), error)
             results.extend(_refused(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in messages[placed:])
         return results
+
+    def _wait_for_dispatch(self, end: int) -> None:
+        """max_dispatch_lag_bytes: wait until dispatch is within three quarters of the limit of `end`. Returns
+        early when dispatch has stopped on an error (the put is stored; the error is in stats() and the log) or
+        the store is closing."""
+        dispatch = self._dispatch
+        target = end - self._lag_limit * 3 // 4
+        while not dispatch.wait_dispatched(DISPATCH_LAG_POLL_S, target):
+            if dispatch.error is not None or self._closed:
+                return
 
     def flush(self) -> None:
         """Write everything stored so far to disk: the CommitLog, then the ConsumeQueues (no-op when read_only)."""
