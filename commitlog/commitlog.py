@@ -404,6 +404,11 @@ class CommitLog:
             self._use_segment(None)
             return dropped
 
+    def writer_position(self) -> tuple:
+        """(mapping array, base offset, log end) of the segment appends go to (array None before the first), for
+        threads that work ahead of the writer: read without the lock, so at worst one roll stale."""
+        return self._array, self._segment_base, self._end
+
     def dirty_bytes(self) -> int:
         """Bytes appended but not yet flushed (the Flushable protocol of the flush services)."""
         return self._end - self.flushed_position

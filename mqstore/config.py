@@ -86,7 +86,8 @@ class StoreConfig:
 
     warm_segments: bool = False
     """pre-fault the next segment's pages in the background (madvise MADV_POPULATE_WRITE) so first writes into it
-    are cheap; its zero pages are written back like data."""
+    are cheap, and with ASYNC flushing the segment being written too, up to 32 MiB ahead of the writer; the zero
+    pages are written back like data."""
 
     file_reserved_hours: float = 72
     """segments last modified longer ago than this are expired (RocketMQ's fileReservedTime)."""

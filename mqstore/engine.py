@@ -217,8 +217,11 @@ class MessageStore(Reads, IndexLookups):
     def _start_flush_services(self) -> None:
         config = self.config
         log_ = self._commitlog
+        # With ASYNC flushing the allocator also pre-faults the segment being written, ahead of the writer. Not
+        # with SYNC: each put's fdatasync would write those zero pages back too, and the next put waits for it.
         allocator = SegmentAllocator(log_.directory, config.segment_size_bytes,
-                                     preallocate=config.preallocate_segments, warm=config.warm_segments)
+                                     preallocate=config.preallocate_segments, warm=config.warm_segments,
+                                     writer_position=None if self._sync_flush else log_.writer_position)
         log_.segment_source = allocator.take
         # After each roll the next segment is made ahead of need (not at open: a reopen adds no file).
         log_.roll_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))

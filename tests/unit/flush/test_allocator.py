@@ -58,3 +58,67 @@ def test_close_leaves_segments_made_but_not_taken_on_disk(tmp_path):
     path = tmp_path / fmt.segment_name(0)
     assert path.exists() and os.path.getsize(path) == SEGMENT_BYTES
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".creating")]
+
+
+def _resident(array, start: int, end: int) -> list[bool]:
+    """Whether each page of array[start:end] is in memory (mincore)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    start -= start % page
+    pages = (end - start + page - 1) // page
+    vector = (ctypes.c_ubyte * pages)()
+    assert libc.mincore(ctypes.c_void_p(array.ctypes.data + start), ctypes.c_size_t(end - start), vector) == 0
+    return [bool(byte & 1) for byte in vector]
+
+
+def _wait_for(condition, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(allocator_module._madvise is None, reason="needs madvise")
+def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, monkeypatch):
+    from commitlog.mapped_file import MappedFile
+
+    window = 1024 * 1024
+    monkeypatch.setattr(allocator_module, "AHEAD_WINDOW_BYTES", window)
+    segment = MappedFile.create(str(tmp_path / fmt.segment_name(0)), 0, SEGMENT_BYTES)
+    written = os.urandom(100_000)
+    segment.view[: len(written)] = written
+    position = [segment.array, 0, len(written)]
+    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=True,
+                                 writer_position=lambda: tuple(position))
+    try:
+        ahead = -(-(len(written) + window) // 4096) * 4096  # the window, to a page boundary
+        _wait_for(lambda: allocator._ahead_until >= ahead, "pre-faulting ahead of the writer")
+        assert allocator._ahead_until == ahead  # not more (mincore cannot tell: page-cache read-ahead comes
+        assert all(_resident(segment.array, 0, ahead))  # with the faults)
+        assert allocator.warmed_ahead_bytes == ahead - (len(written) - len(written) % 4096)
+        position[2] += 5000  # the writer moves on: the next chunk starts where the last ended
+        further = -(-(position[2] + window) // 4096) * 4096
+        _wait_for(lambda: allocator._ahead_until >= further, "pre-faulting further ahead")
+        assert allocator._ahead_until == further > ahead
+        assert allocator.warmed_ahead_bytes == allocator._ahead_until - (len(written) - len(written) % 4096)
+        position[2] = SEGMENT_BYTES - 10_000  # the writer near the segment's end: warming stops at the end
+        _wait_for(lambda: allocator._ahead_until == SEGMENT_BYTES, "pre-faulting up to the segment's end")
+        assert bytes(segment.view[: len(written)]) == written  # pre-faulting wrote nothing
+        assert not any(segment.array[len(written):])
+    finally:
+        allocator.close()
+        segment.close()
+
+
+def test_without_a_writer_position_nothing_is_pre_faulted_ahead(tmp_path):
+    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=True)
+    try:
+        allocator.request(SEGMENT_BYTES)
+        assert allocator.take(SEGMENT_BYTES) is not None
+    finally:
+        allocator.close()
+    assert allocator.warmed_ahead_bytes == 0
