@@ -350,7 +350,8 @@ class MessageStore(Reads, IndexLookups):
             writer.release()
         # No wake-up of the dispatch thread here: it looks for new records every DISPATCH_IDLE_WAIT_S (1 ms), so
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
-        # get() within about a millisecond; wait_dispatched() wakes it at once).
+        # get() within about a millisecond once producers pause, far later while one puts flat out unless
+        # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
         if self._lag_limit and offset + record[6] - self._dispatch.dispatched_offset > self._lag_limit:
             self._wait_for_dispatch(offset + record[6])
         status = _PUT_OK
