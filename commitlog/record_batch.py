@@ -189,8 +189,8 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
         if base + stop == offset:
             break  # the next record is not complete yet
         offset = base + stop
-    cut = _assemble(batch, parts)
-    batch.end_offset = offset if cut is None else cut
+    _assemble(batch, parts)
+    batch.end_offset = offset
     return batch
 
 
@@ -312,6 +312,7 @@ def _decode(segment, positions: list[int], check_crc: bool,
         body_length[row] = layout.body_length
         properties_start[row] = layout.properties_start
         properties_length[row] = layout.properties_length
+    valid &= _topic_matrix(data, topic_start, np.where(valid, topic_length, 0)).max(axis=1, initial=0) < 0x80
     has_crc, crc_value = fmt.record_crc_columns(data, properties_start, properties_length, record_end, valid)
     valid &= crc_value >= 0  # a record-CRC pair without 10 digits in it
     if required_from is not None:
@@ -337,7 +338,7 @@ def _decode(segment, positions: list[int], check_crc: bool,
         "topic_start": topic_start[:keep], "topic_length": topic_length[:keep],
         "properties_start": properties_start[:keep],
         "properties_end": properties_end[:keep],
-        "buffer": segment.array._mmap, "data": data, "path": segment.path,
+        "buffer": segment.array._mmap, "data": data,
         "end": base + (positions[keep] if keep < len(positions) else int(record_end[-1])),
     }
     part.update({name: column[:keep] for name, column in fields.items()})
@@ -383,7 +384,7 @@ def _decode_few(segment, positions: list[int], check_crc: bool,
         end = base + record_end
     columns = np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T
     part = dict(zip(_PART_COLUMNS, columns))
-    part.update({"buffer": segment.array._mmap, "data": segment.array.view(np.ndarray), "path": path, "end": end})
+    part.update({"buffer": segment.array._mmap, "data": segment.array.view(np.ndarray), "end": end})
     return part, error
 
 
@@ -407,66 +408,40 @@ def _first_crc_mismatch(view, expected: np.ndarray, starts: np.ndarray, ends: np
     return int(bad[0]) if len(bad) else None
 
 
-def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: dict[bytes, int],
-               path: str) -> np.ndarray:
-    """Map each record's topic bytes to an id in `names` (new topics are added), decoding each topic once."""
-    if not len(topic_start):
-        return np.empty(0, dtype=np.int64)
+def _topic_matrix(data, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The topic bytes of each row, zero-padded to the longest (rows of length 0 are all zeros)."""
+    span = np.arange(int(lengths.max(initial=0)), dtype=np.int64)
+    matrix = data[np.minimum(starts[:, None] + span, len(data) - 1)]
+    matrix[span[None, :] >= lengths[:, None]] = 0
+    return matrix
+
+
+def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: dict[bytes, int]) -> np.ndarray:
+    """Map each record's topic bytes (ASCII: the decoders checked rule 3) to an id in `names` (new topics are
+    added), decoding each topic once."""
     if len(topic_start) <= DECODE_FEW_RECORDS_MAX:
-        return np.array([_topic_id(data[start : start + length].tobytes(), names, path)
+        return np.array([names.setdefault(data[start : start + length].tobytes(), len(names))
                          for start, length in zip(topic_start.tolist(), topic_length.tolist())], dtype=np.int64)
-    width = int(topic_length.max())
-    span = np.arange(width, dtype=np.int64)
-    matrix = data[np.minimum(topic_start[:, None] + span, len(data) - 1)]
-    matrix[span[None, :] >= topic_length[:, None]] = 0
+    matrix = _topic_matrix(data, topic_start, topic_length)
     lengths = topic_length.astype(">u2").view(np.uint8).reshape(-1, 2)  # v2 topics may be longer than 255
     keyed = np.concatenate([lengths, matrix], axis=1)
-    rows = np.ascontiguousarray(keyed).view(np.dtype((np.void, width + 2)))[:, 0]
+    rows = np.ascontiguousarray(keyed).view(np.dtype((np.void, matrix.shape[1] + 2)))[:, 0]
     unique, inverse = np.unique(rows, return_inverse=True)
     ids = np.empty(len(unique), dtype=np.int64)
     for index, row in enumerate(unique):
         raw = bytes(row)
-        ids[index] = _topic_id(raw[2 : 2 + ((raw[0] << 8) | raw[1])], names, path)
+        ids[index] = names.setdefault(raw[2 : 2 + ((raw[0] << 8) | raw[1])], len(names))
     return ids[inverse.ravel()]
 
 
-def _topic_id(key: bytes, names: dict[bytes, int], path: str) -> int:
-    topic_id = names.get(key)
-    if topic_id is None:
-        if not key.isascii():
-            raise CorruptionError(f"topic is not ASCII: {key!r}", path=path, rule="3")
-        topic_id = names[key] = len(names)
-    return topic_id
-
-
-def _assemble(batch: DispatchBatch, parts: list[dict]) -> int | None:
-    """Join the decoded parts into `batch`. A record whose topic is not ASCII (format rule 3) ends the batch
-    before it, with its CorruptionError: returns its commitlog offset (None when every topic is sound)."""
+def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
     if not parts:
-        return None
+        return
     names: dict[bytes, int] = {}
     topic_ids = []
-    cut = None
-    for index, part in enumerate(parts):
-        known = dict(names)
-        try:
-            ids = _topic_ids(part["data"], part["topic_start"], part["topic_length"], names, part["path"])
-        except CorruptionError:
-            names.clear()
-            names.update(known)
-            row = _first_non_ascii_topic(part)
-            cut = int(part["offsets"][row])
-            start = int(part["topic_start"][row])
-            topic = part["data"][start : start + int(part["topic_length"][row])].tobytes()
-            batch.error = fmt._corrupt("3", f"topic is not ASCII: {topic!r}", part["path"], cut)
-            for name in _PART_COLUMNS:
-                part[name] = part[name][:row]
-            ids = _topic_ids(part["data"], part["topic_start"], part["topic_length"], names, part["path"])
-            parts = parts[: index + 1]
-        topic_ids.append(ids)
+    for part in parts:
+        topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names))
         batch._chunks.append(_Chunk(part["buffer"], part["properties_start"], part["properties_end"]))
-        if cut is not None:
-            break
     batch.topic_names = [name.decode("ascii") for name in names]
     batch.topic_ids = np.concatenate(topic_ids)
     join = np.concatenate
@@ -488,16 +463,6 @@ def _assemble(batch: DispatchBatch, parts: list[dict]) -> int | None:
                 codes[row + i] = code
         row += len(part["offsets"])
     batch.tags_codes = codes
-    return cut
-
-
-def _first_non_ascii_topic(part: dict) -> int:
-    """The first row of a decoded part whose topic bytes are not ASCII (`_topic_ids` found one)."""
-    data = part["data"]
-    for row, (start, length) in enumerate(zip(part["topic_start"].tolist(), part["topic_length"].tolist())):
-        if not data[start : start + length].tobytes().isascii():
-            return row
-    raise AssertionError("no topic of the part is outside ASCII")
 
 
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE

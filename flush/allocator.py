@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 import os
 import queue
 import threading
@@ -39,7 +40,6 @@ POPULATE_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted per madvise call (ea
 AHEAD_WINDOW_BYTES = 32 * 1024 * 1024  # how far ahead of the writer the current segment is pre-faulted
 AHEAD_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted ahead per madvise call (each then waits for the GIL)
 AHEAD_POLL_S = 0.005  # how often the idle thread looks at the writer's position
-PAGE_BYTES = 4096
 MADV_POPULATE_WRITE = 23  # linux/mman.h (Linux 5.14+)
 _ZEROS = bytes(WARM_CHUNK_BYTES)
 
@@ -175,8 +175,8 @@ class SegmentAllocator:
             self._ahead_base, self._ahead_until = base, 0
         size = len(array)
         position = min(max(end - base, 0), size)
-        target = min(size, -(-(position + AHEAD_WINDOW_BYTES) // PAGE_BYTES) * PAGE_BYTES)  # madvise wants pages
-        start = max(self._ahead_until, position - position % PAGE_BYTES)
+        target = min(size, -(-(position + AHEAD_WINDOW_BYTES) // mmap.PAGESIZE) * mmap.PAGESIZE)  # whole pages
+        start = max(self._ahead_until, position - position % mmap.PAGESIZE)
         address = array.ctypes.data  # `array` keeps the mapping alive while it is pre-faulted, even once closed
         while start < target and self._requests.empty():
             length = min(AHEAD_CHUNK_BYTES, target - start)

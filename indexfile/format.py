@@ -183,6 +183,11 @@ def index_key_hash(key: str) -> int:
     return java_abs_hash(java_string_hash(key))
 
 
+def encoded_index_key_hash(key: bytes) -> int:
+    """`index_key_hash` of a UTF-8 encoded index key (invalid UTF-8 replaced, as Java decodes it)."""
+    return index_key_hash(bytes(key).decode("utf-8", "replace"))
+
+
 HASH_CHUNK_BYTES_MAX = 1 << 18  # bytes hashed per vector pass; sizes the power tables (2 x 1 MiB)
 _MODULUS = 1 << 32
 _DESCENDING_POW31: np.ndarray | None = None  # [i] = 31**(HASH_CHUNK_BYTES_MAX - i) mod 2**32
@@ -223,7 +228,7 @@ def index_key_hashes(keys: Sequence[bytes]) -> np.ndarray:
         base = int(ends_all[first] - lengths[first])
         last = int(np.searchsorted(ends_all, base + HASH_CHUNK_BYTES_MAX, side="right"))
         if last == first:  # one key longer than a chunk
-            result[first] = index_key_hash(bytes(keys[first]).decode("utf-8", "replace"))
+            result[first] = encoded_index_key_hash(keys[first])
             first += 1
             continue
         joined = b"".join(keys[first:last])
@@ -243,7 +248,7 @@ def index_key_hashes(keys: Sequence[bytes]) -> np.ndarray:
         if not joined.isascii():
             for i in range(first, last):
                 if not keys[i].isascii():
-                    result[i] = index_key_hash(bytes(keys[i]).decode("utf-8", "replace"))
+                    result[i] = encoded_index_key_hash(keys[i])
         first = last
     return result
 

@@ -26,7 +26,7 @@ from indexfile.index_file import TEMP_SUFFIX, IndexFile
 log = logging.getLogger(__name__)
 
 QUERY_COUNT_MAX = 1 << 20  # offsets one query may return (RocketMQ caps at maxMsgsNumBatch, 64 by default)
-PUT_FEW_KEYS_MAX = 48  # put_keys puts this many keys or fewer one by one (the numpy passes cost more for few)
+PUT_FEW_KEYS_MAX = 48  # put_keys puts this many keys or fewer one by one
 
 
 def _now_ms() -> int:
@@ -177,39 +177,33 @@ class IndexService:
         assert len(commitlog_offsets) == count == len(store_timestamps_ms)
         if count == 0:
             return 0
-        if count <= PUT_FEW_KEYS_MAX:
-            return self._put_few(index_keys, commitlog_offsets, store_timestamps_ms)
-        hashes = fmt.index_key_hashes(index_keys)
-        offsets = np.asarray(commitlog_offsets, dtype=np.int64)
-        timestamps = np.asarray(store_timestamps_ms, dtype=np.int64)
+        few = count <= PUT_FEW_KEYS_MAX
+        if few:  # key by key: for a few keys the numpy passes cost more than the work
+            hashes = [fmt.encoded_index_key_hash(key) for key in index_keys]
+            offsets = [int(offset) for offset in commitlog_offsets]
+            out_of_order = any(later < earlier for earlier, later in zip(offsets, offsets[1:]))
+        else:
+            hashes = fmt.index_key_hashes(index_keys)
+            offsets = np.asarray(commitlog_offsets, dtype=np.int64)
+            out_of_order = bool((offsets[1:] < offsets[:-1]).any())
         with self._lock:
             self._check_writable()
-            if count > 1 and bool((offsets[1:] < offsets[:-1]).any()):
+            if out_of_order:
                 raise InvalidMessageError("index keys must come in commitlog order")
             self._check_order(int(offsets[0]), int(offsets[-1]))
-            done = 0
-            while done < count:  # bounded: every pass puts at least one row (a new file has room)
-                done += self._writable_file().put_hashes(hashes[done:], offsets[done:], timestamps[done:])
+            if few:  # IndexFile.put_key writes the bytes put_hashes does
+                index_file = self._writable_file()
+                for key_hash, offset, timestamp in zip(hashes, offsets, store_timestamps_ms):
+                    if not index_file.put_key(key_hash, offset, int(timestamp)):  # full: a new file has room
+                        index_file = self._writable_file()
+                        put = index_file.put_key(key_hash, offset, int(timestamp))
+                        assert put, "a file just created has room"
+            else:
+                timestamps = np.asarray(store_timestamps_ms, dtype=np.int64)
+                done = 0
+                while done < count:  # bounded: every pass puts at least one row (a new file has room)
+                    done += self._writable_file().put_hashes(hashes[done:], offsets[done:], timestamps[done:])
         return count
-
-    def _put_few(self, index_keys: Sequence[bytes], commitlog_offsets: Sequence[int],
-                 store_timestamps_ms: Sequence[int]) -> int:
-        """`put_keys` key by key (`IndexFile.put_key` writes the bytes `put_hashes` does): for a few keys its
-        numpy passes cost more than the work."""
-        offsets = [int(offset) for offset in commitlog_offsets]
-        hashes = [fmt.index_key_hash(bytes(key).decode("utf-8", "replace")) for key in index_keys]
-        with self._lock:
-            self._check_writable()
-            if any(later < earlier for earlier, later in zip(offsets, offsets[1:])):
-                raise InvalidMessageError("index keys must come in commitlog order")
-            self._check_order(offsets[0], offsets[-1])
-            index_file = self._writable_file()
-            for key_hash, offset, timestamp in zip(hashes, offsets, store_timestamps_ms):
-                if not index_file.put_key(key_hash, offset, int(timestamp)):
-                    index_file = self._writable_file()
-                    put = index_file.put_key(key_hash, offset, int(timestamp))
-                    assert put, "a file just created has room"
-        return len(hashes)
 
     def _check_order(self, first_offset: int, last_offset: int) -> None:
         assert first_offset <= last_offset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import pytest
@@ -95,16 +96,17 @@ def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, 
     allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=True,
                                  writer_position=lambda: tuple(position))
     try:
-        ahead = -(-(len(written) + window) // 4096) * 4096  # the window, to a page boundary
+        page = mmap.PAGESIZE
+        ahead = -(-(len(written) + window) // page) * page  # the window, to a page boundary
         _wait_for(lambda: allocator._ahead_until >= ahead, "pre-faulting ahead of the writer")
         assert allocator._ahead_until == ahead  # not more (mincore cannot tell: page-cache read-ahead comes
         assert all(_resident(segment.array, 0, ahead))  # with the faults)
-        assert allocator.warmed_ahead_bytes == ahead - (len(written) - len(written) % 4096)
+        assert allocator.warmed_ahead_bytes == ahead - (len(written) - len(written) % page)
         position[2] += 5000  # the writer moves on: the next chunk starts where the last ended
-        further = -(-(position[2] + window) // 4096) * 4096
+        further = -(-(position[2] + window) // page) * page
         _wait_for(lambda: allocator._ahead_until >= further, "pre-faulting further ahead")
         assert allocator._ahead_until == further > ahead
-        assert allocator.warmed_ahead_bytes == allocator._ahead_until - (len(written) - len(written) % 4096)
+        assert allocator.warmed_ahead_bytes == allocator._ahead_until - (len(written) - len(written) % page)
         position[2] = SEGMENT_BYTES - 10_000  # the writer near the segment's end: warming stops at the end
         _wait_for(lambda: allocator._ahead_until == SEGMENT_BYTES, "pre-faulting up to the segment's end")
         assert bytes(segment.view[: len(written)]) == written  # pre-faulting wrote nothing
