@@ -37,7 +37,9 @@ DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY = 16
 
 
 class Dispatcher(Protocol):
-    """Something built from the log. Called from the dispatch thread only, in log order."""
+    """Something built from the log. Called from the dispatch thread only, in log order. A dispatcher that
+    reads properties of every record (`DispatchBatch.property_values`) names them in a `properties` attribute:
+    the batch decoder then reads them in its one pass over each record's properties."""
 
     def dispatch(self, batch: DispatchBatch) -> None:
         """Take in every record of `batch`; records already taken in before (a replay) must be ignored."""
@@ -60,6 +62,8 @@ class DispatchService:
         self._tail_batch_records = tail_batch_records
         self._dispatchers = list(dispatchers)
         self._check_crc = check_crc
+        self._properties = tuple(dict.fromkeys(
+            name for dispatcher in self._dispatchers for name in getattr(dispatcher, "properties", ())))
         self.dispatched_offset = start_offset
         self.error: BaseException | None = None
         self.idle = False
@@ -87,7 +91,7 @@ class DispatchService:
             if yield_between and done:
                 time.sleep(0)
             batch = parse_records(self._log, self.dispatched_offset, end, check_crc=self._check_crc,
-                                  records_max=records_max)
+                                  records_max=records_max, properties=self._properties)
             if len(batch):
                 for dispatcher in self._dispatchers:
                     dispatcher.dispatch(batch)

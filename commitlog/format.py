@@ -209,16 +209,40 @@ def has_record_crc(buf, properties_start: int, end: int) -> bool:
             == RECORD_CRC_PREFIX and (at == properties_start or buf[at - 1] == 2))
 
 
+# Java's hash of ASCII text, without a Python loop over its characters: each code c < 128 is 31 * (c // 31) +
+# c % 31, so the 31-polynomial of the codes is 31 * P(high digits) + P(low digits), and int(_, 31) evaluates
+# a polynomial at 31 from base-31 digit characters in C. Text is taken in chunks under int()'s lowest digit limit.
+_BASE31_DIGITS = b"0123456789abcdefghijklmnopqrstu"
+_HIGH_DIGIT = bytes(_BASE31_DIGITS[code // 31] for code in range(128)) + bytes(128)
+_LOW_DIGIT = bytes(_BASE31_DIGITS[code % 31] for code in range(128)) + bytes(128)
+_HASH_CHUNK_CHARS = 512  # sys.set_int_max_str_digits accepts no limit under 640
+_HASH_CHUNK_WEIGHT = pow(31, _HASH_CHUNK_CHARS, 1 << 32)
+
+
+def java_ascii_hash(data: bytes) -> int:
+    """Java's String.hashCode of ASCII text given as bytes (`data.isascii()` must hold)."""
+    if len(data) <= _HASH_CHUNK_CHARS:
+        if not data:
+            return 0
+        h = (31 * int(data.translate(_HIGH_DIGIT), 31) + int(data.translate(_LOW_DIGIT), 31)) & 0xFFFFFFFF
+    else:
+        h = 0
+        for at in range(0, len(data), _HASH_CHUNK_CHARS):
+            chunk = data[at : at + _HASH_CHUNK_CHARS]
+            weight = _HASH_CHUNK_WEIGHT if len(chunk) == _HASH_CHUNK_CHARS else pow(31, len(chunk), 1 << 32)
+            h = (h * weight + 31 * int(chunk.translate(_HIGH_DIGIT), 31) + int(chunk.translate(_LOW_DIGIT), 31)
+                 ) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode (31-polynomial over UTF-16 code units, wrapping to a signed 32-bit int)."""
-    h = 0
     if text.isascii():
-        for ch in text.encode("ascii"):
-            h = (31 * h + ch) & 0xFFFFFFFF
-    else:
-        units = text.encode("utf-16-be")
-        for i in range(0, len(units), 2):
-            h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+        return java_ascii_hash(text.encode("ascii"))
+    h = 0
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 

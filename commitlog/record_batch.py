@@ -128,32 +128,39 @@ class LogReader(Protocol):
 def _find_property(buffer, starts: np.ndarray, ends: np.ndarray, name: bytes) -> list[bytes | None]:
     """Raw values of property `name` in the properties spans [starts[i], ends[i]) of `buffer` (an mmap)."""
     values: list[bytes | None] = [None] * len(starts)
-    for row, value in _found_property(buffer, starts, ends, name):
+    for row, value in _found_properties(buffer, starts, ends, (name,))[0]:
         values[row] = value
     return values
 
 
-def _found_property(buffer, starts: np.ndarray, ends: np.ndarray, name: bytes) -> list[tuple[int, bytes]]:
-    """(row, raw value) of the records whose properties hold `name`; records without properties (common) are
-    passed over with numpy, not visited."""
-    needle = name + b"\x01"
-    skip = len(needle)
+def _found_properties(buffer, starts: np.ndarray, ends: np.ndarray, names: tuple[bytes, ...]
+                      ) -> list[list[tuple[int, bytes]]]:
+    """For each of `names`, (row, raw value) of the records whose properties hold it, found in one pass over
+    the properties spans [starts[i], ends[i]) of `buffer` (an mmap). Records without properties are passed
+    over (with numpy in a large batch)."""
+    found: list[list[tuple[int, bytes]]] = [[] for _ in names]
+    needles = [(name + b"\x01", len(name) + 1, pairs.append) for name, pairs in zip(names, found)]
     find = buffer.find
-    found = []
-    rows = np.flatnonzero(ends != starts)
-    for row, start, end in zip(rows.tolist(), starts[rows].tolist(), ends[rows].tolist()):
-        at = find(needle, start, end)
-        while at > start and buffer[at - 1] != 2:  # a longer name that ends in `name`
-            at = find(needle, at + 1, end)
-        if at < 0:
-            continue
-        value_end = find(b"\x02", at + skip, end)
-        found.append((row, buffer[at + skip : value_end if value_end >= 0 else end]))
+    if len(starts) <= DECODE_FEW_RECORDS_MAX:
+        spans = [(row, start, end) for row, (start, end) in enumerate(zip(starts.tolist(), ends.tolist()))
+                 if start != end]
+    else:
+        rows = np.flatnonzero(ends != starts)
+        spans = zip(rows.tolist(), starts[rows].tolist(), ends[rows].tolist())
+    for row, start, end in spans:
+        for needle, skip, add in needles:
+            at = find(needle, start, end)
+            while at > start and buffer[at - 1] != 2:  # a longer name that ends in this one
+                at = find(needle, at + 1, end)
+            if at >= 0:
+                value_end = find(b"\x02", at + skip, end)
+                add((row, buffer[at + skip : value_end if value_end >= 0 else end]))
     return found
 
 
 def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = False,
-                  records_max: int = DISPATCH_BATCH_RECORDS_MAX, zeros_end: bool = False) -> DispatchBatch:
+                  records_max: int = DISPATCH_BATCH_RECORDS_MAX, zeros_end: bool = False,
+                  properties: tuple[bytes, ...] = ()) -> DispatchBatch:
     """Decode the records of [start, end) into a batch, stopping after `records_max` records.
 
     `start` must be a record boundary. Crosses segment ends at blanks. With `zeros_end`, eight zero bytes
@@ -161,7 +168,8 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
     Records are found by walking their TOTALSIZE chain; their fields are then decoded and checked for all
     records of a segment at once with numpy. At the first invalid record the batch stops and `batch.error`
     holds the CorruptionError: the log is read only up to its published end, so anything invalid below it is
-    real corruption.
+    real corruption. The `properties` named (beside TAGS, always read) are read in the same pass over each
+    record's properties as TAGS, for dispatchers that read them for every record (`property_values`).
     """
     batch = DispatchBatch(start)
     required_from = getattr(log, "record_crc_from", None)
@@ -189,7 +197,7 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
         if base + stop == offset:
             break  # the next record is not complete yet
         offset = base + stop
-    _assemble(batch, parts)
+    _assemble(batch, parts, properties)
     batch.end_offset = offset
     return batch
 
@@ -353,34 +361,62 @@ _PART_COLUMNS = ("offsets", "sizes", "topic_start", "topic_length", "properties_
                  "queue_id", "queue_offset", "store_timestamp", "sys_flag")
 
 
+# The fixed fields of a v1 record with IPv4 hosts that `_decode_few` reads: TOTALSIZE, MAGICCODE, QUEUEID,
+# QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH (88 bytes, the others skipped).
+_V1_HEAD = fmt.struct.Struct(">iI4xi4xqqi8x8xq8x4x8xi")
+assert _V1_HEAD.size == fmt.OFFSET_BODY
+_PROPERTIES_LENGTH = fmt.I16.unpack_from
+
+
 def _decode_few(segment, positions: list[int], check_crc: bool,
                 required_from: int | None = None) -> tuple[dict, CorruptionError | None]:
-    """`_decode` for a few records: the same part and the same error, from `format.locate` and
-    `format.check_crcs` record by record (the checks `_decode` vectorises, and the ones it reports errors with)."""
+    """`_decode` for a few records: the same part and the same error, record by record. A v1 record with
+    IPv4 hosts that passes the checks `_decode` vectorises is read with one unpack; any other record (v2, IPv6,
+    any failed check) and every record when `check_crc` go through `format.locate` and `format.check_crcs`,
+    which decode it in full or raise the precise error."""
     view = segment.view
     base = segment.base_offset
     size_bytes = segment.size_bytes
     path = segment.path
-    queue_fields = _QUEUE_FIELDS.unpack_from
-    timestamp = _I64.unpack_from
+    head = _V1_HEAD.unpack_from
     crc_length = fmt.RECORD_CRC_LENGTH
+    fixed = fmt.OFFSET_BODY
+    has_record_crc, record_crc_value = fmt.has_record_crc, fmt.record_crc_value
     rows = []
     error = None
     end = base + positions[-1]
     for at in positions:
         offset = base + at
+        required = required_from is not None and offset >= required_from
+        size, magic, queue_id, queue_offset, physical, sys_flag, store_timestamp, body_length = head(view, at)
+        record_end = at + size
+        if (magic == _MAGIC_V1 and not sys_flag & _V6_FLAGS and not check_crc and physical == offset
+                and _RECORD_SIZE_MIN <= size <= size_bytes - at and 0 <= body_length <= size - fixed - 3):
+            topic_start = at + fixed + body_length + 1
+            topic_length = view[topic_start - 1]
+            properties_start = topic_start + topic_length + 2
+            if (topic_length and properties_start <= record_end
+                    and _PROPERTIES_LENGTH(view, properties_start - 2)[0] == record_end - properties_start
+                    and view[topic_start : properties_start - 2].tobytes().isascii()):
+                has_crc = has_record_crc(view, properties_start, record_end)
+                if (not has_crc and not required) or (
+                        has_crc and record_crc_value(view[record_end - 11 : record_end - 1].tobytes()) is not None):
+                    rows.append((offset, size, topic_start, topic_length, properties_start,
+                                 record_end - crc_length if has_crc else record_end, queue_id, queue_offset,
+                                 store_timestamp, sys_flag))
+                    end = base + record_end
+                    continue
         try:
             layout = fmt.locate(view, at, size_bytes - at, offset, path=path)
-            has_crc = fmt.check_crcs(view, layout, at, offset, check_crc=check_crc, path=path,
-                                     required=required_from is not None and offset >= required_from)
+            has_crc = fmt.check_crcs(view, layout, at, offset, check_crc=check_crc, path=path, required=required)
         except CorruptionError as exc:
             error, end = exc, offset
             break
-        queue_id, _, queue_offset = queue_fields(view, at + fmt.OFFSET_QUEUE_ID)
+        queue_id, _, queue_offset = _QUEUE_FIELDS.unpack_from(view, at + fmt.OFFSET_QUEUE_ID)
         record_end = at + layout.size
         rows.append((offset, layout.size, layout.topic_start, layout.topic_length, layout.properties_start,
                      record_end - crc_length if has_crc else record_end, queue_id, queue_offset,
-                     timestamp(view, layout.store_host[0] - 8)[0], layout.sys_flag))
+                     _I64.unpack_from(view, layout.store_host[0] - 8)[0], layout.sys_flag))
         end = base + record_end
     columns = np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T
     part = dict(zip(_PART_COLUMNS, columns))
@@ -434,7 +470,7 @@ def _topic_ids(data, topic_start: np.ndarray, topic_length: np.ndarray, names: d
     return ids[inverse.ravel()]
 
 
-def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
+def _assemble(batch: DispatchBatch, parts: list[dict], properties: tuple[bytes, ...] = ()) -> None:
     if not parts:
         return
     names: dict[bytes, int] = {}
@@ -443,26 +479,34 @@ def _assemble(batch: DispatchBatch, parts: list[dict]) -> None:
         topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names))
         batch._chunks.append(_Chunk(part["buffer"], part["properties_start"], part["properties_end"]))
     batch.topic_names = [name.decode("ascii") for name in names]
-    batch.topic_ids = np.concatenate(topic_ids)
-    join = np.concatenate
+    batch.topic_ids = np.concatenate(topic_ids) if len(parts) > 1 else topic_ids[0]
+    join = np.concatenate if len(parts) > 1 else (lambda columns: columns[0])  # noqa: E731 - one part: no copy
     batch.commitlog_offsets = join([p["offsets"] for p in parts])
     batch.sizes = join([p["sizes"] for p in parts])
     batch.queue_ids = join([p["queue_id"] for p in parts])
     batch.queue_offsets = join([p["queue_offset"] for p in parts])
     batch.store_timestamps_ms = join([p["store_timestamp"] for p in parts])
     batch.sys_flags = join([p["sys_flag"] for p in parts])
+    properties = tuple(name for name in properties if name != _TAGS)
+    columns: list[list[bytes | None]] = [[None] * len(batch.commitlog_offsets) for _ in properties]
     codes = np.zeros(len(batch.commitlog_offsets), dtype=np.int64)
     cache: dict[bytes, int] = {}
     row = 0
     for part in parts:
-        for i, tag in _found_property(part["buffer"], part["properties_start"], part["properties_end"], _TAGS):
+        found = _found_properties(part["buffer"], part["properties_start"], part["properties_end"],
+                                  (_TAGS,) + properties)
+        for i, tag in found[0]:
             if tag:
                 code = cache.get(tag)
                 if code is None:
                     code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
                 codes[row + i] = code
+        for column, pairs in zip(columns, found[1:]):
+            for i, value in pairs:
+                column[row + i] = value
         row += len(part["offsets"])
     batch.tags_codes = codes
+    batch._cache.update(zip(properties, columns))
 
 
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE

@@ -11,6 +11,7 @@ never used by recovery; RocketMQ does not know it (it is one more file in `confi
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 
@@ -26,18 +27,24 @@ def mark_path(root: str) -> str:
 
 
 class DispatchedMark:
-    """The writer's side: an open file it overwrites in place."""
+    """The writer's side: a file it overwrites in place through a shared mapping (a publish per dispatch
+    batch is then a store to memory, not a system call; readers' read() sees the same page)."""
 
     def __init__(self, path: str):
         self.path = path
+        self._fd = self._map = None
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(self._fd).st_size < _MARK.size:
+                os.ftruncate(self._fd, _MARK.size)
+            self._map = mmap.mmap(self._fd, _MARK.size)
         except OSError as exc:
+            self.close()
             raise StoreIOError(f"cannot open the dispatched mark {path}: {exc.strerror}") from exc
 
     def publish(self, offset: int) -> None:
         """Say that every unit of every record below `offset` is written."""
-        os.pwrite(self._fd, _MARK.pack(offset), 0)
+        _MARK.pack_into(self._map, 0, offset)
 
     def remove(self) -> None:
         """At a clean close: the queues are complete, the mark has nothing to add."""
@@ -48,6 +55,9 @@ class DispatchedMark:
             pass
 
     def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -33,6 +33,8 @@ def message_index_keys(prefix: bytes, uniq_key: bytes | None, keys: bytes | None
 class IndexDispatcher:
     """A `commitlog.dispatch.Dispatcher` that feeds an `IndexService`, one `put_keys` call per batch."""
 
+    properties = (log_format.PROPERTY_UNIQ_KEY.encode("ascii"), log_format.PROPERTY_KEYS.encode("ascii"))
+
     def __init__(self, service: IndexService):
         self.service = service
         self._prefixes: dict[str, bytes] = {}

@@ -90,7 +90,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from commitlog.format import java_string_hash
+from commitlog.format import java_ascii_hash, java_string_hash
 
 # --- sizes and limits ----------------------------------------------------------------------------------------
 HEADER_SIZE_BYTES = 40
@@ -185,7 +185,10 @@ def index_key_hash(key: str) -> int:
 
 def encoded_index_key_hash(key: bytes) -> int:
     """`index_key_hash` of a UTF-8 encoded index key (invalid UTF-8 replaced, as Java decodes it)."""
-    return index_key_hash(bytes(key).decode("utf-8", "replace"))
+    key = bytes(key)
+    if key.isascii():
+        return java_abs_hash(java_ascii_hash(key))
+    return index_key_hash(key.decode("utf-8", "replace"))
 
 
 HASH_CHUNK_BYTES_MAX = 1 << 18  # bytes hashed per vector pass; sizes the power tables (2 x 1 MiB)

@@ -12,6 +12,7 @@ Not thread-safe: `IndexService` serializes the calls.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -220,6 +221,47 @@ class IndexFile:
         self._advance_header(commitlog_offset, store_timestamp_ms, commitlog_offset, store_timestamp_ms, 1)
         fmt.SLOT_STRUCT.pack_into(self._buf, slot_at, count)
         return True
+
+    def put_rows(self, key_hashes: Sequence[int], commitlog_offsets: Sequence[int],
+                 store_timestamps_ms: Sequence[int]) -> int:
+        """`put_hashes` for a few rows given as lists of ints, in plain Python (its dozens of numpy calls cost
+        more than the work): the same bytes, written in the same order (entries, header, slots)."""
+        self._check_writable()
+        count = self._index_count
+        put = min(self.index_entry_count_max - count, len(key_hashes))
+        if put <= 0:
+            return 0
+        buf = self._buf
+        slot_count = self.hash_slot_count
+        slots_at = fmt.slots_offset()
+        unpack_slot = fmt.SLOT_STRUCT.unpack_from
+        pack_entry = fmt.ENTRY_STRUCT.pack_into
+        entry_size = fmt.ENTRY_SIZE_BYTES
+        entries_at = self._entries_at
+        time_diff_s = fmt.time_diff_s
+        begin = self._begin_timestamp_ms
+        first_timestamp = store_timestamps_ms[0]
+        heads: dict[int, int] = {}  # slot -> the newest entry number this call put in it
+        number = count
+        for key_hash, offset, timestamp in zip(key_hashes[:put], commitlog_offsets[:put], store_timestamps_ms[:put]):
+            assert 0 <= key_hash < 2**31 and offset >= 0
+            slot = key_hash % slot_count
+            head = heads.get(slot)
+            if head is None:
+                head = unpack_slot(buf, slots_at + fmt.SLOT_SIZE_BYTES * slot)[0]
+                if not 0 <= head < count:
+                    raise self._slot_corruption(slot, head)
+            pack_entry(buf, entries_at + entry_size * number, key_hash, offset, time_diff_s(timestamp, begin), head)
+            heads[slot] = number
+            if number <= 1:  # the file's first put resets beginTimestamp for the rows after it
+                begin = first_timestamp
+            number += 1
+        self._advance_header(commitlog_offsets[0], first_timestamp, commitlog_offsets[put - 1],
+                             store_timestamps_ms[put - 1], put)
+        pack_slot = fmt.SLOT_STRUCT.pack_into
+        for slot, newest in heads.items():
+            pack_slot(buf, slots_at + fmt.SLOT_SIZE_BYTES * slot, newest)
+        return put
 
     def put_hashes(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
                    store_timestamps_ms: np.ndarray) -> int:

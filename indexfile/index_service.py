@@ -191,18 +191,15 @@ class IndexService:
             if out_of_order:
                 raise InvalidMessageError("index keys must come in commitlog order")
             self._check_order(int(offsets[0]), int(offsets[-1]))
-            if few:  # IndexFile.put_key writes the bytes put_hashes does
-                index_file = self._writable_file()
-                for key_hash, offset, timestamp in zip(hashes, offsets, store_timestamps_ms):
-                    if not index_file.put_key(key_hash, offset, int(timestamp)):  # full: a new file has room
-                        index_file = self._writable_file()
-                        put = index_file.put_key(key_hash, offset, int(timestamp))
-                        assert put, "a file just created has room"
+            if few:  # IndexFile.put_rows writes the bytes put_hashes does
+                put = IndexFile.put_rows
+                timestamps = [int(timestamp) for timestamp in store_timestamps_ms]
             else:
+                put = IndexFile.put_hashes
                 timestamps = np.asarray(store_timestamps_ms, dtype=np.int64)
-                done = 0
-                while done < count:  # bounded: every pass puts at least one row (a new file has room)
-                    done += self._writable_file().put_hashes(hashes[done:], offsets[done:], timestamps[done:])
+            done = 0
+            while done < count:  # bounded: every pass puts at least one row (a new file has room)
+                done += put(self._writable_file(), hashes[done:], offsets[done:], timestamps[done:])
         return count
 
     def _check_order(self, first_offset: int, last_offset: int) -> None:

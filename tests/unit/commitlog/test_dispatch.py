@@ -332,3 +332,29 @@ def test_the_tailing_thread_hands_over_batches_of_at_most_its_tail_size(tmp_path
     finally:
         service.stop()
         log.close()
+
+
+def test_the_properties_dispatchers_name_are_read_in_the_decoding_pass(tmp_path):
+    log = _log(tmp_path)
+    expected = []
+    for index in range(30):
+        keys = (f"k{index}", "shared") if index % 2 else ()
+        log.append(log.prepare(Message("t", b"x" * index, tags="TagA" if index % 3 else None, keys=keys)))
+        expected.append(f"k{index} shared".encode() if keys else None)
+
+    class KeysReader:
+        properties = (b"KEYS",)
+
+        def __init__(self):
+            self.cached, self.keys = [], []
+
+        def dispatch(self, batch):
+            self.cached.append(b"KEYS" in batch._cache)  # read before anyone asked
+            self.keys.extend(batch.keys)
+
+    reader, plain = KeysReader(), Recorder()
+    service = DispatchService(log, [plain, reader], 0)
+    assert service.dispatch_available(records_max=7) == 30
+    assert reader.keys == expected and all(reader.cached) and len(reader.cached) == 5
+    assert DispatchService(log, [plain], 0)._properties == ()  # nobody asked: KEYS stays on demand
+    log.close()

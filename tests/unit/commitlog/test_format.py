@@ -88,6 +88,36 @@ def test_java_string_hash(text, expected):
     assert fmt.java_string_hash(text) == expected
 
 
+def _java_hash_char_by_char(data: bytes) -> int:
+    """The textbook loop, as the reference for the base-31 evaluation."""
+    h = 0
+    for code in data:
+        h = (31 * h + code) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 30, 511, 512, 513, 1024, 1500, 5000])
+def test_java_ascii_hash_matches_the_loop_at_every_chunk_boundary(length):
+    rng = np.random.default_rng(length)
+    for _ in range(20):
+        data = rng.integers(0, 128, length, dtype=np.uint8).tobytes()
+        assert fmt.java_ascii_hash(data) == _java_hash_char_by_char(data)
+        assert fmt.java_string_hash(data.decode("ascii")) == _java_hash_char_by_char(data)
+    edges = bytes([0, 30, 31, 32, 61, 62, 63, 92, 93, 123, 124, 127]) * (length // 12 + 1)
+    assert fmt.java_ascii_hash(edges[:length]) == _java_hash_char_by_char(edges[:length])
+
+
+def test_java_ascii_hash_holds_under_the_lowest_int_digit_limit():
+    import sys
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        data = b"x" * 700 + b"\x7f" * 700
+        assert fmt.java_ascii_hash(data) == _java_hash_char_by_char(data)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
 def test_tags_code_is_zero_without_tags():
     assert fmt.tags_code(None) == 0 and fmt.tags_code("") == 0 and fmt.tags_code("Tag4") == 2598906
 

@@ -57,11 +57,19 @@ def _outcome(batch) -> tuple:
             None if error is None else (type(error), str(error), error.rule, error.offset, error.path))
 
 
+_INDEX_PROPERTIES = (fmt.PROPERTY_UNIQ_KEY.encode(), fmt.PROPERTY_KEYS.encode())
+
+
 def _both(log, start: int, end: int, check_crc: bool, monkeypatch) -> tuple[tuple, tuple]:
+    """The outcome of each decoder; each is also checked against itself with the index's properties read in
+    the decoding pass (not on demand)."""
     outcomes = []
     for threshold in (0, 1 << 30):
         monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
         outcomes.append(_outcome(parse_records(log, start, end, check_crc=check_crc)))
+        eager = parse_records(log, start, end, check_crc=check_crc, properties=_INDEX_PROPERTIES)
+        assert set(eager._cache) == set(_INDEX_PROPERTIES)  # read in the pass, before any lookup
+        assert _outcome(eager) == outcomes[-1]
     return outcomes[0], outcomes[1]
 
 
