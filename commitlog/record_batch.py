@@ -138,15 +138,12 @@ def _found_properties(buffer, starts: np.ndarray, ends: np.ndarray, names: tuple
     """For each of `names`, (row, raw value) of the records whose properties hold it, found in one pass over
     the properties spans [starts[i], ends[i]) of `buffer` (an mmap). Records without properties are passed
     over (with numpy in a large batch)."""
+    if len(starts) > DECODE_FEW_RECORDS_MAX:
+        return _found_properties_vector(np.frombuffer(buffer, dtype=np.uint8), starts, ends, names)
     found: list[list[tuple[int, bytes]]] = [[] for _ in names]
     needles = [(name + b"\x01", len(name) + 1, pairs.append) for name, pairs in zip(names, found)]
     find = buffer.find
-    if len(starts) <= DECODE_FEW_RECORDS_MAX:
-        spans = [(row, start, end) for row, (start, end) in enumerate(zip(starts.tolist(), ends.tolist()))
-                 if start != end]
-    else:
-        rows = np.flatnonzero(ends != starts)
-        spans = zip(rows.tolist(), starts[rows].tolist(), ends[rows].tolist())
+    spans = [(row, start, end) for row, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())) if start != end]
     for row, start, end in spans:
         for needle, skip, add in needles:
             at = find(needle, start, end)
@@ -155,6 +152,51 @@ def _found_properties(buffer, starts: np.ndarray, ends: np.ndarray, names: tuple
             if at >= 0:
                 value_end = find(b"\x02", at + skip, end)
                 add((row, buffer[at + skip : value_end if value_end >= 0 else end]))
+    return found
+
+
+def _found_properties_vector(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, names: tuple[bytes, ...]
+                             ) -> list[list[tuple[int, bytes]]]:
+    """`_found_properties` for many records, with numpy: the same pairs. The properties bytes of all records are
+    gathered into one array; a pair starts at a record's first byte or after a 0x02 inside the record; for each
+    name, the first pair of a record that begins with `name` 0x01 (and fits in the record) holds the value, up
+    to the next 0x02 or the record's end. Only the values found are sliced in Python."""
+    found: list[list[tuple[int, bytes]]] = [[] for _ in names]
+    rows = np.flatnonzero(ends != starts)
+    if not len(rows):
+        return found
+    lengths = (ends[rows] - starts[rows]).astype(np.int64)
+    record_at = np.cumsum(lengths) - lengths  # where each record's properties begin in `joined`
+    record_end = record_at + lengths
+    total = int(record_end[-1])
+    joined = data[np.arange(total, dtype=np.int64) + np.repeat(starts[rows] - record_at, lengths)]
+    separators = np.flatnonzero(joined == 2)
+    pair_flags = np.zeros(total + 1, dtype=bool)
+    pair_flags[record_at] = True
+    pair_flags[separators + 1] = True
+    pair_starts = np.flatnonzero(pair_flags[:total])
+    pair_records = np.searchsorted(record_at, pair_starts, side="right") - 1
+    pair_limits = record_end[pair_records]
+    raw = joined.tobytes()
+    for name, pairs in zip(names, found):
+        needle = np.frombuffer(name + b"\x01", dtype=np.uint8)
+        fits = pair_starts + len(needle) <= pair_limits
+        candidates = pair_starts[fits]
+        if not len(candidates):
+            continue
+        span = candidates[:, None] + np.arange(len(needle), dtype=np.int64)
+        matched = (joined[span] == needle).all(axis=1)
+        at = candidates[matched]
+        records = pair_records[fits][matched]
+        first = np.ones(len(at), dtype=bool)
+        first[1:] = records[1:] != records[:-1]  # pairs are in order: a record's first match
+        at, records = at[first], records[first]
+        value_at = at + len(needle)
+        limits = record_end[records]
+        next_separator = np.searchsorted(separators, value_at)
+        value_end = np.minimum(np.append(separators, total)[next_separator], limits)
+        pairs.extend(zip(rows[records].tolist(),
+                         [raw[a:b] for a, b in zip(value_at.tolist(), value_end.tolist())]))
     return found
 
 

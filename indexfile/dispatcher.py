@@ -16,6 +16,7 @@ from indexfile import format as fmt
 from indexfile.index_service import IndexService
 
 TOPIC_PREFIX_CACHE_MAX = 4096  # distinct topics whose `topic#` bytes are kept between batches
+UNIQ_KEYS_ONLY_RECORDS_MIN = 24  # larger batches of messages with a UNIQ_KEY and no KEYS skip the per-message loop
 _KEY_SEPARATOR = log_format.KEY_SEPARATOR.encode("ascii")
 _INDEX_KEY_SEPARATOR = fmt.INDEX_KEY_SEPARATOR.encode("ascii")
 _TRANSACTION_MASK = log_format.SYS_FLAG_TRANSACTION_MASK
@@ -50,6 +51,8 @@ class IndexDispatcher:
     def dispatch(self, batch: DispatchBatch) -> None:
         """Index the keys of every message of `batch` not indexed yet."""
         indexed = self.service.max_indexed_offset
+        if len(batch) > UNIQ_KEYS_ONLY_RECORDS_MIN and self._put_uniq_keys_only(batch, indexed):
+            return
         index_keys: list[bytes] = []
         offsets: list[int] = []
         timestamps: list[int] = []
@@ -88,3 +91,17 @@ class IndexDispatcher:
                     add_timestamp(timestamp)
         if index_keys:
             self.service.put_keys(index_keys, offsets, timestamps)
+
+    def _put_uniq_keys_only(self, batch: DispatchBatch, indexed: int) -> bool:
+        """The common batch of mqstore's messages without keys, in list passes instead of the per-message loop:
+        every message is past the index's end, none is a rollback, each has a UNIQ_KEY and none has KEYS (one
+        key each). Returns False, having put nothing, for any other batch. (For messages with KEYS the same
+        passes measured no faster than the loop.)"""
+        uniq_keys = batch.uniq_keys
+        if (int(batch.commitlog_offsets[0]) <= indexed or None in uniq_keys or any(batch.keys)
+                or bool(((batch.sys_flags & _TRANSACTION_MASK) == _ROLLBACK).any())):
+            return False
+        prefixes = [self._prefix(topic) for topic in batch.topic_names]
+        index_keys = list(map(bytes.__add__, [prefixes[topic_id] for topic_id in batch.topic_ids.tolist()], uniq_keys))
+        self.service.put_keys(index_keys, batch.commitlog_offsets.tolist(), batch.store_timestamps_ms.tolist())
+        return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import shutil
 
+import numpy as np
 import pytest
 
 from commitlog import format as fmt
@@ -106,3 +107,34 @@ def test_the_decoders_agree_on_damaged_logs(tmp_path, monkeypatch, seed):
         shutil.rmtree(copy)
     assert first_segment.exists()
     assert errors > FLIPS // 4  # most flips land in fields the decoders check (with CRCs on, all of them)
+
+
+_TOKENS = [b"TAGS", b"KEYS", b"UNIQ_KEY", b"XTAGS", b"TAG", b"\x01", b"\x02", b"a", b"bc", b"S\x01",
+           b"TAGS\x01", b"\x02KEYS\x01", b"\x02UNIQ_KEY\x01", b"\x02TAGS\x01"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_both_property_scans_find_what_property_value_finds(seed, monkeypatch):
+    """Random properties bytes, damaged or not (names inside values, longer names ending in a name, a name
+    cut by the record's end, repeated names, empty values, no separators): the record-by-record scan and the
+    numpy scan both find, for every record, the value `format.property_value` finds in that record's bytes."""
+    rng = random.Random(seed)
+    names = (b"TAGS", b"KEYS", b"UNIQ_KEY")
+    data, starts, ends, blobs = bytearray(), [], [], []
+    for _ in range(300):
+        blob = b"".join(rng.choice(_TOKENS) for _ in range(rng.randrange(0, 12)))
+        data += bytes(rng.choice([0, 1, 2, 7])) + rng.choice([b"", b"TAGS\x01", b"\x02"])  # bytes around it
+        starts.append(len(data))
+        data += blob
+        ends.append(len(data))
+        blobs.append(blob)
+        data += rng.choice([b"", b"x\x02", b"\x01"])
+    buffer = bytes(data)
+    expected = [[(row, fmt.property_value(blob, name)) for row, blob in enumerate(blobs)
+                 if fmt.property_value(blob, name) is not None] for name in names]
+    assert all(10 < len(column) < len(blobs) for column in expected)
+    assert sum(blob.count(b"\x02TAGS\x01") > 1 for blob in blobs) > 5  # a name repeated: the first one counts
+    for threshold in (0, 1 << 30):  # 0: the numpy scan; otherwise record by record
+        monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
+        found = record_batch._found_properties(buffer, np.asarray(starts), np.asarray(ends), names)
+        assert found == expected

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from commitlog import format as log_format
 from commitlog.dispatch import DispatchBatch
 from indexfile.dispatcher import IndexDispatcher, message_index_keys
@@ -79,21 +81,35 @@ def test_a_message_cut_between_its_keys_is_completed_without_duplicates(tmp_path
     assert service.entry_count == 5
 
 
-def test_dispatch_builds_the_same_bytes_as_one_key_at_a_time(tmp_path):
+@pytest.mark.parametrize("rollback_share, keys_share, batch_size", [
+    (0.25, 1.0, 37),  # nearly every batch of the first half has a rollback: the per-message loop
+    (0.0, 1.0, 37), (0.0, 1.0, 100),  # none, but KEYS: the loop
+    (0.0, 0.0, 100), (0.0, 0.0, 25),  # no KEYS, a UNIQ_KEY each: the uniq-keys-only passes
+    (0.02, 0.5, 60), (0.0, 1.0, 3),  # a mix; batches below the whole-batch size
+])
+def test_dispatch_builds_the_same_bytes_as_one_key_at_a_time(tmp_path, rollback_share, keys_share, batch_size):
     seed = random.randrange(2**32)
     print("seed", seed)
     rng = random.Random(seed)
     rows, offset = [], 0
-    for _ in range(300):
-        keys = b" ".join(b"k%d" % rng.randrange(40) for _ in range(rng.randrange(3))) or None
-        uniq = b"U%d" % offset if rng.random() < 0.8 else None
-        flag = rng.choice([0, 0, 0, log_format.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE])
+    for index in range(300):
+        words = [rng.choice([b"", b"k%d" % rng.randrange(40)]) for _ in range(rng.randrange(4))]
+        keys = (b" ".join(words) or None) if rng.random() < keys_share else None  # b" " and b"" hold no key
+        uniq = b"U%d" % offset if rng.random() < 0.8 or not keys_share else None
+        rollback = index < 150 and rng.random() < rollback_share  # the second half has none
+        flag = log_format.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE if rollback else rng.choice(
+            [0, log_format.SYS_FLAG_TRANSACTION_PREPARED_TYPE, log_format.SYS_FLAG_TRANSACTION_COMMIT_TYPE])
         rows.append((offset, rng.choice(["a", "b", "é"]), keys, uniq, flag))
         offset += rng.randrange(1, 500)
     batched = IndexService(tmp_path / "batched", 5, 17)
     dispatcher = IndexDispatcher(batched)
-    for start in range(0, len(rows), 37):
-        dispatcher.dispatch(_batch(rows[start : start + 37]))
+    passes = []
+    put_uniq_keys_only = dispatcher._put_uniq_keys_only
+    dispatcher._put_uniq_keys_only = lambda *args: passes.append(put_uniq_keys_only(*args)) or passes[-1]
+    for start in range(0, len(rows), batch_size):
+        dispatcher.dispatch(_batch(rows[start : start + batch_size]))
+    # the paths each case is meant for (the first batch starts at offset 0, the empty index's end: the loop)
+    assert any(passes) == (batch_size > 24 and not keys_share) and (all(passes[1:]) or keys_share)
     single = IndexService(tmp_path / "single", 5, 17)
     for offset, topic, keys, uniq, flag in rows:
         if flag == log_format.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE:
