@@ -155,21 +155,38 @@ def _found_properties(buffer, starts: np.ndarray, ends: np.ndarray, names: tuple
     return found
 
 
+PROPERTY_SCAN_CHUNK_BYTES = 1 << 20  # properties bytes gathered at once by the numpy scan (bounds its arrays)
+
+
 def _found_properties_vector(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, names: tuple[bytes, ...]
                              ) -> list[list[tuple[int, bytes]]]:
-    """`_found_properties` for many records, with numpy: the same pairs. The properties bytes of all records are
-    gathered into one array; a pair starts at a record's first byte or after a 0x02 inside the record; for each
-    name, the first pair of a record that begins with `name` 0x01 (and fits in the record) holds the value, up
-    to the next 0x02 or the record's end. Only the values found are sliced in Python."""
+    """`_found_properties` for many records, with numpy: the same pairs. The properties bytes of the records
+    are gathered into one array (in chunks of about PROPERTY_SCAN_CHUNK_BYTES: a record's properties are at most
+    32 KiB, but a batch may hold thousands); a pair starts at a record's first byte or after a 0x02 inside the
+    record; for each name, the first pair of a record that begins with `name` 0x01 (and fits in the record)
+    holds the value, up to the next 0x02 or the record's end. Only the values found are sliced in Python."""
     found: list[list[tuple[int, bytes]]] = [[] for _ in names]
     rows = np.flatnonzero(ends != starts)
-    if not len(rows):
-        return found
     lengths = (ends[rows] - starts[rows]).astype(np.int64)
+    bytes_through = np.cumsum(lengths)
+    first = 0
+    while first < len(rows):  # bounded: every chunk takes at least one record
+        limit = int(bytes_through[first] - lengths[first]) + PROPERTY_SCAN_CHUNK_BYTES
+        last = max(int(np.searchsorted(bytes_through, limit, side="right")), first + 1)
+        chunk = rows[first:last]
+        _scan_properties(data, chunk, starts[chunk], lengths[first:last], names, found)
+        first = last
+    return found
+
+
+def _scan_properties(data: np.ndarray, rows: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                     names: tuple[bytes, ...], found: list[list[tuple[int, bytes]]]) -> None:
+    """One chunk of `_found_properties_vector`: records `rows` (in order), properties at `starts`, `lengths`
+    bytes long (all > 0); appends to `found`."""
     record_at = np.cumsum(lengths) - lengths  # where each record's properties begin in `joined`
     record_end = record_at + lengths
     total = int(record_end[-1])
-    joined = data[np.arange(total, dtype=np.int64) + np.repeat(starts[rows] - record_at, lengths)]
+    joined = data[np.arange(total, dtype=np.int64) + np.repeat(starts - record_at, lengths)]
     separators = np.flatnonzero(joined == 2)
     pair_flags = np.zeros(total + 1, dtype=bool)
     pair_flags[record_at] = True
@@ -197,7 +214,6 @@ def _found_properties_vector(data: np.ndarray, starts: np.ndarray, ends: np.ndar
         value_end = np.minimum(np.append(separators, total)[next_separator], limits)
         pairs.extend(zip(rows[records].tolist(),
                          [raw[a:b] for a, b in zip(value_at.tolist(), value_end.tolist())]))
-    return found
 
 
 def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = False,

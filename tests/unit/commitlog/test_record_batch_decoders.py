@@ -114,10 +114,13 @@ _TOKENS = [b"TAGS", b"KEYS", b"UNIQ_KEY", b"XTAGS", b"TAG", b"\x01", b"\x02", b"
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_both_property_scans_find_what_property_value_finds(seed, monkeypatch):
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 40, 1])
+def test_both_property_scans_find_what_property_value_finds(seed, chunk_bytes, monkeypatch):
     """Random properties bytes, damaged or not (names inside values, longer names ending in a name, a name
     cut by the record's end, repeated names, empty values, no separators): the record-by-record scan and the
-    numpy scan both find, for every record, the value `format.property_value` finds in that record's bytes."""
+    numpy scan both find, for every record, the value `format.property_value` finds in that record's bytes.
+    The numpy scan takes the records in chunks of any size, down to one record each."""
+    monkeypatch.setattr(record_batch, "PROPERTY_SCAN_CHUNK_BYTES", chunk_bytes)
     rng = random.Random(seed)
     names = (b"TAGS", b"KEYS", b"UNIQ_KEY")
     data, starts, ends, blobs = bytearray(), [], [], []
@@ -134,7 +137,13 @@ def test_both_property_scans_find_what_property_value_finds(seed, monkeypatch):
                  if fmt.property_value(blob, name) is not None] for name in names]
     assert all(10 < len(column) < len(blobs) for column in expected)
     assert sum(blob.count(b"\x02TAGS\x01") > 1 for blob in blobs) > 5  # a name repeated: the first one counts
+    chunks = []
+    scan = record_batch._scan_properties
+    monkeypatch.setattr(record_batch, "_scan_properties", lambda data, rows, starts, lengths, *rest: (
+        chunks.append(lengths.tolist()), scan(data, rows, starts, lengths, *rest)))
     for threshold in (0, 1 << 30):  # 0: the numpy scan; otherwise record by record
         monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
         found = record_batch._found_properties(buffer, np.asarray(starts), np.asarray(ends), names)
         assert found == expected
+    assert sum(map(len, chunks)) == sum(1 for blob in blobs if blob)  # every record with properties, once
+    assert all(sum(chunk) <= chunk_bytes or len(chunk) == 1 for chunk in chunks)
