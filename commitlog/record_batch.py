@@ -1,9 +1,10 @@
 """Batches of records decoded from the CommitLog with numpy: the input of every dispatcher and of recovery.
 
 `parse_records` walks the TOTALSIZE chain from a record boundary (runs of one record size many at once),
-then decodes and checks the headers of a whole segment's records together, and returns a `DispatchBatch`:
-parallel numpy columns (RocketMQ's DispatchRequest, batched) with properties looked up on demand. The
-dispatch loop that feeds dispatchers with these batches is `commitlog.dispatch`.
+then decodes and checks the headers of a whole segment's records together (a few records one by one), and
+returns a `DispatchBatch`: parallel numpy columns (RocketMQ's DispatchRequest, batched) with properties read in
+the decoding pass or looked up on demand. The dispatch loop that feeds dispatchers with these batches is
+`commitlog.dispatch`.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ class DispatchBatch:
     Transaction-prepared and rolled-back records are in the batch too (with their sys_flag); dispatchers
     that must skip them look at `sys_flags`. `end_offset` is the log offset right after the batch, blanks
     included: once the batch is dispatched, everything below it is. Topics are `topic_ids` into
-    `topic_names`; tags codes are computed for every record; other properties are looked up on demand
-    (`property_values`, `keys`, `uniq_keys`), so a dispatcher that does not need them does not pay for them.
+    `topic_names`; tags codes are computed for every record. Other properties (`property_values`, `keys`,
+    `uniq_keys`) were read in the decoding pass when the dispatchers named them (`parse_records`' `properties`),
+    else they are looked up on demand, so a batch nobody asks them of does not pay for them.
     """
 
     def __init__(self, start_offset: int):
