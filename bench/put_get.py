@@ -27,6 +27,8 @@ from commitlog import format as fmt  # noqa: E402
 from commitlog.dispatch import DispatchService  # noqa: E402
 from consumequeue.consume_queue import ConsumeQueueTable  # noqa: E402
 from consumequeue.dispatcher import ConsumeQueueDispatcher  # noqa: E402
+from indexfile.dispatcher import IndexDispatcher  # noqa: E402
+from indexfile.index_service import IndexService  # noqa: E402
 from mqstore import GetStatus, Message, MessageStore, StoreConfig  # noqa: E402
 
 QUEUES = 8
@@ -129,17 +131,24 @@ def bench_get(root: str, max_count: int = 32) -> dict:
     return {"msgs_per_s": read / elapsed, "messages": read}
 
 
-def bench_dispatch(root: str) -> dict:
-    """Rebuild every ConsumeQueue of the store from its CommitLog in one thread."""
+def bench_dispatch(root: str, index: bool = False) -> dict:
+    """Rebuild every ConsumeQueue of the store from its CommitLog in one thread (and with `index`, the index
+    too: every message has its UNIQ_KEY, one key each; default index file sizes)."""
     with MessageStore.open(root, _config()) as store:
         log = store._commitlog
         target = tempfile.mkdtemp(dir=root)
-        table = ConsumeQueueTable(target, 300_000, writable=True)
-        service = DispatchService(log, [ConsumeQueueDispatcher(table)], log.min_offset())
+        table = ConsumeQueueTable(os.path.join(target, "consumequeue"), 300_000, writable=True)
+        dispatchers = [ConsumeQueueDispatcher(table)]
+        if index:
+            index_service = IndexService(os.path.join(target, "index"))
+            dispatchers.append(IndexDispatcher(index_service))
+        service = DispatchService(log, dispatchers, log.min_offset())
         started = time.perf_counter()
         records = service.dispatch_available()
         elapsed = time.perf_counter() - started
         table.close()
+        if index:
+            index_service.close()
         shutil.rmtree(target)
     return {"msgs_per_s": records / elapsed, "messages": records}
 
@@ -195,6 +204,7 @@ def main() -> int:
                 s.put_batch([Message("orders", b"x" * 100, queue_id=i % QUEUES) for i in range(start, start + 1000)])
         row("get 100 B, 32 per call, sequential", lambda: bench_get(store))
         row("dispatch (rebuild ConsumeQueues), 100 B", lambda: bench_dispatch(store))
+        row("dispatch (ConsumeQueues and index), 100 B", lambda: bench_dispatch(store, index=True))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started

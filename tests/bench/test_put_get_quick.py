@@ -20,4 +20,8 @@ def test_put_get_quick_writes_every_row(tmp_path):
         assert row["msgs_per_s"] > 0, row
     get_row = next(row for row in result["rows"] if row["case"].startswith("get"))
     assert get_row["messages"] == result["messages_per_row"]
+    dispatch_rows = [row for row in result["rows"] if row["case"].startswith("dispatch")]
+    assert [row["case"] for row in dispatch_rows] == ["dispatch (rebuild ConsumeQueues), 100 B",
+                                                      "dispatch (ConsumeQueues and index), 100 B"]
+    assert all(row["messages"] == result["messages_per_row"] for row in dispatch_rows)  # every message, both
     assert "baseline" in completed.stdout
