@@ -27,12 +27,14 @@ _I64 = fmt.struct.Struct(">q")
 
 
 class _Chunk:
-    """Records of one segment inside a batch: where their properties are, for lazy property lookups."""
+    """Records of one segment inside a batch: where their properties are, for property lookups. `buffer` is the
+    segment's mmap, `data` the same bytes as a numpy array."""
 
-    __slots__ = ("buffer", "properties_start", "properties_end")
+    __slots__ = ("buffer", "data", "properties_start", "properties_end")
 
-    def __init__(self, buffer, properties_start: np.ndarray, properties_end: np.ndarray):
+    def __init__(self, buffer, data: np.ndarray, properties_start: np.ndarray, properties_end: np.ndarray):
         self.buffer = buffer
+        self.data = data
         self.properties_start = properties_start
         self.properties_end = properties_end
 
@@ -104,7 +106,7 @@ class DispatchBatch:
         if values is None:
             values = []
             for chunk in self._chunks:
-                values.extend(_find_property(chunk.buffer, chunk.properties_start, chunk.properties_end, name))
+                values.extend(_dense(_found_properties(chunk, (name,))[0], len(chunk.properties_start)))
             self._cache[name] = values
         return values
 
@@ -127,23 +129,23 @@ class LogReader(Protocol):
     def segment_at(self, commitlog_offset: int): ...
 
 
-def _find_property(buffer, starts: np.ndarray, ends: np.ndarray, name: bytes) -> list[bytes | None]:
-    """Raw values of property `name` in the properties spans [starts[i], ends[i]) of `buffer` (an mmap)."""
-    values: list[bytes | None] = [None] * len(starts)
-    for row, value in _found_properties(buffer, starts, ends, (name,))[0]:
+def _dense(found: list[tuple[int, bytes]], count: int) -> list[bytes | None]:
+    """The (row, value) pairs of one property as a list of `count` values, None where a row has none."""
+    values: list[bytes | None] = [None] * count
+    for row, value in found:
         values[row] = value
     return values
 
 
-def _found_properties(buffer, starts: np.ndarray, ends: np.ndarray, names: tuple[bytes, ...]
-                      ) -> list[list[tuple[int, bytes]]]:
-    """For each of `names`, (row, raw value) of the records whose properties hold it, found in one pass over
-    the properties spans [starts[i], ends[i]) of `buffer` (an mmap). Records without properties are passed
-    over (with numpy in a large batch)."""
+def _found_properties(chunk: _Chunk, names: tuple[bytes, ...]) -> list[list[tuple[int, bytes]]]:
+    """For each of `names`, (row, raw value) of the chunk's records whose properties hold it, found in one pass
+    over their properties spans. Records without properties are passed over (with numpy in a large batch)."""
+    starts, ends = chunk.properties_start, chunk.properties_end
     if len(starts) > DECODE_FEW_RECORDS_MAX:
-        return _found_properties_vector(np.frombuffer(buffer, dtype=np.uint8), starts, ends, names)
+        return _found_properties_vector(chunk.data, starts, ends, names)
     found: list[list[tuple[int, bytes]]] = [[] for _ in names]
     needles = [(name + b"\x01", len(name) + 1, pairs.append) for name, pairs in zip(names, found)]
+    buffer = chunk.buffer
     find = buffer.find
     spans = [(row, start, end) for row, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())) if start != end]
     for row, start, end in spans:
@@ -537,7 +539,7 @@ def _assemble(batch: DispatchBatch, parts: list[dict], properties: tuple[bytes, 
     topic_ids = []
     for part in parts:
         topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names))
-        batch._chunks.append(_Chunk(part["buffer"], part["properties_start"], part["properties_end"]))
+        batch._chunks.append(_Chunk(part["buffer"], part["data"], part["properties_start"], part["properties_end"]))
     batch.topic_names = [name.decode("ascii") for name in names]
     batch.topic_ids = np.concatenate(topic_ids) if len(parts) > 1 else topic_ids[0]
     join = np.concatenate if len(parts) > 1 else (lambda columns: columns[0])  # noqa: E731 - one part: no copy
@@ -548,25 +550,24 @@ def _assemble(batch: DispatchBatch, parts: list[dict], properties: tuple[bytes, 
     batch.store_timestamps_ms = join([p["store_timestamp"] for p in parts])
     batch.sys_flags = join([p["sys_flag"] for p in parts])
     properties = tuple(name for name in properties if name != _TAGS)
-    columns: list[list[bytes | None]] = [[None] * len(batch.commitlog_offsets) for _ in properties]
+    for name in properties:
+        batch._cache[name] = []
     codes = np.zeros(len(batch.commitlog_offsets), dtype=np.int64)
     cache: dict[bytes, int] = {}
     row = 0
-    for part in parts:
-        found = _found_properties(part["buffer"], part["properties_start"], part["properties_end"],
-                                  (_TAGS,) + properties)
+    for chunk in batch._chunks:
+        found = _found_properties(chunk, (_TAGS,) + properties)
         for i, tag in found[0]:
             if tag:
                 code = cache.get(tag)
                 if code is None:
                     code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
                 codes[row + i] = code
-        for column, pairs in zip(columns, found[1:]):
-            for i, value in pairs:
-                column[row + i] = value
-        row += len(part["offsets"])
+        count = len(chunk.properties_start)
+        for name, pairs in zip(properties, found[1:]):
+            batch._cache[name].extend(_dense(pairs, count))
+        row += count
     batch.tags_codes = codes
-    batch._cache.update(zip(properties, columns))
 
 
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE

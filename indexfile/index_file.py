@@ -204,23 +204,8 @@ class IndexFile:
             path=self.path, offset=fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot, rule="4")
 
     def put_key(self, key_hash: int, commitlog_offset: int, store_timestamp_ms: int) -> bool:
-        """Append one entry (RocketMQ's putKey); False when the file is full."""
-        self._check_writable()
-        assert 0 <= key_hash < 2**31 and commitlog_offset >= 0
-        count = self._index_count
-        if count >= self.index_entry_count_max:
-            return False
-        slot = key_hash % self.hash_slot_count
-        slot_at = fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot
-        head = fmt.SLOT_STRUCT.unpack_from(self._buf, slot_at)[0]
-        if not 0 <= head < count:
-            raise self._slot_corruption(slot, head)
-        time_diff = fmt.time_diff_s(store_timestamp_ms, self._begin_timestamp_ms)
-        fmt.ENTRY_STRUCT.pack_into(self._buf, self._entries_at + fmt.ENTRY_SIZE_BYTES * count, key_hash,
-                                   commitlog_offset, time_diff, head)
-        self._advance_header(commitlog_offset, store_timestamp_ms, commitlog_offset, store_timestamp_ms, 1)
-        fmt.SLOT_STRUCT.pack_into(self._buf, slot_at, count)
-        return True
+        """Append one entry (RocketMQ's putKey: entry, header, slot); False when the file is full."""
+        return self.put_rows([key_hash], [commitlog_offset], [store_timestamp_ms]) == 1
 
     def put_rows(self, key_hashes: Sequence[int], commitlog_offsets: Sequence[int],
                  store_timestamps_ms: Sequence[int]) -> int:

@@ -177,26 +177,23 @@ class IndexService:
         assert len(commitlog_offsets) == count == len(store_timestamps_ms)
         if count == 0:
             return 0
-        few = count <= PUT_FEW_KEYS_MAX
-        if few:  # key by key: for a few keys the numpy passes cost more than the work
+        if count <= PUT_FEW_KEYS_MAX:  # key by key: for a few keys the numpy passes cost more than the work
+            put = IndexFile.put_rows  # the bytes put_hashes writes
             hashes = [fmt.encoded_index_key_hash(key) for key in index_keys]
             offsets = [int(offset) for offset in commitlog_offsets]
+            timestamps = [int(timestamp) for timestamp in store_timestamps_ms]
             out_of_order = any(later < earlier for earlier, later in zip(offsets, offsets[1:]))
         else:
+            put = IndexFile.put_hashes
             hashes = fmt.index_key_hashes(index_keys)
             offsets = np.asarray(commitlog_offsets, dtype=np.int64)
+            timestamps = np.asarray(store_timestamps_ms, dtype=np.int64)
             out_of_order = bool((offsets[1:] < offsets[:-1]).any())
         with self._lock:
             self._check_writable()
             if out_of_order:
                 raise InvalidMessageError("index keys must come in commitlog order")
             self._check_order(int(offsets[0]), int(offsets[-1]))
-            if few:  # IndexFile.put_rows writes the bytes put_hashes does
-                put = IndexFile.put_rows
-                timestamps = [int(timestamp) for timestamp in store_timestamps_ms]
-            else:
-                put = IndexFile.put_hashes
-                timestamps = np.asarray(store_timestamps_ms, dtype=np.int64)
             done = 0
             while done < count:  # bounded: every pass puts at least one row (a new file has room)
                 done += put(self._writable_file(), hashes[done:], offsets[done:], timestamps[done:])

@@ -378,12 +378,11 @@ class MessageStore(Reads, IndexLookups):
             writer.release()
         sizes = columns.sizes
         ok = PutStatus.PUT_OK
-        if self._lag_limit and placed:
+        if placed:
             end = int(offsets[placed - 1] + sizes[placed - 1])
-            if end - self._dispatch.dispatched_offset > self._lag_limit:
+            if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
                 self._wait_for_dispatch(end)
-        if self._sync_flush and placed:
-            if not self._group_commit.wait_durable(int(offsets[placed - 1] + sizes[placed - 1]), self._sync_timeout_s):
+            if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
         prefix = self._msg_id_prefix
         digits = offsets[:placed].astype(">u8").tobytes().hex().upper()  # the offset part of every msg_id at once

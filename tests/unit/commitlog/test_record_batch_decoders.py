@@ -143,7 +143,8 @@ def test_both_property_scans_find_what_property_value_finds(seed, chunk_bytes, m
         chunks.append(lengths.tolist()), scan(data, rows, starts, lengths, *rest)))
     for threshold in (0, 1 << 30):  # 0: the numpy scan; otherwise record by record
         monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
-        found = record_batch._found_properties(buffer, np.asarray(starts), np.asarray(ends), names)
+        chunk = record_batch._Chunk(buffer, np.frombuffer(buffer, dtype=np.uint8), np.asarray(starts), np.asarray(ends))
+        found = record_batch._found_properties(chunk, names)
         assert found == expected
     assert sum(map(len, chunks)) == sum(1 for blob in blobs if blob)  # every record with properties, once
     assert all(sum(chunk) <= chunk_bytes or len(chunk) == 1 for chunk in chunks)
