@@ -13,6 +13,20 @@ from tests.unit.mqstore.conftest import config
 SLOTS, ENTRIES = 64, 256
 
 
+def _slot_not_heading_the_newest_entry(path, wanted):
+    """`wanted`, or the next slot when the file's newest entry hashes into `wanted`.
+
+    Damaging the slot that heads the newest entry breaks rule 7 as well (the newest entry must head its slot),
+    and rule 7 is checked first; the keys' UNIQ_KEYs differ from run to run, so that slot is not fixed.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read()
+    count = struct.unpack_from(">i", data, index_format.OFFSET_INDEX_COUNT)[0]
+    newest_hash = index_format.ENTRY_STRUCT.unpack_from(
+        data, index_format.entries_offset(SLOTS) + index_format.ENTRY_SIZE_BYTES * (count - 1))[0]
+    return wanted if newest_hash % SLOTS != wanted else wanted + 1
+
+
 def _indexed_store(store_dir):
     settings = config(index_enabled=True, index_slot_count=SLOTS, index_entry_count_max=ENTRIES)
     with MessageStore.open(store_dir, settings) as store:
@@ -30,13 +44,14 @@ def test_a_sound_index_is_checked(store_dir):
 
 def test_a_damaged_index_is_reported_with_its_file_and_rule(store_dir):
     settings, path = _indexed_store(store_dir)
-    with open(path, "r+b") as handle:  # slot 3 names an entry past indexCount
-        handle.seek(index_format.slots_offset() + 4 * 3)
+    slot = _slot_not_heading_the_newest_entry(path, 3)
+    with open(path, "r+b") as handle:  # the slot names an entry past indexCount
+        handle.seek(index_format.slots_offset() + 4 * slot)
         handle.write(struct.pack(">i", ENTRIES - 1))
     report = verify_store(store_dir, settings)
     assert not report.ok and report.problem_count == 1
     [problem] = report.problems
-    assert (problem.path, problem.rule, problem.offset) == (path, "4", index_format.slots_offset() + 4 * 3)
+    assert (problem.path, problem.rule, problem.offset) == (path, "4", index_format.slots_offset() + 4 * slot)
     assert report.as_dict()["problems"][0]["rule"] == "4"
 
 
@@ -62,11 +77,13 @@ def test_every_damaged_index_file_is_reported(store_dir):
         assert store.wait_dispatched(30)
     paths = [str(store_dir / "index" / name) for name in sorted(os.listdir(store_dir / "index"))]
     assert len(paths) >= 3
-    for path, slot in ((paths[0], 3), (paths[2], 5)):
+    damaged = [(paths[0], _slot_not_heading_the_newest_entry(paths[0], 3)),
+               (paths[2], _slot_not_heading_the_newest_entry(paths[2], 5))]
+    for path, slot in damaged:
         with open(path, "r+b") as handle:  # a slot naming an entry past indexCount: rule 4
             handle.seek(index_format.slots_offset() + 4 * slot)
             handle.write(struct.pack(">i", ENTRIES + 7))
     report = verify_store(store_dir, settings)
     assert report.index_files == len(paths)
     assert [(p.path, p.rule, p.offset) for p in report.problems] == [
-        (paths[0], "4", index_format.slots_offset() + 4 * 3), (paths[2], "4", index_format.slots_offset() + 4 * 5)]
+        (path, "4", index_format.slots_offset() + 4 * slot) for path, slot in damaged]
