@@ -121,6 +121,9 @@ class CommitLog:
         self._closed = False
         self._use_segment(None)
         self.roll_listeners: list = []  # called with the new segment after a roll, under the writer lock
+        # When the owner sets a deque here, append() describes each record it writes to the dispatch thread
+        # (commitlog.dispatch): a bounded deque that drops its oldest entries, which dispatch then reads back.
+        self.written_records = None
         self.segment_source = None  # optional callable(base_offset) -> MappedFile | None made ahead of need
         self.unique_keys: UniqueKeyGenerator | None = None  # when set, messages without a UNIQ_KEY get one
         self.last_store_timestamp_ms = 0  # store time of the newest appended record
@@ -275,6 +278,9 @@ class CommitLog:
             view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[pos : end - 20]) & 0x7FFFFFFF))[::-1]
         queue_offsets[queue_key] = queue_offset + 1
         self.last_store_timestamp_ms = store_ts
+        written = self.written_records
+        if written is not None:  # before the end moves: dispatch finds it described once it sees the record
+            written.append((offset, size, queue_key, queue_offset, store_ts, tail))
         self._end = offset + size
         return offset, queue_offset, store_ts
 

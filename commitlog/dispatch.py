@@ -13,15 +13,16 @@ import threading
 import time
 from typing import Protocol
 
+from commitlog import format as fmt
 from commitlog.errors import StoreError
-from commitlog.record_batch import (DISPATCH_BATCH_RECORDS_MAX, HEADER_DTYPE, DispatchBatch, LogReader,
-                                    parse_records)
+from commitlog.record_batch import (DISPATCH_BATCH_RECORDS_MAX, HEADER_DTYPE, WRITTEN_RECORDS_KEPT, DispatchBatch,
+                                    LogReader, batch_from_written, parse_records)
 
 log = logging.getLogger(__name__)
 
 # Re-exported: dispatchers and recovery take their batches from here.
-__all__ = ["DISPATCH_BATCH_RECORDS_MAX", "HEADER_DTYPE", "DispatchBatch", "DispatchService", "Dispatcher",
-           "LogReader", "parse_records"]
+__all__ = ["DISPATCH_BATCH_RECORDS_MAX", "HEADER_DTYPE", "WRITTEN_RECORDS_KEPT", "DispatchBatch", "DispatchService",
+           "Dispatcher", "LogReader", "parse_records"]
 
 DISPATCH_IDLE_WAIT_S = 0.001  # how long the loop sleeps when it has caught up and nobody wakes it
 DISPATCH_SMALL_BATCH_RECORDS = 32  # a round that found fewer records than this ...
@@ -52,13 +53,24 @@ class DispatchService:
     so it dispatches in batches); `wake()` makes it look at once; `wait_dispatched()` blocks until the log's end at the
     time of the call has been dispatched. An error stops dispatching (it is kept in `error` and logged);
     nothing past the bad record is ever dispatched.
+
+    With `written`, the deque a CommitLog fills with a description of each record it appends (its
+    `written_records`), records found there are dispatched without reading them back from the log: the batch
+    has the columns and properties `parse_records` would decode (`batch_from_written`). What the deque does not
+    describe (records it dropped when full, records written before it was set, batches, blanks) is parsed from
+    the log as before. Records read back this way are not checked against their bytes: do not pass `written`
+    when dispatch must check CRCs.
     """
 
     def __init__(self, log: LogReader, dispatchers: list[Dispatcher], start_offset: int, *,
                  check_crc: bool = False, name: str = "mqstore-dispatch",
-                 tail_batch_records: int = DISPATCH_TAIL_BATCH_RECORDS):
+                 tail_batch_records: int = DISPATCH_TAIL_BATCH_RECORDS, written=None):
         assert tail_batch_records >= 1
+        assert written is None or not check_crc
         self._log = log
+        self._written = written
+        self._written_crc_length = fmt.RECORD_CRC_LENGTH if getattr(log, "record_crc", False) else 0
+        self.written_records_dispatched = 0  # records dispatched from `written` (the rest were parsed)
         self._tail_batch_records = tail_batch_records
         self._dispatchers = list(dispatchers)
         self._check_crc = check_crc
@@ -87,11 +99,15 @@ class DispatchService:
         (the tailing thread: a producer waiting for it gets it at once, not after the 5 ms switch interval)."""
         done = 0
         end = self._log.readable_end()
+        written = self._written
         while self.dispatched_offset < end:
             if yield_between and done:
                 time.sleep(0)
-            batch = parse_records(self._log, self.dispatched_offset, end, check_crc=self._check_crc,
-                                  records_max=records_max, properties=self._properties)
+            batch = self._written_batch(records_max) if written else None
+            if batch is None:  # parse up to the next record described (a gap), or to the end
+                stop = min(end, written[0][0]) if written else end
+                batch = parse_records(self._log, self.dispatched_offset, stop, check_crc=self._check_crc,
+                                      records_max=records_max, properties=self._properties)
             if len(batch):
                 for dispatcher in self._dispatchers:
                     dispatcher.dispatch(batch)
@@ -105,6 +121,30 @@ class DispatchService:
             if batch.end_offset == batch.start_offset:
                 break
         return done
+
+    def _written_batch(self, records_max: int) -> DispatchBatch | None:
+        """The records the writer described from `dispatched_offset` on (at most `records_max`), or None when the
+        next one described is further on (the records between are parsed) or none is.
+
+        This thread alone takes from the deque; writers append to it (and drop its oldest entry when full),
+        so an entry is examined only once taken; one that lies past a gap is put back.
+        """
+        written = self._written
+        expected = self.dispatched_offset
+        taken = []
+        while written and len(taken) < records_max:
+            record = written.popleft()
+            if record[0] < expected:
+                continue  # dispatched already, from the log
+            if record[0] != expected:
+                written.appendleft(record)  # past a gap (when full, this drops the newest entry: parsed later)
+                break
+            taken.append(record)
+            expected = record[0] + record[1]
+        if not taken:
+            return None
+        self.written_records_dispatched += len(taken)
+        return batch_from_written(taken, self._written_crc_length, self._properties)
 
     def _run(self) -> None:
         while not self._stopping:

@@ -28,7 +28,8 @@ _I64 = fmt.struct.Struct(">q")
 
 class _Chunk:
     """Records of one segment inside a batch: where their properties are, for property lookups. `buffer` is the
-    segment's mmap, `data` the same bytes as a numpy array."""
+    segment's mmap (or, for records the writer described, their joined tails as bytes), `data` the same bytes as
+    a numpy array."""
 
     __slots__ = ("buffer", "data", "properties_start", "properties_end")
 
@@ -261,6 +262,51 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
         offset = base + stop
     _assemble(batch, parts, properties)
     batch.end_offset = offset
+    return batch
+
+
+WRITTEN_RECORDS_KEPT = 4096  # records the writer describes to the dispatch thread at most (older ones are dropped)
+
+
+def batch_from_written(written: list[tuple], crc_length: int, properties: tuple[bytes, ...] = ()) -> DispatchBatch:
+    """The batch of consecutive records the writer described as it wrote them, without reading the log.
+
+    Each of `written` is (commitlog offset, TOTALSIZE, (topic, queue_id), queue offset, store timestamp, tail),
+    tail being the record's bytes from TOPICLENGTH to its end as the writer copied them (`crc_length` bytes of
+    record-CRC pair at its end, whose digits are not read). The columns and properties are those
+    `parse_records` decodes from the same records, through the same code: the tails are joined into one buffer
+    and handed to `_assemble` as one part (made row by row for a few records, column by column for more).
+    sys_flag is 0: the writer writes no transaction flags.
+    """
+    buffer = b"".join([record[5] for record in written])
+    data = np.frombuffer(buffer, dtype=np.uint8)
+    if len(written) <= DECODE_FEW_RECORDS_MAX:
+        rows = []
+        at = 0
+        for offset, size, queue_key, queue_offset, store_timestamp, tail in written:
+            topic_length = tail[0]
+            rows.append((offset, size, at + 1, topic_length, at + topic_length + 3, at + len(tail) - crc_length,
+                         queue_key[1], queue_offset, store_timestamp, 0))
+            at += len(tail)
+        part = dict(zip(_PART_COLUMNS, np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T))
+    else:
+        offsets, sizes, queue_keys, queue_offsets, store_timestamps, tails = zip(*written)
+        ends = np.cumsum(np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)))
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1]
+        topic_length = data[starts].astype(np.int64)
+        part = {"offsets": np.array(offsets, dtype=np.int64), "sizes": np.array(sizes, dtype=np.int64),
+                "topic_start": starts + 1, "topic_length": topic_length,
+                "properties_start": starts + topic_length + 3, "properties_end": ends - crc_length,
+                "queue_id": np.array([key[1] for key in queue_keys], dtype=np.int64),
+                "queue_offset": np.array(queue_offsets, dtype=np.int64),
+                "store_timestamp": np.array(store_timestamps, dtype=np.int64),
+                "sys_flag": np.zeros(len(tails), dtype=np.int64)}
+    part.update({"buffer": buffer, "data": data})
+    batch = DispatchBatch(written[0][0])
+    _assemble(batch, [part], properties)
+    batch.end_offset = written[-1][0] + written[-1][1]
     return batch
 
 
