@@ -11,7 +11,8 @@ import sys
 
 from mqstore.cli_common import open_store, print_json, print_messages
 
-BENCHMARKS = ("put_get", "flush_modes", "put_stalls", "dispatch_lag", "index", "recovery", "spark_read")
+BENCHMARKS = ("put_get", "flush_modes", "put_stalls", "dispatch_lag", "dispatch_process", "index", "recovery",
+              "spark_read")
 
 
 def add_parsers(add) -> None:
