@@ -27,6 +27,8 @@ from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+DESCRIBED_TAIL_BYTES_MAX = 4096  # bytes of topic and properties above which a record is not described
+
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
 
@@ -122,7 +124,9 @@ class CommitLog:
         self._use_segment(None)
         self.roll_listeners: list = []  # called with the new segment after a roll, under the writer lock
         # When the owner sets a deque here, append() describes each record it writes to the dispatch thread
-        # (commitlog.dispatch): a bounded deque that drops its oldest entries, which dispatch then reads back.
+        # (commitlog.dispatch): a bounded deque that drops its oldest entries. A record whose topic and properties
+        # take over DESCRIBED_TAIL_BYTES_MAX is not described (dispatch parses it): the deque keeps what it holds
+        # alive.
         self.written_records = None
         self.segment_source = None  # optional callable(base_offset) -> MappedFile | None made ahead of need
         self.unique_keys: UniqueKeyGenerator | None = None  # when set, messages without a UNIQ_KEY get one
@@ -279,8 +283,8 @@ class CommitLog:
         queue_offsets[queue_key] = queue_offset + 1
         self.last_store_timestamp_ms = store_ts
         written = self.written_records
-        if written is not None:  # before the end moves: dispatch finds it described once it sees the record
-            written.append((offset, size, queue_key, queue_offset, store_ts, tail))
+        if written is not None and len(tail) <= DESCRIBED_TAIL_BYTES_MAX:  # before the end moves: dispatch finds
+            written.append((offset, size, queue_key, queue_offset, store_ts, tail))  # it described once it sees it
         self._end = offset + size
         return offset, queue_offset, store_ts
 

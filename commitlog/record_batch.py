@@ -265,7 +265,7 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
     return batch
 
 
-WRITTEN_RECORDS_KEPT = 4096  # records the writer describes to the dispatch thread at most (older ones are dropped)
+WRITTEN_RECORDS_KEPT = 1024  # records the writer describes to the dispatch thread at most (older ones are dropped)
 
 
 def batch_from_written(written: list[tuple], crc_length: int, properties: tuple[bytes, ...] = ()) -> DispatchBatch:

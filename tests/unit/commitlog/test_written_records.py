@@ -9,7 +9,7 @@ import random
 import pytest
 
 from commitlog import format as fmt
-from commitlog.commitlog import CommitLog
+from commitlog.commitlog import DESCRIBED_TAIL_BYTES_MAX, CommitLog
 from commitlog.dispatch import DispatchService, parse_records
 from commitlog.message import Message
 from commitlog.record_batch import batch_from_written
@@ -153,4 +153,23 @@ def test_a_record_whose_description_was_dropped_is_parsed_and_the_rest_taken_as_
     parsed = parse_records(log, log.min_offset(), log.readable_end())
     assert recorder.rows == _columns(parsed)
     assert [values[1] for values in recorder.values] == [f"k{i}".encode() for i in range(5)]
+    log.close()
+
+
+def test_a_record_with_long_properties_is_not_described_and_is_parsed(tmp_path):
+    """The deque keeps what it holds alive: a record whose topic and properties are long is left to the parser."""
+    log = _log(tmp_path, 1 << 20, record_crc=True, unique_keys=True)
+    log.written_records = collections.deque()
+    long_value = "v" * DESCRIBED_TAIL_BYTES_MAX
+    for index in range(4):
+        properties = {"big": long_value} if index == 2 else {}
+        log.append(log.prepare(Message("t", b"%d" % index, keys=(f"k{index}",), properties=properties)))
+    assert [record[3] for record in log.written_records] == [0, 1, 3]
+    recorder = _Recorder()
+    service = DispatchService(log, [recorder], log.min_offset(), written=log.written_records)
+    assert service.dispatch_available() == 4 and service.written_records_dispatched == 3
+    parsed = parse_records(log, log.min_offset(), log.readable_end())
+    assert recorder.rows == _columns(parsed)
+    assert recorder.values == list(zip(*(parsed.property_values(name) for name in NAMES)))
+    assert parsed.property_values(b"big")[2] == long_value.encode()
     log.close()
