@@ -7,18 +7,35 @@ each batch's units are all written, the batch's end in this file: 8 bytes, a big
 is known" (the writer sets it while recovery may cut queues). A clean close removes the file: then every
 queue is complete up to its furthest unit. The file is a hint for readers, in page cache, never flushed and
 never used by recovery; RocketMQ does not know it (it is one more file in `config/`).
+
+The 8 bytes are written with one aligned 8-byte store and read with one 8-byte load, both through a shared
+mapping, so a reader racing the writer sees the old value or the new one. Written byte by byte (as
+`struct.pack_into` does) or read by `read()`, a reader could combine the high bytes of one value with the low
+bytes of another: a value never published, possibly above the true mark (a test saw such values).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import struct
+import sys
+
+import numpy as np
 
 from commitlog.errors import StoreIOError
 
 MARK_FILE_NAME = "dispatched_offset"
-_MARK = struct.Struct(">q")
+MARK_SIZE_BYTES = 8
+
+
+def _word(offset: int) -> int:
+    """The native i64 whose bytes in memory are `offset` as a big-endian i64 (one store writes them all)."""
+    return int.from_bytes(offset.to_bytes(MARK_SIZE_BYTES, "big", signed=True), sys.byteorder, signed=True)
+
+
+def _offset(word: int) -> int:
+    """The inverse of `_word`."""
+    return int.from_bytes(word.to_bytes(MARK_SIZE_BYTES, sys.byteorder, signed=True), "big", signed=True)
 
 
 def mark_path(root: str) -> str:
@@ -28,23 +45,24 @@ def mark_path(root: str) -> str:
 
 class DispatchedMark:
     """The writer's side: a file it overwrites in place through a shared mapping (a publish per dispatch
-    batch is then a store to memory, not a system call; readers' read() sees the same page)."""
+    batch is then one store to memory, not a system call; readers map the same page)."""
 
     def __init__(self, path: str):
         self.path = path
-        self._fd = self._map = None
+        self._fd = self._map = self._cell = None
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(self._fd).st_size < _MARK.size:
-                os.ftruncate(self._fd, _MARK.size)
-            self._map = mmap.mmap(self._fd, _MARK.size)
+            if os.fstat(self._fd).st_size < MARK_SIZE_BYTES:
+                os.ftruncate(self._fd, MARK_SIZE_BYTES)
+            self._map = mmap.mmap(self._fd, MARK_SIZE_BYTES)
         except OSError as exc:
             self.close()
             raise StoreIOError(f"cannot open the dispatched mark {path}: {exc.strerror}") from exc
+        self._cell = np.frombuffer(self._map, dtype=np.int64, count=1)  # page-aligned: one 8-byte store
 
     def publish(self, offset: int) -> None:
         """Say that every unit of every record below `offset` is written."""
-        _MARK.pack_into(self._map, 0, offset)
+        self._cell[0] = _word(offset)
 
     def remove(self) -> None:
         """At a clean close: the queues are complete, the mark has nothing to add."""
@@ -55,6 +73,7 @@ class DispatchedMark:
             pass
 
     def close(self) -> None:
+        self._cell = None  # first: a view of the mapping
         if self._map is not None:
             self._map.close()
             self._map = None
@@ -68,11 +87,14 @@ def read_mark(path: str) -> int | None:
     RocketMQ wrote), 0 when it is unreadable or short (nothing known)."""
     try:
         with open(path, "rb") as handle:
-            raw = handle.read(_MARK.size)
+            if os.fstat(handle.fileno()).st_size < MARK_SIZE_BYTES:
+                return 0
+            with mmap.mmap(handle.fileno(), MARK_SIZE_BYTES, prot=mmap.PROT_READ) as mapped:
+                cell = np.frombuffer(mapped, dtype=np.int64, count=1)
+                word = int(cell[0])  # one 8-byte load
+                del cell  # before the mapping closes
     except FileNotFoundError:
         return None
-    except OSError:
+    except (OSError, ValueError):
         return 0
-    if len(raw) < _MARK.size:
-        return 0
-    return max(_MARK.unpack(raw)[0], 0)
+    return max(_offset(word), 0)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -37,3 +40,36 @@ def test_an_old_mark_is_overwritten_in_place_and_removed_at_a_clean_close(tmp_pa
 def test_a_mark_that_cannot_be_opened_is_a_store_io_error(tmp_path):
     with pytest.raises(StoreIOError, match="cannot open the dispatched mark"):
         DispatchedMark(str(tmp_path / "missing-directory" / "dispatched_offset"))
+
+
+_WRITER = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from consumequeue.mark import DispatchedMark
+mark = DispatchedMark(sys.argv[1])
+values = (0x00FF00FF00FF00FF, 0x7F007F007F007F00)
+print("ready", flush=True)
+end = time.monotonic() + float(sys.argv[3])
+i = 0
+while time.monotonic() < end:
+    mark.publish(values[i & 1])
+    i += 1
+mark.close()
+"""
+
+
+def test_a_reader_never_sees_half_an_update_from_a_writer_in_another_process(tmp_path):
+    """Published in one 8-byte store, read with one 8-byte load: a reader racing the writer gets an old or a new
+    value, never a mix of their bytes (which could claim more dispatched than is)."""
+    path = str(tmp_path / "dispatched_offset")
+    DispatchedMark(path).close()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, path, root, "1.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        seen = collections.Counter(read_mark(path) for _ in range(20_000))
+    finally:
+        writer.wait(timeout=30)
+    assert writer.returncode == 0
+    assert set(seen) <= {0, 0x00FF00FF00FF00FF, 0x7F007F007F007F00}, seen
+    assert seen[0x00FF00FF00FF00FF] and seen[0x7F007F007F007F00]  # the reads did race the writer
