@@ -12,6 +12,7 @@ Not thread-safe: `IndexService` serializes the calls.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,9 @@ from commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedErr
 from indexfile import format as fmt
 
 TEMP_SUFFIX = ".creating"  # a file being created, linked into place once its size and header are set
+HEADER_READS_MAX = 8  # a read-only file's header is read until two reads agree, this many times at most
+SLOT_NEWER_RETRIES = 5  # a read-only file re-reads its header this often for a slot past its indexCount ...
+SLOT_NEWER_WAIT_S = 0.001  # ... waiting this long between reads (then the slot is corrupt: rule 4)
 
 
 def _java_int(value: int) -> int:
@@ -56,18 +60,41 @@ class IndexFile:
         self._slots = raw[fmt.slots_offset() : self._entries_at].view(fmt.SLOT)
         self._entries = raw[self._entries_at :].view(fmt.INDEX_ENTRY)
         self._dirty = False
-        (self._begin_timestamp_ms, self._end_timestamp_ms, self._begin_phy_offset, self._end_phy_offset,
-         self._put_count, index_count) = fmt.HEADER_STRUCT.unpack_from(self._buf, 0)
-        if not 0 <= index_count <= index_entry_count_max:
+        try:
+            self._read_header()
+        except CorruptionError:
             self.close()
-            raise CorruptionError(f"indexCount {index_count} outside 0..{index_entry_count_max} [rule 2]",
-                                  path=path, offset=fmt.OFFSET_INDEX_COUNT, rule="2")
-        if self._begin_phy_offset < 0 or self._end_phy_offset < 0:
-            self.close()
+            raise
+
+    def _read_header(self) -> None:
+        """Load the header and check rules (2) and (3). A read-only file may be written by another process,
+        which stores the header byte by byte: it is read until two reads agree (HEADER_READS_MAX at most), so
+        half an update is not taken for the header."""
+        header = self._buf[: fmt.HEADER_SIZE_BYTES].tobytes()
+        for _ in range(HEADER_READS_MAX if self.read_only else 1):
+            again = self._buf[: fmt.HEADER_SIZE_BYTES].tobytes() if self.read_only else header
+            if again == header:
+                break
+            header = again
+        begin_ms, end_ms, begin_phy, end_phy, put_count, index_count = fmt.HEADER_STRUCT.unpack(header)
+        if not 0 <= index_count <= self.index_entry_count_max:
+            raise CorruptionError(f"indexCount {index_count} outside 0..{self.index_entry_count_max} [rule 2]",
+                                  path=self.path, offset=fmt.OFFSET_INDEX_COUNT, rule="2")
+        if begin_phy < 0 or end_phy < 0:
             raise CorruptionError(
-                f"negative commitlog offset in header: begin {self._begin_phy_offset}, end "
-                f"{self._end_phy_offset} [rule 3]", path=path, offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="3")
+                f"negative commitlog offset in header: begin {begin_phy}, end {end_phy} [rule 3]", path=self.path,
+                offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="3")
+        (self._begin_timestamp_ms, self._end_timestamp_ms, self._begin_phy_offset, self._end_phy_offset,
+         self._put_count) = begin_ms, end_ms, begin_phy, end_phy, put_count
         self._index_count = max(index_count, 1)
+
+    def refresh(self) -> None:
+        """Read-only: take in what a writer in another process has put since the header was last read (its
+        puts write entries, then the header, then the slots: a slot read after the header names an entry the
+        header counts)."""
+        self._check_open()
+        assert self.read_only
+        self._read_header()
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     @classmethod
@@ -319,7 +346,7 @@ class IndexFile:
         buf = self._buf
         number = fmt.SLOT_STRUCT.unpack_from(buf, fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot)[0]
         if not 0 <= number < count:
-            raise self._slot_corruption(slot, number)
+            count = self._count_covering(slot, number)
         unpack = fmt.ENTRY_STRUCT.unpack_from
         entries_at = self._entries_at
         begin_timestamp_ms = self._begin_timestamp_ms
@@ -344,6 +371,21 @@ class IndexFile:
                 break
             number = prev
         return out
+
+    def _count_covering(self, slot: int, number: int) -> int:
+        """indexCount once it covers entry `number`, read in slot `slot`; CorruptionError (rule 4) when it does not.
+
+        A read-only file another process writes can have a slot newer than the header last read: the header is
+        read again (a few times, a writer stopped between its header and slot writes finishes meanwhile).
+        """
+        if self.read_only and number >= 0:
+            for attempt in range(SLOT_NEWER_RETRIES):
+                if attempt:
+                    time.sleep(SLOT_NEWER_WAIT_S)
+                self._read_header()
+                if number < self._index_count:
+                    return self._index_count
+        raise self._slot_corruption(slot, number)
 
     def tail_count(self, commitlog_offset: int) -> int:
         """How many of the newest entries point at `commitlog_offset` (the keys already put for it)."""

@@ -93,6 +93,39 @@ class IndexService:
                 index_file.close()
             raise
 
+    def refresh(self) -> None:
+        """Read-only: follow a writer in another process. Files it created since are opened, files it deleted
+        are dropped, and the files that were not full read their headers again (the newest entries)."""
+        with self._lock:
+            self._check_open()
+            assert self.read_only
+            try:
+                names = set(os.listdir(self.directory)) if os.path.isdir(self.directory) else set()
+            except OSError as exc:
+                raise StoreIOError(f"cannot list index directory {self.directory}: {exc}") from exc
+            kept = []
+            for index_file in self._files:
+                if index_file.name in names:
+                    kept.append(index_file)
+                else:
+                    index_file.close()  # deleted by the writer (retention, a rebuild)
+            known = {index_file.name for index_file in kept}
+            newest = max(known) if known else ""
+            added = []
+            try:
+                for name in sorted(names - known):
+                    if name > newest and fmt.parse_file_name(name) is not None:  # names sort by creation time
+                        added.append(IndexFile.open(os.path.join(self.directory, name), self.hash_slot_count,
+                                                    self.index_entry_count_max, read_only=True))
+            except OSError as exc:
+                for index_file in added:
+                    index_file.close()
+                raise StoreIOError(f"cannot load index directory {self.directory}: {exc}") from exc
+            for index_file in kept:
+                if not index_file.is_full:
+                    index_file.refresh()
+            self._files = kept + added
+
     # --- state -------------------------------------------------------------------------------------------
     @property
     def files(self) -> list[IndexFile]:

@@ -54,6 +54,8 @@ class IndexLookups:
         self._check_open()
         if self._index is None:
             raise InvalidMessageError("this store was opened with index_enabled=False: no lookups by key")
+        if self.read_only:
+            self._index.refresh()  # follow the writer: its new keys and files
         return self._index
 
     def query(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,

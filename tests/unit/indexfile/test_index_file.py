@@ -358,3 +358,34 @@ def test_truncate_keeps_entries_at_or_past_the_previous_files_end(tmp_path):
         index_file.put_key(1, 100 * (i + 1), T0)
     assert index_file.truncate(10**9, commitlog_offset_min=100) == 0
     assert index_file.truncate(10**9, commitlog_offset_min=150) == 4 and index_file.entry_count == 0
+
+
+def test_a_read_only_file_follows_a_writer_whose_slots_are_newer_than_the_header_it_read(tmp_path):
+    """A reader's header is a snapshot; the writer's later puts move slots past it (entries, header, slots, in
+    that order), so the reader reads the header again instead of calling the slot corrupt."""
+    writer = _new(tmp_path, slots=2, entries=16)
+    writer.put_key(4, 10, T0)
+    reader = IndexFile.open(writer.path, 2, 16, read_only=True)
+    assert _select(reader, 4) == [10] and reader.entry_count == 1
+    writer.put_key(6, 20, T0 + 3000)  # the same slot (4 % 2 == 6 % 2), entry 2: past the reader's indexCount
+    writer.put_key(4, 30, T0 + 5000)
+    assert _select(reader, 4) == [30, 10] and _select(reader, 6) == [20]
+    assert reader.entry_count == 3 and reader.end_phy_offset == 30
+    writer.put_key(5, 40, T0 + 6000)  # another slot: not seen until the header is read again
+    assert reader.entry_count == 3
+    reader.refresh()
+    assert reader.entry_count == 4 and _select(reader, 5) == [40]
+    reader.close()
+    writer.close()
+
+
+@pytest.mark.parametrize("value", [-1, 5, 2**31 - 1])
+def test_a_slot_out_of_range_is_corruption_for_a_read_only_file_too(tmp_path, value):
+    """Read again, the header still does not cover the slot: rule 4, as for a writer."""
+    path = _filled(tmp_path)
+    _poke(path, 40, ">i", value)
+    reader = IndexFile.open(path, 1, 8, read_only=True)
+    with pytest.raises(CorruptionError) as caught:
+        _select(reader, 7)
+    assert caught.value.path == path and caught.value.offset == 40 and caught.value.rule == "4"
+    reader.close()

@@ -280,3 +280,49 @@ def test_both_put_paths_write_the_same_files(tmp_path, monkeypatch, seed):
         contents.append([(file, (tmp_path / name / file).read_bytes()) for file in files])
     assert len(contents[0]) > 1  # the keys filled several files
     assert contents[0] == contents[1]
+
+
+def test_a_read_only_service_follows_a_writer_in_its_files_and_keys(tmp_path):
+    """refresh(): files the writer created since are opened, files it deleted are dropped, the newest file's
+    new keys are seen; queries then answer as the writer's do."""
+    writer = _service(tmp_path, entries=5)
+    _put_messages(writer, 3)
+    reader = IndexService(tmp_path / "index", 4, 5, read_only=True)
+    assert reader.query("orders", "k0", 100, *ALWAYS) == [0]
+    rows = ([], [], [])
+    for i in range(3, 12):  # fills the first file and two more
+        rows[0].append(fmt.index_key("orders", f"k{i % 3}").encode())
+        rows[1].append(i * 100)
+        rows[2].append(T0 + 1000 * i)
+    writer.put_keys(*rows)
+    assert writer.delete_files_below(401) == 1
+    reader.refresh()
+    assert [f.name for f in reader.files] == [f.name for f in writer.files] and len(reader.files) == 2
+    for key in ("k0", "k1", "k2"):
+        assert reader.query("orders", key, 100, *ALWAYS) == writer.query("orders", key, 100, *ALWAYS) != []
+    reader.close()
+    writer.close()
+
+
+def test_a_read_only_service_on_a_directory_made_later_finds_its_files(tmp_path):
+    reader = IndexService(tmp_path / "index", 4, 5, read_only=True)
+    assert reader.files == []
+    writer = _service(tmp_path, entries=5)
+    _put_messages(writer, 2)
+    reader.refresh()
+    assert reader.query("orders", "k1", 100, *ALWAYS) == [100]
+    reader.close()
+    writer.close()
+
+
+def test_a_read_only_service_sees_the_new_time_range_of_a_file_the_writer_added_keys_to(tmp_path):
+    """A query for recent keys skips files whose header ends before the range: the header must be read
+    again, not only the slots."""
+    writer = _service(tmp_path, entries=5)
+    _put_messages(writer, 2)  # stored at T0 and T0 + 1 s
+    reader = IndexService(tmp_path / "index", 4, 5, read_only=True)
+    writer.put_keys([fmt.index_key("orders", "late").encode()], [500], [T0 + 5000])
+    reader.refresh()
+    assert reader.query("orders", "late", 100, T0 + 4000, T0 + 6000) == [500]
+    reader.close()
+    writer.close()

@@ -159,3 +159,23 @@ def test_an_index_entry_pointing_where_no_record_starts_is_corruption_not_anothe
         with pytest.raises(CorruptionError) as raised:
             reader.query("t", "k1", max_count=100)
         assert raised.value.path == str(tmp_path / "index") and raised.value.rule == "index entry"
+
+
+def test_a_read_only_store_finds_keys_a_writer_indexes_after_it_opened(tmp_path):
+    """The reader's index follows the writer: new keys in slots its header did not count yet, and new files."""
+    settings = config(index_slot_count=4, index_entry_count_max=64)
+    with MessageStore.open(tmp_path, settings) as writer:
+        writer.put_batch([Message("t", b"a%d" % i, keys=("same",)) for i in range(10)])
+        assert writer.wait_dispatched(10)
+        with MessageStore.open(tmp_path, settings, read_only=True) as reader:
+            assert len(reader.query("t", "same", max_count=1000)) == 10
+            files_at_open = len(os.listdir(tmp_path / "index"))
+            for start in range(0, 60, 10):  # two keys and a UNIQ_KEY each: several new files of 64 entries
+                writer.put_batch([Message("t", b"b%d" % i, keys=("same", f"k{i}")) for i in range(start, start + 10)])
+            assert writer.wait_dispatched(10)
+            assert len(os.listdir(tmp_path / "index")) > files_at_open
+            assert len(reader.query("t", "same", max_count=1000)) == 70
+            assert [m.body for m in reader.query("t", "k42")] == [b"b42"]
+            unique = writer.get_by_msg_id(writer.put(Message("t", b"last")).msg_id).properties["UNIQ_KEY"]
+            assert writer.wait_dispatched(10)
+            assert reader.get_by_unique_key("t", unique).body == b"last"
