@@ -40,6 +40,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from flush_modes import sync_loop  # noqa: E402 - the raw pwrite+fdatasync loop, as flush_modes measures it
+
 CELLS = (("ASYNC", 1024), ("SYNC", 100), ("SYNC", 1024))
 MODES = ("thread", "process")
 ROUNDS = 3
@@ -173,27 +175,6 @@ def cell(mode: str, flush: str, body_bytes: int, seconds: float, directory: str)
             "catch_up_s": catch_up_s, "puts_per_s_with_catch_up": count / (seconds + catch_up_s)}
 
 
-def raw_loop(body_bytes: int, seconds: float, directory: str) -> float:
-    """pwrite+fdatasync appends into a fresh fallocated file: writes a second."""
-    root = tempfile.mkdtemp(dir=directory)
-    path = os.path.join(root, "raw")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        os.posix_fallocate(fd, 0, 256 << 20)
-        data = os.urandom(body_bytes)
-        position = count = 0
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            os.pwrite(fd, data, position)
-            os.fdatasync(fd)
-            position += body_bytes
-            count += 1
-    finally:
-        os.close(fd)
-        shutil.rmtree(root, ignore_errors=True)
-    return count / seconds
-
-
 def _run_cell(mode: str, flush: str, body_bytes: int, seconds: float, directory: str) -> dict:
     completed = subprocess.run([sys.executable, os.path.abspath(__file__), "--cell", mode, flush, str(body_bytes),
                                 str(seconds), directory], capture_output=True, text=True, timeout=900)
@@ -265,7 +246,7 @@ def main() -> int:
                     print(f"round {round_ + 1}/{rounds} {flush} {body_bytes} B {mode}: {run['puts_per_s']:,.0f} "
                           f"puts/s, p99 {run['p99_us']:,.0f} us, catch-up {run['catch_up_s']:.2f} s", flush=True)
             for size in raws:
-                raws[size].append(raw_loop(size, min(seconds, 2.0), directory))
+                raws[size].append(sync_loop(directory, size, min(seconds, 2.0))[0]["ops_per_s"])
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     for run in runs:

@@ -15,14 +15,14 @@ from typing import Protocol
 
 from commitlog import format as fmt
 from commitlog.errors import StoreError
-from commitlog.record_batch import (DISPATCH_BATCH_RECORDS_MAX, HEADER_DTYPE, WRITTEN_RECORDS_KEPT, DispatchBatch,
-                                    LogReader, batch_from_written, parse_records)
+from commitlog.record_batch import (DISPATCH_BATCH_RECORDS_MAX, HEADER_DTYPE, DispatchBatch, LogReader,
+                                    batch_from_written, parse_records)
 
 log = logging.getLogger(__name__)
 
 # Re-exported: dispatchers and recovery take their batches from here.
-__all__ = ["DISPATCH_BATCH_RECORDS_MAX", "HEADER_DTYPE", "WRITTEN_RECORDS_KEPT", "DispatchBatch", "DispatchService",
-           "Dispatcher", "LogReader", "parse_records"]
+__all__ = ["DISPATCH_BATCH_RECORDS_MAX", "HEADER_DTYPE", "DispatchBatch", "DispatchService", "Dispatcher",
+           "LogReader", "parse_records"]
 
 DISPATCH_IDLE_WAIT_S = 0.001  # how long the loop sleeps when it has caught up and nobody wakes it
 DISPATCH_SMALL_BATCH_RECORDS = 32  # a round that found fewer records than this ...
@@ -35,6 +35,8 @@ DISPATCH_TAIL_BATCH_RECORDS = 512
 # the thread holds the interpreter waits for the rest of that batch (bench/README.md: with batches of ~30 records,
 # 1-2% of SYNC puts took over 1 ms, p99 1.0 ms; with 16-record batches 0.1%, p99 0.5-0.6 ms, same throughput).
 DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY = 16
+# The deque of records the writer describes (`DispatchService`'s `written`) keeps this many, dropping the oldest.
+WRITTEN_RECORDS_KEPT = 1024
 
 
 class Dispatcher(Protocol):

@@ -265,9 +265,6 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
     return batch
 
 
-WRITTEN_RECORDS_KEPT = 1024  # records the writer describes to the dispatch thread at most (older ones are dropped)
-
-
 def batch_from_written(written: list[tuple], crc_length: int, properties: tuple[bytes, ...] = ()) -> DispatchBatch:
     """The batch of consecutive records the writer described as it wrote them, without reading the log.
 
@@ -275,35 +272,18 @@ def batch_from_written(written: list[tuple], crc_length: int, properties: tuple[
     tail being the record's bytes from TOPICLENGTH to its end as the writer copied them (`crc_length` bytes of
     record-CRC pair at its end, whose digits are not read). The columns and properties are those
     `parse_records` decodes from the same records, through the same code: the tails are joined into one buffer
-    and handed to `_assemble` as one part (made row by row for a few records, column by column for more).
-    sys_flag is 0: the writer writes no transaction flags.
+    and handed to `_assemble` as one part. sys_flag is 0: the writer writes no transaction flags.
     """
     buffer = b"".join([record[5] for record in written])
-    data = np.frombuffer(buffer, dtype=np.uint8)
-    if len(written) <= DECODE_FEW_RECORDS_MAX:
-        rows = []
-        at = 0
-        for offset, size, queue_key, queue_offset, store_timestamp, tail in written:
-            topic_length = tail[0]
-            rows.append((offset, size, at + 1, topic_length, at + topic_length + 3, at + len(tail) - crc_length,
-                         queue_key[1], queue_offset, store_timestamp, 0))
-            at += len(tail)
-        part = dict(zip(_PART_COLUMNS, np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T))
-    else:
-        offsets, sizes, queue_keys, queue_offsets, store_timestamps, tails = zip(*written)
-        ends = np.cumsum(np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)))
-        starts = np.empty_like(ends)
-        starts[0] = 0
-        starts[1:] = ends[:-1]
-        topic_length = data[starts].astype(np.int64)
-        part = {"offsets": np.array(offsets, dtype=np.int64), "sizes": np.array(sizes, dtype=np.int64),
-                "topic_start": starts + 1, "topic_length": topic_length,
-                "properties_start": starts + topic_length + 3, "properties_end": ends - crc_length,
-                "queue_id": np.array([key[1] for key in queue_keys], dtype=np.int64),
-                "queue_offset": np.array(queue_offsets, dtype=np.int64),
-                "store_timestamp": np.array(store_timestamps, dtype=np.int64),
-                "sys_flag": np.zeros(len(tails), dtype=np.int64)}
-    part.update({"buffer": buffer, "data": data})
+    rows = []
+    at = 0
+    for offset, size, queue_key, queue_offset, store_timestamp, tail in written:
+        topic_length = tail[0]
+        rows.append((offset, size, at + 1, topic_length, at + topic_length + 3, at + len(tail) - crc_length,
+                     queue_key[1], queue_offset, store_timestamp, 0))
+        at += len(tail)
+    part = _part_from_rows(rows)
+    part.update({"buffer": buffer, "data": np.frombuffer(buffer, dtype=np.uint8)})
     batch = DispatchBatch(written[0][0])
     _assemble(batch, [part], properties)
     batch.end_offset = written[-1][0] + written[-1][1]
@@ -469,6 +449,11 @@ _PART_COLUMNS = ("offsets", "sizes", "topic_start", "topic_length", "properties_
                  "queue_id", "queue_offset", "store_timestamp", "sys_flag")
 
 
+def _part_from_rows(rows: list[tuple]) -> dict:
+    """The columns of a part from one tuple of _PART_COLUMNS per record (the decoders of a few records)."""
+    return dict(zip(_PART_COLUMNS, np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T))
+
+
 # The fixed fields of a v1 record with IPv4 hosts that `_decode_few` reads: TOTALSIZE, MAGICCODE, QUEUEID,
 # QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH (88 bytes, the others skipped).
 _V1_HEAD = fmt.struct.Struct(">iI4xi4xqqi8x8xq8x4x8xi")
@@ -526,8 +511,7 @@ def _decode_few(segment, positions: list[int], check_crc: bool,
                      record_end - crc_length if has_crc else record_end, queue_id, queue_offset,
                      _I64.unpack_from(view, layout.store_host[0] - 8)[0], layout.sys_flag))
         end = base + record_end
-    columns = np.array(rows, dtype=np.int64).reshape(-1, len(_PART_COLUMNS)).T
-    part = dict(zip(_PART_COLUMNS, columns))
+    part = _part_from_rows(rows)
     part.update({"buffer": segment.array._mmap, "data": segment.array.view(np.ndarray), "end": end})
     return part, error
 

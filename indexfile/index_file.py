@@ -71,11 +71,12 @@ class IndexFile:
         which stores the header byte by byte: it is read until two reads agree (HEADER_READS_MAX at most), so
         half an update is not taken for the header."""
         header = self._buf[: fmt.HEADER_SIZE_BYTES].tobytes()
-        for _ in range(HEADER_READS_MAX if self.read_only else 1):
-            again = self._buf[: fmt.HEADER_SIZE_BYTES].tobytes() if self.read_only else header
-            if again == header:
-                break
-            header = again
+        if self.read_only:
+            for _ in range(HEADER_READS_MAX):
+                again = self._buf[: fmt.HEADER_SIZE_BYTES].tobytes()
+                if again == header:
+                    break
+                header = again
         begin_ms, end_ms, begin_phy, end_phy, put_count, index_count = fmt.HEADER_STRUCT.unpack(header)
         if not 0 <= index_count <= self.index_entry_count_max:
             raise CorruptionError(f"indexCount {index_count} outside 0..{self.index_entry_count_max} [rule 2]",

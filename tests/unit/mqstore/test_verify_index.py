@@ -6,6 +6,7 @@ import os
 import struct
 
 from indexfile import format as index_format
+from indexfile.index_file import IndexFile
 from mqstore import Message, MessageStore
 from mqstore.verify import INDEX_DISABLED, verify_store
 from tests.unit.mqstore.conftest import config
@@ -19,11 +20,9 @@ def _slot_not_heading_the_newest_entry(path, wanted):
     Damaging the slot that heads the newest entry breaks rule 7 as well (the newest entry must head its slot),
     and rule 7 is checked first; the keys' UNIQ_KEYs differ from run to run, so that slot is not fixed.
     """
-    with open(path, "rb") as handle:
-        data = handle.read()
-    count = struct.unpack_from(">i", data, index_format.OFFSET_INDEX_COUNT)[0]
-    newest_hash = index_format.ENTRY_STRUCT.unpack_from(
-        data, index_format.entries_offset(SLOTS) + index_format.ENTRY_SIZE_BYTES * (count - 1))[0]
+    index_file = IndexFile.open(path, SLOTS, ENTRIES, read_only=True)
+    newest_hash = int(index_file.entries()["key_hash"][-1])
+    index_file.close()
     return wanted if newest_hash % SLOTS != wanted else wanted + 1
 
 
