@@ -57,6 +57,12 @@ class SegmentList:
                         path=os.path.join(self.directory, name), rule="segment name")
                 bases.append(base)
             bases.sort()
+            if not self.writable and bases:  # a reader: drop the segments the writer's retention deleted
+                gone = [segment for segment in self.segments if segment.base_offset < bases[0]]
+                if gone:
+                    self.segments = self.segments[len(gone):]  # a new list: segment_at() reads it unlocked
+                    for segment in gone:
+                        segment.close()
             known = {s.base_offset for s in self.segments}
             for previous, base in zip(bases, bases[1:]):
                 if base - previous != self.segment_size_bytes:

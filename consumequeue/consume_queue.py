@@ -37,6 +37,7 @@ class ConsumeQueue:
         self.min_offset = 0
         self.max_offset = 0
         self.flushed_offset = 0
+        self._followed_log_min = 0  # a reader: the log minimum its min_offset was last corrected for
         self.lock = threading.Lock()
         try:
             self._load()
@@ -98,20 +99,39 @@ class ConsumeQueue:
             previous = int(units[count - 1]["commitlog_offset"])
 
     def refresh(self) -> None:
-        """For a reader of a store another process writes: pick up entries and files written since."""
+        """For a reader of a store another process writes: pick up entries and files written since, and drop the
+        files the writer's retention deleted (`min_offset` moves to the first file left)."""
         if self.writable:
             return
         with self.lock:
-            names = sorted(n for n in os.listdir(self.directory) if cqf.parse_file_name(n) is not None)
-            for name in names[len(self.files):]:
-                byte_offset = cqf.parse_file_name(name)
-                if self.files and byte_offset != self.files[-1].base_offset + self.file_size_bytes:
+            found = sorted((offset, name) for name in os.listdir(self.directory)
+                           if (offset := cqf.parse_file_name(name)) is not None)
+            if not found:
+                return
+            first_on_disk = found[0][0]
+            while self.files and self.files[0].base_offset < first_on_disk:  # deleted by retention
+                self.units.pop(0)
+                self.files.pop(0).close()
+            if not self.files:  # everything this reader held is gone: start again at the writer's first file
+                self.min_offset = self.max_offset = max(self.max_offset, first_on_disk // cqf.UNIT_SIZE_BYTES)
+            else:
+                self.min_offset = max(self.min_offset, self.files[0].base_offset // cqf.UNIT_SIZE_BYTES)
+            for byte_offset, name in found:
+                if self.files and byte_offset <= self.files[-1].base_offset:
                     continue
+                if self.files and byte_offset != self.files[-1].base_offset + self.file_size_bytes:
+                    break  # a gap: not contiguous yet (or damage, which reads report)
+                if not self.files and byte_offset // cqf.UNIT_SIZE_BYTES > self.max_offset:
+                    self.min_offset = self.max_offset = byte_offset // cqf.UNIT_SIZE_BYTES
                 path = os.path.join(self.directory, name)
                 try:
                     mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False)
                 except CorruptionError:
                     break  # being created by the writer right now
+                except StoreIOError:
+                    if os.path.exists(path):
+                        raise
+                    break  # deleted by retention since the listing
                 self.files.append(mapped)
                 self.units.append(mapped.array.view(np.ndarray).view(UNIT))
             while True:
@@ -234,6 +254,13 @@ class ConsumeQueue:
                 removed += 1
             self._correct_min_offset(commitlog_min)
         return removed
+
+    def follow_log_min(self, commitlog_min: int) -> None:
+        """A reader: `correct_min_offset` once each time the log's minimum moves (the writer corrects its queues
+        at open and at retention; a reader does when it sees the minimum it follows move)."""
+        if commitlog_min > self._followed_log_min:
+            self._followed_log_min = commitlog_min
+            self.correct_min_offset(commitlog_min)
 
     def correct_min_offset(self, commitlog_min: int) -> None:
         """Move `min_offset` past entries pointing below the log's minimum (RocketMQ's correctMinOffset)."""

@@ -58,6 +58,9 @@ class Reads:
                 queue = self._queues.get(topic, queue_id)
             if queue is not None:
                 queue.refresh()
+                log_ = self._commitlog
+                log_.segments.load()  # follow the writer's retention: its minimum, as the writer's queues do
+                queue.follow_log_min(log_.min_offset())
         return queue
 
     def get(self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None) -> GetResult:

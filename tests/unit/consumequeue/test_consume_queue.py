@@ -183,6 +183,34 @@ def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
     reader.close()
 
 
+def test_a_reader_refresh_follows_retention_and_the_files_made_after_it(tmp_path):
+    writer = _queue(tmp_path)
+    writer.put(0, _units(0, 10))  # files at queue offsets 0, 4, 8
+    reader = _queue(tmp_path, writable=False)
+    assert (reader.min_offset, reader.max_offset, len(reader.files)) == (0, 10, 3)
+    assert writer.delete_files_below(800) == 2  # entries 0-7 point below 800: two files go
+    writer.put(10, _units(1000, 5))  # fills the third file, starts a fourth (queue offset 12)
+    reader.refresh()
+    assert reader.min_offset == 8 and reader.max_offset == 15
+    assert [f.base_offset for f in reader.files] == [f.base_offset for f in writer.files]
+    assert reader.read(8, 7)["commitlog_offset"].tolist() == [800, 900] + [1000 + i * 100 for i in range(5)]
+    writer.close()
+    reader.close()
+
+
+def test_a_reader_whose_every_file_was_deleted_starts_again_at_the_writers_first(tmp_path):
+    writer = _queue(tmp_path)
+    writer.put(0, _units(0, 3))
+    reader = _queue(tmp_path, writable=False)
+    writer.put(3, _units(300, 14))  # queue offsets 0-16: files at 0, 4, 8, 12, 16
+    assert writer.delete_files_below(1300) == 3  # the reader's only file and two it never saw
+    reader.refresh()
+    assert (reader.min_offset, reader.max_offset) == (12, 17)
+    assert reader.read(12, 5)["commitlog_offset"].tolist() == [1200 + i * 100 for i in range(5)]
+    writer.close()
+    reader.close()
+
+
 @pytest.mark.parametrize("writable", [True, False])
 def test_a_negative_size_is_damage_not_the_end_of_the_queue(tmp_path, writable):
     # A zero size ends the written units (free space); no writer puts a negative one there, and taking it for

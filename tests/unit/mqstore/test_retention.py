@@ -135,3 +135,28 @@ def test_disk_usage_is_measured_as_df_reports_it(tmp_path):
     expected = usage.used / (usage.used + usage.free)
     assert 0.0 <= disk_used_ratio(str(tmp_path)) <= 1.0
     assert abs(disk_used_ratio(str(tmp_path)) - expected) < 0.01
+
+
+def test_a_read_only_store_follows_the_writers_retention(tmp_path):
+    config = small_config(file_reserved_hours=1, consume_queue_entries_per_file=8)
+    with MessageStore.open(tmp_path, config) as store:
+        _fill(store)
+        with MessageStore.open(tmp_path, config, read_only=True) as reader:
+            assert reader.get("t", 0, 0, max_count=4).status is GetStatus.FOUND  # it holds the first files
+            _age(tmp_path, 2)
+            assert store.clean_expired()["queue_files_removed"] > 0
+            more = [store.put(Message("t", b"after %d" % i + b"." * 2000, queue_id=i % 2)) for i in range(40)]
+            assert store.wait_dispatched(10)
+            for queue_id in (0, 1):
+                low = store.min_offset("t", queue_id)
+                assert reader.min_offset("t", queue_id) == low > 0
+                assert reader.max_offset("t", queue_id) == store.max_offset("t", queue_id)
+                assert reader.get("t", queue_id, 0).status is GetStatus.OFFSET_TOO_SMALL
+                expected = store.get("t", queue_id, low, max_count=1000).messages
+                got = reader.get("t", queue_id, low, max_count=1000).messages
+                assert [m.commitlog_offset for m in got] == [m.commitlog_offset for m in expected]
+                assert got[-1].commitlog_offset == more[-2 + queue_id].commitlog_offset
+            # the reader let go of the deleted segments (mapped, they would keep their disk space)
+            assert reader.stats()["commitlog"]["min_offset"] == store.stats()["commitlog"]["min_offset"]
+            assert all(not segment.closed for segment in reader._commitlog.segments.segments)
+            assert reader._commitlog.segments.segments[0].base_offset == store.stats()["commitlog"]["min_offset"]
