@@ -132,6 +132,9 @@ class CommitLog:
         self.unique_keys: UniqueKeyGenerator | None = None  # when set, messages without a UNIQ_KEY get one
         self.last_store_timestamp_ms = 0  # store time of the newest appended record
         self.flushed_position = 0  # everything below is on disk
+        # When set (an int64 array shared with another process): the writer stores the readable end in its
+        # element 0 each time the end moves, after the bytes below it are written (one aligned 8-byte store).
+        self.end_word = None
         self.flushed_timestamp_ms = 0  # store time of the newest record below flushed_position
         self._flush_lock = threading.Lock()
 
@@ -157,6 +160,8 @@ class CommitLog:
         """Set the written end (after the owner found it by recovery or by walking the log)."""
         assert commitlog_offset >= self.segments.first_base_offset
         self._end = commitlog_offset
+        if self.end_word is not None:
+            self.end_word[0] = commitlog_offset
 
     def segment_at(self, commitlog_offset: int) -> MappedFile:
         segment = self.segments.segment_at(commitlog_offset)
@@ -285,7 +290,10 @@ class CommitLog:
         written = self.written_records
         if written is not None and len(tail) <= DESCRIBED_TAIL_BYTES_MAX:  # before the end moves: dispatch finds
             written.append((offset, size, queue_key, queue_offset, store_ts, tail))  # it described once it sees it
-        self._end = offset + size
+        self._end = end = offset + size
+        end_word = self.end_word
+        if end_word is not None:
+            end_word[0] = end
         return offset, queue_offset, store_ts
 
     def append_batch(self, records: list[PreparedRecord]
@@ -346,6 +354,8 @@ class CommitLog:
             fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
             next_base = self._segment_end
             self._end = next_base  # the blank is written: readers may pass it
+            if self.end_word is not None:
+                self.end_word[0] = next_base
         else:
             assert offset % self.segment_size_bytes == 0, offset
             next_base = offset

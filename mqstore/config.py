@@ -84,6 +84,12 @@ class StoreConfig:
     until dispatch is within three quarters of it, so messages become visible to get() within a bounded lag while
     a producer puts flat out (dispatch shares the interpreter: unbounded, it falls behind by seconds)."""
 
+    dispatch_process: bool = False
+    """build the ConsumeQueues and the index in a child process of their own (mqstore/dispatch_process.py) instead
+    of a thread of the writer's: producers then no longer share the interpreter lock with dispatch (more puts a
+    second, dispatch keeping up; bench/dispatch_process.py). The writer's reads follow what the child writes, as
+    a read_only store does. Opening starts the child and waits until it runs (about half a second)."""
+
     warm_segments: bool = False
     """pre-fault the next segment's pages in the background (madvise MADV_POPULATE_WRITE) so first writes into it
     are cheap, and with ASYNC flushing the segment being written too, up to 32 MiB ahead of the writer; the zero
@@ -146,7 +152,7 @@ class StoreConfig:
         _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
         _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
-        for name in ("warm_segments", "preallocate_segments", "check_crc_on_dispatch", "check_crc_on_recover",
+        for name in ("dispatch_process", "warm_segments", "preallocate_segments", "check_crc_on_dispatch", "check_crc_on_recover",
                      "index_enabled", "record_crc"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")

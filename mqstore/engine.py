@@ -21,7 +21,7 @@ from commitlog.commitlog import CommitLog
 from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
 from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
-                              StoreIOError, StoreLockedError)
+                              StoreError, StoreIOError, StoreLockedError)
 from commitlog.message import Message, PutResult, PutStatus
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
@@ -31,8 +31,10 @@ from flush.allocator import SegmentAllocator
 from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from flush.services import GroupCommitService, IntervalFlusher
 from indexfile.dispatcher import IndexDispatcher
+from indexfile.index_service import IndexService
 from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
                             save_record_crc_from)
+from mqstore.dispatch_process import ProcessDispatch, stop_leftover
 from mqstore.engine_index import IndexFlushable, IndexLookups
 from mqstore.engine_read import Reads
 from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
@@ -75,6 +77,9 @@ class MessageStore(Reads, IndexLookups):
         self._sync_flush = config.flush_mode is FlushMode.SYNC
         self._sync_timeout_s = config.sync_flush_timeout_ms / 1000.0
         self._lag_limit = config.max_dispatch_lag_bytes  # 0: puts never wait for dispatch
+        # Whether the ConsumeQueues and the index are written by another process (read_only stores, and writers
+        # with dispatch_process): reads then look for what it added since.
+        self._follows_queues = read_only or config.dispatch_process
         self._disk_full = False  # set by retention while disk usage is over disk_full_ratio
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
@@ -122,6 +127,7 @@ class MessageStore(Reads, IndexLookups):
             except OSError as exc:
                 raise StoreIOError(f"cannot create the store at {root}: {exc.strerror}") from exc
             self._take_lock()
+            stop_leftover(root)  # a killed writer's dispatch process must not write the queues recovery works on
         self._settings = save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only,
                                               new_log=not _has_segments(os.path.join(root, "commitlog")))
         born_raw = fmt.encode_host(config.born_host or config.store_host, config.born_port)
@@ -187,13 +193,43 @@ class MessageStore(Reads, IndexLookups):
             "opened %s: recovery %s", root, report.as_dict())
         for queue in self._queues.queues.values():
             queue.correct_min_offset(self._commitlog.min_offset())
-        self._commitlog.written_records = written  # from the first put on
-        self._dispatch.start()
+        if config.dispatch_process:
+            self._start_dispatch_process()
+        else:
+            self._commitlog.written_records = written  # from the first put on
+            self._dispatch.start()
         self._start_flush_services()
         self._retention = Retention(self)
         self._retention.run_once(manual=False)  # learn the disk's state before the first put
         self._retention.start()
         self._services.append(self._retention)
+
+    def _start_dispatch_process(self) -> None:
+        """Hand the queues and the index to a child process that dispatches from here on; this process follows
+        them read-only, as a read_only store does (mqstore/dispatch_process.py)."""
+        config = self.config
+        root = self.root_dir
+        start = self._dispatch.dispatched_offset
+        self._dispatch = None
+        self._queues.close()
+        self._queues = None
+        self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
+                                         writable=False)
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+            self._index = IndexService(os.path.join(root, "index"), config.index_slot_count,
+                                       config.index_entry_count_max, read_only=True)
+        settings = {name: getattr(config, name) for name in (
+            "segment_size_bytes", "max_message_size_bytes", "max_queues_per_topic", "record_crc",
+            "consume_queue_entries_per_file", "index_enabled", "index_slot_count", "index_entry_count_max",
+            "flush_consume_queue_interval_ms", "check_crc_on_dispatch")}
+        settings.update(record_crc_from=self._commitlog.record_crc_from, sync_flush=self._sync_flush,
+                        consume_queue_flush_least_pages=CONSUME_QUEUE_FLUSH_LEAST_PAGES,
+                        consume_queue_flush_thorough_interval_ms=CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS)
+        self._dispatch = ProcessDispatch(root, settings, start, self._commitlog.readable_end())
+        self._commitlog.end_word = self._dispatch.end_word
+        self._dispatch.start()
 
     def _redispatch(self, report: RecoveryReport) -> int:
         """Dispatch what the queues and index miss. A queue that lost entries the log still has (the log goes
@@ -247,6 +283,9 @@ class MessageStore(Reads, IndexLookups):
             flusher.start()
             self._services.append(flusher)
         self._log_flusher = self._services[-1]
+        if self._follows_queues:  # the dispatch process flushes them, and writes their checkpoint times
+            self._index_flushable = self._queues_flusher = None
+            return
         self._index_flushable = IndexFlushable(self._index) if self._index is not None else None
         logical = [self._queues] + ([self._index_flushable] if self._index is not None else [])
         queues_flusher = IntervalFlusher(logical, interval_ms=config.flush_consume_queue_interval_ms,
@@ -290,13 +329,15 @@ class MessageStore(Reads, IndexLookups):
                 return
             self._closed = True
             try:
-                if self._dispatch is not None:
+                if isinstance(self._dispatch, ProcessDispatch):
+                    self._dispatch.stop(CLOSE_DISPATCH_TIMEOUT_S)  # it dispatches to the end and flushes first
+                elif self._dispatch is not None:
                     self._dispatch.wait_dispatched(CLOSE_DISPATCH_TIMEOUT_S)
-                    if self._dispatch.error is not None:
-                        log.error("closing with dispatch stopped by: %s", self._dispatch.error)
+                if self._dispatch is not None and self._dispatch.error is not None:
+                    log.error("closing with dispatch stopped by: %s", self._dispatch.error)
                 self._stop_threads()
                 if not self.read_only:
-                    self._flush_all()
+                    self._flush_all(closing=True)
                     dispatch = self._dispatch
                     if dispatch.error is None and dispatch.dispatched_offset >= self._commitlog.readable_end():
                         self._mark.remove()  # the queues are complete: readers may trust their furthest unit
@@ -315,6 +356,10 @@ class MessageStore(Reads, IndexLookups):
             self._allocator.close()
 
     def _release(self) -> None:
+        if isinstance(self._dispatch, ProcessDispatch):
+            if getattr(self, "_commitlog", None) is not None:
+                self._commitlog.end_word = None  # a view of the control file's mapping
+            self._dispatch.close()
         for part in ("_index", "_queues", "_commitlog", "_checkpoint", "_mark"):
             component = getattr(self, part, None)
             if component is not None:
@@ -420,9 +465,15 @@ class MessageStore(Reads, IndexLookups):
         if not self.read_only:
             self._flush_all()
 
-    def _flush_all(self) -> None:
+    def _flush_all(self, *, closing: bool = False) -> None:
         self._commitlog.flush()
         self._checkpoint_log()
+        if self._follows_queues:  # the dispatch process's: it flushed them as it stopped, when closing
+            if not closing and not self._dispatch.flush(CLOSE_DISPATCH_TIMEOUT_S):
+                raise StoreError(f"the queues of {self.root_dir} were not flushed: "
+                                 f"{self._dispatch.error or 'the dispatch process did not answer'}")
+            self._checkpoint.flush()  # the log's fields too (the process wrote the queues' and flushed before)
+            return
         self._queues.flush()
         if self._index is not None:
             self._index_flushable.flush()
@@ -469,6 +520,10 @@ class MessageStore(Reads, IndexLookups):
             log_.segments.load()
         end = log_.readable_end() if not self.read_only else log_.find_end(tolerant=True)
         dispatched = self._dispatch.dispatched_offset if self._dispatch is not None else None
+        if self._follows_queues:  # what the other process added since
+            self._queues.load()
+            for queue in list(self._queues.queues.values()):
+                queue.refresh()
         queues = {}
         for (topic, queue_id), queue in sorted(self._queues.queues.items()):
             queues.setdefault(topic, {})[queue_id] = {"min_offset": queue.min_offset, "max_offset": queue.max_offset}
@@ -485,7 +540,8 @@ class MessageStore(Reads, IndexLookups):
             "dispatch": {"dispatched_offset": dispatched,
                          "lag_bytes": None if dispatched is None else max(0, end - dispatched),
                          "records": self._dispatch.dispatched_records if self._dispatch else 0,
-                         "error": repr(self._dispatch.error) if self._dispatch and self._dispatch.error else None},
+                         "error": repr(self._dispatch.error) if self._dispatch and self._dispatch.error else None,
+                         "process_id": self._dispatch.pid if isinstance(self._dispatch, ProcessDispatch) else None},
             "queues": queues,
         }
 
@@ -505,9 +561,10 @@ class MessageStore(Reads, IndexLookups):
             "committed_offset": end,
             "flushed_offset": log_.flushed_position,
             "flush_lag_bytes": max(0, end - log_.flushed_position),
-            "consume_queue_dirty_bytes": self._queues.dirty_bytes(),
+            "consume_queue_dirty_bytes": None if self._follows_queues else self._queues.dirty_bytes(),
             "commitlog_flusher": self._log_flusher.stats.as_dict(),
-            "consume_queue_flusher": self._queues_flusher.stats.as_dict(),
+            "consume_queue_flusher": self._dispatch.flush_stats() if self._follows_queues
+            else self._queues_flusher.stats.as_dict(),
             "checkpoint": {"physic_msg_timestamp_ms": checkpoint.physic_msg_timestamp_ms,
                            "logics_msg_timestamp_ms": checkpoint.logics_msg_timestamp_ms,
                            "index_msg_timestamp_ms": checkpoint.index_msg_timestamp_ms},

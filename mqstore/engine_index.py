@@ -1,7 +1,7 @@
 """The store's IndexFile side: opening (and rebuilding) the index, lookups by key, flushing it.
 
 `IndexLookups` is mixed into MessageStore; it uses the store's `_index`, `_commitlog`, `config`, `root_dir`,
-`read_only` and `read_at`.
+`read_only`, `_follows_queues` and `read_at`.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class IndexLookups:
         self._check_open()
         if self._index is None:
             raise InvalidMessageError("this store was opened with index_enabled=False: no lookups by key")
-        if self.read_only:
-            self._index.refresh()  # follow the writer: its new keys and files
+        if self._follows_queues:
+            self._index.refresh()  # follow the process that writes it: its new keys and files
         return self._index
 
     def query(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,

@@ -1,5 +1,6 @@
 """The read side of MessageStore (a mixin): get, read_at, queue offsets and times, topics, with RocketMQ's
-GetStatus values. It needs the store's `_commitlog`, `_queues`, `read_only` and `_check_open`.
+GetStatus values. It needs the store's `_commitlog`, `_queues`, `read_only`, `_follows_queues` and
+`_check_open`.
 """
 
 from __future__ import annotations
@@ -52,14 +53,15 @@ class Reads:
         queue = self._queues.get(topic, queue_id) if topic.__class__ is str else None
         if queue is None:
             validate_topic(topic)  # known queues have valid names: only unknown ones need the check
-        if self.read_only:
+        if self._follows_queues:  # written by another process (the writer, or this store's dispatch process)
             if queue is None:
                 self._queues.load()
                 queue = self._queues.get(topic, queue_id)
             if queue is not None:
                 queue.refresh()
                 log_ = self._commitlog
-                log_.segments.load()  # follow the writer's retention: its minimum, as the writer's queues do
+                if self.read_only:
+                    log_.segments.load()  # follow the writer's retention: its minimum, as the writer's queues do
                 queue.follow_log_min(log_.min_offset())
         return queue
 
@@ -179,7 +181,7 @@ class Reads:
     def topics(self) -> dict[str, list[int]]:
         """Every topic with the queue ids it has (dispatched queues only)."""
         self._check_open()
-        if self.read_only:
+        if self._follows_queues:
             self._queues.load()
         return self._queues.topics()
 

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 HOUR_MS = 3_600_000
 SEGMENTS_REMOVED_PER_ROUND_MAX = 16  # bounds one round's work; the next round goes on
+TRIM_TIMEOUT_S = 60.0  # how long retention waits for a dispatch process to delete queue and index files
 
 
 @dataclass
@@ -160,6 +161,11 @@ class Retention:
     def _trim_queues_and_index(self, report: CleanReport) -> None:
         store = self._store
         log_min = store._commitlog.min_offset()
+        if store._follows_queues:  # the dispatch process writes them: it deletes their files
+            queue_files, index_files = store._dispatch.trim(log_min, TRIM_TIMEOUT_S)
+            report.queue_files_removed += queue_files
+            report.index_files_removed += index_files
+            return
         for queue in list(store._queues.queues.values()):
             report.queue_files_removed += queue.delete_files_below(log_min)
         if store._index is not None:

@@ -1,5 +1,5 @@
-"""The dispatch-process probe's --quick mode runs end to end: every cell both ways, and the child process
-dispatched every record the producer put (timings are not asserted)."""
+"""The dispatch_process benchmark's --quick mode runs end to end: every cell both ways, and every record the
+producer put was dispatched (timings are not asserted)."""
 
 from __future__ import annotations
 

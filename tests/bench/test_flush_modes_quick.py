@@ -35,6 +35,14 @@ def test_flush_modes_quick_writes_every_row(tmp_path):
                 assert (row["mode"], row["body_bytes"], row["producers"]) == (mode, size, producers)
                 _positive(row, "count", "msgs_per_s", "mb_per_s", "p50_us", "p99_us", "p999_us", "max_us")
                 assert row["flush_disk_timeouts"] >= 0 and row["other_statuses"] == {}
+            for producers in (1, 64):  # the same cells with dispatch_process=True
+                name = f"{mode} {label}, {producers} producer{'s' if producers > 1 else ''}, dispatch process"
+                assert name in rows, name
+                row = rows[name]
+                assert (row["mode"], row["body_bytes"], row["dispatch_process"]) == \
+                    (f"{mode}, dispatch process", size, True)
+                _positive(row, "count", "msgs_per_s", "mb_per_s", "p50_us", "p99_us", "max_us")
+                assert row["other_statuses"] == {}
 
     rolling = [row for row in result["rows"] if row["section"] == "rolling"]
     assert {(row["body_bytes"], row["warm_segments"]) for row in rolling} == {
@@ -63,7 +71,8 @@ def test_flush_modes_quick_writes_every_row(tmp_path):
         assert row["not_ok"] == 0, row
 
     goals = result["targets"]
-    assert len(goals) == 13  # the rolling rows with warm segments have two each: any put, and the rolling puts
+    assert len(goals) == 20  # SYNC and ASYNC throughput targets twice (thread, dispatch process); the rolling rows
+    # with warm segments have two each: any put, and the rolling puts
     assert all(isinstance(goal["met"], bool) and goal["value"] >= 0 for goal in goals)
     assert "## Targets" in completed.stdout
 

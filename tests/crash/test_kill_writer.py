@@ -13,7 +13,9 @@ verified; the killed original is what the next writer recovers) and checks with 
     offsets are dense, every ConsumeQueue reads back as the log's messages, the index finds kept messages,
     a put after recovery works, and a second open is CLEAN.
 
-Every KILL_STORE_TRIALS trials the store starts afresh. `MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
+Three series: SYNC; ASYNC with the index; ASYNC with the index and dispatch_process=True, whose dispatch child
+outlives the killed writer for a moment (the next writer's open stops it before recovery, and a copy being
+verified is no store of that child's). Every KILL_STORE_TRIALS trials the store starts afresh. `MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
 Run with `pytest -s` to see the counts.
 """
 
@@ -49,6 +51,7 @@ WRITER = Path(__file__).resolve().parent / "writer_process.py"
 class KillSeries:
     mode: str
     index: bool
+    process: bool = False  # dispatch_process=True: the writer's dispatch child survives it for a moment
     trials: int = 0
     early_kills: int = 0
     acks: int = 0
@@ -56,11 +59,15 @@ class KillSeries:
     cases: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)  # (kind, message)
 
+    @property
+    def label(self) -> str:
+        return self.mode + ("+index" if self.index else "") + ("+dispatch process" if self.process else "")
+
     def summary(self) -> str:
         kinds: dict[str, int] = {}
         for kind, _ in self.failures:
             kinds[kind] = kinds.get(kind, 0) + 1
-        return (f"[kill -9 {self.mode}{'+index' if self.index else ''}] trials={self.trials} "
+        return (f"[kill -9 {self.label}] trials={self.trials} "
                 f"early_kills={self.early_kills} acks_read={self.acks} acked_checked={self.acked_checked} "
                 f"recovery_cases={dict(sorted(self.cases.items()))} failures={kinds}")
 
@@ -88,6 +95,8 @@ def _kill_one(root: Path, series: KillSeries, generation: int, rng: random.Rando
     command = [sys.executable, str(WRITER), str(root), "--mode", series.mode, "--generation", str(generation)]
     if series.index:
         command.append("--index")
+    if series.process:
+        command.append("--dispatch-process")
     if series.mode == "ASYNC":
         command += ["--flush-every", str(rng.choice((7, 20, 50)))]
     stderr_path = log_dir / f"writer-{series.mode}-{generation}.stderr"
@@ -115,9 +124,9 @@ def _kill_one(root: Path, series: KillSeries, generation: int, rng: random.Rando
     return exited, lines, stderr_path
 
 
-def run_series(mode: str, index: bool, base: Path, rng: random.Random) -> KillSeries:
-    series = KillSeries(mode, index)
-    config = kill_config(mode, index)
+def run_series(mode: str, index: bool, base: Path, rng: random.Random, process: bool = False) -> KillSeries:
+    series = KillSeries(mode, index, process)
+    config = kill_config(mode, index, process)
     root = None
     acked_all: list[Acked] = []
     flushed_all: list[Acked] = []
@@ -128,7 +137,7 @@ def run_series(mode: str, index: bool, base: Path, rng: random.Random) -> KillSe
         generation = trial % KILL_STORE_TRIALS + 1
         exited, lines, stderr_path = _kill_one(root, series, generation, rng, base)
         series.trials += 1
-        label = f"{mode}{'+index' if index else ''} trial={trial} generation={generation}"
+        label = f"{series.label} trial={trial} generation={generation}"
         if exited is not None:
             tail = stderr_path.read_text()[-600:]
             series.failures.append(("open", f"{label}: the writer exited by itself with {exited}: {tail}"))
@@ -179,10 +188,11 @@ def _check_generations(walk, series: KillSeries, label: str) -> None:
 @pytest.fixture(scope="module")
 def kill_series(tmp_path_factory) -> list[KillSeries]:
     done = []
-    for index, (mode, with_index) in enumerate((("SYNC", False), ("ASYNC", True))):
+    for index, (mode, with_index, process) in enumerate((("SYNC", False, False), ("ASYNC", True, False),
+                                                         ("ASYNC", True, True))):
         base = tmp_path_factory.mktemp(f"kill-{mode}")
         started = time.perf_counter()
-        series = run_series(mode, with_index, base, random.Random(SEED + index))
+        series = run_series(mode, with_index, base, random.Random(SEED + index), process)
         print(series.summary() + f" seconds={time.perf_counter() - started:.1f}")
         done.append(series)
     return done

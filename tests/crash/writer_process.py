@@ -1,6 +1,7 @@
 """The writer process that tests/crash/test_kill_writer.py kills with SIGKILL.
 
     python tests/crash/writer_process.py ROOT --mode SYNC|ASYNC --generation G [--index] [--flush-every N]
+                                         [--dispatch-process]
 
 Opens the store at ROOT (recovering it after the previous writer's kill), then puts `planned_message(seq)`
 (tests/crash/checks.py) for seq = G * 1_000_000, G * 1_000_000 + 1, ... until it is killed. Each line goes to
@@ -30,8 +31,8 @@ GENERATION_SEQ_STRIDE = 1_000_000
 WRITER_LIFETIME_MAX_S = 120.0  # a writer nobody kills stops by itself
 
 
-def kill_config(mode: str, index: bool) -> StoreConfig:
-    return StoreConfig(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64, max_message_size_bytes=8192,
+def kill_config(mode: str, index: bool, dispatch_process: bool = False) -> StoreConfig:
+    return StoreConfig(dispatch_process=dispatch_process, segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64, max_message_size_bytes=8192,
                        store_host="10.0.0.7", store_port=10911, preallocate_segments=True, index_enabled=index,
                        index_slot_count=64, index_entry_count_max=256, flush_mode=FlushMode(mode),
                        flush_interval_ms=5, flush_least_pages=1, flush_consume_queue_interval_ms=5, **RETENTION_OFF)
@@ -48,8 +49,9 @@ def main(argv=None) -> int:
     parser.add_argument("--generation", type=int, required=True)
     parser.add_argument("--index", action="store_true")
     parser.add_argument("--flush-every", type=int, default=0)
+    parser.add_argument("--dispatch-process", action="store_true")
     args = parser.parse_args(argv)
-    store = MessageStore.open(args.root, kill_config(args.mode, args.index))
+    store = MessageStore.open(args.root, kill_config(args.mode, args.index, args.dispatch_process))
     report = store.recovery_report
     _say(f"OPENED {report.case} {report.log_end}")
     seq = args.generation * GENERATION_SEQ_STRIDE

@@ -1,0 +1,484 @@
+"""Dispatch in a process of its own (`StoreConfig.dispatch_process=True`).
+
+The dispatch thread shares the producers' interpreter lock: a producer flat out leaves dispatch seconds behind,
+and a SYNC producer whose fdatasync returns while the thread holds the lock waits for it (bench/README.md, the
+dispatch-process probe). With this option the writer's process only writes the log, and a child process (this
+module's `main`, in a new interpreter) follows the log's end and builds the ConsumeQueues and the index with the same
+dispatchers, batches and flush service the thread would use. Files and formats do not change; recovery runs in
+the writer, before the child starts, as always.
+
+The two processes talk through `config/dispatch_process`, a small file both map: CONTROL_WORDS native 8-byte
+integers at aligned places, each written by one side only with one 8-byte store and read with one load, so a
+reader sees an old value or a new one, never half of each (see consumequeue/mark.py). The writer publishes the
+log's end after every append (one store to memory); the child publishes how far it dispatched after every batch.
+Requests (stop, flush, trim) are counters or offsets the writer raises and the child acknowledges.
+
+The writer's reads follow the queues and the index the child writes, as a read_only store follows another
+process's: a get lists a queue's new entries, a lookup by key re-reads the index headers.
+
+The child stops when the writer asks (at close, after dispatching to the end and flushing), and by itself when
+the writer's process is gone (a crash: the next open recovers as after any crash). When the child dies, dispatch
+has stopped: `stats()` says why, `wait_dispatched()` returns False, and puts go on being stored (the next open
+dispatches them), as when the dispatch thread stops on an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from commitlog.errors import StoreError, StoreIOError
+
+log = logging.getLogger(__name__)
+
+CONTROL_FILE_NAME = "dispatch_process"
+LOG_FILE_NAME = "dispatch_process.log"
+CONTROL_WORDS = 16
+# The words (index: meaning; who writes it).
+END = 0  # the log's readable end; the writer
+DISPATCHED = 1  # everything below is in the queues and the index; the child
+RECORDS = 2  # records dispatched since the child started; the child
+STATE = 3  # STARTING, RUNNING, STOPPED or FAILED; the child
+STOP = 4  # 1: dispatch to the end, flush, exit; the writer
+FLUSH_REQUESTED = 5  # raised by one for each flush the writer asks for; the writer
+FLUSH_DONE = 6  # the last FLUSH_REQUESTED value whose flush is done; the child
+TRIM_TO = 7  # retention: drop queue and index files below this commitlog offset; the writer
+TRIM_DONE = 8  # the last TRIM_TO value done; the child
+QUEUE_FILES_TRIMMED = 9  # queue files deleted by trims so far; the child
+INDEX_FILES_TRIMMED = 10  # index files deleted by trims so far; the child
+FLUSHES = 11  # flushes of the queues and index so far; the child
+LAST_FLUSH_US = 12  # how long the last one took; the child
+CHILD_PID = 13  # the child's process id; the child
+FLUSH_TARGET = 14  # the flush asked for covers the log below this offset; the writer (before FLUSH_REQUESTED)
+
+STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
+
+START_TIMEOUT_S = 120.0  # the child's imports and the opening of every queue and index file
+POLL_S = 0.0005  # how often the writer first looks at the child's words while it waits for them ...
+POLL_MAX_S = 0.005  # ... then less and less often, down to this (a consumer may wait for new messages for long)
+IDLE_WAIT_S = 0.001  # the child's sleep when it has caught up (the dispatch thread's DISPATCH_IDLE_WAIT_S)
+PARENT_CHECK_S = 0.1  # how often the child checks that the writer is alive while it is busy
+
+
+def control_path(root: str) -> str:
+    return os.path.join(root, "config", CONTROL_FILE_NAME)
+
+
+class ControlWords:
+    """The shared words: a file of CONTROL_WORDS native int64s, mapped (page-aligned, so each word is one
+    aligned store and load)."""
+
+    def __init__(self, path: str, *, create: bool):
+        self.path = path
+        self._fd = self._map = self.words = None
+        try:
+            self._fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o644)
+            if create:
+                os.ftruncate(self._fd, CONTROL_WORDS * 8)
+            elif os.fstat(self._fd).st_size != CONTROL_WORDS * 8:
+                raise StoreIOError(f"{path} is not a dispatch control file")
+            self._map = mmap.mmap(self._fd, CONTROL_WORDS * 8)
+        except OSError as exc:
+            self.close()
+            raise StoreIOError(f"cannot open the dispatch control file {path}: {exc.strerror}") from exc
+        self.words = np.frombuffer(self._map, dtype=np.int64, count=CONTROL_WORDS)
+
+    def __getitem__(self, index: int) -> int:
+        return int(self.words[index])
+
+    def __setitem__(self, index: int, value: int) -> None:
+        self.words[index] = value
+
+    def close(self) -> None:
+        self.words = None  # first: a view of the mapping
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def stop_leftover(root: str, timeout_s: float = 10.0) -> int | None:
+    """A writer opening `root`: stop a dispatch process its last writer left running (that writer was killed
+    and the child has not noticed yet), so that nothing else writes the queues while recovery works on them.
+    Returns the process id it stopped, or None."""
+    path = control_path(root)
+    try:
+        control = ControlWords(path, create=False)
+    except StoreIOError:
+        return None  # no control file (or not ours): nobody left running
+    try:
+        pid = control[CHILD_PID]
+    finally:
+        control.close()
+    if pid <= 0 or pid == os.getpid() or not _is_dispatch_child(pid, root):
+        return None
+    log.warning("stopping the dispatch process %d its last writer left running on %s", pid, root)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout_s
+    while _is_dispatch_child(pid, root):
+        if time.monotonic() > deadline:
+            raise DispatchProcessError(f"the dispatch process {pid} of {root} does not stop")
+        time.sleep(0.005)
+    return pid
+
+
+def _is_dispatch_child(pid: int, root: str) -> bool:
+    """Whether process `pid` is alive (not a zombie) and is the dispatch process of `root`."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            arguments = handle.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != b"Z" and any(b"mqstore.dispatch_process" in argument for argument in arguments) and \
+        os.fsencode(os.path.abspath(root)) in arguments
+
+
+class DispatchProcessError(StoreError):
+    """The dispatch process failed to start, or died."""
+
+
+class ProcessDispatch:
+    """The writer's side: starts the child and answers what the store asks of its dispatch (the part of
+    `commitlog.dispatch.DispatchService` the store uses), from the shared words."""
+
+    written_records_dispatched = 0  # the child parses every record from the log
+
+    def __init__(self, root: str, settings: dict, start_offset: int, end_offset: int):
+        self.root = root
+        self._settings = settings
+        self._control = ControlWords(control_path(root), create=True)
+        self._control[END] = end_offset
+        self._control[DISPATCHED] = start_offset
+        self.end_word = self._control.words  # the CommitLog stores its end in word 0 after every append
+        self._process: subprocess.Popen | None = None
+        self._failure: DispatchProcessError | None = None
+        self._requests = threading.Lock()  # flush requests from several threads: target, then number
+        self._log_path = os.path.join(root, "config", LOG_FILE_NAME)
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the child and wait until it has opened everything (a child that cannot start is an error now,
+        not a silent stop later)."""
+        project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = project + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            with open(self._log_path, "ab") as log_file:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-c", "import sys; from mqstore.dispatch_process import main; sys.exit(main())",
+                     os.path.abspath(self.root), json.dumps(self._settings), str(os.getpid())], stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env,
+                    close_fds=True)
+        except OSError as exc:
+            raise DispatchProcessError(f"cannot start the dispatch process of {self.root}: {exc.strerror}") from exc
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self._control[STATE] == STARTING:
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self._kill()
+                raise DispatchProcessError(f"the dispatch process of {self.root} did not start: {self._log_tail()}")
+            time.sleep(0.005)
+        if self._control[STATE] != RUNNING:
+            self._kill()
+            raise DispatchProcessError(f"the dispatch process of {self.root} did not start: {self._log_tail()}")
+
+    def stop(self, timeout_s: float = 300.0) -> bool:
+        """Ask the child to dispatch to the end, flush and exit; wait for it. True when it stopped cleanly."""
+        process = self._process
+        if process is None:
+            return False
+        self._control[STOP] = 1
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            log.error("the dispatch process of %s did not stop in %.0f s: killed", self.root, timeout_s)
+            self._kill()
+        clean = self._control[STATE] == STOPPED and process.returncode == 0
+        if not clean:
+            self._note_failure()
+        self._process = None
+        return clean
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._kill()
+            self._process = None
+        self.end_word = None
+        self._control.close()
+        for path in (control_path(self.root), self._log_path):
+            try:
+                if path != self._log_path or os.path.getsize(path) == 0:  # a log with something in it stays
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _kill(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    # --- what the store asks -------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def dispatched_offset(self) -> int:
+        return self._control[DISPATCHED]
+
+    @property
+    def dispatched_records(self) -> int:
+        return self._control[RECORDS]
+
+    @property
+    def error(self) -> DispatchProcessError | None:
+        if self._failure is None and self._process is not None and self._process.poll() is not None \
+                and not (self._control[STATE] == STOPPED and self._process.returncode == 0):
+            self._note_failure()
+        return self._failure
+
+    def _note_failure(self) -> None:
+        if self._failure is None:
+            code = None if self._process is None else self._process.returncode
+            self._failure = DispatchProcessError(
+                f"the dispatch process of {self.root} stopped (exit status {code}): {self._log_tail()}")
+            log.error("%s", self._failure)
+
+    def _log_tail(self) -> str:
+        try:
+            with open(self._log_path, "rb") as handle:
+                handle.seek(max(0, os.path.getsize(self._log_path) - 2000))
+                text = handle.read().decode("utf-8", "replace").strip()
+        except OSError:
+            text = ""
+        return text.splitlines()[-1] if text else f"nothing in {self._log_path}"
+
+    def wake(self) -> None:
+        pass
+
+    def wait_dispatched(self, timeout_s: float | None = None, target: int | None = None) -> bool:
+        """Block until everything up to `target` (default: the log's end now) is dispatched."""
+        if target is None:
+            target = self._control[END]
+        return self._wait(lambda: self._control[DISPATCHED] >= target, timeout_s)
+
+    def wait_past(self, after_offset: int, timeout_s: float) -> int:
+        """Block until dispatch passes `after_offset` or `timeout_s` ends; the dispatched offset then. Raises the
+        failure instead of waiting when the child died."""
+        if self.error is not None:
+            raise StoreError(f"dispatch stopped, no new messages will arrive: {self.error}") from self.error
+        self._wait(lambda: self._control[DISPATCHED] > after_offset, timeout_s)
+        return self._control[DISPATCHED]
+
+    def flush(self, timeout_s: float) -> bool:
+        """Have the child dispatch to the log's end now and flush the queues and the index; wait for it."""
+        with self._requests:
+            target = self._control[END]
+            self._control[FLUSH_TARGET] = max(target, self._control[FLUSH_TARGET])
+            request = self._control[FLUSH_REQUESTED] + 1
+            self._control[FLUSH_REQUESTED] = request
+        return self._wait(lambda: self._control[FLUSH_DONE] >= request and self._control[DISPATCHED] >= target,
+                          timeout_s)
+
+    def trim(self, commitlog_min: int, timeout_s: float) -> tuple[int, int]:
+        """Retention: have the child delete the queue and index files below `commitlog_min`; how many of each."""
+        queue_files, index_files = self._control[QUEUE_FILES_TRIMMED], self._control[INDEX_FILES_TRIMMED]
+        if commitlog_min > self._control[TRIM_TO]:
+            self._control[TRIM_TO] = commitlog_min
+        if not self._wait(lambda: self._control[TRIM_DONE] >= commitlog_min, timeout_s):
+            raise StoreError(f"the dispatch process did not trim the queues below {commitlog_min}: "
+                             f"{self.error or 'timed out'}")
+        return self._control[QUEUE_FILES_TRIMMED] - queue_files, self._control[INDEX_FILES_TRIMMED] - index_files
+
+    def flush_stats(self) -> dict:
+        return {"flush_count": self._control[FLUSHES], "last_flush_s": self._control[LAST_FLUSH_US] / 1e6,
+                "process_id": self.pid}
+
+    def _wait(self, done, timeout_s: float | None) -> bool:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        polls = 0
+        pause = POLL_S
+        while not done():
+            polls += 1
+            if polls % 16 == 0:
+                if self.error is not None:
+                    return done()
+                pause = min(POLL_MAX_S, pause * 2)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+        return True
+
+
+# --- the child ---------------------------------------------------------------------------------------------
+class _FollowedLog:
+    """The writer's log as the child's DispatchService reads it: its end is the one the writer published."""
+
+    def __init__(self, commitlog, control: ControlWords):
+        self._log = commitlog
+        self._control = control
+        self.record_crc = commitlog.record_crc
+        self.record_crc_from = commitlog.record_crc_from
+
+    def readable_end(self) -> int:
+        return self._control[END]
+
+    def segment_at(self, offset: int):
+        return self._log.segment_at(offset)
+
+
+def run_child(root: str, settings: dict, parent_pid: int) -> int:
+    """The child's work, until the writer asks it to stop or is gone. Returns the exit status."""
+    from commitlog.commitlog import CommitLog
+    from commitlog.dispatch import (DISPATCH_SMALL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS,
+                                    DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY, DispatchService)
+    from consumequeue.consume_queue import ConsumeQueueTable
+    from consumequeue.dispatcher import ConsumeQueueDispatcher
+    from consumequeue.mark import DispatchedMark, mark_path
+    from flush.checkpoint import Checkpoint
+    from flush.services import IntervalFlusher
+    from indexfile.dispatcher import IndexDispatcher
+    from indexfile.index_service import IndexService
+    from mqstore.engine_index import IndexFlushable
+
+    control = ControlWords(control_path(root), create=False)
+    control[CHILD_PID] = os.getpid()
+    parts = []
+    try:
+        commitlog = CommitLog(os.path.join(root, "commitlog"), settings["segment_size_bytes"], writable=False,
+                              max_message_size_bytes=settings["max_message_size_bytes"],
+                              max_queues_per_topic=settings["max_queues_per_topic"], born_host_raw=bytes(8),
+                              store_host_raw=bytes(8), record_crc=settings["record_crc"],
+                              record_crc_from=settings["record_crc_from"])
+        parts.append(commitlog)
+        table = ConsumeQueueTable(os.path.join(root, "consumequeue"), settings["consume_queue_entries_per_file"],
+                                  writable=True)
+        parts.append(table)
+        mark = DispatchedMark(mark_path(root))
+        parts.append(mark)
+        dispatchers = [ConsumeQueueDispatcher(table, mark)]
+        index = None
+        if settings["index_enabled"]:
+            index = IndexService(os.path.join(root, "index"), settings["index_slot_count"],
+                                 settings["index_entry_count_max"])
+            parts.append(index)
+            dispatchers.append(IndexDispatcher(index))
+        checkpoint = Checkpoint.open(root, writable=True)
+        parts.append(checkpoint)
+        index_flushable = IndexFlushable(index) if index is not None else None
+
+        def flushed() -> None:
+            checkpoint.update(logics_ms=table.flushed_timestamp_ms,
+                              index_ms=index_flushable.flushed_timestamp_ms if index is not None else None,
+                              index_flushed_end=index_flushable.flushed_end if index is not None else None)
+            checkpoint.flush()
+
+        flushables = [table] + ([index_flushable] if index is not None else [])
+        flusher = IntervalFlusher(flushables, interval_ms=settings["flush_consume_queue_interval_ms"],
+                                  least_pages=settings["consume_queue_flush_least_pages"],
+                                  thorough_interval_ms=settings["consume_queue_flush_thorough_interval_ms"],
+                                  name="mqstore-dispatch-process-flush", on_flushed=flushed)
+        service = DispatchService(_FollowedLog(commitlog, control), dispatchers, control[DISPATCHED],
+                                  check_crc=settings["check_crc_on_dispatch"])
+        tail_batch = DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY if settings["sync_flush"] else DISPATCH_TAIL_BATCH_RECORDS
+    except BaseException:
+        log.exception("the dispatch process of %s could not open the store", root)
+        control[STATE] = FAILED
+        for part in reversed(parts):
+            part.close()
+        control.close()
+        return 2
+    flusher.start()
+    control[STATE] = RUNNING
+
+    def flush_now() -> None:
+        started = time.perf_counter()
+        for flushable in flushables:
+            flushable.flush()
+        flushed()
+        control[LAST_FLUSH_US] = int((time.perf_counter() - started) * 1e6)
+        control[FLUSHES] = control[FLUSHES] + 1
+
+    status = 0
+    checked_parent_at = time.monotonic()
+    try:
+        while True:
+            done = service.dispatch_available(tail_batch)
+            control[RECORDS] = service.dispatched_records
+            control[DISPATCHED] = service.dispatched_offset
+            if control[TRIM_TO] > control[TRIM_DONE]:
+                commitlog_min = control[TRIM_TO]
+                removed = sum(queue.delete_files_below(commitlog_min) for queue in list(table.queues.values()))
+                control[QUEUE_FILES_TRIMMED] = control[QUEUE_FILES_TRIMMED] + removed
+                if index is not None:
+                    control[INDEX_FILES_TRIMMED] = control[INDEX_FILES_TRIMMED] + index.delete_files_below(commitlog_min)
+                control[TRIM_DONE] = commitlog_min
+            request = control[FLUSH_REQUESTED]  # read before its target: the writer stores the target first
+            if request > control[FLUSH_DONE] and service.dispatched_offset >= control[FLUSH_TARGET]:
+                flush_now()
+                control[FLUSH_DONE] = request
+            if control[STOP]:
+                if service.dispatched_offset >= control[END]:
+                    break
+                if not done:
+                    time.sleep(IDLE_WAIT_S)
+                continue
+            now = time.monotonic()
+            if done < DISPATCH_SMALL_BATCH_RECORDS or now - checked_parent_at > PARENT_CHECK_S:
+                if os.getppid() != parent_pid:
+                    log.warning("the writer of %s is gone: the dispatch process stops", root)
+                    status = 3
+                    break
+                checked_parent_at = now
+            if done < DISPATCH_SMALL_BATCH_RECORDS:
+                time.sleep(IDLE_WAIT_S)
+    except BaseException:
+        log.exception("dispatch of %s stopped at offset %d", root, service.dispatched_offset)
+        control[STATE] = FAILED
+        flusher.stop()
+        for part in reversed(parts):
+            part.close()
+        control.close()
+        return 1
+    flusher.stop()
+    if status == 0:
+        flush_now()
+        control[FLUSH_DONE] = control[FLUSH_REQUESTED]
+    control[STATE] = STOPPED if status == 0 else FAILED
+    for part in reversed(parts):
+        if part is not mark:
+            part.close()
+    mark.close()
+    control.close()
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="mqstore's dispatch process (started by the store, not by hand)")
+    parser.add_argument("root")
+    parser.add_argument("settings")
+    parser.add_argument("parent_pid", type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the writer's terminal is the writer's to handle
+    return run_child(args.root, json.loads(args.settings), args.parent_pid)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
