@@ -43,22 +43,50 @@ def mark_path(root: str) -> str:
     return os.path.join(root, "config", MARK_FILE_NAME)
 
 
+class MappedWords:
+    """`count` native 8-byte integers at the start of a file, through a shared mapping: page-aligned, so each
+    word is written with one aligned store and read with one load, and another process mapping the file sees
+    an old value or a new one, never half of each. Also the dispatch process's control words (mqstore)."""
+
+    def __init__(self, path: str, count: int, *, create: bool, truncate: bool = False, what: str = "file"):
+        """`create`: make the file when missing (and extend a short one); `truncate`: start from zeros. Without
+        `create` the file must hold exactly `count` words."""
+        self.path = path
+        self._fd = self._map = self.words = None
+        size = count * 8
+        try:
+            flags = os.O_RDWR | (os.O_CREAT if create else 0) | (os.O_TRUNC if truncate else 0)
+            self._fd = os.open(path, flags, 0o644)
+            actual = os.fstat(self._fd).st_size
+            if not create and actual != size:
+                self.close()
+                raise StoreIOError(f"{path} is not a {what}: {actual} bytes, expected {size}")
+            if actual < size:
+                os.ftruncate(self._fd, size)
+            self._map = mmap.mmap(self._fd, size)
+        except OSError as exc:
+            self.close()
+            raise StoreIOError(f"cannot open the {what} {path}: {exc.strerror}") from exc
+        self.words = np.frombuffer(self._map, dtype=np.int64, count=count)
+
+    def close(self) -> None:
+        self.words = None  # first: a view of the mapping
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class DispatchedMark:
     """The writer's side: a file it overwrites in place through a shared mapping (a publish per dispatch
     batch is then one store to memory, not a system call; readers map the same page)."""
 
     def __init__(self, path: str):
         self.path = path
-        self._fd = self._map = self._cell = None
-        try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(self._fd).st_size < MARK_SIZE_BYTES:
-                os.ftruncate(self._fd, MARK_SIZE_BYTES)
-            self._map = mmap.mmap(self._fd, MARK_SIZE_BYTES)
-        except OSError as exc:
-            self.close()
-            raise StoreIOError(f"cannot open the dispatched mark {path}: {exc.strerror}") from exc
-        self._cell = np.frombuffer(self._map, dtype=np.int64, count=1)  # page-aligned: one 8-byte store
+        self._words = MappedWords(path, 1, create=True, what="dispatched mark")
+        self._cell = self._words.words
 
     def publish(self, offset: int) -> None:
         """Say that every unit of every record below `offset` is written."""
@@ -74,12 +102,7 @@ class DispatchedMark:
 
     def close(self) -> None:
         self._cell = None  # first: a view of the mapping
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._words.close()
 
 
 def read_mark(path: str) -> int | None:

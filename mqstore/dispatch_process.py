@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import mmap
 import os
 import signal
 import subprocess
@@ -35,9 +34,8 @@ import sys
 import threading
 import time
 
-import numpy as np
-
 from commitlog.errors import StoreError, StoreIOError
+from consumequeue.mark import MappedWords
 
 log = logging.getLogger(__name__)
 
@@ -75,23 +73,13 @@ def control_path(root: str) -> str:
 
 
 class ControlWords:
-    """The shared words: a file of CONTROL_WORDS native int64s, mapped (page-aligned, so each word is one
-    aligned store and load)."""
+    """The shared words: a file of CONTROL_WORDS native int64s, mapped (see consumequeue.mark.MappedWords)."""
 
     def __init__(self, path: str, *, create: bool):
         self.path = path
-        self._fd = self._map = self.words = None
-        try:
-            self._fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o644)
-            if create:
-                os.ftruncate(self._fd, CONTROL_WORDS * 8)
-            elif os.fstat(self._fd).st_size != CONTROL_WORDS * 8:
-                raise StoreIOError(f"{path} is not a dispatch control file")
-            self._map = mmap.mmap(self._fd, CONTROL_WORDS * 8)
-        except OSError as exc:
-            self.close()
-            raise StoreIOError(f"cannot open the dispatch control file {path}: {exc.strerror}") from exc
-        self.words = np.frombuffer(self._map, dtype=np.int64, count=CONTROL_WORDS)
+        self._mapped = MappedWords(path, CONTROL_WORDS, create=create, truncate=create,
+                                   what="dispatch control file")
+        self.words = self._mapped.words
 
     def __getitem__(self, index: int) -> int:
         return int(self.words[index])
@@ -101,12 +89,7 @@ class ControlWords:
 
     def close(self) -> None:
         self.words = None  # first: a view of the mapping
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._mapped.close()
 
 
 def stop_leftover(root: str, timeout_s: float = 10.0) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -199,13 +200,30 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def test_the_process_stops_when_the_writer_dies_and_the_next_open_recovers(tmp_path):
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(ROOT)], stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def _writer_process(root):
+    """A writer process (WRITER) that has put 200 SYNC messages and waits; yields (writer, its dispatch child's
+    pid). Both are killed at the end if still alive."""
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(ROOT)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
+    child = None
     try:
         line = writer.stdout.readline()
         assert line.strip().isdigit(), writer.stderr.read()
         child = int(line)
+        yield writer, child
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait()
+        writer.stdout.close()
+        writer.stderr.close()
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_the_process_stops_when_the_writer_dies_and_the_next_open_recovers(tmp_path):
+    with _writer_process(tmp_path) as (writer, child):
         assert _alive(child)
         writer.kill()
         writer.wait(10)
@@ -213,10 +231,6 @@ def test_the_process_stops_when_the_writer_dies_and_the_next_open_recovers(tmp_p
         while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not _alive(child)
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
     with MessageStore.open(tmp_path, small_config(dispatch_process=True)) as store:
         assert store.recovery_report.crashed
         for queue_id in (0, 1):  # SYNC: every acknowledged put is there
@@ -264,12 +278,7 @@ def test_the_control_file_is_read_as_whole_words(tmp_path):
 
 
 def test_a_dispatch_process_left_running_by_a_killed_writer_is_stopped_by_the_next_open(tmp_path):
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(ROOT)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        line = writer.stdout.readline()
-        assert line.strip().isdigit(), writer.stderr.read()
-        child = int(line)
+    with _writer_process(tmp_path) as (writer, child):
         os.kill(child, signal.SIGSTOP)  # it cannot see its writer go: as if it had not noticed yet
         writer.kill()
         writer.wait(10)
@@ -279,9 +288,3 @@ def test_a_dispatch_process_left_running_by_a_killed_writer_is_stopped_by_the_ne
             assert not _alive(child)  # stopped before recovery touched the queues
             assert store.recovery_report.crashed
             assert store.max_offset("t", 0) == store.max_offset("t", 1) == 100
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
-        if _alive(child):
-            os.kill(child, signal.SIGKILL)
