@@ -73,6 +73,10 @@ class StoreIOError(StoreError):
     """The operating system failed an I/O call; the OSError is the __cause__."""
 
 
+class SegmentWriteError(StoreIOError):
+    """A record could not be written to its segment (a failed pwrite); nothing of it was published."""
+
+
 class SegmentFullError(StoreError):
     """Internal signal: a record does not fit in what is left of the current segment."""
 

@@ -20,8 +20,8 @@ from commitlog import format as fmt
 from commitlog.commitlog import CommitLog
 from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
-from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
-                              StoreError, StoreIOError, StoreLockedError)
+from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
+                              StoreClosedError, StoreError, StoreIOError, StoreLockedError)
 from commitlog.message import Message, PutResult, PutStatus
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
@@ -168,6 +168,7 @@ class MessageStore(Reads, IndexLookups):
             self._commitlog.record_crc_from = end
         self._commitlog.set_end(end)
         self._commitlog.flushed_position = end
+        self._commitlog.write_through = self._sync_flush  # see CommitLog.write_through
         dispatchers = [ConsumeQueueDispatcher(self._queues, self._mark)]
         if self._index is not None:
             dispatchers.append(IndexDispatcher(self._index))
@@ -397,9 +398,10 @@ class MessageStore(Reads, IndexLookups):
             _wait_for_writer(writer)
         try:
             offset, queue_offset, store_ts = self._append_locked(record)
-        except StoreIOError as exc:  # the next segment could not be created: nothing of this message is written
-            log.error("put refused: %s", exc)
-            return _refused(PutStatus.CREATE_MAPPED_FILE_FAILED)
+        except StoreIOError as exc:  # the next segment could not be created, or the record not written to it:
+            log.error("put refused: %s", exc)  # nothing of this message is published
+            return _refused(PutStatus.UNKNOWN_ERROR if isinstance(exc, SegmentWriteError)
+                            else PutStatus.CREATE_MAPPED_FILE_FAILED)
         finally:
             writer.release()
         # No wake-up of the dispatch thread here: it looks for new records every DISPATCH_IDLE_WAIT_S (1 ms), so

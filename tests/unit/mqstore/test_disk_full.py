@@ -49,3 +49,24 @@ def test_a_segment_that_cannot_be_created_refuses_puts_and_damages_nothing(tmp_p
         assert bodies == [b"early-%02d" % i for i in range(30)] + [b"late-%02d" % i for i in range(accepted)]
         assert store.put(Message("t", b"room again")).queue_offset == 30 + accepted
         assert early[0].commitlog_offset == 0
+
+
+def test_a_sync_put_whose_write_fails_is_refused_and_the_store_goes_on(tmp_path, monkeypatch):
+    from commitlog import commitlog as commitlog_module
+    from mqstore import FlushMode, PutStatus
+
+    with MessageStore.open(tmp_path, small_config(flush_mode=FlushMode.SYNC)) as store:
+        first = store.put(Message("t", b"first"))
+
+        def failing(fd, data, position):
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(commitlog_module.os, "pwrite", failing)  # SYNC appends are written with pwrite
+        refused = store.put(Message("t", b"lost"))
+        assert refused.status is PutStatus.UNKNOWN_ERROR and refused.commitlog_offset == -1
+        monkeypatch.undo()
+        second = store.put(Message("t", b"second"))
+        assert second.status is PutStatus.PUT_OK and second.queue_offset == 1
+        assert second.commitlog_offset == first.commitlog_offset + first.size_bytes
+        assert store.wait_dispatched(10)
+        assert [m.body for m in store.get("t", 0, 0).messages] == [b"first", b"second"]

@@ -1,0 +1,74 @@
+"""CommitLog.write_through (SYNC stores): single appends encoded in a buffer and written with pwrite must leave
+exactly the bytes an append into the mapping leaves, and be read back through the mapping at once."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from commitlog import commitlog as commitlog_module
+from commitlog.commitlog import WRITE_THROUGH_RECORD_BYTES_MAX, CommitLog
+from commitlog.errors import StoreIOError
+from commitlog.message import Message
+
+BORN_HOST = bytes([10, 0, 0, 1]) + (4321).to_bytes(4, "big")
+STORE_HOST = bytes([10, 0, 0, 2]) + (10911).to_bytes(4, "big")
+SEGMENT = 128 * 1024
+
+
+def _log(directory, *, write_through: bool) -> CommitLog:
+    log = CommitLog(str(directory), SEGMENT, writable=True, max_message_size_bytes=WRITE_THROUGH_RECORD_BYTES_MAX + 4096,
+                    max_queues_per_topic=4, born_host_raw=BORN_HOST, store_host_raw=STORE_HOST, preallocate=False,
+                    record_crc=True)
+    log.write_through = write_through
+    return log
+
+
+def _segments(directory) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def test_appends_written_through_equal_appends_into_the_mapping_byte_for_byte(tmp_path, monkeypatch):
+    clock = iter(range(1_700_000_000_000_000_000, 1 << 62, 1_000_000))
+    times = [next(clock) for _ in range(400)]
+    rng = random.Random(7)
+    sizes = [rng.choice([0, 10, 100, 1000, 5000]) for _ in range(190)]
+    sizes[50] = sizes[120] = WRITE_THROUGH_RECORD_BYTES_MAX + 1000  # too large: encoded in the mapping
+    messages = [Message("t", rng.randbytes(size), queue_id=index % 4, tags=rng.choice([None, "A"]),
+                        keys=rng.choice([(), (f"k{index}",)]), properties=rng.choice([{}, {"p": "v"}]))
+                for index, size in enumerate(sizes)]
+    results = {}
+    for write_through in (True, False):
+        directory = tmp_path / str(write_through)
+        stamps = iter(times)
+        monkeypatch.setattr(commitlog_module, "_time_ns", lambda: next(stamps))
+        log = _log(directory, write_through=write_through)
+        placed = [log.append(log.prepare(message)) for message in messages]
+        assert log.segments.last().base_offset >= 2 * SEGMENT  # the appends rolled segments
+        for message, (offset, queue_offset, _) in zip(messages, placed):
+            stored = log.read(offset)  # through the mapping, at once
+            assert (stored.body, stored.queue_offset, stored.tags) == (message.body, queue_offset, message.tags)
+        log.close()
+        results[write_through] = (placed, _segments(directory))
+    assert results[True] == results[False]
+
+
+def test_a_failed_pwrite_is_a_store_io_error_and_publishes_nothing(tmp_path, monkeypatch):
+    log = _log(tmp_path, write_through=True)
+    first = log.append(log.prepare(Message("t", b"first")))
+    end = log.readable_end()
+
+    def failing(fd, data, position):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(commitlog_module.os, "pwrite", failing)
+    with pytest.raises(StoreIOError, match="Input/output error"):
+        log.append(log.prepare(Message("t", b"second")))
+    assert log.readable_end() == end and log.queue_offsets[("t", 0)] == 1
+    monkeypatch.undo()
+    second = log.append(log.prepare(Message("t", b"second")))
+    assert second[0] == end and second[1] == 1 and first[1] == 0
+    assert log.read(second[0]).body == b"second"
+    log.close()
