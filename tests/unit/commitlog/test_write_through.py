@@ -72,3 +72,27 @@ def test_a_failed_pwrite_is_a_store_io_error_and_publishes_nothing(tmp_path, mon
     assert second[0] == end and second[1] == 1 and first[1] == 0
     assert log.read(second[0]).body == b"second"
     log.close()
+
+
+def test_appends_during_a_flush_go_to_the_mapping(tmp_path, monkeypatch):
+    # A pwrite waits while another thread's fdatasync of the file runs: with 64 SYNC producers, puts written
+    # through during flushes made 2.8k puts/s against 21k through the mapping. So appends made while a flush
+    # holds the log's flush lock are encoded in the mapping.
+    log = _log(tmp_path, write_through=True)
+    calls = []
+    real = os.pwrite
+
+    def counting(fd, data, position):
+        calls.append(position)
+        return real(fd, data, position)
+
+    monkeypatch.setattr(commitlog_module.os, "pwrite", counting)
+    first = log.append(log.prepare(Message("t", b"first")))
+    assert calls == [first[0]]
+    with log._flush_lock:  # as CommitLog.flush holds it around the fdatasync
+        during = log.append(log.prepare(Message("t", b"during")))
+    assert calls == [first[0]]
+    after = log.append(log.prepare(Message("t", b"after")))
+    assert calls == [first[0], after[0]]
+    assert [log.read(offset).body for offset, _, _ in (first, during, after)] == [b"first", b"during", b"after"]
+    log.close()
