@@ -757,6 +757,11 @@ def plot(rows: list[dict], latencies: dict, throughput_path: str, latency_path: 
                             and row["body_bytes"] == size), key=lambda row: row["producers"])
             axis.plot([row["producers"] for row in cells], [row["msgs_per_s"] for row in cells], "o-", color=color,
                       label=mode.value)
+            cells = sorted((row for row in rows if row["section"] == "matrix"
+                            and row["mode"] == mode.value + PROCESS_SUFFIX and row["body_bytes"] == size),
+                           key=lambda row: row["producers"])
+            axis.plot([row["producers"] for row in cells], [row["msgs_per_s"] for row in cells], "s--", color=color,
+                      markerfacecolor="none", label=mode.value + PROCESS_SUFFIX)
         raw = find(rows, f"pwrite+fdatasync loop, {body_label(size)}")["ops_per_s"]
         axis.axhline(raw, color="tab:red", linestyle=":", label="raw pwrite+fdatasync loop")
         lite = find(rows, "sqlite3 WAL synchronous=NORMAL, 1 msg/txn")["msgs_per_s"]
