@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 UNIT = cqf.CONSUME_QUEUE_UNIT
 
 
+REFRESH_WINDOW_UNITS = 64  # a reader's refresh looks at this many entries past its end first
+
+
 class ConsumeQueue:
     """The entries of one (topic, queue_id)."""
 
@@ -98,51 +101,68 @@ class ConsumeQueue:
                                       path=self.files[index].path, offset=0, rule="3")
             previous = int(units[count - 1]["commitlog_offset"])
 
-    def refresh(self) -> None:
-        """For a reader of a store another process writes: pick up entries and files written since, and drop the
-        files the writer's retention deleted (`min_offset` moves to the first file left)."""
+    def refresh(self, *, list_files: bool = False) -> None:
+        """For a reader of a store another process writes: pick up the entries written since, and the files. The
+        directory is listed only when the last file this reader holds is full (a new file can only follow a full
+        one), or it has none, or `list_files` says so: listing drops the files the writer's retention deleted
+        (`min_offset` moves to the first file left) and maps the new ones."""
         if self.writable:
             return
         with self.lock:
-            found = sorted((offset, name) for name in os.listdir(self.directory)
-                           if (offset := cqf.parse_file_name(name)) is not None)
-            if not found:
+            self._count_new_entries()
+            if list_files or not self.files or self.max_offset >= self._end_of_last_file():
+                self._list_files()
+                self._count_new_entries()
+
+    def _end_of_last_file(self) -> int:
+        return self.files[-1].base_offset // cqf.UNIT_SIZE_BYTES + self.entries_per_file
+
+    def _list_files(self) -> None:
+        found = sorted((offset, name) for name in os.listdir(self.directory)
+                       if (offset := cqf.parse_file_name(name)) is not None)
+        if not found:
+            return
+        first_on_disk = found[0][0]
+        while self.files and self.files[0].base_offset < first_on_disk:  # deleted by retention
+            self.units.pop(0)
+            self.files.pop(0).close()
+        if not self.files:  # everything this reader held is gone: start again at the writer's first file
+            self.min_offset = self.max_offset = max(self.max_offset, first_on_disk // cqf.UNIT_SIZE_BYTES)
+        else:
+            self.min_offset = max(self.min_offset, self.files[0].base_offset // cqf.UNIT_SIZE_BYTES)
+        for byte_offset, name in found:
+            if self.files and byte_offset <= self.files[-1].base_offset:
+                continue
+            if self.files and byte_offset != self.files[-1].base_offset + self.file_size_bytes:
+                break  # a gap: not contiguous yet (or damage, which reads report)
+            if not self.files and byte_offset // cqf.UNIT_SIZE_BYTES > self.max_offset:
+                self.min_offset = self.max_offset = byte_offset // cqf.UNIT_SIZE_BYTES
+            path = os.path.join(self.directory, name)
+            try:
+                mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False)
+            except CorruptionError:
+                break  # being created by the writer right now
+            except StoreIOError:
+                if os.path.exists(path):
+                    raise
+                break  # deleted by retention since the listing
+            self.files.append(mapped)
+            self.units.append(mapped.array.view(np.ndarray).view(UNIT))
+
+    def _count_new_entries(self) -> None:
+        """Count the entries written past `max_offset`, a window at a time, the window doubling while it is all
+        written: the cost follows what the writer added, not what is left of the file."""
+        window = REFRESH_WINDOW_UNITS
+        while True:
+            index, position = self._locate(self.max_offset)
+            if index >= len(self.units):
                 return
-            first_on_disk = found[0][0]
-            while self.files and self.files[0].base_offset < first_on_disk:  # deleted by retention
-                self.units.pop(0)
-                self.files.pop(0).close()
-            if not self.files:  # everything this reader held is gone: start again at the writer's first file
-                self.min_offset = self.max_offset = max(self.max_offset, first_on_disk // cqf.UNIT_SIZE_BYTES)
-            else:
-                self.min_offset = max(self.min_offset, self.files[0].base_offset // cqf.UNIT_SIZE_BYTES)
-            for byte_offset, name in found:
-                if self.files and byte_offset <= self.files[-1].base_offset:
-                    continue
-                if self.files and byte_offset != self.files[-1].base_offset + self.file_size_bytes:
-                    break  # a gap: not contiguous yet (or damage, which reads report)
-                if not self.files and byte_offset // cqf.UNIT_SIZE_BYTES > self.max_offset:
-                    self.min_offset = self.max_offset = byte_offset // cqf.UNIT_SIZE_BYTES
-                path = os.path.join(self.directory, name)
-                try:
-                    mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False)
-                except CorruptionError:
-                    break  # being created by the writer right now
-                except StoreIOError:
-                    if os.path.exists(path):
-                        raise
-                    break  # deleted by retention since the listing
-                self.files.append(mapped)
-                self.units.append(mapped.array.view(np.ndarray).view(UNIT))
-            while True:
-                index, position = self._locate(self.max_offset)
-                if index >= len(self.units):
-                    return
-                units = self.units[index][position:]
-                written = cqf.written_count(units, self.files[index].path, position)
-                self.max_offset += written
-                if written < len(units):
-                    return
+            units = self.units[index][position : position + window]
+            written = cqf.written_count(units, self.files[index].path, position)
+            self.max_offset += written
+            if written < len(units):
+                return
+            window = min(window * 2, self.entries_per_file)
 
     # --- positions -----------------------------------------------------------------------------------------
     def _locate(self, queue_offset: int) -> tuple[int, int]:
@@ -256,10 +276,12 @@ class ConsumeQueue:
         return removed
 
     def follow_log_min(self, commitlog_min: int) -> None:
-        """A reader: `correct_min_offset` once each time the log's minimum moves (the writer corrects its queues
-        at open and at retention; a reader does when it sees the minimum it follows move)."""
+        """A reader: once each time the log's minimum moves, list the files again (retention deleted some) and
+        `correct_min_offset` (the writer corrects its queues at open and at retention; a reader does when it sees
+        the minimum it follows move)."""
         if commitlog_min > self._followed_log_min:
             self._followed_log_min = commitlog_min
+            self.refresh(list_files=True)  # retention may have deleted files: let go of them
             self.correct_min_offset(commitlog_min)
 
     def correct_min_offset(self, commitlog_min: int) -> None:

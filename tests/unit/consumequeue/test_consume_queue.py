@@ -183,6 +183,28 @@ def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
     reader.close()
 
 
+def test_a_reader_refresh_counts_many_new_entries_and_lists_files_only_when_its_last_file_is_full(tmp_path,
+                                                                                                 monkeypatch):
+    from consumequeue import consume_queue as module
+
+    per_file = 1000  # more than a refresh's first window
+    writer = ConsumeQueue(str(tmp_path), "t", 0, per_file, writable=True)
+    writer.put(0, _units(0, 3))
+    reader = ConsumeQueue(str(tmp_path), "t", 0, per_file, writable=False)
+    listings = []
+    real = os.listdir
+    monkeypatch.setattr(module.os, "listdir", lambda path: listings.append(path) or real(path))
+    writer.put(3, _units(300, 700))
+    reader.refresh()
+    assert reader.max_offset == 703 and listings == []  # its last file is not full: nothing new to list
+    writer.put(703, _units(70_300, 500))  # fills the file, starts the next
+    reader.refresh()
+    assert reader.max_offset == 1203 and len(listings) == 1
+    assert reader.read(995, 10)["commitlog_offset"].tolist() == [i * 100 for i in range(995, 1005)]
+    writer.close()
+    reader.close()
+
+
 def test_a_reader_refresh_follows_retention_and_the_files_made_after_it(tmp_path):
     writer = _queue(tmp_path)
     writer.put(0, _units(0, 10))  # files at queue offsets 0, 4, 8
