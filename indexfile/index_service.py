@@ -93,12 +93,20 @@ class IndexService:
                 index_file.close()
             raise
 
-    def refresh(self) -> None:
-        """Read-only: follow a writer in another process. Files it created since are opened, files it deleted
-        are dropped, and the files that were not full read their headers again (the newest entries)."""
+    def refresh(self, *, list_files: bool = True) -> None:
+        """Read-only: follow a writer in another process. The files that were not full read their headers again
+        (the newest entries); with `list_files`, or when the newest file is full (the writer starts the next one
+        then) or there is none, the directory is listed: files created since are opened, files it deleted are
+        dropped. Without `list_files` deletions go unseen (an owner that knows of none passes False)."""
         with self._lock:
             self._check_open()
             assert self.read_only
+            if not list_files and self._files:
+                for index_file in self._files:
+                    if not index_file.is_full:
+                        index_file.refresh()
+                if not self._files[-1].is_full:
+                    return
             try:
                 names = set(os.listdir(self.directory)) if os.path.isdir(self.directory) else set()
             except OSError as exc:

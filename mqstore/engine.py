@@ -80,6 +80,7 @@ class MessageStore(Reads, IndexLookups):
         # Whether the ConsumeQueues and the index are written by another process (read_only stores, and writers
         # with dispatch_process): reads then look for what it added since.
         self._follows_queues = read_only or config.dispatch_process
+        self._index_files_trimmed = False  # dispatch_process: retention deleted index files since the last lookup
         self._disk_full = False  # set by retention while disk usage is over disk_full_ratio
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close

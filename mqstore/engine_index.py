@@ -54,8 +54,11 @@ class IndexLookups:
         self._check_open()
         if self._index is None:
             raise InvalidMessageError("this store was opened with index_enabled=False: no lookups by key")
-        if self._follows_queues:
-            self._index.refresh()  # follow the process that writes it: its new keys and files
+        if self._follows_queues:  # follow the process that writes it: its new keys and files
+            # A writer with a dispatch process knows when files go (its own retention asks for it); a reader
+            # does not, and lists the directory every time.
+            self._index.refresh(list_files=self.read_only or self._index_files_trimmed)
+            self._index_files_trimmed = False
         return self._index
 
     def query(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,

@@ -165,6 +165,7 @@ class Retention:
             queue_files, index_files = store._dispatch.trim(log_min, TRIM_TIMEOUT_S)
             report.queue_files_removed += queue_files
             report.index_files_removed += index_files
+            store._index_files_trimmed = store._index_files_trimmed or index_files > 0
             return
         for queue in list(store._queues.queues.values()):
             report.queue_files_removed += queue.delete_files_below(log_min)

@@ -288,3 +288,15 @@ def test_a_dispatch_process_left_running_by_a_killed_writer_is_stopped_by_the_ne
             assert not _alive(child)  # stopped before recovery touched the queues
             assert store.recovery_report.crashed
             assert store.max_offset("t", 0) == store.max_offset("t", 1) == 100
+
+
+def test_lookups_by_key_follow_the_index_files_the_process_adds(tmp_path):
+    with MessageStore.open(tmp_path, _config(index_entry_count_max=64, index_slot_count=16)) as store:
+        for round_ in range(6):  # each round fills most of an index file (2 entries a message)
+            batch = [Message("t", b"%d-%d" % (round_, i), keys=(f"r{round_}k{i}",)) for i in range(25)]
+            for message in batch:
+                store.put(message)
+            assert store.wait_dispatched(30)
+            for round_seen in range(round_ + 1):  # keys of every file so far, the newest included
+                assert [m.body for m in store.query("t", f"r{round_seen}k24")] == [b"%d-24" % round_seen]
+        assert len(store._index.files) >= 3
