@@ -6,6 +6,7 @@ On failure hypothesis prints the shortest failing sequence of steps and, with pr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -40,10 +41,12 @@ tag_filters = st.sampled_from([None, "*", "A", "B || C", ["A", "C"], "Z"])
 class StoreModel(RuleBasedStateMachine):
     """model[(topic, queue_id)] is the list of (body, tags, commitlog_offset) the store should hold, in order."""
 
+    config = CONFIG
+
     def __init__(self):
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="mqstore-model-", dir=SCRATCH_DIR)
-        self.store = MessageStore.open(self.directory, CONFIG)
+        self.store = MessageStore.open(self.directory, self.config)
         self.model: dict[tuple[str, int], list[tuple[bytes, str | None, int]]] = defaultdict(list)
         self.log_end = 0
 
@@ -123,7 +126,7 @@ class StoreModel(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.store.close()
-        self.store = MessageStore.open(self.directory, CONFIG)
+        self.store = MessageStore.open(self.directory, self.config)
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
@@ -152,3 +155,16 @@ class StoreModel(RuleBasedStateMachine):
 StoreModel.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None, print_blob=True,
                                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 test_store_against_the_model = StoreModel.TestCase
+
+
+class ProcessStoreModel(StoreModel):
+    """The same with dispatch_process=True: the writer reads queues a child process builds (fewer examples: each
+    open starts a process)."""
+
+    config = dataclasses.replace(CONFIG, dispatch_process=True)
+
+
+ProcessStoreModel.TestCase.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
+                                               print_blob=True, suppress_health_check=[HealthCheck.too_slow,
+                                                                                       HealthCheck.data_too_large])
+test_store_with_a_dispatch_process_against_the_model = ProcessStoreModel.TestCase
