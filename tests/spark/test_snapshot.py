@@ -7,6 +7,8 @@ import sys
 import time
 from collections import defaultdict
 
+import pytest
+
 from tests.spark.conftest import REPO_ROOT
 
 SEGMENT = 128 * 1024
@@ -19,7 +21,7 @@ try:  # the engine when it is there, else the tests' own writer
     from mqstore import MessageStore, StoreConfig, Message
     # no retention under disk pressure: on a busy disk it would remove the first segments mid-test
     config = StoreConfig(segment_size_bytes={segment}, max_message_size_bytes=8192, consume_queue_entries_per_file=256,
-                         disk_max_used_space_ratio=1.0, disk_full_ratio=1.0)
+                         disk_max_used_space_ratio=1.0, disk_full_ratio=1.0, dispatch_process={process})
     store = MessageStore.open({store!r}, config)
 except ImportError:
     from tests.spark.storegen import StoreWriter
@@ -45,8 +47,8 @@ print("DONE", i, flush=True)
 """
 
 
-def start_writer(store, first: int, seconds: float) -> subprocess.Popen:
-    script = WRITER.format(root=str(REPO_ROOT), segment=SEGMENT, store=str(store), topics=TOPICS)
+def start_writer(store, first: int, seconds: float, process: bool = False) -> subprocess.Popen:
+    script = WRITER.format(root=str(REPO_ROOT), segment=SEGMENT, store=str(store), topics=TOPICS, process=process)
     process = subprocess.Popen([sys.executable, "-c", script, str(first), str(seconds)], stdout=subprocess.PIPE,
                                text=True)
     assert process.stdout.readline().strip() == "READY"
@@ -70,13 +72,15 @@ def check_prefix(rows, topics=None) -> int:
     return len(sequence)
 
 
-def test_reads_while_a_writer_process_appends_see_consistent_snapshots(spark, tmp_path):
+@pytest.mark.parametrize("process", [False, True], ids=["dispatch-thread", "dispatch-process"])
+def test_reads_while_a_writer_process_appends_see_consistent_snapshots(spark, tmp_path, process):
+    # with dispatch_process=True the dispatched mark the planner trusts is published by the writer's child
     store = tmp_path / "store"
-    writer = start_writer(store, 0, 0.5)  # some records before the reads start
+    writer = start_writer(store, 0, 0.5, process)  # some records before the reads start
     done = writer.stdout.read().split()
     assert writer.wait(60) == 0 and done[0] == "DONE"
     first = int(done[1])
-    writer = start_writer(store, first, 20)
+    writer = start_writer(store, first, 20, process)
     try:
         seen = []
         for _ in range(3):
