@@ -61,6 +61,7 @@ FLUSH_TARGET = 14  # the flush asked for covers the log below this offset; the w
 
 STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
 
+CHILD_PROGRAM = "import sys; from mqstore.dispatch_process import main; sys.exit(main())"  # `python -c` of it
 START_TIMEOUT_S = 120.0  # the child's imports and the opening of every queue and index file
 POLL_S = 0.0005  # how often the writer first looks at the child's words while it waits for them ...
 POLL_MAX_S = 0.005  # ... then less and less often, down to this (a consumer may wait for new messages for long)
@@ -165,9 +166,9 @@ class ProcessDispatch:
         try:
             with open(self._log_path, "ab") as log_file:
                 self._process = subprocess.Popen(
-                    [sys.executable, "-c", "import sys; from mqstore.dispatch_process import main; sys.exit(main())",
-                     os.path.abspath(self.root), json.dumps(self._settings), str(os.getpid())], stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env,
-                    close_fds=True)
+                    [sys.executable, "-c", CHILD_PROGRAM, os.path.abspath(self.root), json.dumps(self._settings),
+                     str(os.getpid())],
+                    stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env, close_fds=True)
         except OSError as exc:
             raise DispatchProcessError(f"cannot start the dispatch process of {self.root}: {exc.strerror}") from exc
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -410,7 +411,8 @@ def run_child(root: str, settings: dict, parent_pid: int) -> int:
                 removed = sum(queue.delete_files_below(commitlog_min) for queue in list(table.queues.values()))
                 control[QUEUE_FILES_TRIMMED] = control[QUEUE_FILES_TRIMMED] + removed
                 if index is not None:
-                    control[INDEX_FILES_TRIMMED] = control[INDEX_FILES_TRIMMED] + index.delete_files_below(commitlog_min)
+                    removed = index.delete_files_below(commitlog_min)
+                    control[INDEX_FILES_TRIMMED] = control[INDEX_FILES_TRIMMED] + removed
                 control[TRIM_DONE] = commitlog_min
             request = control[FLUSH_REQUESTED]  # read before its target: the writer stores the target first
             if request > control[FLUSH_DONE] and service.dispatched_offset >= control[FLUSH_TARGET]:
