@@ -184,9 +184,7 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
         starts[1:] = ends[: run - 1]
         offsets[done:stop] = starts
         _write_run(log, columns, done, stop, starts, queue_offsets[done:stop], store_ts)
-        log._end = int(ends[run - 1])  # published only when the whole run is written
-        if log.end_word is not None:
-            log.end_word[0] = log._end
+        log.set_end(int(ends[run - 1]))  # published only when the whole run is written
         done = stop
     if done:
         log.last_store_timestamp_ms = store_ts  # after the records are published, as append() does

@@ -161,7 +161,8 @@ class CommitLog:
         return last.base_offset + last.size_bytes if last is not None else 0
 
     def set_end(self, commitlog_offset: int) -> None:
-        """Set the written end (after the owner found it by recovery or by walking the log)."""
+        """Set the written end (after the owner found it by recovery or by walking the log, and as appends move
+        it: `append_locked` does the same inline), and publish it in `end_word` when set."""
         assert commitlog_offset >= self.segments.first_base_offset
         self._end = commitlog_offset
         if self.end_word is not None:
@@ -395,9 +396,7 @@ class CommitLog:
             assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left
             fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
             next_base = self._segment_end
-            self._end = next_base  # the blank is written: readers may pass it
-            if self.end_word is not None:
-                self.end_word[0] = next_base
+            self.set_end(next_base)  # the blank is written: readers may pass it
         else:
             assert offset % self.segment_size_bytes == 0, offset
             next_base = offset

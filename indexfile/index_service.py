@@ -101,12 +101,11 @@ class IndexService:
         with self._lock:
             self._check_open()
             assert self.read_only
-            if not list_files and self._files:
-                for index_file in self._files:
-                    if not index_file.is_full:
-                        index_file.refresh()
-                if not self._files[-1].is_full:
-                    return
+            for index_file in self._files:
+                if not index_file.is_full:
+                    index_file.refresh()
+            if not list_files and self._files and not self._files[-1].is_full:
+                return
             try:
                 names = set(os.listdir(self.directory)) if os.path.isdir(self.directory) else set()
             except OSError as exc:
@@ -129,9 +128,6 @@ class IndexService:
                 for index_file in added:
                     index_file.close()
                 raise StoreIOError(f"cannot load index directory {self.directory}: {exc}") from exc
-            for index_file in kept:
-                if not index_file.is_full:
-                    index_file.refresh()
             self._files = kept + added
 
     # --- state -------------------------------------------------------------------------------------------

@@ -152,8 +152,8 @@ class StoreConfig:
         _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
         _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
-        for name in ("dispatch_process", "warm_segments", "preallocate_segments", "check_crc_on_dispatch", "check_crc_on_recover",
-                     "index_enabled", "record_crc"):
+        for name in ("dispatch_process", "warm_segments", "preallocate_segments", "check_crc_on_dispatch",
+                     "check_crc_on_recover", "index_enabled", "record_crc"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH

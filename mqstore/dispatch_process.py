@@ -34,8 +34,18 @@ import sys
 import threading
 import time
 
+from commitlog.commitlog import CommitLog
+from commitlog.dispatch import (DISPATCH_SMALL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS,
+                                DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY, DispatchService)
 from commitlog.errors import StoreError, StoreIOError
-from consumequeue.mark import MappedWords
+from consumequeue.consume_queue import ConsumeQueueTable
+from consumequeue.dispatcher import ConsumeQueueDispatcher
+from consumequeue.mark import DispatchedMark, MappedWords, mark_path
+from flush.checkpoint import Checkpoint
+from flush.services import IntervalFlusher
+from indexfile.dispatcher import IndexDispatcher
+from indexfile.index_service import IndexService
+from mqstore.engine_index import IndexFlushable, checkpoint_logical_flush
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +64,11 @@ TRIM_TO = 7  # retention: drop queue and index files below this commitlog offset
 TRIM_DONE = 8  # the last TRIM_TO value done; the child
 QUEUE_FILES_TRIMMED = 9  # queue files deleted by trims so far; the child
 INDEX_FILES_TRIMMED = 10  # index files deleted by trims so far; the child
-FLUSHES = 11  # flushes of the queues and index so far; the child
+FLUSHES = 11  # flushes of a queue or the index so far (the interval flusher's and the asked-for ones); the child
 LAST_FLUSH_US = 12  # how long the last one took; the child
 CHILD_PID = 13  # the child's process id; the child
 FLUSH_TARGET = 14  # the flush asked for covers the log below this offset; the writer (before FLUSH_REQUESTED)
+MAX_FLUSH_US = 15  # the longest flush so far; the child
 
 STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
 
@@ -291,8 +302,10 @@ class ProcessDispatch:
         return self._control[QUEUE_FILES_TRIMMED] - queue_files, self._control[INDEX_FILES_TRIMMED] - index_files
 
     def flush_stats(self) -> dict:
-        return {"flush_count": self._control[FLUSHES], "last_flush_s": self._control[LAST_FLUSH_US] / 1e6,
-                "process_id": self.pid}
+        """The child's queue and index flushes, as the writer's own flush services report theirs (FlushStats)."""
+        return {"flushes": self._control[FLUSHES], "last_ms": self._control[LAST_FLUSH_US] / 1000.0,
+                "max_ms": self._control[MAX_FLUSH_US] / 1000.0,
+                "error": None if self.error is None else repr(self.error)}
 
     def _wait(self, done, timeout_s: float | None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -327,131 +340,136 @@ class _FollowedLog:
         return self._log.segment_at(offset)
 
 
-def run_child(root: str, settings: dict, parent_pid: int) -> int:
-    """The child's work, until the writer asks it to stop or is gone. Returns the exit status."""
-    from commitlog.commitlog import CommitLog
-    from commitlog.dispatch import (DISPATCH_SMALL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS,
-                                    DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY, DispatchService)
-    from consumequeue.consume_queue import ConsumeQueueTable
-    from consumequeue.dispatcher import ConsumeQueueDispatcher
-    from consumequeue.mark import DispatchedMark, mark_path
-    from flush.checkpoint import Checkpoint
-    from flush.services import IntervalFlusher
-    from indexfile.dispatcher import IndexDispatcher
-    from indexfile.index_service import IndexService
-    from mqstore.engine_index import IndexFlushable
+class _Child:
+    """What the child works with: the writer's log (read-only, its end the published one), the queues and the
+    mark, the index, the checkpoint, the dispatch service and the queues' interval flusher."""
 
+    def __init__(self, root: str, settings: dict, control: ControlWords):
+        self.control = control
+        self.parts = []  # closed in reverse at the end
+        try:
+            commitlog = self._keep(CommitLog(
+                os.path.join(root, "commitlog"), settings["segment_size_bytes"], writable=False,
+                max_message_size_bytes=settings["max_message_size_bytes"],
+                max_queues_per_topic=settings["max_queues_per_topic"], born_host_raw=bytes(8), store_host_raw=bytes(8),
+                record_crc=settings["record_crc"], record_crc_from=settings["record_crc_from"]))
+            self.table = self._keep(ConsumeQueueTable(os.path.join(root, "consumequeue"),
+                                                      settings["consume_queue_entries_per_file"], writable=True))
+            dispatchers = [ConsumeQueueDispatcher(self.table, self._keep(DispatchedMark(mark_path(root))))]
+            self.index = self.index_flushable = None
+            if settings["index_enabled"]:
+                self.index = self._keep(IndexService(os.path.join(root, "index"), settings["index_slot_count"],
+                                                     settings["index_entry_count_max"]))
+                dispatchers.append(IndexDispatcher(self.index))
+                self.index_flushable = IndexFlushable(self.index)
+            self.checkpoint = self._keep(Checkpoint.open(root, writable=True))
+        except BaseException:
+            self.close()
+            raise
+        self.flushables = [self.table] + ([self.index_flushable] if self.index is not None else [])
+        self.flusher = IntervalFlusher(self.flushables, interval_ms=settings["flush_consume_queue_interval_ms"],
+                                       least_pages=settings["consume_queue_flush_least_pages"],
+                                       thorough_interval_ms=settings["consume_queue_flush_thorough_interval_ms"],
+                                       name="mqstore-dispatch-process-flush", on_flushed=self.flushed)
+        self.service = DispatchService(_FollowedLog(commitlog, control), dispatchers, control[DISPATCHED],
+                                       check_crc=settings["check_crc_on_dispatch"])
+        self.tail_batch = DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY if settings["sync_flush"] \
+            else DISPATCH_TAIL_BATCH_RECORDS
+
+    def _keep(self, part):
+        self.parts.append(part)
+        return part
+
+    def flushed(self) -> None:
+        """After queues or the index were flushed: the checkpoint, and the flush figures for the writer."""
+        checkpoint_logical_flush(self.checkpoint, self.table, self.index_flushable)
+        stats, control = self.flusher.stats, self.control
+        control[LAST_FLUSH_US] = int(stats.last_duration_ms * 1000)
+        control[MAX_FLUSH_US] = int(stats.max_duration_ms * 1000)
+        control[FLUSHES] = stats.flush_count
+
+    def flush_now(self) -> None:
+        """A flush the writer asked for, of everything dirty (as the writer's own `flush()` does)."""
+        for flushable in self.flushables:
+            started = time.perf_counter()
+            flushable.flush()
+            self.flusher.stats.record(time.perf_counter() - started)
+        self.flushed()
+
+    def trim(self, commitlog_min: int) -> None:
+        """Retention: delete the queue and index files wholly below `commitlog_min`; count them for the writer."""
+        control = self.control
+        removed = sum(queue.delete_files_below(commitlog_min) for queue in list(self.table.queues.values()))
+        control[QUEUE_FILES_TRIMMED] = control[QUEUE_FILES_TRIMMED] + removed
+        if self.index is not None:
+            removed = self.index.delete_files_below(commitlog_min)
+            control[INDEX_FILES_TRIMMED] = control[INDEX_FILES_TRIMMED] + removed
+        control[TRIM_DONE] = commitlog_min
+
+    def close(self) -> None:
+        for part in reversed(self.parts):
+            part.close()
+        self.parts = []
+
+
+def run_child(root: str, settings: dict, parent_pid: int) -> int:
+    """The child's work, until the writer asks it to stop or is gone. Returns the exit status: 0 stopped as
+    asked, 1 dispatch failed, 2 could not open the store, 3 the writer is gone."""
     control = ControlWords(control_path(root), create=False)
     control[CHILD_PID] = os.getpid()
-    parts = []
     try:
-        commitlog = CommitLog(os.path.join(root, "commitlog"), settings["segment_size_bytes"], writable=False,
-                              max_message_size_bytes=settings["max_message_size_bytes"],
-                              max_queues_per_topic=settings["max_queues_per_topic"], born_host_raw=bytes(8),
-                              store_host_raw=bytes(8), record_crc=settings["record_crc"],
-                              record_crc_from=settings["record_crc_from"])
-        parts.append(commitlog)
-        table = ConsumeQueueTable(os.path.join(root, "consumequeue"), settings["consume_queue_entries_per_file"],
-                                  writable=True)
-        parts.append(table)
-        mark = DispatchedMark(mark_path(root))
-        parts.append(mark)
-        dispatchers = [ConsumeQueueDispatcher(table, mark)]
-        index = None
-        if settings["index_enabled"]:
-            index = IndexService(os.path.join(root, "index"), settings["index_slot_count"],
-                                 settings["index_entry_count_max"])
-            parts.append(index)
-            dispatchers.append(IndexDispatcher(index))
-        checkpoint = Checkpoint.open(root, writable=True)
-        parts.append(checkpoint)
-        index_flushable = IndexFlushable(index) if index is not None else None
-
-        def flushed() -> None:
-            checkpoint.update(logics_ms=table.flushed_timestamp_ms,
-                              index_ms=index_flushable.flushed_timestamp_ms if index is not None else None,
-                              index_flushed_end=index_flushable.flushed_end if index is not None else None)
-            checkpoint.flush()
-
-        flushables = [table] + ([index_flushable] if index is not None else [])
-        flusher = IntervalFlusher(flushables, interval_ms=settings["flush_consume_queue_interval_ms"],
-                                  least_pages=settings["consume_queue_flush_least_pages"],
-                                  thorough_interval_ms=settings["consume_queue_flush_thorough_interval_ms"],
-                                  name="mqstore-dispatch-process-flush", on_flushed=flushed)
-        service = DispatchService(_FollowedLog(commitlog, control), dispatchers, control[DISPATCHED],
-                                  check_crc=settings["check_crc_on_dispatch"])
-        tail_batch = DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY if settings["sync_flush"] else DISPATCH_TAIL_BATCH_RECORDS
+        child = _Child(root, settings, control)
     except BaseException:
         log.exception("the dispatch process of %s could not open the store", root)
         control[STATE] = FAILED
-        for part in reversed(parts):
-            part.close()
         control.close()
         return 2
-    flusher.start()
+    child.flusher.start()
     control[STATE] = RUNNING
-
-    def flush_now() -> None:
-        started = time.perf_counter()
-        for flushable in flushables:
-            flushable.flush()
-        flushed()
-        control[LAST_FLUSH_US] = int((time.perf_counter() - started) * 1e6)
-        control[FLUSHES] = control[FLUSHES] + 1
-
-    status = 0
-    checked_parent_at = time.monotonic()
     try:
-        while True:
-            done = service.dispatch_available(tail_batch)
-            control[RECORDS] = service.dispatched_records
-            control[DISPATCHED] = service.dispatched_offset
-            if control[TRIM_TO] > control[TRIM_DONE]:
-                commitlog_min = control[TRIM_TO]
-                removed = sum(queue.delete_files_below(commitlog_min) for queue in list(table.queues.values()))
-                control[QUEUE_FILES_TRIMMED] = control[QUEUE_FILES_TRIMMED] + removed
-                if index is not None:
-                    removed = index.delete_files_below(commitlog_min)
-                    control[INDEX_FILES_TRIMMED] = control[INDEX_FILES_TRIMMED] + removed
-                control[TRIM_DONE] = commitlog_min
-            request = control[FLUSH_REQUESTED]  # read before its target: the writer stores the target first
-            if request > control[FLUSH_DONE] and service.dispatched_offset >= control[FLUSH_TARGET]:
-                flush_now()
-                control[FLUSH_DONE] = request
-            if control[STOP]:
-                if service.dispatched_offset >= control[END]:
-                    break
-                if not done:
-                    time.sleep(IDLE_WAIT_S)
-                continue
-            now = time.monotonic()
-            if done < DISPATCH_SMALL_BATCH_RECORDS or now - checked_parent_at > PARENT_CHECK_S:
-                if os.getppid() != parent_pid:
-                    log.warning("the writer of %s is gone: the dispatch process stops", root)
-                    status = 3
-                    break
-                checked_parent_at = now
-            if done < DISPATCH_SMALL_BATCH_RECORDS:
-                time.sleep(IDLE_WAIT_S)
+        status = _follow(child, parent_pid)
     except BaseException:
-        log.exception("dispatch of %s stopped at offset %d", root, service.dispatched_offset)
-        control[STATE] = FAILED
-        flusher.stop()
-        for part in reversed(parts):
-            part.close()
-        control.close()
-        return 1
-    flusher.stop()
-    if status == 0:
-        flush_now()
+        log.exception("dispatch of %s stopped at offset %d", root, child.service.dispatched_offset)
+        status = 1
+    child.flusher.stop()
+    if status == 0:  # the writer asked to stop: everything is dispatched, now flushed too
+        child.flush_now()
         control[FLUSH_DONE] = control[FLUSH_REQUESTED]
     control[STATE] = STOPPED if status == 0 else FAILED
-    for part in reversed(parts):
-        if part is not mark:
-            part.close()
-    mark.close()
+    child.close()
     control.close()
     return status
+
+
+def _follow(child: _Child, parent_pid: int) -> int:
+    """Dispatch what the writer publishes and answer its requests, until it asks to stop (0, everything
+    dispatched) or its process is gone (3)."""
+    control, service = child.control, child.service
+    checked_parent_at = time.monotonic()
+    while True:
+        done = service.dispatch_available(child.tail_batch)
+        control[RECORDS] = service.dispatched_records
+        control[DISPATCHED] = service.dispatched_offset
+        if control[TRIM_TO] > control[TRIM_DONE]:
+            child.trim(control[TRIM_TO])
+        request = control[FLUSH_REQUESTED]  # read before its target: the writer stores the target first
+        if request > control[FLUSH_DONE] and service.dispatched_offset >= control[FLUSH_TARGET]:
+            child.flush_now()
+            control[FLUSH_DONE] = request
+        if control[STOP]:
+            if service.dispatched_offset >= control[END]:
+                return 0
+            if not done:
+                time.sleep(IDLE_WAIT_S)
+            continue
+        now = time.monotonic()
+        if done < DISPATCH_SMALL_BATCH_RECORDS or now - checked_parent_at > PARENT_CHECK_S:
+            if os.getppid() != parent_pid:
+                log.warning("the writer is gone: the dispatch process stops")
+                return 3
+            checked_parent_at = now
+        if done < DISPATCH_SMALL_BATCH_RECORDS:
+            time.sleep(IDLE_WAIT_S)
 
 
 def main(argv: list[str] | None = None) -> int:

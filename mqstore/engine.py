@@ -35,7 +35,7 @@ from indexfile.index_service import IndexService
 from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
                             save_record_crc_from)
 from mqstore.dispatch_process import ProcessDispatch, stop_leftover
-from mqstore.engine_index import IndexFlushable, IndexLookups
+from mqstore.engine_index import IndexFlushable, IndexLookups, checkpoint_logical_flush
 from mqstore.engine_read import Reads
 from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
 from mqstore.recovery import RecoveryReport, dispatch_start, recover
@@ -212,6 +212,7 @@ class MessageStore(Reads, IndexLookups):
         config = self.config
         root = self.root_dir
         start = self._dispatch.dispatched_offset
+        # Each part is unset before its replacement opens: if that fails, the open's cleanup closes nothing twice.
         self._dispatch = None
         self._queues.close()
         self._queues = None
@@ -304,11 +305,8 @@ class MessageStore(Reads, IndexLookups):
 
     def _checkpoint_queues(self) -> None:
         """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""
-        self._checkpoint.update(physic_ms=self._commitlog.flushed_timestamp_ms,
-                                logics_ms=self._queues.flushed_timestamp_ms,
-                                index_ms=self._index_flushable.flushed_timestamp_ms if self._index else None,
-                                index_flushed_end=self._index_flushable.flushed_end if self._index else None)
-        self._checkpoint.flush()
+        checkpoint_logical_flush(self._checkpoint, self._queues, self._index_flushable,
+                                 physic_ms=self._commitlog.flushed_timestamp_ms)
 
     def _take_lock(self) -> None:
         path = os.path.join(self.root_dir, "lock")

@@ -196,3 +196,13 @@ def has_key(message: StoredMessage, topic: str, key: str) -> bool:
         return False
     properties = message.properties
     return properties.get(fmt.PROPERTY_UNIQ_KEY) == key or key in properties.get(fmt.PROPERTY_KEYS, "").split(" ")
+
+
+def checkpoint_logical_flush(checkpoint, queues, index_flushable: IndexFlushable | None, *,
+                             physic_ms: int | None = None) -> None:
+    """After the ConsumeQueues and the index were flushed: record their times (and the log's, when given) in the
+    checkpoint and write it (RocketMQ does it there). The writer's queue flusher and the dispatch process call it."""
+    checkpoint.update(physic_ms=physic_ms, logics_ms=queues.flushed_timestamp_ms,
+                      index_ms=index_flushable.flushed_timestamp_ms if index_flushable is not None else None,
+                      index_flushed_end=index_flushable.flushed_end if index_flushable is not None else None)
+    checkpoint.flush()
