@@ -104,7 +104,7 @@ def _prepare_common(log, messages: list[Message]) -> Columns | None:
     tails = _tails(log, topics, tags, tag_values)
     if tails is None:
         return None
-    crc32 = fmt.crc32
+    crc32 = fmt.crc32_small if int(lengths.max()) <= fmt.CRC_SMALL_BYTES_MAX else fmt.crc32
     return Columns(
         queue_keys=list(keys), key_ids=key_ids, queue_ids=np.asarray(queue_ids, dtype=np.int64),
         flags=np.asarray(flags, dtype=np.int64),
@@ -226,7 +226,7 @@ def _write_run(log, columns: Columns, start: int, stop: int, offsets: np.ndarray
     if log.record_crc:
         relative = (offsets - offsets[0]).tolist()
         whole = memoryview(blob)
-        crc32 = fmt.crc32
+        crc32 = fmt.crc32_small if int(sizes.max()) <= fmt.CRC_SMALL_BYTES_MAX else fmt.crc32
         crcs = np.fromiter((crc32(whole[at : at + size - fmt.RECORD_CRC_LENGTH])
                             for at, size in zip(relative, sizes.tolist())), dtype=np.int64, count=run) & 0x7FFFFFFF
         digits = fmt.record_crc_digit_rows(crcs)

@@ -35,7 +35,8 @@ WRITE_THROUGH_RECORD_BYTES_MAX = 64 * 1024
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
 
-_crc32 = fmt.crc32
+_crc32 = fmt.crc32_small  # for inputs up to fmt.CRC_SMALL_BYTES_MAX (else fmt.crc32)
+_CRC_SMALL = fmt.CRC_SMALL_BYTES_MAX
 _time_ns = time.time_ns
 _pack_header = fmt.HEADER_V1.pack_into
 _MAGIC = fmt.MESSAGE_MAGIC_CODE
@@ -249,7 +250,8 @@ class CommitLog:
                 raise InvalidMessageError(
                     f"properties take {len(properties)} bytes, over the limit of {fmt.PROPERTIES_LENGTH_MAX}")
             tail = tails[0] + fmt.I16.pack(len(properties)) + properties
-        return ((topic, queue_id), flag, body, _crc32(body) & 0x7FFFFFFF, born, tail, 88 + len(body) + len(tail))
+        crc = _crc32(body) if len(body) <= _CRC_SMALL else fmt.crc32(body)
+        return ((topic, queue_id), flag, body, crc & 0x7FFFFFFF, born, tail, 88 + len(body) + len(tail))
 
     def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes, bytes]:
         """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by PROPERTIES without user
@@ -293,7 +295,9 @@ class CommitLog:
         end = at + size
         view[body_end:end] = tail
         if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
-            view[end - 11 : end - 1] = (b"%010d" % (_crc32(view[at : end - 20]) & 0x7FFFFFFF))[::-1]
+            covered = view[at : end - 20]
+            crc = _crc32(covered) if size <= _CRC_SMALL else fmt.crc32(covered)
+            view[end - 11 : end - 1] = (b"%010d" % (crc & 0x7FFFFFFF))[::-1]
         if scratch is not None:
             self._write_through(scratch[:size], pos)
         queue_offsets[queue_key] = queue_offset + 1

@@ -119,7 +119,8 @@ class StoredMessage(tuple):
 
 
 _new_tuple = tuple.__new__
-_crc32 = fmt.crc32
+_crc32 = fmt.crc32_small  # for inputs up to fmt.CRC_SMALL_BYTES_MAX (else fmt.crc32)
+_CRC_SMALL = fmt.CRC_SMALL_BYTES_MAX
 _HEADER = fmt.HEADER_V1
 _MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE
 _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
@@ -156,7 +157,8 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
                         properties_end = end
                         if fmt.has_record_crc(buf, properties_at + 2, end):
                             stored = fmt.record_crc_value(bytes(buf[end - 11 : end - 1]))
-                            if stored is None or (check_crc and stored != _crc32(buf[pos : end - 20]) & 0x7FFFFFFF):
+                            crc32 = _crc32 if end - pos <= _CRC_SMALL else fmt.crc32
+                            if stored is None or (check_crc and stored != crc32(buf[pos : end - 20]) & 0x7FFFFFFF):
                                 return _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc,
                                                        record_crc_from)
                             properties_end = end - 20
@@ -221,13 +223,14 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
                 topic = raw[body_end + 1 : properties_at]
                 body = raw[88:body_end]
                 crc_at = size - 20
+                crc32 = _crc32 if size <= _CRC_SMALL else fmt.crc32
                 if raw[-1] == 2 and raw.startswith(_CRC_PREFIX, crc_at) and crc_at - properties_at >= 2 and (
                         crc_at - properties_at == 2 or raw[-21] == 2):
                     digits = raw[crc_at + 9 : -1]
-                    ok = digits.isdigit() and int(digits[::-1]) == _crc32(raw[:crc_at]) & 0x7FFFFFFF
+                    ok = digits.isdigit() and int(digits[::-1]) == crc32(raw[:crc_at]) & 0x7FFFFFFF
                     properties = raw[properties_at + 2 : crc_at]
                 else:
-                    ok = offset < required and _crc32(body) & 0x7FFFFFFF == crc
+                    ok = offset < required and crc32(body) & 0x7FFFFFFF == crc
                     properties = raw[properties_at + 2 :]
                 if ok and expect_raw is not None and topic == expect_raw and queue_id == expect_queue_id \
                         and queue_offset == expected_queue_offset:

@@ -22,6 +22,7 @@ from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH
                                WRITTEN_RECORDS_KEPT, DispatchService)
 from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
                               StoreClosedError, StoreError, StoreIOError, StoreLockedError)
+from commitlog.handoff import HandOff
 from commitlog.message import Message, PutResult, PutStatus
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.dispatcher import ConsumeQueueDispatcher
@@ -48,8 +49,6 @@ DISPATCH_LAG_POLL_S = 0.1  # a put waiting for dispatch (max_dispatch_lag_bytes)
 REBUILDS_PER_OPEN_MAX = 64  # queues one open may rebuild after finding holes in them
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
 CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
-WRITER_BACKOFF_S = 0.00005  # a put that finds another one appending sleeps this long before trying again ...
-WRITER_BACKOFF_TRIES_MAX = 200  # ... this many times (about 10-20 ms), then blocks on the writer lock
 _new_tuple = tuple.__new__  # builds a PutResult without the NamedTuple constructor's Python frame
 _PUT_OK = PutStatus.PUT_OK
 
@@ -140,7 +139,9 @@ class MessageStore(Reads, IndexLookups):
             preallocate=config.preallocate_segments, repair=self._repair and not self.read_only,
             record_crc=config.record_crc, record_crc_from=self._settings.get(RECORD_CRC_FROM_KEY))
         self._msg_id_prefix = self._commitlog.store_host_raw.hex().upper()
-        self._writer = self._commitlog.lock  # see _wait_for_writer
+        self._writer = self._commitlog.lock
+        self._handoff = HandOff(self._writer)  # a put that finds the writer lock taken hands its append to the holder
+        self._parked = self._handoff.pending
         self._prepare = self._commitlog.prepare
         self._append_locked = self._commitlog.append_locked
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
@@ -393,16 +394,20 @@ class MessageStore(Reads, IndexLookups):
         if self._disk_full:
             return _refused(PutStatus.DISK_FULL)
         writer = self._writer
-        if not writer.acquire(False):
-            _wait_for_writer(writer)
         try:
-            offset, queue_offset, store_ts = self._append_locked(record)
+            if writer.acquire(False):
+                try:
+                    offset, queue_offset, store_ts = self._append_locked(record)
+                finally:
+                    writer.release()  # HandOff.release, inlined: the put path
+                    if self._parked:
+                        self._handoff.drain()
+            else:
+                offset, queue_offset, store_ts = self._handoff.hand_in(self._append_locked, record)
         except StoreIOError as exc:  # the next segment could not be created, or the record not written to it:
             log.error("put refused: %s", exc)  # nothing of this message is published
             return _refused(PutStatus.UNKNOWN_ERROR if isinstance(exc, SegmentWriteError)
                             else PutStatus.CREATE_MAPPED_FILE_FAILED)
-        finally:
-            writer.release()
         # No wake-up of the dispatch thread here: it looks for new records every DISPATCH_IDLE_WAIT_S (1 ms), so
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
@@ -424,13 +429,15 @@ class MessageStore(Reads, IndexLookups):
         columns = self._commitlog.prepare_batch(messages)  # checked and encoded before taking the writer lock
         if self._disk_full:  # bad input was reported above even so
             return [_refused(PutStatus.DISK_FULL) for _ in messages]
-        writer = self._writer
-        if not writer.acquire(False):
-            _wait_for_writer(writer)
-        try:
-            offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_prepared(columns)
-        finally:
-            writer.release()
+        handoff = self._handoff
+        if handoff.lock.acquire(False):
+            try:
+                offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_prepared(columns)
+            finally:
+                handoff.release()
+        else:
+            offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(self._commitlog.append_prepared,
+                                                                              columns)
         sizes = columns.sizes
         ok = PutStatus.PUT_OK
         if placed:
@@ -571,22 +578,6 @@ class MessageStore(Reads, IndexLookups):
                            "index_msg_timestamp_ms": checkpoint.index_msg_timestamp_ms},
             "segments_created_ahead": self._allocator.created_in_background,
         }
-
-
-def _wait_for_writer(writer: threading.Lock) -> None:
-    """Take the writer lock another put holds, without queueing on it while it can be avoided.
-
-    The holder is nearly always just waiting for the interpreter lock (the GIL), taken from it mid-append. A
-    put blocked on the writer lock would be handed it when the holder lets go, then wait for the GIL itself,
-    while the holder's next put blocks on the lock: a lock convoy, one thread switch per put, that made four
-    producers slower together than one alone. Sleeping a little and trying again lets the holder finish.
-    """
-    sleep = time.sleep
-    for _ in range(WRITER_BACKOFF_TRIES_MAX):
-        sleep(WRITER_BACKOFF_S)
-        if writer.acquire(False):
-            return
-    writer.acquire()  # a long hold (a segment being created): queue on it
 
 
 def _refused(status: PutStatus) -> PutResult:

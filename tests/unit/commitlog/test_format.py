@@ -201,3 +201,18 @@ def test_rows_at_gives_the_bytes_at_each_start(starts):
     rows = fmt.rows_at(data, np.asarray(starts, dtype=np.int64), 88)
     assert rows.shape == (len(starts), 88)
     assert [bytes(row) for row in rows] == [bytes(data[start : start + 88]) for start in starts]
+
+
+@pytest.mark.parametrize("length", [0, 1, 4096, fmt.CRC_SMALL_BYTES_MAX, fmt.CRC_SMALL_BYTES_MAX + 1, 8191, 8192,
+                                    16384 + 7, 1 << 20])
+def test_crc32_is_zlibs_for_short_and_long_inputs_of_any_buffer_type(length):
+    import zlib
+
+    data = bytes((i * 131 + length) & 0xFF for i in range(length))
+    for start in (0, 0xDEADBEEF):
+        expected = zlib.crc32(data, start)
+        assert fmt.crc32(data, start) == expected
+        assert fmt.crc32(memoryview(data), start) == expected
+        assert fmt.crc32(bytearray(data), start) == expected
+        assert fmt.crc32(np.frombuffer(data, dtype=np.uint8), start) == expected
+    assert fmt.body_crc(data) == zlib.crc32(data) & 0x7FFFFFFF
