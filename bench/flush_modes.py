@@ -18,7 +18,10 @@ Sections, all measured in the same run so that ratios hold on a noisy machine:
 - write buffer: GB/s of 1 MiB memcpys into (a) a fresh posix_fallocate'd file's mapping (first touch), (b) the
   same pages once touched, (c) pwrite of the same bytes into a fresh fallocated file.
 - limits: memcpy into a pre-touched mapping, pwrite+fdatasync loops (the raw rate of a SYNC put of that size),
-  fdatasync latency, the mmap+msync loop the engine's SYNC path is built on, and how long msync holds the GIL.
+  fdatasync latency, the mmap+msync loop the engine's SYNC path is built on, how long msync holds the GIL, the
+  cost of waking a blocked Python thread, and a bare group commit in CPython (1 and 64 threads pwrite under a
+  lock and wait on locks of their own for one flusher thread's fdatasync: no store), the most that SYNC puts
+  from many Python threads can reach on the machine.
 - peers: sqlite3 (WAL, synchronous=FULL / NORMAL), lmdb (sync on / off), rocksdict (sync on / off) and mqstore
   (SYNC / ASYNC), one message per transaction and 1000 per transaction, single producer, 1 KB bodies.
 
@@ -65,6 +68,7 @@ BODY_SIZES = (100, 1024, 16384)
 PRODUCER_COUNTS = (1, 4, 16, 64)
 PROCESS_SUFFIX = ", dispatch process"  # rows of stores with dispatch_process=True
 PROCESS_PRODUCER_COUNTS = (1, 64)  # the producer counts measured with dispatch_process=True too
+BARE_GROUP_THREADS = (1, 64)  # thread counts of the bare group commit measured beside the SYNC cells
 MODES = (FlushMode.SYNC, FlushMode.ASYNC)
 RECORD_OVERHEAD_BYTES = 88 + 1 + len(TOPIC) + 2  # header, TOPICLENGTH + topic, empty PROPERTIES
 BODY_POOL_COUNT = 256  # distinct random bodies cycled through (a power of two: indexed with a mask)
@@ -300,6 +304,104 @@ def sync_loop(work: str, size_bytes: int, seconds: float) -> tuple[dict, list[in
             "body_bytes": size_bytes, "count": len(syncs), "seconds": elapsed, "ops_per_s": len(syncs) / elapsed,
             "mb_per_s": len(syncs) * size_bytes / elapsed / 1e6,
             **latency_summary(syncs), "detail": "appends into a fresh fallocated file"}, syncs
+
+
+def bare_group_commit(work: str, size_bytes: int, threads: int, seconds: float) -> tuple[dict, list[int]]:
+    """Group commit with nothing else, in CPython: `threads` producers each pwrite `size_bytes` at the end under
+    one lock and block on a lock of their own; one flusher thread fdatasyncs and wakes every producer whose bytes
+    it covered. What SYNC puts from many Python threads can reach here: each put costs its thread one wake-up."""
+    fd = fresh_file(work, "group", max(256 * MIB, size_bytes * 64))
+    data = random.Random(SEED).randbytes(size_bytes)
+    writer, parked_lock, parked = threading.Lock(), threading.Condition(), []
+    state = {"end": 0, "stop": False}
+    latencies: list[list[int]] = [[] for _ in range(threads)]
+
+    def flusher() -> None:
+        while True:
+            with parked_lock:
+                while not parked and not state["stop"]:
+                    parked_lock.wait(0.01)
+                batch = parked[:]
+                del parked[:]
+            if batch:
+                os.fdatasync(fd)
+            for waiter in batch:
+                waiter.release()
+            if state["stop"] and not any(worker.is_alive() for worker in workers):
+                return
+
+    def produce(index: int) -> None:
+        clock, mine = time.perf_counter_ns, latencies[index]
+        while not state["stop"]:
+            before = clock()
+            with writer:
+                os.pwrite(fd, data, state["end"])
+                state["end"] += size_bytes
+            waiter = threading.Lock()
+            waiter.acquire()
+            with parked_lock:
+                parked.append(waiter)
+                parked_lock.notify()
+            waiter.acquire()
+            mine.append(clock() - before)
+
+    workers = [threading.Thread(target=produce, args=(index,)) for index in range(threads)]
+    flushing = threading.Thread(target=flusher)
+    flushing.start()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    time.sleep(seconds)
+    state["stop"] = True
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    flushing.join()
+    os.close(fd)
+    remove(work, "group")
+    samples = [latency for mine in latencies for latency in mine]
+    plural = "s" if threads > 1 else ""
+    return {"section": "limits", "name": f"bare group commit in CPython, {body_label(size_bytes)}, {threads} "
+            f"thread{plural}", "body_bytes": size_bytes, "threads": threads, "count": len(samples),
+            "seconds": elapsed, "ops_per_s": len(samples) / elapsed,
+            "mb_per_s": len(samples) * size_bytes / elapsed / 1e6, **latency_summary(samples),
+            "detail": "pwrite under a lock, a flusher thread's fdatasync wakes each producer: no store"}, samples
+
+
+def thread_wake_round_trip(seconds: float) -> dict:
+    """Two Python threads handing a turn back and forth through two locks: the cost of waking a blocked thread
+    (twice per round trip), which every SYNC put from a thread of its own pays at least once."""
+    ping, pong = threading.Lock(), threading.Lock()
+    ping.acquire()
+    pong.acquire()
+    state = {"stop": False}
+
+    def partner() -> None:
+        while True:
+            ping.acquire()
+            if state["stop"]:
+                return
+            pong.release()
+
+    other = threading.Thread(target=partner)
+    other.start()
+    clock = time.perf_counter_ns
+    trips = []
+    deadline = clock() + int(seconds * 1e9)
+    while True:
+        before = clock()
+        ping.release()
+        pong.acquire()
+        after = clock()
+        trips.append(after - before)
+        if after >= deadline:
+            break
+    state["stop"] = True
+    ping.release()
+    other.join()
+    return {"section": "limits", "name": "Python thread wake-up round trip (two lock handoffs)",
+            "count": len(trips), "ops_per_s": len(trips) / (sum(trips) / 1e9), **latency_summary(trips),
+            "detail": "the floor under each put that blocks for a flush"}
 
 
 def overwrite_sync_latency(work: str, seconds: float) -> dict:
@@ -563,10 +665,13 @@ def plan(work: str, settings: dict) -> list[tuple[str, callable]]:
              (f"pwrite+fdatasync {body_label(MIB)}", lambda: sync_loop(work, MIB, settings["limit_s"])),
              ("fdatasync overwrite", lambda: overwrite_sync_latency(work, settings["limit_s"])),
              ("mmap+msync 1 KB", lambda: msync_loop(work, 1024, settings["limit_s"])),
-             ("msync GIL hold", lambda: msync_gil_hold(work, settings["msync_dirty_bytes"]))]
+             ("msync GIL hold", lambda: msync_gil_hold(work, settings["msync_dirty_bytes"])),
+             ("thread wake-up", lambda: thread_wake_round_trip(settings["limit_s"]))]
     for body_size in BODY_SIZES:
         # the raw loop of a size and the SYNC cells it is compared with take turns: the disk's speed drifts
         group = [lambda rounds, b=body_size: sync_loop(work, b, settings["cell_s"] / rounds)]
+        group += [lambda rounds, b=body_size, p=threads: bare_group_commit(work, b, p, settings["cell_s"] / rounds)
+                  for threads in BARE_GROUP_THREADS]
         group += [lambda rounds, b=body_size, p=producers: matrix_cell(work, settings, FlushMode.SYNC, b, p,
                                                                         settings["cell_s"] / rounds)
                   for producers in PRODUCER_COUNTS]
@@ -658,9 +763,12 @@ def targets(rows: list[dict]) -> list[dict]:
         for size in BODY_SIZES:
             sync_1 = find(rows, f"SYNC {body_label(size)}, 1 producer{suffix}")["msgs_per_s"]
             sync_64 = find(rows, f"SYNC {body_label(size)}, 64 producers{suffix}")["msgs_per_s"]
+            bare_1, bare_64 = (find(rows, f"bare group commit in CPython, {body_label(size)}, {threads} "
+                                          f"thread{'s' if threads > 1 else ''}")["ops_per_s"] for threads in (1, 64))
             add(f"SYNC 64 producers {body_label(size)}{suffix} >= {GROUP_COMMIT_GAIN_MIN:.0f}x SYNC 1 producer",
                 sync_64 / sync_1, GROUP_COMMIT_GAIN_MIN, sync_64 / sync_1 >= GROUP_COMMIT_GAIN_MIN,
-                f"{sync_64:,.0f} vs {sync_1:,.0f} msgs/s")
+                f"{sync_64:,.0f} vs {sync_1:,.0f} msgs/s; bare CPython group commit {bare_64 / bare_1:.1f}x "
+                f"({bare_64:,.0f} vs {bare_1:,.0f}), the store's 64 producers {sync_64 / bare_64:.0%} of its 64")
     for suffix in ("", PROCESS_SUFFIX):
         async_1k = find(rows, f"ASYNC 1 KB, 1 producer{suffix}")
         add(f"ASYNC 1 producer 1 KB{suffix} >= {ASYNC_1KB_MB_PER_S_MIN:.0f} MB/s", async_1k["mb_per_s"],

@@ -58,6 +58,12 @@ def test_flush_modes_quick_writes_every_row(tmp_path):
     for label in ("100 B", "1 KB", "16 KB", "1024 KB"):
         _positive(rows[f"pwrite+fdatasync loop, {label}"], "ops_per_s", "mb_per_s", "p50_us", "p99_us")
     _positive(rows["fdatasync latency, 1 KB overwrite of a written block"], "p50_us", "p99_us")
+    for label in ("100 B", "1 KB", "16 KB"):
+        for threads in (1, 64):
+            bare = rows[f"bare group commit in CPython, {label}, {threads} thread{'s' if threads > 1 else ''}"]
+            _positive(bare, "ops_per_s", "mb_per_s", "p50_us", "p99_us")
+            assert bare["threads"] == threads
+    _positive(rows["Python thread wake-up round trip (two lock handoffs)"], "ops_per_s", "p50_us", "p99_us")
     _positive(rows["mmap copy+msync loop, 1 KB"], "ops_per_s")
     gil = next(row for row in result["rows"] if row["name"].startswith("mmap.flush (msync)"))
     _positive(gil, "flush_ms", "other_thread_stall_ms")
