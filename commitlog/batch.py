@@ -68,12 +68,13 @@ def columns_from_records(records: list) -> Columns:
 
 def _prepare_common(log, messages: list[Message]) -> Columns | None:
     """The all-at-once path for messages without keys or user properties; None when a message is of another
-    shape or breaks a rule (the one-by-one path then finds it and raises the precise error)."""
+    shape or breaks a rule (the one-by-one path then finds it and raises the precise error). Each step costs
+    tens of nanoseconds a message (timed with timeit piece by piece; cProfile inflates generators)."""
     if set(map(type, messages)) != {Message}:
         return None
     if any(m.keys or m.properties for m in messages):
         return None
-    topics = [m.topic for m in messages]
+    topics = [m.topic for m in messages]  # list comprehensions: faster here than attrgetter and zip(*...)
     queue_ids = [m.queue_id for m in messages]
     bodies = [m.body for m in messages]
     flags = [m.flag for m in messages]
@@ -95,24 +96,33 @@ def _prepare_common(log, messages: list[Message]) -> Columns | None:
     for tag in tag_values:
         if tag.__class__ is not str or not tag or "\x01" in tag or "\x02" in tag:
             return None
-    lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
+    count = len(bodies)
+    lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
     if int(lengths.max()) > log.max_message_size_bytes:
         return None
-    keys: dict[tuple[str, int], int] = {}
-    key_ids = np.fromiter((keys.setdefault(key, len(keys)) for key in zip(topics, queue_ids)), dtype=np.int64,
-                          count=len(topics))
+    if len(set(topics)) == 1 and len(set(queue_ids)) == 1:  # one queue: the common batch
+        queue_keys, key_ids = [(topics[0], queue_ids[0])], np.zeros(count, dtype=np.int64)
+    else:
+        pairs = list(zip(topics, queue_ids))
+        queue_keys = list(dict.fromkeys(pairs))  # distinct (topic, queue_id), in first-seen order
+        numbers = {key: number for number, key in enumerate(queue_keys)}
+        key_ids = np.fromiter(map(numbers.__getitem__, pairs), dtype=np.int64, count=count)
     tails = _tails(log, topics, tags, tag_values)
     if tails is None:
         return None
     crc32 = fmt.crc32_small if int(lengths.max()) <= fmt.CRC_SMALL_BYTES_MAX else fmt.crc32
     return Columns(
-        queue_keys=list(keys), key_ids=key_ids, queue_ids=np.asarray(queue_ids, dtype=np.int64),
+        queue_keys=queue_keys, key_ids=key_ids, queue_ids=np.asarray(queue_ids, dtype=np.int64),
         flags=np.asarray(flags, dtype=np.int64),
-        born_ms=np.asarray([-1 if born is None else born for born in borns], dtype=np.int64) if born_values
-        else np.full(len(borns), -1, dtype=np.int64),
+        born_ms=np.fromiter(map(_born_or_unset, borns), dtype=np.int64, count=count) if born_values
+        else np.full(count, -1, dtype=np.int64),
         bodies=bodies, body_lengths=lengths,
-        body_crcs=np.fromiter(map(crc32, bodies), dtype=np.int64, count=len(bodies)) & 0x7FFFFFFF,
-        tails=tails, sizes=fmt.HEADER_SIZE + lengths + np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)))
+        body_crcs=np.fromiter(map(crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF,
+        tails=tails, sizes=fmt.HEADER_SIZE + lengths + np.fromiter(map(len, tails), dtype=np.int64, count=count))
+
+
+def _born_or_unset(born: int | None) -> int:
+    return -1 if born is None else born
 
 
 def _tails(log, topics: list[str], tags: list, tag_values: set) -> list[bytes] | None:
@@ -217,18 +227,18 @@ def _write_run(log, columns: Columns, start: int, stop: int, offsets: np.ndarray
     raw = memoryview(header.tobytes())
     step = fmt.HEADER_SIZE
     parts: list = [None] * (3 * run)
-    parts[0::3] = [raw[at : at + step] for at in range(0, step * run, step)]
+    parts[0::3] = map(raw.__getitem__, map(slice, range(0, step * run, step), range(step, step * run + 1, step)))
     parts[1::3] = columns.bodies[start:stop]
     parts[2::3] = columns.tails[start:stop]
     blob = b"".join(parts)
     position = int(offsets[0]) - log._segment_base
     log._view[position : position + len(blob)] = blob
     if log.record_crc:
-        relative = (offsets - offsets[0]).tolist()
-        whole = memoryview(blob)
+        relative = offsets - offsets[0]
+        covered = map(memoryview(blob).__getitem__, map(slice, relative.tolist(),
+                                                        (relative + sizes - fmt.RECORD_CRC_LENGTH).tolist()))
         crc32 = fmt.crc32_small if int(sizes.max()) <= fmt.CRC_SMALL_BYTES_MAX else fmt.crc32
-        crcs = np.fromiter((crc32(whole[at : at + size - fmt.RECORD_CRC_LENGTH])
-                            for at, size in zip(relative, sizes.tolist())), dtype=np.int64, count=run) & 0x7FFFFFFF
+        crcs = np.fromiter(map(crc32, covered), dtype=np.int64, count=run) & 0x7FFFFFFF
         digits = fmt.record_crc_digit_rows(crcs)
         digits_at = position + offsets - offsets[0] + sizes - (fmt.RECORD_CRC_DIGITS + 1)
         log._array[digits_at[:, None] + _DIGIT_SPAN] = digits
