@@ -20,8 +20,8 @@ Sections, all measured in the same run so that ratios hold on a noisy machine:
 - limits: memcpy into a pre-touched mapping, pwrite+fdatasync loops (the raw rate of a SYNC put of that size),
   fdatasync latency, the mmap+msync loop the engine's SYNC path is built on, how long msync holds the GIL, the
   cost of waking a blocked Python thread, and a bare group commit in CPython (1 and 64 threads pwrite under a
-  lock and wait on locks of their own for one flusher thread's fdatasync: no store), the most that SYNC puts
-  from many Python threads can reach on the machine.
+  lock and wait on locks of their own for one flusher thread's fdatasync: no store), what a minimal group
+  commit of Python threads does on the machine.
 - peers: sqlite3 (WAL, synchronous=FULL / NORMAL), lmdb (sync on / off), rocksdict (sync on / off) and mqstore
   (SYNC / ASYNC), one message per transaction and 1000 per transaction, single producer, 1 KB bodies.
 
@@ -309,7 +309,8 @@ def sync_loop(work: str, size_bytes: int, seconds: float) -> tuple[dict, list[in
 def bare_group_commit(work: str, size_bytes: int, threads: int, seconds: float) -> tuple[dict, list[int]]:
     """Group commit with nothing else, in CPython: `threads` producers each pwrite `size_bytes` at the end under
     one lock and block on a lock of their own; one flusher thread fdatasyncs and wakes every producer whose bytes
-    it covered. What SYNC puts from many Python threads can reach here: each put costs its thread one wake-up."""
+    it covered. A minimal group commit of Python threads, to hold the store's SYNC cells against: each put costs
+    its thread at least one wake-up."""
     fd = fresh_file(work, "group", max(256 * MIB, size_bytes * 64))
     data = random.Random(SEED).randbytes(size_bytes)
     writer, parked_lock, parked = threading.Lock(), threading.Condition(), []
