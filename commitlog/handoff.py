@@ -2,9 +2,9 @@
 
 Why: under the GIL the thread that holds the writer lock is nearly always just waiting for the interpreter, and
 threads that poll or queue on the lock itself cost more than the appends they wait for. Measured here with 64
-producer threads putting flat out (ASYNC): polling with short sleeps gave one thread 25 times the puts of another
-over 3 s (100 B bodies; the longest put took 2 s) and, at 16 KB, 2k puts/s against 17k from one thread alone,
-the sleepers' wake-ups eating the two cores; blocking on the lock made a convoy, one thread switch per put.
+producer threads putting flat out (ASYNC): polling with 50 us sleeps gave, at 16 KB, 2k puts/s against 17k
+from one thread alone (the sleepers' wake-ups ate the two cores) and a longest put of 2 s at 100 B (now
+0.16-0.23 s); blocking on the lock made a convoy with the GIL, one thread switch per put.
 
 Here a put that cannot take the lock at once parks its append in a FIFO and blocks on a lock of its own. The
 holder, when it lets go of the writer lock, runs every parked append in arrival order (each under the writer
