@@ -77,5 +77,9 @@ class HandOff:
                 slot[2] = slot[0](slot[1])
             except Exception as exc:  # the parker raises it, as its own call would have
                 slot[3] = exc
+            except BaseException as exc:  # KeyboardInterrupt, SystemExit: this thread stops here; the parker is
+                slot[3] = exc  # told (its append may have been made), the rest stay parked for the next holder
+                slot[4].release()
+                raise
             self.handed_in += 1
             slot[4].release()

@@ -15,7 +15,7 @@ def _park(handoff: HandOff, function, argument, outcomes: dict, key) -> threadin
     def run():
         try:
             outcomes[key] = ("result", handoff.hand_in(function, argument))
-        except Exception as exc:  # noqa: BLE001 - the test looks at which exception arrived
+        except BaseException as exc:  # noqa: BLE001 - the test looks at which exception arrived
             outcomes[key] = ("raised", exc)
 
     thread = threading.Thread(target=run)
@@ -132,3 +132,32 @@ def test_many_threads_through_one_handoff_each_get_their_own_result_and_nothing_
         thread.join(60)
     assert counter[0] == 8 * 300
     assert all(key == value for key, value in results.items()) and len(results) == 8 * 300
+
+
+def test_a_holder_stopped_by_a_base_exception_tells_that_parker_and_leaves_the_rest_parked(monkeypatch):
+    monkeypatch.setattr(handoff_module, "HAND_IN_POLL_S", 0.01)
+    handoff = HandOff(threading.Lock())
+    handoff.lock.acquire()
+
+    class Stop(BaseException):
+        pass
+
+    def work(n):
+        if n == 0 and threading.current_thread() is threading.main_thread():
+            raise Stop()
+        return n
+
+    outcomes: dict = {}
+    threads = []
+    for n in range(2):
+        threads.append(_park(handoff, work, n, outcomes, n))
+        _wait_parked(handoff, n + 1)
+    with pytest.raises(Stop):
+        handoff._run_parked()  # the holder's run (it holds the lock), stopped at the first parked call
+    assert len(handoff.pending) == 1  # the second is still parked
+    handoff.lock.release()
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+    assert outcomes[0][0] == "raised" and isinstance(outcomes[0][1], Stop)
+    assert outcomes[1] == ("result", 1)  # run later, by its own thread's look at the free lock
