@@ -9,13 +9,16 @@ verified; the killed original is what the next writer recovers) and checks with 
   * SYNC: every put acknowledged by any writer so far is in the log, byte-identical, at its offsets;
   * ASYNC: every put acknowledged before a FLUSHED line is there; and since a kill leaves the page cache to the
     kernel, every acknowledged put is (the stronger rule, asserted separately);
-  * the log holds nothing but planned messages (per writer, a run of consecutive seqs from its first), queue
+  * the log holds nothing but planned messages (per writer thread, a run of consecutive seqs from its first), queue
     offsets are dense, every ConsumeQueue reads back as the log's messages, the index finds kept messages,
     a put after recovery works, and a second open is CLEAN.
 
-Three series: SYNC; ASYNC with the index; ASYNC with the index and dispatch_process=True, whose dispatch child
+Five series: SYNC; ASYNC with the index; ASYNC with the index and dispatch_process=True, whose dispatch child
 outlives the killed writer for a moment (the next writer's open stops it before recovery, and a copy being
-verified is no store of that child's). Every KILL_STORE_TRIALS trials the store starts afresh. `MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
+verified is no store of that child's); and SYNC and ASYNC with the index again with a writer putting from 4
+threads, whose puts meet at the writer lock (commitlog/handoff.py: one thread appends the others' puts, each
+acknowledged by its own thread). Every KILL_STORE_TRIALS trials the store starts afresh.
+`MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
 Run with `pytest -s` to see the counts.
 """
 
@@ -35,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from tests.crash.checks import Acked, body_seq, lost_messages, verify_reopened
-from tests.crash.writer_process import GENERATION_SEQ_STRIDE, kill_config
+from tests.crash.writer_process import GENERATION_SEQ_STRIDE, THREAD_SEQ_STRIDE, kill_config
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
 TRIALS_PER_MODE = 150 if LONG else 10
@@ -45,6 +48,7 @@ EARLY_KILL_PROBABILITY = 0.2  # kill at a random time after spawn (start-up, rec
 WAIT_FOR_ACKS_S = 30.0
 SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20240601"))
 WRITER = Path(__file__).resolve().parent / "writer_process.py"
+THREADED_WRITER_THREADS = 4  # the series whose writer puts from several threads
 
 
 @dataclass
@@ -52,6 +56,7 @@ class KillSeries:
     mode: str
     index: bool
     process: bool = False  # dispatch_process=True: the writer's dispatch child survives it for a moment
+    threads: int = 1  # producer threads in the writer (puts meet at the writer lock; one appends the others')
     trials: int = 0
     early_kills: int = 0
     acks: int = 0
@@ -61,7 +66,8 @@ class KillSeries:
 
     @property
     def label(self) -> str:
-        return self.mode + ("+index" if self.index else "") + ("+dispatch process" if self.process else "")
+        return (self.mode + ("+index" if self.index else "") + ("+dispatch process" if self.process else "")
+                + (f"+{self.threads} threads" if self.threads > 1 else ""))
 
     def summary(self) -> str:
         kinds: dict[str, int] = {}
@@ -97,6 +103,8 @@ def _kill_one(root: Path, series: KillSeries, generation: int, rng: random.Rando
         command.append("--index")
     if series.process:
         command.append("--dispatch-process")
+    if series.threads > 1:
+        command += ["--threads", str(series.threads)]
     if series.mode == "ASYNC":
         command += ["--flush-every", str(rng.choice((7, 20, 50)))]
     stderr_path = log_dir / f"writer-{series.mode}-{generation}.stderr"
@@ -124,8 +132,9 @@ def _kill_one(root: Path, series: KillSeries, generation: int, rng: random.Rando
     return exited, lines, stderr_path
 
 
-def run_series(mode: str, index: bool, base: Path, rng: random.Random, process: bool = False) -> KillSeries:
-    series = KillSeries(mode, index, process)
+def run_series(mode: str, index: bool, base: Path, rng: random.Random, process: bool = False,
+               threads: int = 1) -> KillSeries:
+    series = KillSeries(mode, index, process, threads)
     config = kill_config(mode, index, process)
     root = None
     acked_all: list[Acked] = []
@@ -168,31 +177,31 @@ def run_series(mode: str, index: bool, base: Path, rng: random.Random, process: 
 
 
 def _check_generations(walk, series: KillSeries, label: str) -> None:
-    """Each writer's messages in the log are consecutive seqs from its first, and writers follow each other."""
-    previous = None
+    """Each writer thread's messages in the log are consecutive seqs from its first (a thread has one put at a
+    time), and writers follow each other: no message of an earlier writer after one of a later writer."""
+    next_of_thread: dict[int, int] = {}
+    generation = 0
     for record in walk.records:
         seq = body_seq(record.body)
-        if previous is None:
-            expected_ok = seq % GENERATION_SEQ_STRIDE == 0
-        elif seq // GENERATION_SEQ_STRIDE == previous // GENERATION_SEQ_STRIDE:
-            expected_ok = seq == previous + 1
-        else:
-            expected_ok = seq // GENERATION_SEQ_STRIDE > previous // GENERATION_SEQ_STRIDE and \
-                seq % GENERATION_SEQ_STRIDE == 0
-        if not expected_ok:
-            series.failures.append(("log", f"{label}: message {seq} follows message {previous} in the log"))
+        thread = seq // THREAD_SEQ_STRIDE
+        expected = next_of_thread.get(thread, thread * THREAD_SEQ_STRIDE)
+        if seq != expected or seq // GENERATION_SEQ_STRIDE < generation:
+            series.failures.append(("log", f"{label}: message {seq} where {expected} was next of its thread "
+                                    f"(writer {seq // GENERATION_SEQ_STRIDE} after writer {generation})"))
             return
-        previous = seq
+        next_of_thread[thread] = seq + 1
+        generation = seq // GENERATION_SEQ_STRIDE
 
 
 @pytest.fixture(scope="module")
 def kill_series(tmp_path_factory) -> list[KillSeries]:
     done = []
-    for index, (mode, with_index, process) in enumerate((("SYNC", False, False), ("ASYNC", True, False),
-                                                         ("ASYNC", True, True))):
+    for index, (mode, with_index, process, threads) in enumerate((
+            ("SYNC", False, False, 1), ("ASYNC", True, False, 1), ("ASYNC", True, True, 1),
+            ("SYNC", False, False, THREADED_WRITER_THREADS), ("ASYNC", True, False, THREADED_WRITER_THREADS))):
         base = tmp_path_factory.mktemp(f"kill-{mode}")
         started = time.perf_counter()
-        series = run_series(mode, with_index, base, random.Random(SEED + index), process)
+        series = run_series(mode, with_index, base, random.Random(SEED + index), process, threads)
         print(series.summary() + f" seconds={time.perf_counter() - started:.1f}")
         done.append(series)
     return done
