@@ -331,8 +331,11 @@ class CommitLog:
         fdatasyncs made 8.6% more a second with pwrite than with the mapping here (6 alternating runs).
         With ASYNC the mapping is cheaper: a page is cleaned once per flush interval, not once per put.
 
-        Only while no flush runs: a pwrite waits while another thread's fdatasync of the file is under way
-        (64 SYNC producers, every append written through: 2.8k puts/s against 21k through the mapping), so
+        Only while no flush runs, which with SYNC is when other producers are waiting: os.pwrite lets go of the
+        GIL, here while this thread holds the writer lock, and with many producers each such put handed the
+        GIL away mid-append (64 SYNC producers, every append written through: 2.8k puts/s against 21k through
+        the mapping; 6.1-8.2k against 13.4-15.9k in session 9, and 12.5-13.8k with a pwrite that keeps the GIL,
+        through ctypes.PyDLL, which showed the cause: a pwrite beside a looping fdatasync takes 1 us here). So
         appends made while `flush()` holds its lock are encoded in the mapping as always.
         """
         return self._scratch is not None
