@@ -361,12 +361,14 @@ def bare_group_commit(work: str, size_bytes: int, threads: int, seconds: float) 
     os.close(fd)
     remove(work, "group")
     samples = [latency for mine in latencies for latency in mine]
-    plural = "s" if threads > 1 else ""
-    return {"section": "limits", "name": f"bare group commit in CPython, {body_label(size_bytes)}, {threads} "
-            f"thread{plural}", "body_bytes": size_bytes, "threads": threads, "count": len(samples),
-            "seconds": elapsed, "ops_per_s": len(samples) / elapsed,
+    return {"section": "limits", "name": bare_group_commit_name(size_bytes, threads), "body_bytes": size_bytes,
+            "threads": threads, "count": len(samples), "seconds": elapsed, "ops_per_s": len(samples) / elapsed,
             "mb_per_s": len(samples) * size_bytes / elapsed / 1e6, **latency_summary(samples),
             "detail": "pwrite under a lock, a flusher thread's fdatasync wakes each producer: no store"}, samples
+
+
+def bare_group_commit_name(size_bytes: int, threads: int) -> str:
+    return f"bare group commit in CPython, {body_label(size_bytes)}, {threads} thread{'s' if threads > 1 else ''}"
 
 
 def thread_wake_round_trip(seconds: float) -> dict:
@@ -764,8 +766,7 @@ def targets(rows: list[dict]) -> list[dict]:
         for size in BODY_SIZES:
             sync_1 = find(rows, f"SYNC {body_label(size)}, 1 producer{suffix}")["msgs_per_s"]
             sync_64 = find(rows, f"SYNC {body_label(size)}, 64 producers{suffix}")["msgs_per_s"]
-            bare_1, bare_64 = (find(rows, f"bare group commit in CPython, {body_label(size)}, {threads} "
-                                          f"thread{'s' if threads > 1 else ''}")["ops_per_s"] for threads in (1, 64))
+            bare_1, bare_64 = (find(rows, bare_group_commit_name(size, threads))["ops_per_s"] for threads in (1, 64))
             add(f"SYNC 64 producers {body_label(size)}{suffix} >= {GROUP_COMMIT_GAIN_MIN:.0f}x SYNC 1 producer",
                 sync_64 / sync_1, GROUP_COMMIT_GAIN_MIN, sync_64 / sync_1 >= GROUP_COMMIT_GAIN_MIN,
                 f"{sync_64:,.0f} vs {sync_1:,.0f} msgs/s; bare CPython group commit {bare_64 / bare_1:.1f}x "

@@ -98,7 +98,8 @@ def _prepare_common(log, messages: list[Message]) -> Columns | None:
             return None
     count = len(bodies)
     lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
-    if int(lengths.max()) > log.max_message_size_bytes:
+    longest = int(lengths.max())
+    if longest > log.max_message_size_bytes:
         return None
     if len(set(topics)) == 1 and len(set(queue_ids)) == 1:  # one queue: the common batch
         queue_keys, key_ids = [(topics[0], queue_ids[0])], np.zeros(count, dtype=np.int64)
@@ -110,7 +111,7 @@ def _prepare_common(log, messages: list[Message]) -> Columns | None:
     tails = _tails(log, topics, tags, tag_values)
     if tails is None:
         return None
-    crc32 = fmt.crc32_small if int(lengths.max()) <= fmt.CRC_SMALL_BYTES_MAX else fmt.crc32
+    crc32 = fmt.crc32_small if longest <= fmt.CRC_SMALL_BYTES_MAX else fmt.crc32
     return Columns(
         queue_keys=queue_keys, key_ids=key_ids, queue_ids=np.asarray(queue_ids, dtype=np.int64),
         flags=np.asarray(flags, dtype=np.int64),

@@ -29,7 +29,7 @@ class HandOff:
     def __init__(self, lock: threading.Lock):
         self.lock = lock
         self.pending: collections.deque = collections.deque()  # [function, argument, result, exception, done]
-        self.handed_in = 0  # appends that ran on another thread's turn (stats, tests)
+        self.handed_in = 0  # parked functions run so far, by a holder or by a parker that found the lock free
 
     def release(self) -> None:
         """Let go of the lock, then run what was parked meanwhile (the put path inlines this)."""
@@ -53,15 +53,8 @@ class HandOff:
         done.acquire()
         slot = [function, argument, None, None, done]
         self.pending.append(slot)
-        lock = self.lock
         while True:
-            if lock.acquire(False):  # free: run the FIFO ourselves, ours in it
-                try:
-                    self._run_parked()
-                finally:
-                    lock.release()
-                if self.pending:
-                    self.drain()
+            self.drain()  # the lock free: run the FIFO here, ours in it
             if done.acquire(True, HAND_IN_POLL_S):
                 break
         if slot[3] is not None:

@@ -157,8 +157,7 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
                         properties_end = end
                         if fmt.has_record_crc(buf, properties_at + 2, end):
                             stored = fmt.record_crc_value(bytes(buf[end - 11 : end - 1]))
-                            crc32 = _crc32 if end - pos <= _CRC_SMALL else fmt.crc32
-                            if stored is None or (check_crc and stored != crc32(buf[pos : end - 20]) & 0x7FFFFFFF):
+                            if stored is None or (check_crc and stored != fmt.crc32(buf[pos : end - 20]) & 0x7FFFFFFF):
                                 return _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc,
                                                        record_crc_from)
                             properties_end = end - 20

@@ -23,6 +23,15 @@ def _park(handoff: HandOff, function, argument, outcomes: dict, key) -> threadin
     return thread
 
 
+def _park_in_order(handoff: HandOff, function, count: int, outcomes: dict) -> list[threading.Thread]:
+    """Threads parking function(0), function(1), ... one after the other: a known arrival order."""
+    threads = []
+    for n in range(count):
+        threads.append(_park(handoff, function, n, outcomes, n))
+        _wait_parked(handoff, n + 1)
+    return threads
+
+
 def _wait_parked(handoff: HandOff, count: int) -> None:
     for _ in range(10_000):
         if len(handoff.pending) >= count:
@@ -43,10 +52,7 @@ def test_parked_work_runs_on_the_holders_release_in_arrival_order(monkeypatch):
         return n * 10
 
     outcomes: dict = {}
-    threads = []
-    for n in range(5):
-        threads.append(_park(handoff, work, n, outcomes, n))
-        _wait_parked(handoff, n + 1)  # parked one after the other: a known arrival order
+    threads = _park_in_order(handoff, work, 5, outcomes)
     assert ran_by == [] and outcomes == {}
     handoff.release()
     for thread in threads:
@@ -68,10 +74,7 @@ def test_an_exception_of_parked_work_is_raised_in_the_thread_that_parked_it(monk
         return n
 
     outcomes: dict = {}
-    threads = []
-    for n in range(3):
-        threads.append(_park(handoff, work, n, outcomes, n))
-        _wait_parked(handoff, n + 1)
+    threads = _park_in_order(handoff, work, 3, outcomes)
     handoff.release()
     for thread in threads:
         thread.join(10)
@@ -148,10 +151,7 @@ def test_a_holder_stopped_by_a_base_exception_tells_that_parker_and_leaves_the_r
         return n
 
     outcomes: dict = {}
-    threads = []
-    for n in range(2):
-        threads.append(_park(handoff, work, n, outcomes, n))
-        _wait_parked(handoff, n + 1)
+    threads = _park_in_order(handoff, work, 2, outcomes)
     with pytest.raises(Stop):
         handoff._run_parked()  # the holder's run (it holds the lock), stopped at the first parked call
     assert len(handoff.pending) == 1  # the second is still parked
