@@ -14,7 +14,10 @@ over 5 ms (#3's target: no put above 5 ms). Rows:
   thread;
 - the store with its defaults (index on) and 64 MiB segments made and pre-faulted in the background
   (warm_segments); then without the index; then also without the flushers (flush intervals of an hour);
-  then also with the interpreter's thread switch interval at 0.5 ms instead of 5 ms (sys.setswitchinterval).
+  then also with the interpreter's thread switch interval at 0.5 ms instead of 5 ms (sys.setswitchinterval);
+- the store with its defaults and segments not pre-faulted (warm_segments=False, the default: a put's page
+  fault reads around it, 8 MiB here); then with write_fault_readahead=False (each fault fills its own page);
+  then also with dispatch in a child process (dispatch_process).
 
 Writes bench/results/put_stalls.json and .md (or *_quick.*).
 """
@@ -50,6 +53,9 @@ BARE_FILE_BYTES = 256 * MIB  # the bare loops write round and round a file of th
 BARE_RATE_PER_S = 200_000  # the bare loops' pace: about the store's put rate, so the disk sees the same load
 COMMIT_CHUNK_BYTES = 4 * MIB  # at most this much per pwrite of the committer
 MADV_POPULATE_WRITE = 23
+COLD = {"warm_segments": False}
+NO_READAROUND = {"write_fault_readahead": False}
+CHILD = {"dispatch_process": True}
 SWITCH_INTERVAL_S = 0.0005
 NO_FLUSH = {"flush_interval_ms": 3_600_000, "flush_thorough_interval_ms": 0,
             "flush_consume_queue_interval_ms": 3_600_000}
@@ -180,7 +186,7 @@ def bare_write_buffer(work: str, seconds: float) -> dict:
 def store_row(work: str, seconds: float, *, index: bool, settings: dict, switch_interval_s: float | None) -> dict:
     root = tempfile.mkdtemp(dir=work)
     config = StoreConfig(flush_mode=FlushMode.ASYNC, segment_size_bytes=SEGMENT_BYTES,
-                         max_message_size_bytes=4 * MIB, warm_segments=True, index_enabled=index, **settings)
+                         max_message_size_bytes=4 * MIB, index_enabled=index, **{"warm_segments": True, **settings})
     saved_interval = sys.getswitchinterval()
     if switch_interval_s is not None:
         sys.setswitchinterval(switch_interval_s)
@@ -219,7 +225,10 @@ def main() -> int:
         cells = [("store: defaults (index on), warm 64 MiB segments", True, {}, None),
                  ("store: index off", False, {}, None),
                  ("store: index off, no flushes", False, NO_FLUSH, None),
-                 ("store: index off, no flushes, switch interval 0.5 ms", False, NO_FLUSH, SWITCH_INTERVAL_S)]
+                 ("store: index off, no flushes, switch interval 0.5 ms", False, NO_FLUSH, SWITCH_INTERVAL_S),
+                 ("store: defaults (index on), cold 64 MiB segments", True, COLD, None),
+                 ("store: the same, write_fault_readahead=False", True, {**COLD, **NO_READAROUND}, None),
+                 ("store: the same, and the dispatch process", True, {**COLD, **NO_READAROUND, **CHILD}, None)]
         for name, index, settings, interval in cells:
             rows.append((name, store_row(work, seconds, index=index, settings=settings, switch_interval_s=interval)))
     finally:

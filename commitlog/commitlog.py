@@ -134,6 +134,12 @@ class CommitLog:
         # alive.
         self.written_records = None
         self.segment_source = None  # optional callable(base_offset) -> MappedFile | None made ahead of need
+        # Optional callable(MappedFile) given each segment the writer leaves at a roll, which must advise it for
+        # reading again (MappedFile.advise_appending) in a thread of its own; without one the roll does it.
+        self.segment_retirer = None
+        # When True, the segment appends go to is advised for random access (MappedFile.advise_appending): a
+        # put's page fault then fills that page only, not the kernel's read-around of several MiB.
+        self.advise_random_appends = False
         self.unique_keys: UniqueKeyGenerator | None = None  # when set, messages without a UNIQ_KEY get one
         self.last_store_timestamp_ms = 0  # store time of the newest appended record
         self.flushed_position = 0  # everything below is on disk
@@ -377,6 +383,8 @@ class CommitLog:
             self._view, self._array, self._segment_base, self._segment_end = None, None, 0, -1
             self._segment_fd = None
         else:
+            if self.advise_random_appends and not segment.appending:  # the first after open, or made by a roll
+                segment.advise_appending(True)
             self._segment_fd = segment.fileno()
             self._view = segment.view
             self._array = segment.array
@@ -404,6 +412,11 @@ class CommitLog:
             fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
             next_base = self._segment_end
             self.set_end(next_base)  # the blank is written: readers may pass it
+            if segment.appending:
+                if self.segment_retirer is not None:
+                    self.segment_retirer(segment)
+                else:
+                    segment.advise_appending(False)
         else:
             assert offset % self.segment_size_bytes == 0, offset
             next_base = offset

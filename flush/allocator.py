@@ -31,7 +31,7 @@ from typing import Callable
 
 from commitlog import format as fmt
 from commitlog.errors import StoreIOError
-from commitlog.mapped_file import MappedFile
+from commitlog.mapped_file import MADV_POPULATE_WRITE, MappedFile, madvise
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +40,10 @@ POPULATE_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted per madvise call (ea
 AHEAD_WINDOW_BYTES = 32 * 1024 * 1024  # how far ahead of the writer the current segment is pre-faulted
 AHEAD_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted ahead per madvise call (each then waits for the GIL)
 AHEAD_POLL_S = 0.005  # how often the idle thread looks at the writer's position
-MADV_POPULATE_WRITE = 23  # linux/mman.h (Linux 5.14+)
 _ZEROS = bytes(WARM_CHUNK_BYTES)
 
 
-def _load_madvise():
-    try:
-        function = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
-
-
-_madvise = _load_madvise()
+_madvise = madvise  # module level, so that tests can take it away
 
 
 class _Allocation:
@@ -76,17 +65,20 @@ class SegmentAllocator:
     """Creates the next segment of a directory in its thread; `take(base)` returns it."""
 
     def __init__(self, directory: str, segment_size_bytes: int, *, preallocate: bool, warm: bool,
-                 writer_position: Callable[[], tuple] | None = None):
+                 writer_position: Callable[[], tuple] | None = None, advise_random: bool = False):
         """`writer_position()` -> (mapping array, base offset, log end) of the segment being written (array None
-        before the first); with `warm`, the thread pre-faults that segment ahead of the writer."""
+        before the first); with `warm`, the thread pre-faults that segment ahead of the writer. With
+        `advise_random` new segments are advised for appending (MappedFile.advise_appending) before anything
+        touches them."""
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self.preallocate = preallocate
         self.warm = warm
         self._lock = threading.Lock()
         self._pending: dict[int, _Allocation] = {}
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()  # allocations for the thread; None stops it
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()  # allocations, segments to retire; None stops
         self._writer_position = writer_position if warm and _madvise is not None else None
+        self.advise_random = advise_random
         self._ahead_base: int | None = None  # the segment pre-faulted ahead of the writer ...
         self._ahead_until = 0  # ... up to this position in it
         self.warmed_ahead_bytes = 0
@@ -104,6 +96,12 @@ class SegmentAllocator:
             allocation = self._pending[base_offset] = _Allocation(base_offset)
         self._requests.put(allocation)
 
+    def retire(self, segment: MappedFile) -> None:
+        """The writer has filled `segment`: the thread advises its mapping for reading again
+        (MappedFile.advise_appending), out of the rolling put, which the kernel could make wait for this
+        thread's pre-faulting."""
+        self._requests.put(segment)
+
     def _run(self) -> None:
         while True:
             if self._writer_position is None:
@@ -116,6 +114,9 @@ class SegmentAllocator:
                     continue
             if allocation is None:
                 return
+            if isinstance(allocation, MappedFile):  # retire(): the writer has left it
+                allocation.advise_appending(False)
+                continue
             try:
                 self._create(allocation)  # even at close: a requested segment is made (stop ends warming)
             finally:
@@ -130,6 +131,8 @@ class SegmentAllocator:
             segment = MappedFile.create(path, allocation.base_offset, self.segment_size_bytes,
                                         preallocate=self.preallocate)
             self.created_in_background += 1
+            if self.advise_random:
+                segment.advise_appending(True)  # before any page of it is touched, here or by the writer
             array = segment.array  # keeps the mapping alive while it is pre-faulted, even once closed
             if self.warm and self._populate(array, allocation.stop, 0, POPULATE_CHUNK_BYTES):
                 allocation.segment = segment

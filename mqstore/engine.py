@@ -273,8 +273,11 @@ class MessageStore(Reads, IndexLookups):
         # with SYNC: each put's fdatasync would write those zero pages back too, and the next put waits for it.
         allocator = SegmentAllocator(log_.directory, config.segment_size_bytes,
                                      preallocate=config.preallocate_segments, warm=config.warm_segments,
-                                     writer_position=None if self._sync_flush else log_.writer_position)
+                                     writer_position=None if self._sync_flush else log_.writer_position,
+                                     advise_random=not config.write_fault_readahead)
         log_.segment_source = allocator.take
+        log_.segment_retirer = allocator.retire
+        log_.advise_random_appends = not config.write_fault_readahead
         # After each roll the next segment is made ahead of need (not at open: a reopen adds no file).
         log_.roll_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
         self._allocator = allocator

@@ -51,3 +51,17 @@ def small_config(**overrides):
                     disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0, disk_full_ratio=1.0)
     settings.update(overrides)
     return StoreConfig(**settings)
+
+def mapping_vm_flags(array) -> set[str]:
+    """The kernel's flags of the mapping an array starts (VmFlags in /proc/self/smaps: "rr" is MADV_RANDOM)."""
+    address = array.ctypes.data
+    with open("/proc/self/smaps", encoding="ascii") as handle:
+        inside = False
+        for line in handle:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):  # a mapping's first line: start-end perms ...
+                start, end = (int(part, 16) for part in head.split("-"))
+                inside = start <= address < end
+            elif inside and line.startswith("VmFlags:"):
+                return set(line.split()[1:])
+    raise LookupError(f"no mapping at {address:#x}")

@@ -45,8 +45,9 @@ def test_flush_modes_quick_writes_every_row(tmp_path):
                 assert row["other_statuses"] == {}
 
     rolling = [row for row in result["rows"] if row["section"] == "rolling"]
-    assert {(row["body_bytes"], row["warm_segments"]) for row in rolling} == {
-        (1024, True), (1024, False), (16384, True), (16384, False)}
+    assert sorted((row["body_bytes"], row["warm_segments"], row["write_fault_readahead"], row["dispatch_process"])
+                  for row in rolling) == [(body, *variant) for body in (1024, 16384) for variant in (
+                      (False, False, False), (False, False, True), (False, True, False), (True, True, False))]
     for row in rolling:
         _positive(row, "msgs_per_s", "mb_per_s", "max_us", "roll_count", "roll_max_us", "first_roll_us")
 
@@ -77,8 +78,8 @@ def test_flush_modes_quick_writes_every_row(tmp_path):
         assert row["not_ok"] == 0, row
 
     goals = result["targets"]
-    assert len(goals) == 20  # SYNC and ASYNC throughput targets twice (thread, dispatch process); the rolling rows
-    # with warm segments have two each: any put, and the rolling puts
+    assert len(goals) == 32  # SYNC and ASYNC throughput targets twice (thread, dispatch process); the eight
+    # rolling rows have two each: any put, and the rolling puts
     assert all(isinstance(goal["met"], bool) and goal["value"] >= 0 for goal in goals)
     assert "## Targets" in completed.stdout
 

@@ -196,3 +196,36 @@ def test_a_read_only_log_refuses_appends(tmp_path):
     with pytest.raises(StoreClosedError):
         _append(reader, b"x")
     reader.close()
+
+
+def test_a_roll_advises_the_segment_left_for_reading_itself_or_through_the_retirer(tmp_path):
+    """The log advises the segment it appends to for random access (MappedFile.advise_appending) and, at a
+    roll, the segment it leaves for reading again: through `segment_retirer` when one is set, else itself."""
+    log = _log(tmp_path / "own")
+    log.advise_random_appends = True
+    _append(log, b"a")
+    first = log.segments.segment_at(0)
+    assert first.appending
+    _fill_to(log, 200, 1000)
+    _append(log, b"b" * 1000)
+    assert log.readable_end() > SEGMENT_SIZE
+    assert not first.appending and log.segments.segment_at(SEGMENT_SIZE).appending
+    log.close()
+
+    retired = []
+    log = _log(tmp_path / "retirer")
+    log.advise_random_appends = True
+    log.segment_retirer = retired.append
+    _append(log, b"a")
+    first = log.segments.segment_at(0)
+    _fill_to(log, 200, 1000)
+    _append(log, b"b" * 1000)
+    assert retired == [first] and first.appending  # the retirer's to do
+    log.close()
+
+    log = _log(tmp_path / "default")  # not asked: nothing advised, nothing retired
+    log.segment_retirer = retired.append
+    _fill_to(log, 200, 1000)
+    _append(log, b"b" * 1000)
+    assert retired == [first] and not any(segment.appending for segment in log.segments.segments)
+    log.close()

@@ -107,3 +107,22 @@ def test_close_unmaps_at_once_when_nothing_else_refers_to_the_mapping(tmp_path):
     before = len(os.listdir("/proc/self/fd"))
     mapped.close()
     assert len(os.listdir("/proc/self/fd")) == before - 2  # the file's descriptor and the mapping's own
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the kernel's mapping flags")
+def test_advise_appending_switches_the_mapping_between_random_and_normal_access(tmp_path):
+    from tests.conftest import mapping_vm_flags
+
+    mapped = MappedFile.create(str(tmp_path / "f"), 0, 1 << 20)
+    try:
+        assert "rr" not in mapping_vm_flags(mapped.array) and not mapped.appending
+        mapped.advise_appending(True)
+        assert "rr" in mapping_vm_flags(mapped.array) and mapped.appending
+        mapped.view[:5] = b"hello"  # the mapping works as before
+        mapped.advise_appending(False)
+        assert "rr" not in mapping_vm_flags(mapped.array) and not mapped.appending
+        assert bytes(mapped.view[:5]) == b"hello"
+    finally:
+        mapped.close()
+    mapped.advise_appending(True)  # closed: nothing to advise, no error
+    assert not mapped.appending

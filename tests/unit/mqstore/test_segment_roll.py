@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import struct
+import time
+
+import pytest
 
 from mqstore import GetStatus, Message, MessageStore
 from tests.unit.commitlog import handmade
@@ -80,3 +84,43 @@ def test_reopen_continues_in_the_last_segment_and_rolls_from_there(store_dir):
         assert results[0].commitlog_offset == end
         assert store.wait_dispatched(30)
         assert [m.body[:1] for m in store.get("t", 0, 0, max_count=60).messages] == [b"a"] * 30 + [b"b"] * 30
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the kernel's mapping flags")
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_without_write_fault_readahead_only_the_segment_being_written_is_advised_for_random_access(store_dir, warm):
+    """write_fault_readahead=False: MADV_RANDOM on the segment appends go to (no 8 MiB read-around in a put's
+    page fault), and readahead back on every segment the writer left; made ahead of need, advised at once."""
+    from tests.conftest import mapping_vm_flags
+
+    def random_access() -> list[bool]:
+        return ["rr" in mapping_vm_flags(segment.array) for segment in store._commitlog.segments.segments]
+
+    def wait_for(expected: list[bool]) -> None:
+        deadline = time.monotonic() + 30
+        while random_access() != expected:  # segments left are advised back by the allocator's thread
+            assert time.monotonic() < deadline, (random_access(), expected)
+            time.sleep(0.01)
+
+    with MessageStore.open(store_dir, config(warm_segments=warm)) as store:  # the default: never advised
+        for i in range(200):
+            store.put(Message("advice", bytes(1000)))
+        assert len(store._commitlog.segments.segments) > 3 and not any(random_access())
+    settings = config(warm_segments=warm, write_fault_readahead=False)
+    with MessageStore.open(store_dir / "random", settings) as store:
+        store.put(Message("advice", b"first"))
+        assert random_access()[0]
+        for i in range(200):
+            store.put(Message("advice", bytes(1000)))
+        segments = store._commitlog.segments.segments
+        current = store._commitlog.segment_at(store._commitlog.readable_end()).base_offset
+        assert len(segments) > 3
+        wait_for([segment.base_offset >= current for segment in segments])  # and the one made ahead
+    with MessageStore.open(store_dir / "random", settings) as store:  # reopened: the last segment takes them
+        assert not any(random_access())
+        store.put(Message("advice", b"again"))
+        current = store._commitlog.segment_at(store._commitlog.readable_end()).base_offset
+        assert random_access() == [segment.base_offset == current for segment in store._commitlog.segments.segments]
+    with MessageStore.open(store_dir / "random", settings, read_only=True) as reader:
+        store = reader
+        assert not any(random_access())
