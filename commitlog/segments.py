@@ -9,12 +9,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from commitlog import format as fmt
 from commitlog.errors import CorruptionError, StoreIOError
 from commitlog.mapped_file import MappedFile, remove_leftovers
 
 log = logging.getLogger(__name__)
+
+# A directory changed this recently is listed by load_if_changed() whatever its mtime says: a second change
+# within the same tick of the file system's clock can leave the mtime as the first one set it.
+RECENT_CHANGE_NS = 2_000_000_000
 
 
 class SegmentList:
@@ -29,14 +34,35 @@ class SegmentList:
         self.repair = repair  # a writer told to repair extends segments cut short with zeros (recovery then cuts)
         self.segments: list[MappedFile] = []
         self._lock = threading.Lock()
+        self._listed_stamp: tuple | None = None  # the directory's (mtime, inode) when load() last listed it all
         try:
             self.load()
         except BaseException:
             self.close()  # the segments mapped before the bad one
             raise
 
-    def load(self) -> None:
-        """Map every segment file of the directory that is not mapped yet (a reader calls it to see new ones)."""
+    def load_if_changed(self) -> None:
+        """load(), unless the directory is as it was at the last complete listing: a reader calls it on every
+        read to follow the writer's new segments and its retention, and a stat costs far less than a listing.
+
+        Adding or removing a file moves a directory's mtime; a directory that changed in the last
+        RECENT_CHANGE_NS is listed every time (a change in the same clock tick may leave the mtime unmoved).
+        """
+        try:
+            status = os.stat(self.directory)
+        except OSError:
+            self.load()  # reports what is wrong (or finds no directory yet)
+            return
+        stamp = (status.st_mtime_ns, status.st_ino)
+        if stamp == self._listed_stamp and abs(time.time_ns() - status.st_mtime_ns) > RECENT_CHANGE_NS:
+            return
+        self._listed_stamp = None
+        if self.load():
+            self._listed_stamp = stamp  # taken before the listing: a change during it shows next time
+
+    def load(self) -> bool:
+        """Map every segment file of the directory that is not mapped yet (a reader calls it to see new ones).
+        Returns False when a reader stopped at an empty last file (a writer still making it)."""
         with self._lock:
             try:
                 names = os.listdir(self.directory)
@@ -75,12 +101,13 @@ class SegmentList:
                     continue  # below our first segment: already deleted by retention
                 path = os.path.join(self.directory, fmt.segment_name(base))
                 if not self.writable and base == bases[-1] and os.path.getsize(path) == 0:
-                    break  # an empty last file: a reader racing a writer creating it
+                    return False  # an empty last file: a reader racing a writer creating it
                 if self.writable and self.repair and os.path.getsize(path) < self.segment_size_bytes:
                     log.warning("repair: extending %s, cut short at %d bytes, with zeros", path,
                                 os.path.getsize(path))
                     os.truncate(path, self.segment_size_bytes)
                 self.segments.append(MappedFile.open(path, base, self.segment_size_bytes, writable=self.writable))
+            return True
 
     @property
     def first_base_offset(self) -> int:

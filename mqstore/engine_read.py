@@ -61,7 +61,7 @@ class Reads:
                 queue.refresh()
                 log_ = self._commitlog
                 if self.read_only:
-                    log_.segments.load()  # follow the writer's retention: its minimum, as the writer's queues do
+                    log_.segments.load_if_changed()  # follow the writer's retention: its minimum, as its queues do
                 queue.follow_log_min(log_.min_offset())
         return queue
 

@@ -64,3 +64,53 @@ def test_a_segment_of_the_wrong_size_is_corruption(tmp_path):
     _touch(tmp_path, 0, SIZE - 1)
     with pytest.raises(CorruptionError):
         SegmentList(str(tmp_path), SIZE, writable=False)
+
+
+def _age(directory, seconds: float) -> None:
+    """Set the directory's mtime `seconds` into the past (as if nothing had changed in it since)."""
+    import os
+    import time
+
+    then = time.time_ns() - int(seconds * 1e9)
+    os.utime(directory, ns=(then, then))
+
+
+def test_load_if_changed_lists_only_a_directory_that_changed(tmp_path, monkeypatch):
+    import os
+
+    import commitlog.segments as segments_module
+
+    listings = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(segments_module.os, "listdir", lambda path: listings.append(path) or real_listdir(path))
+    _touch(tmp_path, 0)
+    reader = SegmentList(str(tmp_path), SIZE, writable=False)
+    assert len(listings) == 1
+    reader.load_if_changed()  # changed a moment ago: listed (a second change may not move the mtime)
+    assert len(listings) == 2
+    _age(tmp_path, 10)
+    reader.load_if_changed()  # listed: the mtime is not the one of the last listing
+    reader.load_if_changed()  # unchanged and old: not listed
+    reader.load_if_changed()
+    assert len(listings) == 3
+    _touch(tmp_path, SIZE)  # a new segment moves the mtime
+    reader.load_if_changed()
+    assert len(listings) == 4 and [s.base_offset for s in reader.segments] == [0, SIZE]
+    _age(tmp_path, 10)
+    reader.load_if_changed()
+    (tmp_path / f"{0:020d}").unlink()  # retention removes the first
+    reader.load_if_changed()
+    assert [s.base_offset for s in reader.segments] == [SIZE]
+    _age(tmp_path, 10)
+    reader.load_if_changed()
+    count = len(listings)
+    _touch(tmp_path, 2 * SIZE, size=0)  # a writer still making its last file: the listing is incomplete
+    _age(tmp_path, 10)
+    reader.load_if_changed()
+    reader.load_if_changed()  # so it is listed again though nothing moved
+    assert len(listings) == count + 2 and [s.base_offset for s in reader.segments] == [SIZE]
+    (tmp_path / f"{2 * SIZE:020d}").write_bytes(bytes(SIZE))
+    _age(tmp_path, 10)
+    reader.load_if_changed()
+    assert [s.base_offset for s in reader.segments] == [SIZE, 2 * SIZE]
+    reader.close()
