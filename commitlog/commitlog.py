@@ -163,7 +163,7 @@ class CommitLog:
         Readers below it decode records only where a ConsumeQueue entry (or the caller) says one starts, and
         every decoded record is checked, so an unfinished record is an error, never a message.
         """
-        self.segments.load()
+        self.segments.load_if_changed()
         last = self.segments.last()
         return last.base_offset + last.size_bytes if last is not None else 0
 
