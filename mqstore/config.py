@@ -100,7 +100,7 @@ class StoreConfig:
     fills `read_ahead_kb` of the file, 8 MiB on this project's machine, in the faulting thread). With False the
     segment being written is advised MADV_RANDOM and each fault fills its own page: no put waits the 16-40 ms
     that filling 8 MiB of fresh pages took here, at the price of a fault every page (bench/README.md "Where long
-    puts come from": with one producer 10-25% fewer puts a second and a 2-3x higher p99, and far fewer puts
+    puts come from": with one producer 10-47% fewer puts a second and a 2-3x higher p99, and far fewer puts
     over 5 ms). Segments the writer has left get readahead back. Not a format setting."""
 
     file_reserved_hours: float = 72
