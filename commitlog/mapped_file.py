@@ -155,9 +155,11 @@ class MappedFile:
         every 8 MiB. With MADV_RANDOM each fault fills its own page (a few microseconds) and the whole stays as
         fast. After appending: MADV_NORMAL, so that reads of the finished segment get readahead again.
 
-        An optimisation only: where madvise is missing or refused nothing changes. The call may wait for other
-        threads' page faults on this mapping (the kernel changes the mapping's flags), so the writer calls it
-        only where no other thread pre-faults the mapping (the segment allocator's thread does it otherwise).
+        An optimisation only: where madvise is missing or refused nothing changes. The kernel changes the
+        mapping's flags under the process's lock on its mappings, so the call may wait for another thread that
+        pre-faults any mapping: the writer calls it only for the first segment it appends to after open and for
+        one a roll had to create itself; the segment allocator advises the segments it makes, and the ones the
+        writer leaves, in its own thread.
         """
         array = self.array  # keeps the mapping alive through the call, even if another thread closes the file
         if array is None or madvise is None or appending == self.appending:
