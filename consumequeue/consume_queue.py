@@ -157,6 +157,8 @@ class ConsumeQueue:
             index, position = self._locate(self.max_offset)
             if index >= len(self.units):
                 return
+            if window == REFRESH_WINDOW_UNITS and self.units[index][position]["size"] == 0:
+                return  # nothing new (a reader that has caught up asks on every get): one entry looked at
             units = self.units[index][position : position + window]
             written = cqf.written_count(units, self.files[index].path, position)
             self.max_offset += written
