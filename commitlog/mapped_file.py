@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 PAGE_SIZE_BYTES = mmap.PAGESIZE
 MADV_NORMAL = 0  # linux/mman.h
 MADV_RANDOM = 1
-MADV_HUGEPAGE = 14
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
 CREATING_SUFFIX = ".creating"  # a file being made; one left behind by a crash is removed by its directory's owner
 
@@ -152,8 +151,9 @@ class MappedFile:
         makes the kernel read around it: `read_ahead_kb` of the file (8 MiB on this project's machine) is put
         into the page cache by the faulting thread, zero-filled from the file's unreserved or unwritten
         extents, at the 0.5 GB/s that fresh pages cost here, so the put that touched the page waited 16-40 ms
-        every 8 MiB. With MADV_RANDOM each fault fills its own page (a few microseconds) and the whole stays as
-        fast. After appending: MADV_NORMAL, so that reads of the finished segment get readahead again.
+        every 8 MiB. With MADV_RANDOM each fault fills its own page (a few microseconds): no long waits, but a
+        fault on every page, which costs throughput (bench/README.md, "Where long puts come from"). After
+        appending: MADV_NORMAL, so that reads of the finished segment get readahead again.
 
         An optimisation only: where madvise is missing or refused nothing changes. The kernel changes the
         mapping's flags under the process's lock on its mappings, so the call may wait for another thread that

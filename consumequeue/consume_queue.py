@@ -152,13 +152,14 @@ class ConsumeQueue:
     def _count_new_entries(self) -> None:
         """Count the entries written past `max_offset`, a window at a time, the window doubling while it is all
         written: the cost follows what the writer added, not what is left of the file."""
+        index, position = self._locate(self.max_offset)
+        if index < len(self.units) and self.units[index][position]["size"] == 0:
+            return  # nothing new (a reader that has caught up asks on every get): one entry looked at
         window = REFRESH_WINDOW_UNITS
         while True:
             index, position = self._locate(self.max_offset)
             if index >= len(self.units):
                 return
-            if window == REFRESH_WINDOW_UNITS and self.units[index][position]["size"] == 0:
-                return  # nothing new (a reader that has caught up asks on every get): one entry looked at
             units = self.units[index][position : position + window]
             written = cqf.written_count(units, self.files[index].path, position)
             self.max_offset += written
