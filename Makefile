@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test install bench clean-demo
 
-$(STAMP): pyproject.toml
+NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
+
+# The editable install compiles the extension; a changed C file rebuilds it.
+$(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
