@@ -1,4 +1,4 @@
-"""The compiled core: one extension module, `commitlog._native`, built from every C file in commitlog/csrc/.
+"""The compiled core: one extension module, `mqstore.commitlog._native`, built from every C file in commitlog/csrc/.
 
 pyproject.toml holds the project's metadata; this file only declares the extension, which setuptools cannot
 take from pyproject.toml alone. Fuzz targets live in commitlog/csrc/fuzz/ and are not part of the module.
@@ -13,7 +13,7 @@ NATIVE_SOURCES = sorted(glob("commitlog/csrc/*.c"))
 setup(
     ext_modules=[
         Extension(
-            "commitlog._native",
+            "mqstore.commitlog._native",
             sources=NATIVE_SOURCES,
             depends=sorted(glob("commitlog/csrc/*.h")),
             libraries=["z"],

@@ -41,11 +41,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from commitlog import format as log_format  # noqa: E402
-from commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, parse_records  # noqa: E402
-from indexfile import format as fmt  # noqa: E402
-from indexfile.dispatcher import IndexDispatcher  # noqa: E402
-from indexfile.index_service import IndexService  # noqa: E402
+from mqstore.commitlog import format as log_format  # noqa: E402
+from mqstore.commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, parse_records  # noqa: E402
+from mqstore.indexfile import format as fmt  # noqa: E402
+from mqstore.indexfile.dispatcher import IndexDispatcher  # noqa: E402
+from mqstore.indexfile.index_service import IndexService  # noqa: E402
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 TOPIC = "orders"

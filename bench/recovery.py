@@ -17,9 +17,9 @@ closed cleanly. Each case then sets up on disk what its stop would have left and
     crash, full scan, CRC on, cold   the same after posix_fadvise(DONTNEED) on the store's own files (their pages
                              leave the page cache; nothing else on the machine is touched): read from the disk
 
-Per case: open_s (wall time of open), recover_s (mqstore.recovery.recover, timed by wrapping it), scanned GB
+Per case: open_s (wall time of open), recover_s (mqstore.store.recovery.recover, timed by wrapping it), scanned GB
 (report.bytes_scanned), scan_gb_per_s = scanned / recover_s, tail_check_s (the part of recover_s spent making
-sure nothing non-zero lies past the end, mqstore.recovery._written_end: it reads the rest of the last segment),
+sure nothing non-zero lies past the end, mqstore.store.recovery._written_end: it reads the rest of the last segment),
 walk_gb_per_s = scanned / (recover_s - tail_check_s) (the record walk alone), redispatch_s (the replay through the
 dispatchers after recover, open_s less recover_s, roughly). Baselines, measured in the same run over the same
 segment bytes (warm): zlib.crc32 and the store's CRC (ISA-L's, from the isal package) over 1 MiB chunks (the
@@ -43,9 +43,9 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import mqstore.engine as engine_module  # noqa: E402
-import mqstore.recovery as recovery_module  # noqa: E402
-from commitlog import format as fmt  # noqa: E402
+import mqstore.store.engine as engine_module  # noqa: E402
+import mqstore.store.recovery as recovery_module  # noqa: E402
+from mqstore.commitlog import format as fmt  # noqa: E402
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 GB = 1_000_000_000

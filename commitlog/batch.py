@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.errors import InvalidMessageError, StoreIOError
-from commitlog.message import Message
-from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import InvalidMessageError, StoreIOError
+from mqstore.commitlog.message import Message
+from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS
 
 _DIGIT_SPAN = np.arange(fmt.RECORD_CRC_DIGITS, dtype=np.int64)
 _UNIQUE_KEY_START = b"UNIQ_KEY\x01"

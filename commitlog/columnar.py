@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError
-from commitlog.message import decode_message
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.message import decode_message
 
 STORE_COLUMN = "store"  # the optional column holding a constant label (the store each row comes from)
 

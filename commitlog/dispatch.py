@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Protocol
 
-from commitlog import format as fmt
-from commitlog.errors import StoreError
-from commitlog.record_batch import (DISPATCH_BATCH_RECORDS_MAX, HEADER_DTYPE, DispatchBatch, LogReader,
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import StoreError
+from mqstore.commitlog.record_batch import (DISPATCH_BATCH_RECORDS_MAX, HEADER_DTYPE, DispatchBatch, LogReader,
                                     batch_from_written, parse_records)
 
 log = logging.getLogger(__name__)

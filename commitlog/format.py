@@ -81,7 +81,7 @@ try:  # Intel ISA-L's CRC-32 (the `isal` package): the same checksum as zlib.crc
 except ImportError:  # pragma: no cover - isal is a dependency; zlib gives the same values, slower
     from zlib import crc32 as crc32_small
 
-from commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
 
 # isal's and zlib's crc32 let go of the GIL for inputs over 5 KiB. Under the GIL that costs a thread switch when
 # another thread wants it (the dispatch thread, the flusher, other producers), about 25 us on this machine's

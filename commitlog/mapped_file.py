@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
+from mqstore.commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
 
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ if _CHOICE == "0":
     NATIVE = None
 else:
     try:
-        from commitlog import _native as NATIVE
+        from mqstore.commitlog import _native as NATIVE
     except ImportError:
         if _CHOICE == "1":
             raise

@@ -13,8 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError
 
 DISPATCH_BATCH_RECORDS_MAX = 8192  # records handed to the dispatchers at once
 

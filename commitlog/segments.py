@@ -11,9 +11,9 @@ import os
 import threading
 import time
 
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError, StoreIOError
-from commitlog.mapped_file import MappedFile, remove_leftovers
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError, StoreIOError
+from mqstore.commitlog.mapped_file import MappedFile, remove_leftovers
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commitlog.errors import CorruptionError
+from mqstore.commitlog.errors import CorruptionError
 
 CONSUME_QUEUE_UNIT = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 UNIT_SIZE_BYTES = 20

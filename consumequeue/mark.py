@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from commitlog.errors import StoreIOError
+from mqstore.commitlog.errors import StoreIOError
 
 MARK_FILE_NAME = "dispatched_offset"
 MARK_SIZE_BYTES = 8

@@ -29,9 +29,9 @@ import queue
 import threading
 from typing import Callable
 
-from commitlog import format as fmt
-from commitlog.errors import StoreIOError
-from commitlog.mapped_file import MADV_POPULATE_WRITE, MappedFile, madvise
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import StoreIOError
+from mqstore.commitlog.mapped_file import MADV_POPULATE_WRITE, MappedFile, madvise
 
 log = logging.getLogger(__name__)
 

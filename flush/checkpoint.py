@@ -24,8 +24,8 @@ import os
 
 import numpy as np
 
-from commitlog.errors import CorruptionError
-from commitlog.mapped_file import MappedFile
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.mapped_file import MappedFile
 
 CHECKPOINT_FILE_NAME = "checkpoint"
 CHECKPOINT_SIZE_BYTES = 4096

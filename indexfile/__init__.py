@@ -4,8 +4,8 @@
 a store as one index, `dispatcher` the Dispatcher that builds it from the CommitLog.
 """
 
-from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_file import IndexFile
-from indexfile.index_service import IndexService
+from mqstore.indexfile.dispatcher import IndexDispatcher
+from mqstore.indexfile.index_file import IndexFile
+from mqstore.indexfile.index_service import IndexService
 
 __all__ = ["IndexDispatcher", "IndexFile", "IndexService"]

@@ -90,7 +90,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from commitlog.format import java_ascii_hash, java_string_hash
+from mqstore.commitlog.format import java_ascii_hash, java_string_hash
 
 # --- sizes and limits ----------------------------------------------------------------------------------------
 HEADER_SIZE_BYTES = 40

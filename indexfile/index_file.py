@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
-from indexfile import format as fmt
+from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from mqstore.indexfile import format as fmt
 
 TEMP_SUFFIX = ".creating"  # a file being created, linked into place once its size and header are set
 HEADER_READS_MAX = 8  # a read-only file's header is read until two reads agree, this many times at most

@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from commitlog.errors import (
+from mqstore.commitlog.errors import (
     CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
 )
-from commitlog.mapped_file import fsync_directory
-from indexfile import format as fmt
-from indexfile.index_file import TEMP_SUFFIX, IndexFile
+from mqstore.commitlog.mapped_file import fsync_directory
+from mqstore.indexfile import format as fmt
+from mqstore.indexfile.index_file import TEMP_SUFFIX, IndexFile
 
 log = logging.getLogger(__name__)
 

@@ -5,13 +5,13 @@
         store.put(Message("orders", b"hello"))
 """
 
-from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidConfigError, InvalidMessageError,
+from mqstore.commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidConfigError, InvalidMessageError,
                               ReadOnlyStoreError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
-from commitlog.message import Message, PutResult, PutStatus, StoredMessage
-from flush.modes import FlushMode
-from mqstore.config import StoreConfig
-from mqstore.engine import MessageStore
-from mqstore.engine_read import GetResult, GetStatus
+from mqstore.commitlog.message import Message, PutResult, PutStatus, StoredMessage
+from mqstore.flush.modes import FlushMode
+from mqstore.store.config import StoreConfig
+from mqstore.store.engine import MessageStore
+from mqstore.store.reads import GetResult, GetStatus
 
 __all__ = [
     "ConfigMismatchError",

@@ -2,6 +2,6 @@
 
 import sys
 
-from mqstore.cli import main
+from mqstore.cli.commands import main
 
 sys.exit(main())

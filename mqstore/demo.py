@@ -139,7 +139,7 @@ def _spark_part(store_dir: str, api_counts: dict[str, int], spark=None) -> bool:
         print("spark: starting a local[*] session (about 10 s)...", flush=True)
         spark = _spark_session()
     try:
-        from mqstore.spark import CommitLogDataSource
+        from mqstore.spark.source import CommitLogDataSource
 
         spark.dataSource.register(CommitLogDataSource)
         print(f"spark: session ready after {time.perf_counter() - started:.1f} s (Spark {spark.version}); "

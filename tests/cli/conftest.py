@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore.cli import main
+from mqstore.cli.commands import main
 from tests.conftest import small_config
 
 TOPIC = "orders"

@@ -1,4 +1,4 @@
-"""recover, clean, query and bench subcommands."""
+"""recover, clean and query subcommands; no command reaches into bench/."""
 
 from __future__ import annotations
 
@@ -50,14 +50,5 @@ def test_query_finds_messages_by_key(mqstore, tmp_path):
     assert mqstore("query", str(root), "--topic", TOPIC, *INDEX).code == 2  # --key is required
 
 
-def test_bench_runs_a_benchmark_quickly(mqstore, tmp_path, monkeypatch):
-    assert mqstore("bench", "no-such-bench").code == 2
-    shutil.rmtree(tmp_path, ignore_errors=True)
-    os.makedirs(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    import subprocess
-    import sys
-
-    completed = subprocess.run([sys.executable, "-m", "mqstore", "bench", "--help"], capture_output=True, text=True,
-                               timeout=60)
-    assert completed.returncode == 0 and "put_get" in completed.stdout
+def test_the_shipped_command_has_no_bench_subcommand(mqstore):
+    assert mqstore("bench", "put_get").code == 2  # benchmarks run from a checkout: make bench, python bench/*.py

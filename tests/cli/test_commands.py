@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore.consumer import open_consumer
+from mqstore.consumer.group import open_consumer
 from tests.cli.conftest import MESSAGES_PER_QUEUE, QUEUE_COUNT, TOPIC, body, tags
 from tests.conftest import small_config
 

@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from commitlog import format as fmt
+from mqstore.commitlog import format as fmt
 from mqstore import Message, MessageStore, PutStatus, StoreConfig
 
 TOPICS = ("orders", "audit", "t")

@@ -46,8 +46,8 @@ import random
 import threading
 from dataclasses import dataclass, field, replace
 
-from commitlog.mapped_file import MappedFile
-from indexfile.index_file import IndexFile
+from mqstore.commitlog.mapped_file import MappedFile
+from mqstore.indexfile.index_file import IndexFile
 
 PAGE_SIZE_BYTES = 4096
 SECTOR_SIZE_BYTES = 512

@@ -27,8 +27,8 @@ import zlib
 
 import pytest
 
-import commitlog.commitlog as commitlog_module
-from flush.modes import FlushMode
+import mqstore.commitlog.commitlog as commitlog_module
+from mqstore.flush.modes import FlushMode
 from mqstore import MessageStore, PutStatus
 from tests.conftest import small_config
 from tests.crash.checks import RETENTION_OFF, Acked, body_seq, planned_message, read_segments, segments_from_files, \
@@ -46,7 +46,7 @@ SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20240601"))
 
 
 class FakeClock:
-    """commitlog.commitlog._time_ns advancing `step_ms` per call (appends call it under the writer lock)."""
+    """mqstore.commitlog.commitlog._time_ns advancing `step_ms` per call (appends call it under the writer lock)."""
 
     def __init__(self, step_ms: int):
         self.step_ns = step_ms * 1_000_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 
-from commitlog.mapped_file import MappedFile
+from mqstore.commitlog.mapped_file import MappedFile
 from tests.crash import simulator
 from tests.crash.simulator import FlushRecorder, image_files
 

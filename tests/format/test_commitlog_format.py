@@ -12,8 +12,8 @@ import zlib
 
 import pytest
 
-from commitlog import format as fmt
-from commitlog.format import java_string_hash
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.format import java_string_hash
 from mqstore import Message, MessageStore
 from tests.conftest import small_config
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from indexfile import format as fmt
-from indexfile.index_file import IndexFile
-from indexfile.index_service import IndexService
+from mqstore.indexfile import format as fmt
+from mqstore.indexfile.index_file import IndexFile
+from mqstore.indexfile.index_service import IndexService
 
 T0 = 1_700_000_000_000  # 0x0000018BCFE56800
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mqstore import GetStatus, InvalidMessageError, Message, MessageStore, StoreConfig
-from mqstore.engine_read import GET_FILTER_SCAN_ENTRIES_MIN
+from mqstore.store.reads import GET_FILTER_SCAN_ENTRIES_MIN
 
 TOPICS = ("alpha", "beta")
 QUEUES = 2

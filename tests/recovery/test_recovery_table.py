@@ -1,4 +1,4 @@
-"""One test per row of the recovery decision table (mqstore/recovery.py).
+"""One test per row of the recovery decision table (mqstore/store/recovery.py).
 
 A crash is simulated by copying a store directory while its writer still has it open: the copy holds what
 the page cache held (an `abort` marker included), as after a process kill; damaging the copy's unflushed
@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from mqstore import CorruptionError, GetStatus, Message, MessageStore
-from mqstore.verify import verify_store
+from mqstore.store.verify import verify_store
 from tests.conftest import rocketmq_config, rocketmq_manifest, small_config
 
 

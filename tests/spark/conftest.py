@@ -39,7 +39,7 @@ def spark():
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     from pyspark.sql import SparkSession
 
-    from mqstore.spark import CommitLogDataSource
+    from mqstore.spark.source import CommitLogDataSource
 
     session = (SparkSession.builder.master("local[2]").appName("mqstore-spark-tests")
                .config("spark.ui.enabled", "false")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from commitlog import format as fmt
-from consumequeue import format as cqfmt
+from mqstore.commitlog import format as fmt
+from mqstore.consumequeue import format as cqfmt
 
 BORN_HOST = ("10.1.2.3", 41234)
 STORE_HOST = ("192.168.7.9", 10911)

@@ -9,15 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commitlog import columnar
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError, StoreIOError
-from commitlog.message import decode_message
-from consumequeue import format as cqfmt
-from consumequeue.mark import mark_path, read_mark
+from mqstore.commitlog import columnar
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError, StoreIOError
+from mqstore.commitlog.message import decode_message
+from mqstore.consumequeue import format as cqfmt
+from mqstore.consumequeue.mark import mark_path, read_mark
 from mqstore import Message, MessageStore, StoreConfig
-from mqstore import spark as source
-from mqstore import spark_options, spark_plan, spark_scan
+from mqstore.spark import source
+from mqstore.spark import options as spark_options
+from mqstore.spark import plan as spark_plan
+from mqstore.spark import scan as spark_scan
 from tests.spark.storegen import StoreWriter, encode_record
 
 SEGMENT = 64 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commitlog import format as fmt
+from mqstore.commitlog import format as fmt
 from mqstore import InvalidMessageError, Message, MessageStore
 from tests.conftest import small_config
 

@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from commitlog import format as fmt
-from commitlog.commitlog import CommitLog, validate_topic
-from commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedError
-from commitlog.message import Message
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import CommitLog, validate_topic
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedError
+from mqstore.commitlog.message import Message
 from tests.unit.commitlog import handmade
 
 SEGMENT_SIZE = 65536

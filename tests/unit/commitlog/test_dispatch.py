@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from commitlog import format as fmt
-from commitlog import record_batch
-from commitlog.commitlog import CommitLog
-from commitlog.dispatch import DispatchBatch, DispatchService, parse_records
-from commitlog.errors import CorruptionError
-from commitlog.message import Message
-from commitlog.segments import SegmentList
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog import record_batch
+from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.dispatch import DispatchBatch, DispatchService, parse_records
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.message import Message
+from mqstore.commitlog.segments import SegmentList
 from tests.unit.commitlog import handmade
 from tests.unit.commitlog.test_message import _three_record_segment
 
@@ -277,7 +277,7 @@ def test_dispatch_available_runs_in_the_calling_thread_and_resumes(tmp_path):
 
 
 def test_header_dtype_agrees_with_the_format_offsets():
-    from commitlog.dispatch import HEADER_DTYPE
+    from mqstore.commitlog.dispatch import HEADER_DTYPE
 
     assert HEADER_DTYPE.itemsize == 88
     assert all(HEADER_DTYPE.fields[name][0].byteorder in (">", "|") for name in HEADER_DTYPE.names)

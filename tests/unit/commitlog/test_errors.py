@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commitlog import errors
+from mqstore.commitlog import errors
 
 
 @pytest.mark.parametrize("name", ["InvalidMessageError", "InvalidConfigError", "ConfigMismatchError",

@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
 from tests.unit.commitlog import handmade
 
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-import commitlog.handoff as handoff_module
-from commitlog.handoff import HandOff
+import mqstore.commitlog.handoff as handoff_module
+from mqstore.commitlog.handoff import HandOff
 
 
 def _park(handoff: HandOff, function, argument, outcomes: dict, key) -> threading.Thread:

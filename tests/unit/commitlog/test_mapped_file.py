@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
-from commitlog.mapped_file import MappedFile
+from mqstore.commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
+from mqstore.commitlog.mapped_file import MappedFile
 
 
 @pytest.mark.parametrize("preallocate", [True, False])
@@ -73,7 +73,7 @@ def test_delete_removes_the_file(tmp_path):
 _READ_AFTER_CLOSE = r"""
 import sys
 import numpy as np
-from commitlog.mapped_file import MappedFile
+from mqstore.commitlog.mapped_file import MappedFile
 path, hold = sys.argv[1], sys.argv[2]
 mapped = MappedFile.create(path, 0, 1 << 16)
 mapped.view[100:105] = b"hello"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from commitlog.errors import CorruptionError
-from commitlog.segments import SegmentList
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.segments import SegmentList
 
 SIZE = 4096
 
@@ -78,7 +78,7 @@ def _age(directory, seconds: float) -> None:
 def test_load_if_changed_lists_only_a_directory_that_changed(tmp_path, monkeypatch):
     import os
 
-    import commitlog.segments as segments_module
+    import mqstore.commitlog.segments as segments_module
 
     listings = []
     real_listdir = os.listdir

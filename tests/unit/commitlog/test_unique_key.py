@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from commitlog.unique_key import UniqueKeyGenerator, _month_start_ms
+from mqstore.commitlog.unique_key import UniqueKeyGenerator, _month_start_ms
 
 
 def test_layout_is_ip_pid_instance_time_counter():

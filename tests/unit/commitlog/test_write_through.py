@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from commitlog import commitlog as commitlog_module
-from commitlog.commitlog import WRITE_THROUGH_RECORD_BYTES_MAX, CommitLog
-from commitlog.errors import StoreIOError
-from commitlog.message import Message
+from mqstore.commitlog import commitlog as commitlog_module
+from mqstore.commitlog.commitlog import WRITE_THROUGH_RECORD_BYTES_MAX, CommitLog
+from mqstore.commitlog.errors import StoreIOError
+from mqstore.commitlog.message import Message
 
 BORN_HOST = bytes([10, 0, 0, 1]) + (4321).to_bytes(4, "big")
 STORE_HOST = bytes([10, 0, 0, 2]) + (10911).to_bytes(4, "big")

@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from commitlog import format as fmt
-from commitlog.commitlog import DESCRIBED_TAIL_BYTES_MAX, CommitLog
-from commitlog.dispatch import DispatchService, parse_records
-from commitlog.message import Message
-from commitlog.record_batch import batch_from_written
-from commitlog.unique_key import UniqueKeyGenerator
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import DESCRIBED_TAIL_BYTES_MAX, CommitLog
+from mqstore.commitlog.dispatch import DispatchService, parse_records
+from mqstore.commitlog.message import Message
+from mqstore.commitlog.record_batch import batch_from_written
+from mqstore.commitlog.unique_key import UniqueKeyGenerator
 
 BORN_HOST = bytes([10, 0, 0, 1]) + (4321).to_bytes(4, "big")
 STORE_HOST = bytes([10, 0, 0, 2]) + (10911).to_bytes(4, "big")

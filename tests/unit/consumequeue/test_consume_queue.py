@@ -8,9 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from commitlog.errors import CorruptionError
-from consumequeue import format as cqf
-from consumequeue.consume_queue import ConsumeQueue, ConsumeQueueTable
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.consumequeue import format as cqf
+from mqstore.consumequeue.consume_queue import ConsumeQueue, ConsumeQueueTable
 
 PER_FILE = 4
 
@@ -185,7 +185,7 @@ def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
 
 def test_a_reader_refresh_counts_many_new_entries_and_lists_files_only_when_its_last_file_is_full(tmp_path,
                                                                                                  monkeypatch):
-    from consumequeue import consume_queue as module
+    from mqstore.consumequeue import consume_queue as module
 
     per_file = 1000  # more than a refresh's first window
     writer = ConsumeQueue(str(tmp_path), "t", 0, per_file, writable=True)

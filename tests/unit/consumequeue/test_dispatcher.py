@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from commitlog import format as log_format
-from commitlog.dispatch import DispatchBatch
-from commitlog.errors import CorruptionError
-from consumequeue import dispatcher as dispatcher_module
-from consumequeue.consume_queue import ConsumeQueueTable
-from consumequeue.dispatcher import ConsumeQueueDispatcher
+from mqstore.commitlog import format as log_format
+from mqstore.commitlog.dispatch import DispatchBatch
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.consumequeue import dispatcher as dispatcher_module
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
 
 PREPARED = log_format.SYS_FLAG_TRANSACTION_PREPARED_TYPE
 COMMIT = log_format.SYS_FLAG_TRANSACTION_COMMIT_TYPE

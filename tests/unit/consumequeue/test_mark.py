@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from commitlog.errors import StoreIOError
-from consumequeue.mark import DispatchedMark, read_mark
+from mqstore.commitlog.errors import StoreIOError
+from mqstore.consumequeue.mark import DispatchedMark, read_mark
 
 
 def test_a_published_offset_is_what_a_reader_reads_at_once(tmp_path):
@@ -45,7 +45,7 @@ def test_a_mark_that_cannot_be_opened_is_a_store_io_error(tmp_path):
 _WRITER = """
 import sys, time
 sys.path.insert(0, sys.argv[2])
-from consumequeue.mark import DispatchedMark
+from mqstore.consumequeue.mark import DispatchedMark
 mark = DispatchedMark(sys.argv[1])
 values = (0x00FF00FF00FF00FF, 0x7F007F007F007F00)
 print("ready", flush=True)

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-import flush.allocator as allocator_module
-from commitlog import format as fmt
-from flush.allocator import SegmentAllocator
+import mqstore.flush.allocator as allocator_module
+from mqstore.commitlog import format as fmt
+from mqstore.flush.allocator import SegmentAllocator
 
 SEGMENT_BYTES = 4 * 1024 * 1024
 
@@ -85,7 +85,7 @@ def _wait_for(condition, what: str) -> None:
 
 @pytest.mark.skipif(allocator_module._madvise is None, reason="needs madvise")
 def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, monkeypatch):
-    from commitlog.mapped_file import MappedFile
+    from mqstore.commitlog.mapped_file import MappedFile
 
     window = 1024 * 1024
     monkeypatch.setattr(allocator_module, "AHEAD_WINDOW_BYTES", window)

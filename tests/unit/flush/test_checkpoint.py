@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from commitlog.errors import CorruptionError
-from flush.checkpoint import CHECKPOINT_SIZE_BYTES, RECOVERY_SAFETY_MARGIN_MS, Checkpoint
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.flush.checkpoint import CHECKPOINT_SIZE_BYTES, RECOVERY_SAFETY_MARGIN_MS, Checkpoint
 
 
 def test_a_new_checkpoint_is_4_kib_of_zeros_and_reads_back_updates(tmp_path):

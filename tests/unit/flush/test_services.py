@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 import threading
 
-from flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
+from mqstore.flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
 from tests.conftest import small_config
 

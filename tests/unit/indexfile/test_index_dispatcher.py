@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from commitlog import format as log_format
-from commitlog.dispatch import DispatchBatch
-from indexfile.dispatcher import IndexDispatcher, message_index_keys
-from indexfile.index_service import IndexService
+from mqstore.commitlog import format as log_format
+from mqstore.commitlog.dispatch import DispatchBatch
+from mqstore.indexfile.dispatcher import IndexDispatcher, message_index_keys
+from mqstore.indexfile.index_service import IndexService
 
 T0 = 1_700_000_000_000
 ALWAYS = (0, 2**62)

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from commitlog.format import java_string_hash
-from indexfile import format as fmt
+from mqstore.commitlog.format import java_string_hash
+from mqstore.indexfile import format as fmt
 
 
 @pytest.mark.parametrize("text, java_hash", [

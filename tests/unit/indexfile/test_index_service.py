@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from commitlog.errors import (
+from mqstore.commitlog.errors import (
     CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
 )
-from indexfile import format as fmt
-from indexfile import index_service
-from indexfile.index_service import IndexService
+from mqstore.indexfile import format as fmt
+from mqstore.indexfile import index_service
+from mqstore.indexfile.index_service import IndexService
 
 T0 = 1_700_000_000_000
 ALWAYS = (0, 2**62)

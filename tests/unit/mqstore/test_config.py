@@ -9,7 +9,7 @@ import pytest
 
 from mqstore import (ConfigMismatchError, CorruptionError, FlushMode, InvalidConfigError, Message, MessageStore,
                      StoreConfig)
-from mqstore.config import FORMAT_FIELDS, config_as_dict
+from mqstore.store.config import FORMAT_FIELDS, config_as_dict
 from tests.conftest import small_config
 
 

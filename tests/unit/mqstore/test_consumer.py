@@ -1,4 +1,4 @@
-"""mqstore.consumer: positions from committed offsets, long-poll woken by dispatch, tag filtering, at-least-once."""
+"""mqstore.consumer.group: positions from committed offsets, long-poll woken by dispatch, tag filtering, at-least-once."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mqstore import InvalidMessageError, Message, MessageStore, StoreClosedError
-from mqstore.consumer import _wait_for_dispatch, open_consumer
+from mqstore.consumer.group import _wait_for_dispatch, open_consumer
 from tests.conftest import rocketmq_config, rocketmq_manifest
 from tests.unit.mqstore.conftest import config
 
@@ -88,7 +88,7 @@ def test_a_restarted_consumer_resumes_at_the_commit_and_gets_the_rest_again(stor
 CRASHING_CONSUMER = textwrap.dedent("""
     import os, sys
     from mqstore import Message, MessageStore, StoreConfig
-    from mqstore.consumer import open_consumer
+    from mqstore.consumer.group import open_consumer
 
     config = StoreConfig(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64,
                          max_message_size_bytes=8192, max_queues_per_topic=8, store_host="10.0.0.7",

@@ -100,7 +100,7 @@ def test_a_queue_entry_with_the_wrong_size_is_corruption(store_dir):
 
 
 def test_repair_cuts_the_log_and_makes_the_deletion_of_later_segments_durable(store_dir, monkeypatch):
-    import commitlog.commitlog as commitlog_module
+    import mqstore.commitlog.commitlog as commitlog_module
 
     results, _ = _fill_two_segments(store_dir)
     handmade.flip_bit(store_dir / "commitlog" / f"{0:020d}", results[5].commitlog_offset + handmade.AT_MAGIC, 0)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from commitlog.errors import StoreError
+from mqstore.commitlog.errors import StoreError
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
-from mqstore.dispatch_process import CONTROL_FILE_NAME, DispatchProcessError
+from mqstore.store.dispatch_process import CONTROL_FILE_NAME, DispatchProcessError
 from tests.conftest import small_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -263,7 +263,7 @@ def test_a_read_only_store_follows_a_writer_with_a_dispatch_process(tmp_path):
 
 
 def test_the_control_file_is_read_as_whole_words(tmp_path):
-    from mqstore.dispatch_process import ControlWords
+    from mqstore.store.dispatch_process import ControlWords
 
     path = str(tmp_path / "control")
     writer = ControlWords(path, create=True)

@@ -9,14 +9,14 @@ import threading
 
 import pytest
 
-from commitlog.commitlog import CommitLog
-from commitlog.dispatch import DispatchService
-from consumequeue.consume_queue import ConsumeQueueTable
-from consumequeue.dispatcher import ConsumeQueueDispatcher
-from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_service import IndexService
+from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.dispatch import DispatchService
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
+from mqstore.indexfile.dispatcher import IndexDispatcher
+from mqstore.indexfile.index_service import IndexService
 from mqstore import Message, MessageStore
-from mqstore.config import FlushMode
+from mqstore.store.config import FlushMode
 from tests.unit.mqstore.conftest import config
 
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from indexfile import format as index_format
+from mqstore.indexfile import format as index_format
 from mqstore import ConfigMismatchError, CorruptionError, InvalidMessageError, Message, MessageStore
 from tests.conftest import rocketmq_config, rocketmq_manifest, small_config
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError
 from mqstore import GetStatus, Message, MessageStore
 from tests.conftest import small_config
 

@@ -109,7 +109,7 @@ def test_read_only_open_of_a_missing_store_creates_nothing(tmp_path):
 
 
 def test_a_failed_open_stops_every_thread_it_started_and_releases_the_store(store_dir, monkeypatch):
-    from mqstore import retention
+    from mqstore.store import retention
 
     with MessageStore.open(store_dir, config()) as store:
         store.put(Message("t", b"kept"))

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from commitlog.format import java_string_hash
+from mqstore.commitlog.format import java_string_hash
 from mqstore import FlushMode, GetStatus, InvalidMessageError, Message, MessageStore, PutStatus
 from tests.unit.mqstore.conftest import config
 

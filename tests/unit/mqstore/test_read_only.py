@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from mqstore import GetStatus, Message, MessageStore, StoreLockedError
-from mqstore.config import config_as_dict
+from mqstore.store.config import config_as_dict
 from tests.unit.mqstore.conftest import config
 
 RESPONSE_TIMEOUT_S = 60

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from commitlog import format as fmt
+from mqstore.commitlog import format as fmt
 from mqstore import CorruptionError, Message, MessageStore
-from mqstore.verify import verify_store
+from mqstore.store.verify import verify_store
 from tests.conftest import rocketmq_config
 from tests.unit.commitlog import handmade
 from tests.unit.mqstore.conftest import config

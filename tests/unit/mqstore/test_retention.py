@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from commitlog.format import parse_segment_name
+from mqstore.commitlog.format import parse_segment_name
 from mqstore import GetStatus, Message, MessageStore, PutStatus
-from mqstore.retention import Retention, restore_from_archive
+from mqstore.store.retention import Retention, restore_from_archive
 from tests.conftest import small_config
 
 SEGMENT = small_config().segment_size_bytes
@@ -129,7 +129,7 @@ def test_disk_pressure_removes_unexpired_segments_and_a_full_disk_refuses_puts(t
 def test_disk_usage_is_measured_as_df_reports_it(tmp_path):
     import shutil
 
-    from mqstore.retention import disk_used_ratio
+    from mqstore.store.retention import disk_used_ratio
 
     usage = shutil.disk_usage(tmp_path)  # used and free-to-users, reserved blocks in neither
     expected = usage.used / (usage.used + usage.free)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import struct
 
-from indexfile import format as index_format
-from indexfile.index_file import IndexFile
+from mqstore.indexfile import format as index_format
+from mqstore.indexfile.index_file import IndexFile
 from mqstore import Message, MessageStore
-from mqstore.verify import INDEX_DISABLED, verify_store
+from mqstore.store.verify import INDEX_DISABLED, verify_store
 from tests.unit.mqstore.conftest import config
 
 SLOTS, ENTRIES = 64, 256

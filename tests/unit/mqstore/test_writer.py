@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-import commitlog.handoff as handoff
+import mqstore.commitlog.handoff as handoff
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus, StoreClosedError
 from tests.conftest import small_config
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.columnar import BUFFER_PAD_BYTES
-from commitlog.errors import CommitLogSourceError, CorruptionError, StoreIOError
-from consumequeue import format as cqfmt
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.columnar import BUFFER_PAD_BYTES
+from mqstore.commitlog.errors import CommitLogSourceError, CorruptionError, StoreIOError
+from mqstore.consumequeue import format as cqfmt
 
 BOUNDARY_QUEUES_MAX = 16  # queues searched for a record start to split a segment at
 

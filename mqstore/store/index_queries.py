@@ -10,13 +10,13 @@ import logging
 import os
 import shutil
 
-from commitlog import format as fmt
-from commitlog.commitlog import validate_topic
-from commitlog.errors import ConfigMismatchError, CorruptionError, InvalidMessageError, StoreIOError
-from commitlog.message import StoredMessage
-from indexfile import format as index_format
-from indexfile.index_service import IndexService
-from mqstore.config import StoreConfig
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import validate_topic
+from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError, InvalidMessageError, StoreIOError
+from mqstore.commitlog.message import StoredMessage
+from mqstore.indexfile import format as index_format
+from mqstore.indexfile.index_service import IndexService
+from mqstore.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
 

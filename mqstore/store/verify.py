@@ -28,16 +28,16 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from commitlog import format as fmt
-from commitlog.commitlog import TOPIC_PATTERN
-from commitlog.errors import ConfigMismatchError, CorruptionError, StoreIOError
-from commitlog.segments import SegmentList
-from consumequeue import format as cqf
-from consumequeue.consume_queue import ConsumeQueue
-from indexfile import format as index_format
-from indexfile.index_service import IndexService
-from mqstore.config import RECORD_CRC_FROM_KEY, StoreConfig, save_or_check_format
-from mqstore.engine_index import check_index_sizes
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import TOPIC_PATTERN
+from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError, StoreIOError
+from mqstore.commitlog.segments import SegmentList
+from mqstore.consumequeue import format as cqf
+from mqstore.consumequeue.consume_queue import ConsumeQueue
+from mqstore.indexfile import format as index_format
+from mqstore.indexfile.index_service import IndexService
+from mqstore.store.config import RECORD_CRC_FROM_KEY, StoreConfig, save_or_check_format
+from mqstore.store.index_queries import check_index_sizes
 
 INDEX_DISABLED = "the config has index_enabled=False"
 VERIFY_PROBLEMS_MAX = 100  # problems a report keeps (the rest are only counted)

@@ -1,4 +1,4 @@
-"""The commitlog source's schema, options and filter pushdown (the options table is in mqstore/spark.py).
+"""The commitlog source's schema, options and filter pushdown (the options table is in mqstore/spark/source.py).
 
 `parse_options` checks what a load() was given and resolves its paths to stores; `RowFilter` is the AND of
 the row conditions (the options and the filters Spark pushed), which planning uses to skip what provably holds
@@ -22,8 +22,8 @@ from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
                                StructType, TimestampType)
 
-from commitlog.columnar import STORE_COLUMN
-from commitlog.errors import CommitLogSourceError
+from mqstore.commitlog.columnar import STORE_COLUMN
+from mqstore.commitlog.errors import CommitLogSourceError
 
 FORMAT_NAME = "commitlog"
 

@@ -19,31 +19,31 @@ from typing import Iterable
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.commitlog import CommitLog
-from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
-from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
+from mqstore.commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
                               StoreClosedError, StoreError, StoreIOError, StoreLockedError)
-from commitlog.handoff import HandOff
-from commitlog.message import Message, PutResult, PutStatus
-from consumequeue.consume_queue import ConsumeQueueTable
-from consumequeue.dispatcher import ConsumeQueueDispatcher
-from consumequeue.mark import DispatchedMark, mark_path
-from commitlog.unique_key import UniqueKeyGenerator
-from flush.allocator import SegmentAllocator
-from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
-from flush.services import GroupCommitService, IntervalFlusher
-from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_service import IndexService
-from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
+from mqstore.commitlog.handoff import HandOff
+from mqstore.commitlog.message import Message, PutResult, PutStatus
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
+from mqstore.consumequeue.mark import DispatchedMark, mark_path
+from mqstore.commitlog.unique_key import UniqueKeyGenerator
+from mqstore.flush.allocator import SegmentAllocator
+from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
+from mqstore.flush.services import GroupCommitService, IntervalFlusher
+from mqstore.indexfile.dispatcher import IndexDispatcher
+from mqstore.indexfile.index_service import IndexService
+from mqstore.store.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
                             save_record_crc_from)
-from mqstore.dispatch_process import ProcessDispatch, stop_leftover
-from mqstore.engine_index import IndexFlushable, IndexLookups, checkpoint_logical_flush
-from mqstore.engine_read import Reads
-from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
-from mqstore.recovery import RecoveryReport, dispatch_start, recover
-from mqstore.retention import Retention
+from mqstore.store.dispatch_process import ProcessDispatch, stop_leftover
+from mqstore.store.index_queries import IndexFlushable, IndexLookups, checkpoint_logical_flush
+from mqstore.store.reads import Reads
+from mqstore.store.markers import ABORT_FILE_NAME, remove_marker, write_marker
+from mqstore.store.recovery import RecoveryReport, dispatch_start, recover
+from mqstore.store.retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class MessageStore(Reads, IndexLookups):
              repair: bool = False) -> "MessageStore":
         """Open (creating it unless read_only) the store under `root_dir`.
 
-        A writable open recovers the store first (mqstore/recovery.py): after a crash it cuts a torn tail and
+        A writable open recovers the store first (mqstore/store/recovery.py): after a crash it cuts a torn tail and
         re-dispatches; damaged flushed data raises CorruptionError unless `repair=True`, which cuts the log at
         the first bad record. What it found and did is in `store.recovery_report`.
         """
@@ -212,7 +212,7 @@ class MessageStore(Reads, IndexLookups):
 
     def _start_dispatch_process(self) -> None:
         """Hand the queues and the index to a child process that dispatches from here on; this process follows
-        them read-only, as a read_only store does (mqstore/dispatch_process.py)."""
+        them read-only, as a read_only store does (mqstore/store/dispatch_process.py)."""
         config = self.config
         root = self.root_dir
         start = self._dispatch.dispatched_offset
@@ -522,8 +522,8 @@ class MessageStore(Reads, IndexLookups):
         return None if self._dispatch is None else self._dispatch.dispatched_offset
 
     def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None, consume_from: str = "first"):
-        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer)."""
-        from mqstore.consumer import open_consumer  # consumer imports this module
+        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer.group)."""
+        from mqstore.consumer.group import open_consumer  # consumer imports this module
 
         return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from)
 

@@ -27,8 +27,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from commitlog import format as fmt
-from commitlog.errors import StoreIOError
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import StoreIOError
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import os
 import socket
 from dataclasses import asdict, dataclass, field, fields
 
-from commitlog import format as fmt
-from commitlog.errors import ConfigMismatchError, CorruptionError, InvalidConfigError, StoreIOError
-from flush.modes import FlushMode
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError, InvalidConfigError, StoreIOError
+from mqstore.flush.modes import FlushMode
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -85,7 +85,7 @@ class StoreConfig:
     a producer puts flat out (dispatch shares the interpreter: unbounded, it falls behind by seconds)."""
 
     dispatch_process: bool = False
-    """build the ConsumeQueues and the index in a child process of their own (mqstore/dispatch_process.py) instead
+    """build the ConsumeQueues and the index in a child process of their own (mqstore/store/dispatch_process.py) instead
     of a thread of the writer's: producers then no longer share the interpreter lock with dispatch (more puts a
     second, dispatch keeping up; bench/dispatch_process.py). The writer's reads follow what the child writes, as
     a read_only store does. Opening starts the child and waits until it runs (about half a second)."""

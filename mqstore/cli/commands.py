@@ -27,15 +27,15 @@ import sys
 import threading
 import time
 
-from commitlog import format as fmt
-from commitlog.errors import StoreError
-from commitlog.message import Message
-from mqstore import cli_admin
-from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import StoreError
+from mqstore.commitlog.message import Message
+from mqstore.cli import admin as cli_admin
+from mqstore.cli.common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
                                 progress_bar, store_config, table)
-from mqstore.consumer import open_consumer
-from mqstore.engine_read import GetStatus
-from mqstore.verify import INDEX_DISABLED, log_written_end, queue_usage, verify_store
+from mqstore.consumer.group import open_consumer
+from mqstore.store.reads import GetStatus
+from mqstore.store.verify import INDEX_DISABLED, log_written_end, queue_usage, verify_store
 
 PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch
 TAIL_BATCH_MESSAGES = 256  # messages `tail` asks one poll for
@@ -116,7 +116,6 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--offset", type=_non_negative, required=True, help="commitlog offset of the record")
     add("verify", "check every record's CRC, segment ends, ConsumeQueue entries and index files; exit 1 on corruption")
     cli_admin.add_parsers(add)
-    cli_admin.add_bench_parser(commands)
     return parser
 
 
@@ -394,5 +393,4 @@ def _cmd_verify(args) -> int:
 
 _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
              "dump": _cmd_dump, "verify": _cmd_verify,
-             "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query,
-             "bench": cli_admin.cmd_bench}
+             "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query}

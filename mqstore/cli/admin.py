@@ -1,19 +1,11 @@
-"""The `mqstore` subcommands for store maintenance and lookups: recover, clean, query, bench.
+"""The `mqstore` subcommands for store maintenance and lookups: recover, clean, query.
 
-Kept apart from mqstore/cli.py (the parser and the reading commands); both use mqstore/cli_common.py.
+Kept apart from mqstore/cli/commands.py (the parser and the reading commands); both use mqstore/cli/common.py.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-from mqstore.cli_common import open_store, print_json, print_messages
-
-BENCHMARKS = ("put_get", "flush_modes", "put_stalls", "dispatch_lag", "dispatch_process", "index", "recovery",
-              "spark_read")
-
+from mqstore.cli.common import open_store, print_json, print_messages
 
 def add_parsers(add) -> None:
     """Add the subcommands through `add(name, help)` (cli.py's helper that adds the common store options)."""
@@ -27,13 +19,6 @@ def add_parsers(add) -> None:
     query.add_argument("--count", type=int, default=32, help="messages at most (default 32)")
     query.add_argument("--begin-ms", type=int, default=0, help="stored at or after this time (ms)")
     query.add_argument("--end-ms", type=int, default=None, help="stored at or before this time (ms)")
-
-
-def add_bench_parser(commands) -> None:
-    bench = commands.add_parser("bench", help="run one of the benchmarks in bench/ (a repository checkout)",
-                                description="run one of the benchmarks in bench/ (a repository checkout)")
-    bench.add_argument("name", choices=BENCHMARKS)
-    bench.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
 
 
 def cmd_recover(args) -> int:
@@ -69,12 +54,3 @@ def cmd_query(args) -> int:
     if not args.json:
         print(f"# {len(messages)} message(s)")
     return 0
-
-
-def cmd_bench(args) -> int:
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", f"{args.name}.py")
-    if not os.path.exists(script):
-        print(f"mqstore: {script} not found: benchmarks run from a repository checkout", file=sys.stderr)
-        return 1
-    command = [sys.executable, script] + (["--quick"] if args.quick else [])
-    return subprocess.call(command)

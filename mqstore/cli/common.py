@@ -6,11 +6,11 @@ import json
 import os
 import sys
 
-from commitlog import format as fmt
-from consumequeue import format as cqf
-from indexfile import format as index_format
-from mqstore.config import CONFIG_FILE_NAME, StoreConfig
-from mqstore.engine import MessageStore
+from mqstore.commitlog import format as fmt
+from mqstore.consumequeue import format as cqf
+from mqstore.indexfile import format as index_format
+from mqstore.store.config import CONFIG_FILE_NAME, StoreConfig
+from mqstore.store.engine import MessageStore
 
 MESSAGE_SIZE_DEFAULT_BYTES = StoreConfig.max_message_size_bytes
 _RECORD_OVERHEAD_MAX_BYTES = (fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX

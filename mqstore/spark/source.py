@@ -1,6 +1,6 @@
 """A PySpark data source over CommitLogs: batch and streaming reads of mqstore / RocketMQ 4.x stores.
 
-    from mqstore.spark import CommitLogDataSource
+    from mqstore.spark.source import CommitLogDataSource
     spark.dataSource.register(CommitLogDataSource)
     df = spark.read.format("commitlog").load("/path/to/store")          # or a list of paths, or a glob
     stream = spark.readStream.format("commitlog").load("/path/to/store")
@@ -33,7 +33,7 @@ filter is applied to each record by the reader, planning only skips what provabl
 gives the same rows with pushdown on or off. Other filters are left to Spark.
 
 How a store is planned (a snapshot of each store up to its written end; ConsumeQueues for a topic filter;
-segments skipped by time; large segments split at record starts): see mqstore/spark_plan.py.
+segments skipped by time; large segments split at record starts): see mqstore/spark/plan.py.
 
 Consistency: every partition carries the byte ranges fixed at planning, so a read sees each store up to its
 end at planning time while a writer appends. A segment deleted (or shrunk) under a running read raises
@@ -57,11 +57,11 @@ such flags, so this only concerns logs written through DefaultMessageStore by ot
 
 The modules, each importing only those below it:
 
-    mqstore/spark.py          the DataSource and its batch and stream readers (this module)
-    mqstore/spark_plan.py     the snapshot of each store and its partitions
-    mqstore/spark_scan.py     partitions read into RecordBatches; the written end; streaming admission
-    mqstore/spark_store.py    segment files and ConsumeQueue files, read without a lock
-    mqstore/spark_options.py  schema, options, filter pushdown
+    mqstore/spark/source.py          the DataSource and its batch and stream readers (this module)
+    mqstore/spark/plan.py     the snapshot of each store and its partitions
+    mqstore/spark/scan.py     partitions read into RecordBatches; the written end; streaming admission
+    mqstore/spark/store_files.py    segment files and ConsumeQueue files, read without a lock
+    mqstore/spark/options.py  schema, options, filter pushdown
     commitlog/columnar.py     locating records and decoding them into Arrow columns (knows nothing of Spark)
 """
 
@@ -75,12 +75,12 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
-from commitlog.errors import CommitLogSourceError
-from mqstore.spark_options import (FORMAT_NAME, SourceOptions, StoreRef, arrow_schema, check_schema,
+from mqstore.commitlog.errors import CommitLogSourceError
+from mqstore.spark.options import (FORMAT_NAME, SourceOptions, StoreRef, arrow_schema, check_schema,
                                    commitlog_schema, parse_options, push_filters)
-from mqstore.spark_plan import plan_batch, plan_store, plan_stream
-from mqstore.spark_scan import admit, read_partition
-from mqstore.spark_store import list_segments
+from mqstore.spark.plan import plan_batch, plan_store, plan_stream
+from mqstore.spark.scan import admit, read_partition
+from mqstore.spark.store_files import list_segments
 
 __all__ = ["CommitLogDataSource", "CommitLogSourceError", "commitlog_schema"]
 

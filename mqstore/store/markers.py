@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from commitlog.errors import StoreIOError
-from commitlog.mapped_file import fsync_directory
+from mqstore.commitlog.errors import StoreIOError
+from mqstore.commitlog.mapped_file import fsync_directory
 
 ABORT_FILE_NAME = "abort"
 

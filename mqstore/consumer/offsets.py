@@ -29,9 +29,9 @@ import os
 import re
 from json.decoder import scanstring
 
-from commitlog.commitlog import TOPIC_PATTERN
-from commitlog.errors import CorruptionError, InvalidMessageError, StoreIOError
-from commitlog.mapped_file import fsync_directory
+from mqstore.commitlog.commitlog import TOPIC_PATTERN
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError, StoreIOError
+from mqstore.commitlog.mapped_file import fsync_directory
 
 OFFSETS_DIR_NAME = "config"
 OFFSETS_FILE_NAME = "consumerOffset.json"

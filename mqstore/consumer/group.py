@@ -7,7 +7,7 @@
         consumer.commit()                                      # at-least-once: commit after handling
 
 A consumer keeps a position per queue: the queue offset of the next message it will return. It starts at the
-group's committed offset (`config/consumerOffset.json`, see `mqstore.offsets`), or, for a queue the group
+group's committed offset (`config/consumerOffset.json`, see `mqstore.consumer.offsets`), or, for a queue the group
 never committed, at the queue's first kept entry (`consume_from="first"`) or its end (`"last"`). Positions
 advance as messages are returned; `commit()` stores them, so after a crash consumption resumes from the last
 commit and messages returned after it are delivered again (at-least-once).
@@ -28,10 +28,10 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from commitlog.errors import InvalidMessageError, StoreClosedError
-from commitlog.message import StoredMessage
-from mqstore.engine_read import GET_MAX_COUNT_LIMIT, GetStatus
-from mqstore.offsets import ConsumerOffsets, validate_group
+from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError
+from mqstore.commitlog.message import StoredMessage
+from mqstore.store.reads import GET_MAX_COUNT_LIMIT, GetStatus
+from mqstore.consumer.offsets import ConsumerOffsets, validate_group
 
 CONSUME_FROM = ("first", "last")
 POLL_MAX_COUNT_LIMIT = GET_MAX_COUNT_LIMIT  # messages one poll may return

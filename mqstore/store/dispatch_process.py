@@ -34,18 +34,18 @@ import sys
 import threading
 import time
 
-from commitlog.commitlog import CommitLog
-from commitlog.dispatch import (DISPATCH_SMALL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS,
+from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.dispatch import (DISPATCH_SMALL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS,
                                 DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY, DispatchService)
-from commitlog.errors import StoreError, StoreIOError
-from consumequeue.consume_queue import ConsumeQueueTable
-from consumequeue.dispatcher import ConsumeQueueDispatcher
-from consumequeue.mark import DispatchedMark, MappedWords, mark_path
-from flush.checkpoint import Checkpoint
-from flush.services import IntervalFlusher
-from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_service import IndexService
-from mqstore.engine_index import IndexFlushable, checkpoint_logical_flush
+from mqstore.commitlog.errors import StoreError, StoreIOError
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
+from mqstore.consumequeue.mark import DispatchedMark, MappedWords, mark_path
+from mqstore.flush.checkpoint import Checkpoint
+from mqstore.flush.services import IntervalFlusher
+from mqstore.indexfile.dispatcher import IndexDispatcher
+from mqstore.indexfile.index_service import IndexService
+from mqstore.store.index_queries import IndexFlushable, checkpoint_logical_flush
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ MAX_FLUSH_US = 15  # the longest flush so far; the child
 
 STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
 
-CHILD_PROGRAM = "import sys; from mqstore.dispatch_process import main; sys.exit(main())"  # `python -c` of it
+CHILD_PROGRAM = "import sys; from mqstore.store.dispatch_process import main; sys.exit(main())"  # `python -c` of it
 START_TIMEOUT_S = 120.0  # the child's imports and the opening of every queue and index file
 POLL_S = 0.0005  # how often the writer first looks at the child's words while it waits for them ...
 POLL_MAX_S = 0.005  # ... then less and less often, down to this (a consumer may wait for new messages for long)
@@ -141,7 +141,7 @@ def _is_dispatch_child(pid: int, root: str) -> bool:
             state = handle.read().rsplit(b")", 1)[-1].split()[0]
     except OSError:
         return False
-    return state != b"Z" and any(b"mqstore.dispatch_process" in argument for argument in arguments) and \
+    return state != b"Z" and any(b"mqstore.store.dispatch_process" in argument for argument in arguments) and \
         os.fsencode(os.path.abspath(root)) in arguments
 
 

@@ -58,12 +58,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.commitlog import CommitLog
-from commitlog.record_batch import parse_records
-from commitlog.errors import CorruptionError, InvalidMessageError
-from consumequeue.consume_queue import ConsumeQueueTable
-from flush.checkpoint import Checkpoint
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.record_batch import parse_records
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.flush.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def _segment_start_time(commitlog: CommitLog, segment) -> int | None:
     if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2):
         return None
     try:
-        from commitlog.message import decode_message
+        from mqstore.commitlog.message import decode_message
 
         return decode_message(segment.view, 0, segment.size_bytes, segment.base_offset).store_timestamp_ms
     except CorruptionError:

@@ -10,10 +10,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.commitlog import validate_topic
-from commitlog.errors import CorruptionError, InvalidMessageError
-from commitlog.message import StoredMessage
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import validate_topic
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.commitlog.message import StoredMessage
 
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)

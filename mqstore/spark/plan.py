@@ -34,12 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 from pyspark.sql.datasource import InputPartition
 
-from commitlog import format as fmt
-from commitlog.errors import StoreIOError
-from consumequeue.mark import mark_path, read_mark
-from mqstore.spark_options import RowFilter, StoreRef
-from mqstore.spark_scan import LogPartition, Piece, QueuePartition, written_end
-from mqstore.spark_store import QueueIndex, Segments, list_segments
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import StoreIOError
+from mqstore.consumequeue.mark import mark_path, read_mark
+from mqstore.spark.options import RowFilter, StoreRef
+from mqstore.spark.scan import LogPartition, Piece, QueuePartition, written_end
+from mqstore.spark.store_files import QueueIndex, Segments, list_segments
 
 MIB = 1 << 20
 PARTITION_BYTES_MAX = 64 * MIB  # log bytes per partition, at most
