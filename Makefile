@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench clean-demo
+.PHONY: demo test install bench docs clean-demo
 
 NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
 
@@ -29,6 +29,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/put_get.py
+
+# Regenerate the generated documentation: docs/settings.md from StoreConfig, bench/README.md's tables from
+# bench/results/*.json (tests/test_docs.py fails while either is out of date).
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
+	$(BIN)/python bench/report.py --write
 
 clean-demo:
 	rm -rf demo-store

@@ -283,7 +283,7 @@ def main(argv=None, spark=None) -> str:
     for key, value in summary.items():
         print(f"{key:<40} {value}")
     output = {
-        "benchmark": "spark_read", "quick": args.quick,
+        "benchmark": "spark_read", "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "settings": {"rows_100b": rows_100b, "rows_1kb": rows_1kb, "segment_bytes": segment_bytes, "repeat": repeat,
                      "topics": TOPICS, "run_messages": RUN_MESSAGES,

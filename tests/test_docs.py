@@ -44,11 +44,39 @@ def test_settings_table_has_one_row_per_field_with_its_docstring():
 def test_settings_check_fails_on_a_stale_page(tmp_path, monkeypatch):
     generate = _load("docs/generate.py")
     stale = tmp_path / "settings.md"
-    stale.write_text(f"intro\n{generate.BEGIN}\n| old | table |\n{generate.END}\n", encoding="utf-8")
+    stale.write_text(f"intro\n{generate.BEGIN}\n| STALE-ROW |\n{generate.END}\n", encoding="utf-8")
     monkeypatch.setattr(generate, "SETTINGS_PAGE", stale)
     monkeypatch.setattr(generate, "ROOT", tmp_path)
     assert generate.main(["--check"]) == 1
-    assert "old" in stale.read_text(encoding="utf-8")
+    assert "STALE-ROW" in stale.read_text(encoding="utf-8")
     assert generate.main([]) == 0
     assert "`segment_size_bytes`" in stale.read_text(encoding="utf-8")
     assert generate.main(["--check"]) == 0
+
+
+def test_bench_readme_tables_match_the_results():
+    report = _load("bench/report.py")
+    current = report.README.read_text(encoding="utf-8")
+    assert report.generated_readme(current) == current, "bench/README.md is out of date: run `make docs`"
+
+
+def test_bench_report_has_a_table_for_every_result_file():
+    report = _load("bench/report.py")
+    results = sorted(path.stem for path in report.RESULTS.glob("*.json") if not path.stem.endswith("_quick"))
+    assert results == sorted(report.BENCHMARKS), "a benchmark without a report function (bench/report.py)"
+    for name in results:
+        block = report.block(name)
+        assert block.startswith(f"`.venv/bin/python bench/{name}.py`, "), block[:80]
+        assert "\n| " in block and "---" in block
+
+
+def test_bench_report_check_fails_on_a_stale_table(tmp_path, monkeypatch):
+    report = _load("bench/report.py")
+    stale = tmp_path / "README.md"
+    stale.write_text("\n".join(f"{report.begin_marker(name)}\nSTALE-ROW\n{report.end_marker(name)}"
+                               for name in report.BENCHMARKS), encoding="utf-8")
+    monkeypatch.setattr(report, "README", stale)
+    assert report.main(["--check"]) == 1
+    assert report.main(["--write"]) == 0
+    assert "STALE-ROW" not in stale.read_text(encoding="utf-8")
+    assert report.main(["--check"]) == 0
