@@ -80,3 +80,29 @@ def test_bench_report_check_fails_on_a_stale_table(tmp_path, monkeypatch):
     assert report.main(["--write"]) == 0
     assert "STALE-ROW" not in stale.read_text(encoding="utf-8")
     assert report.main(["--check"]) == 0
+
+
+PAGES_WITH_RUN_EXAMPLES = ("README.md", "docs/settings.md")
+
+
+def python_blocks(markdown: str) -> list[str]:
+    """The ```python code blocks of a Markdown page, in order."""
+    return re.findall(r"^```python\n(.*?)^```$", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
+def test_python_blocks_are_found():
+    assert python_blocks("text\n```python\nx = 1\n```\n```\nnot python\n```\n```python\ny = 2\n```\n") == [
+        "x = 1\n", "y = 2\n"]
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_RUN_EXAMPLES)
+def test_examples_run(page, tmp_path):
+    """Each page's python blocks run in order, as one script, in an empty directory."""
+    blocks = python_blocks((ROOT / page).read_text(encoding="utf-8"))
+    if page == "README.md":
+        assert len(blocks) >= 2
+    script = tmp_path / "examples.py"
+    script.write_text("\n".join(blocks), encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, f"{page}'s examples failed:\n{result.stderr}"
