@@ -183,7 +183,7 @@ class MessageStore(Reads, IndexLookups):
         # read them back (unless it must check their CRCs): a deque that keeps the newest WRITTEN_RECORDS_KEPT.
         # Its batches are small (at most 16 records), where that saves 12-18% of dispatch's instructions (8% for
         # one record). Not ASYNC: there the producers would pay 3-4% more a put for dispatch batches that are
-        # large exactly when producers are busy, where parsing with numpy is as cheap (bench/README.md).
+        # large exactly when producers are busy, where parsing with numpy is as cheap (docs/architecture.md).
         written = collections.deque(maxlen=WRITTEN_RECORDS_KEPT) \
             if self._sync_flush and not config.check_crc_on_dispatch else None
         self._dispatch = DispatchService(self._commitlog, dispatchers, start, check_crc=config.check_crc_on_dispatch,
