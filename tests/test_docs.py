@@ -106,3 +106,31 @@ def test_examples_run(page, tmp_path):
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, f"{page}'s examples failed:\n{result.stderr}"
+
+
+# Pages other branches add (the lead removes an entry once its page is merged).
+PAGES_FROM_OTHER_BRANCHES = {"docs/cli.md", "docs/spark.md", "docs/arrow.md", "docs/compatibility.md"}
+LINKED_PAGES = ("README.md", "bench/README.md", "docs/architecture.md", "docs/formats.md", "docs/tuning.md",
+                "docs/development.md", "docs/settings.md", "docs/decisions/*.md")
+
+
+def relative_links(markdown: str) -> list[str]:
+    """The targets of a page's Markdown links that point into the repository (no URL scheme, no bare anchor)."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", markdown)
+    return [target.split("#")[0] for target in targets if not re.match(r"[a-z]+:", target)
+            and not target.startswith("#")]
+
+
+def test_relative_links_are_found():
+    assert relative_links("[a](docs/x.md) [b](https://e.org) [c](#top) [d](../y.md#part)") == ["docs/x.md", "../y.md"]
+
+
+def test_relative_links_resolve():
+    broken = []
+    for pattern in LINKED_PAGES:
+        for page in sorted(ROOT.glob(pattern)):
+            for target in relative_links(page.read_text(encoding="utf-8")):
+                path = (page.parent / target).resolve()
+                if not path.exists() and str(path.relative_to(ROOT)) not in PAGES_FROM_OTHER_BRANCHES:
+                    broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert broken == []
