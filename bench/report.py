@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,7 +85,7 @@ def when(name: str, data: dict) -> str:
         committed = subprocess.run(
             ["git", "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%d %H:%M", "--",
              f"results/{name}.json"], cwd=HERE, capture_output=True, text=True, check=True,
-            env={"TZ": "UTC", "PATH": "/usr/bin:/bin"}).stdout.strip()
+            env={**os.environ, "TZ": "UTC"}).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         committed = ""
     return f"{committed} UTC (committed; the file records no date)" if committed else "date not recorded"
