@@ -14,10 +14,10 @@ when the store has it, else taken from the sizes of its first CommitLog and Cons
 store's files are full-size), else the defaults; given options must match the store's.
 
 `put` opens the store for writing (creating it; a put that fails before storing a message removes the
-directory it created). A line ends at "\n"; a "\r" before it (CRLF input) is not part of the body. Every other command opens it read_only: no lock, nothing
-written (except `tail --group`, which commits the group's offsets to `config/consumerOffset.json`), a missing
-store is an error, and a writer may be running in another process. Progress bars (tqdm, on stderr) show on
-long work when stderr is a terminal.
+directory it created). A body is a line without its ending, LF or CRLF (a CR elsewhere is part of the body).
+Every other command opens it read_only: no lock, nothing written (except `tail --group`, which commits the
+group's offsets to `config/consumerOffset.json`), a missing store is an error, and a writer may be running in
+another process. Progress bars (tqdm, on stderr) show on long work when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -175,8 +175,8 @@ def _open_input(args):
 
 
 def _bodies(handle, body_size_max: int):
-    """Each line of `handle` as bytes, without its "\n" or "\r\n"; InvalidMessageError naming the line (from 1)
-    for one over `body_size_max` bytes."""
+    """Each line of `handle` as bytes, without its ending (LF or CRLF); OversizedLineError naming the line
+    (counted from 1) and the limit for one over `body_size_max` bytes."""
     for number, line in enumerate(handle, 1):
         if isinstance(line, str):
             line = line.encode("utf-8")

@@ -92,8 +92,8 @@ def test_without_java_the_spark_tests_are_skipped_with_the_reason(tmp_path):
     empty.mkdir()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                            "tests/spark/test_errors.py", "tests/spark/test_reader.py::test_empty_and_unwritten_stores"],
-                          cwd=REPO_ROOT, env=user_environment(PATH=str(empty), JAVA_HOME=None, PYTHONPATH=str(REPO_ROOT)),
-                          capture_output=True, text=True, timeout=SNIPPET_TIMEOUT_S)
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=SNIPPET_TIMEOUT_S,
+                          env=user_environment(PATH=str(empty), JAVA_HOME=None, PYTHONPATH=str(REPO_ROOT)))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
     assert skipped and all(f"{JAVA_NOT_FOUND}: no java in PATH" in line for line in skipped)
