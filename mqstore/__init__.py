@@ -5,6 +5,8 @@
         store.put(Message("orders", b"hello"))
 """
 
+__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic)
+
 from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidConfigError, InvalidMessageError,
                               ReadOnlyStoreError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
 from commitlog.message import Message, PutResult, PutStatus, StoredMessage
