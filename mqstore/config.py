@@ -113,7 +113,13 @@ class StoreConfig:
     """over this disk usage, expired segments go at once, whatever the hour (RocketMQ's diskMaxUsedSpaceRatio)."""
 
     disk_clean_forcibly_ratio: float = 0.85
-    """over this disk usage, the oldest segments go even if not expired (diskSpaceCleanForciblyRatio)."""
+    """with delete_unexpired_on_disk_pressure, over this disk usage the oldest segments go even if not expired
+    (RocketMQ's diskSpaceCleanForciblyRatio); without it, unused."""
+
+    delete_unexpired_on_disk_pressure: bool = False
+    """False: a filling disk never deletes unexpired messages (the disk is shared with other programs; put()
+    returns DISK_FULL over disk_full_ratio instead). True: RocketMQ's broker policy (cleanFileForciblyEnable),
+    for a store that owns its disk: over disk_clean_forcibly_ratio the oldest segments go, logged at WARNING."""
 
     disk_full_ratio: float = 0.90
     """over this disk usage, put() returns PutStatus.DISK_FULL until space is freed."""
@@ -161,7 +167,8 @@ class StoreConfig:
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
         _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
         for name in ("dispatch_process", "warm_segments", "write_fault_readahead", "preallocate_segments",
-                     "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled", "record_crc"):
+                     "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled", "record_crc",
+                     "delete_unexpired_on_disk_pressure"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH

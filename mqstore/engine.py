@@ -9,6 +9,7 @@ reach the end of the log, flushes everything and releases the lock.
 from __future__ import annotations
 
 import collections
+import errno
 import fcntl
 import itertools
 import logging
@@ -20,7 +21,7 @@ from typing import Iterable
 import numpy as np
 
 from commitlog import format as fmt
-from commitlog.commitlog import CommitLog
+from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
 from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
 from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
@@ -274,12 +275,14 @@ class MessageStore(Reads, IndexLookups):
         allocator = SegmentAllocator(log_.directory, config.segment_size_bytes,
                                      preallocate=config.preallocate_segments, warm=config.warm_segments,
                                      writer_position=None if self._sync_flush else log_.writer_position,
-                                     advise_random=not config.write_fault_readahead)
+                                     advise_random=not config.write_fault_readahead,
+                                     reserve_bytes=SPACE_RESERVE_STEP_BYTES)
         log_.segment_source = allocator.take
         log_.segment_retirer = allocator.retire
         log_.advise_random_appends = not config.write_fault_readahead
-        # After each roll the next segment is made ahead of need (not at open: a reopen adds no file).
-        log_.roll_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
+        # The next segment is made ahead of need once the writer nears the end of its segment (not at open, nor at
+        # a roll: a store takes the disk its data needs).
+        log_.near_end_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
         self._allocator = allocator
         if self._sync_flush:
             self._group_commit = GroupCommitService(log_, log_.flushed_position, on_flushed=self._checkpoint_log)
@@ -410,10 +413,9 @@ class MessageStore(Reads, IndexLookups):
                         self._handoff.drain()
             else:
                 offset, queue_offset, store_ts = self._handoff.hand_in(self._append_locked, record)
-        except StoreIOError as exc:  # the next segment could not be created, or the record not written to it:
-            log.error("put refused: %s", exc)  # nothing of this message is published
-            return _refused(PutStatus.UNKNOWN_ERROR if isinstance(exc, SegmentWriteError)
-                            else PutStatus.CREATE_MAPPED_FILE_FAILED)
+        except StoreIOError as exc:  # the next segment, or disk for the record, could not be had, or the record
+            log.error("put refused: %s", exc)  # not written: nothing of this message is published
+            return _refused(_refusal_status(exc))
         # No wake-up of the dispatch thread here: it looks for new records every DISPATCH_IDLE_WAIT_S (1 ms), so
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
@@ -461,7 +463,7 @@ class MessageStore(Reads, IndexLookups):
             itertools.repeat(store_ts), msg_ids)))
         if error is not None:
             log.error("put_batch stored %d of %d messages: %s", placed, len(messages), error)
-            results.extend(_refused(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in messages[placed:])
+            results.extend(_refused(_refusal_status(error)) for _ in messages[placed:])
         return results
 
     def _wait_for_dispatch(self, end: int) -> None:
@@ -550,6 +552,8 @@ class MessageStore(Reads, IndexLookups):
             "flush": self._flush_stats(end),
             "disk": None if self.read_only else {
                 "full": self._disk_full,
+                "unexpired_segments_removed": self._retention.unexpired_segments_removed,
+                "unexpired_bytes_removed": self._retention.unexpired_bytes_removed,
                 "last_clean": (self._retention.last_report.as_dict()
                                if self._retention.last_report is not None else None)},
             "dispatch": {"dispatched_offset": dispatched,
@@ -585,6 +589,18 @@ class MessageStore(Reads, IndexLookups):
                            "index_msg_timestamp_ms": checkpoint.index_msg_timestamp_ms},
             "segments_created_ahead": self._allocator.created_in_background,
         }
+
+
+def _refusal_status(exc: StoreIOError) -> PutStatus:
+    """The status of a put refused by `exc`: DISK_FULL when the disk had no room (for a new segment, or for
+    the blocks reserved ahead of the writer), UNKNOWN_ERROR when the record's write failed, otherwise
+    CREATE_MAPPED_FILE_FAILED."""
+    if isinstance(exc, SegmentWriteError):
+        return PutStatus.UNKNOWN_ERROR
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return PutStatus.DISK_FULL
+    return PutStatus.CREATE_MAPPED_FILE_FAILED
 
 
 def _refused(status: PutStatus) -> PutResult:
