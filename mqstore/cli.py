@@ -8,9 +8,10 @@
     mqstore demo [--store DIR] [--messages N]
 
 Store commands take `--json` (one JSON document on stdout; `tail` writes one per message, JSON Lines) and the
-format settings `--segment-size-bytes` / `--cq-entries-per-file`. Those are read from `config/mqstore.json`
-when the store has it, else taken from the sizes of its first CommitLog and ConsumeQueue files (a RocketMQ
-store's files are full-size), else the defaults; given options must match the store's.
+format settings `--segment-size-bytes` / `--cq-entries-per-file` / `--index-slot-count` /
+`--index-entry-count-max`. Those not given are the store's, as MessageStore.open(path) takes them: from
+`config/mqstore.json` when the store has it, else from its files (a RocketMQ store's CommitLog and ConsumeQueue
+files are full-size; an IndexFile's header), else the defaults; given options must match the store's.
 
 `put` opens the store for writing (creating it). Every other command opens it read_only: no lock, nothing
 written (except `tail --group`, which commits the group's offsets to `config/consumerOffset.json`), a missing
@@ -32,7 +33,7 @@ from commitlog.errors import StoreError
 from commitlog.message import Message
 from mqstore import cli_admin
 from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
-                                progress_bar, store_config, table)
+                                progress_bar, resolved_store_config, table)
 from mqstore.consumer import open_consumer
 from mqstore.engine_read import GetStatus
 from mqstore.verify import INDEX_DISABLED, log_written_end, queue_usage, verify_store
@@ -369,7 +370,8 @@ def _cmd_dump(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    report = verify_store(args.store, store_config(args), progress_bar)
+    # As a writer would (read_only=False): index files of sizes nothing tells are reported as not checked.
+    report = verify_store(args.store, resolved_store_config(args, read_only=False), progress_bar)
     if args.json:
         print_json(report.as_dict())
         return 0 if report.ok else 1

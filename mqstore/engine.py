@@ -45,6 +45,7 @@ from mqstore.engine_read import Reads
 from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
 from mqstore.recovery import RecoveryReport, dispatch_start, recover
 from mqstore.retention import Retention
+from mqstore.store_settings import resolve_config
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ class MessageStore(Reads, IndexLookups):
         return store
 
     def _open(self) -> None:
-        config = self.config
+        # The format settings not passed explicitly are the store's (mqstore/store_settings.py).
+        self.config = config = resolve_config(self.root_dir, self.config, read_only=self.read_only)
         root = self.root_dir
         if self.read_only:
             if not os.path.isdir(os.path.join(root, "commitlog")):
