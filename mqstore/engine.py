@@ -14,6 +14,7 @@ import fcntl
 import itertools
 import logging
 import os
+import struct
 import threading
 import time
 from typing import Iterable
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
 DISPATCH_LAG_POLL_S = 0.1  # a put waiting for dispatch (max_dispatch_lag_bytes) looks at the store's state this often
+COMMAND_LINE_SHOWN_BYTES_MAX = 200  # of a lock holder's command line, in StoreLockedError
 REBUILDS_PER_OPEN_MAX = 64  # queues one open may rebuild after finding holes in them
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
 CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
@@ -330,8 +332,11 @@ class MessageStore(Reads, IndexLookups):
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a Java broker's tryLock sees
         except OSError as exc:
+            holder = lock_holder(handle.fileno())
             handle.close()
-            raise StoreLockedError(f"{self.root_dir} is open for writing elsewhere (lock file {path})") from exc
+            raise StoreLockedError(
+                f"{self.root_dir} is open for writing elsewhere ({holder}, lock file {path}); to read it meanwhile, "
+                "open it with read_only=True") from exc
         self._lock_handle = handle
 
     def close(self) -> None:
@@ -591,6 +596,32 @@ class MessageStore(Reads, IndexLookups):
                            "index_msg_timestamp_ms": checkpoint.index_msg_timestamp_ms},
             "segments_created_ahead": self._allocator.created_in_background,
         }
+
+
+F_OFD_GETLK = 36  # linux/fcntl.h: asks about record locks as an open file description, which sees this process's
+_FLOCK = struct.Struct("@hhqqi4x")  # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (32 bytes)
+
+
+def lock_holder(fd: int) -> str:
+    """Which process holds the write lock on the store's lock file `fd` ("process 1234 (python -m mqstore put)"),
+    as the kernel tells it (fcntl F_OFD_GETLK, else F_GETLK); "another process" where it does not."""
+    request = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    for command in (F_OFD_GETLK, fcntl.F_GETLK):
+        try:
+            lock_type, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, command, request))
+        except OSError:
+            continue  # F_OFD_GETLK: Linux before 3.15
+        if lock_type != fcntl.F_UNLCK and pid > 0:
+            break
+    else:
+        return "another process"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            command_line = handle.read(COMMAND_LINE_SHOWN_BYTES_MAX).replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        command_line = ""
+    shown = "this process" if pid == os.getpid() else f"process {pid}"
+    return f"{shown} ({command_line.strip()})" if command_line.strip() and pid != os.getpid() else shown
 
 
 def _refusal_status(exc: StoreIOError) -> PutStatus:
