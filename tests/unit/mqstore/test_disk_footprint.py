@@ -4,8 +4,12 @@ made when the writer nears the end of the current one, not at open or at the fir
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +89,39 @@ def test_the_next_segment_is_made_when_the_writer_nears_the_end_of_its_segment(t
             time.sleep(0.01)  # made by the allocator's thread
         assert _segment_names(tmp_path) == [fmt.segment_name(0), fmt.segment_name(256 * 1024)]
         assert store._allocator.created_in_background == 1
+
+
+def _rmq_command():
+    """RocketMQ 4.4.0's own store (../shared/rocketmq-4.4.0/rmq, or $MQSTORE_ROCKETMQ_HOME), or a skip reason."""
+    home = os.environ.get("MQSTORE_ROCKETMQ_HOME") or str(Path(__file__).resolve().parents[3] / ".." / "shared"
+                                                          / "rocketmq-4.4.0")
+    command = os.path.join(home, "rmq")
+    if not os.path.isfile(command):
+        pytest.skip(f"RocketMQ 4.4.0's jars are not here ({home}; set MQSTORE_ROCKETMQ_HOME)")
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        pytest.skip("Java 17 not found (set JAVA_HOME): RocketMQ's own store cannot run")
+    return command
+
+
+def test_rocketmq_reads_a_store_whose_segments_are_sparse(tmp_path):
+    rmq = _rmq_command()
+    config = small_config(preallocate_segments=True, index_enabled=True)
+    root = tmp_path / "store"
+    bodies = [os.urandom(100 + (i * 37) % 2900) for i in range(90)]  # about 140 KB: three 64 KiB segments
+    with MessageStore.open(root, config) as store:
+        for i, body in enumerate(bodies):
+            store.put(Message("orders", body, queue_id=i % 2, keys=(f"key-{i % 7}",)))
+    assert len(_segment_names(root)) >= 3
+    assert all(os.path.getsize(root / "commitlog" / name) == config.segment_size_bytes
+               for name in _segment_names(root))
+    copy = tmp_path / "copy"  # RocketMQ's load() writes to the store it opens
+    shutil.copytree(root, copy)
+    out = tmp_path / "read.jsonl"
+    completed = subprocess.run([rmq, "read", str(copy), str(config.segment_size_bytes),
+                                str(config.consume_queue_entries_per_file), str(config.index_slot_count),
+                                str(config.index_entry_count_max), str(out)],
+                               capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    read = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    got = {(m["queue_id"], m["queue_offset"]): m["body_hex"] for m in read if m["topic"] == "orders"}
+    assert got == {(i % 2, i // 2): body.hex() for i, body in enumerate(bodies)}
