@@ -12,9 +12,9 @@ Rows, each run ROUNDS times interleaved (the median is reported, with the spread
   sparse one (ftruncate), a 4 KiB page at a time (the page-fault cost the writer pays either way); one
   posix_fallocate of a 4 MiB step and of a whole segment;
 - the store, with `segment_size_bytes` = SEGMENT_BYTES so that runs cross segments: "full" (each segment's
-  blocks reserved in full when it is made: what the store did before), "sparse" (preallocate_segments=False: nothing reserved, a full disk is a SIGBUS), and
-  "steps 4 MiB" / "steps 64 MiB" (blocks reserved SPACE_RESERVE_STEP_BYTES ahead of the writer, the next
-  segment made near the end of the current one).
+  blocks reserved in full when it is made: what the store did before), "sparse" (preallocate_segments=False:
+  nothing reserved, a full disk is a SIGBUS), and "steps 4 MiB" / "steps 64 MiB" (blocks reserved
+  SPACE_RESERVE_STEP_BYTES ahead of the writer, the next segment made near the end of the current one).
 
 Writes bench/results/disk_reservation.json and .md (or *_quick.*).
 """

@@ -2,8 +2,9 @@
 
 When the writer nears the end of segment N, the allocator creates segment N+1 in its own thread: a sparse file of
 the full length with its first `reserve_bytes` of disk reserved (posix_fallocate); the writer reserves the rest
-as it goes (commitlog.commitlog). `request()` only queues the work: it runs under the writer lock, where starting a thread
-cost the rolling put milliseconds (Thread.start waits until the new thread has run, which needs the GIL).
+as it goes (commitlog.commitlog). `request()` only queues the work: it runs under the writer lock, where
+starting a thread cost the rolling put milliseconds (Thread.start waits until the new thread has run, which
+needs the GIL).
 
 With `warm=True` the thread also pre-faults the new segment's pages, so the writer's first touches are cheap:
 madvise(MADV_POPULATE_WRITE) on the mapping, a chunk at a time, through ctypes (which releases the GIL). It

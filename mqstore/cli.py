@@ -36,7 +36,7 @@ from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, 
                                 progress_bar, resolved_store_config, table)
 from mqstore.consumer import open_consumer
 from mqstore.engine_read import GetStatus
-from mqstore.verify import INDEX_DISABLED, log_written_end, queue_usage, verify_store
+from mqstore.verify import log_written_end, queue_usage, verify_store
 
 PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch
 TAIL_BATCH_MESSAGES = 256  # messages `tail` asks one poll for
@@ -379,10 +379,7 @@ def _cmd_verify(args) -> int:
           f"blanks, offsets {report.log_min_offset}..{report.log_end_offset}")
     print(f"consumequeues: {report.queues} queues, {report.entries} entries checked"
           + (f" ({report.entries_removed} below the log's start)" if report.entries_removed else ""))
-    if report.index_not_checked == INDEX_DISABLED:  # what store_config does for index files of other sizes
-        print("index: not checked: its files are not of the default size; give --index-slot-count and "
-              "--index-entry-count-max to check them")
-    elif report.index_not_checked:
+    if report.index_not_checked:  # index files whose sizes neither the store nor their headers tell
         print(f"index: not checked: {report.index_not_checked}")
     elif report.index_files:
         print(f"index: {report.index_files} files checked")

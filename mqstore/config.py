@@ -109,7 +109,7 @@ class StoreConfig:
     warm_segments: bool = False
     """pre-fault the next segment's pages in the background (madvise MADV_POPULATE_WRITE) so first writes into it
     are cheap, and with ASYNC flushing the segment being written too, up to 32 MiB ahead of the writer; the zero
-    pages are written back like data."""
+    pages are written back like data (such a store takes the disk of whole segments: docs/storage.md)."""
 
     write_fault_readahead: bool = True
     """whether a put's page fault in the segment being written may read around (the kernel's readahead on a fault
@@ -129,13 +129,12 @@ class StoreConfig:
     """over this disk usage, expired segments go at once, whatever the hour (RocketMQ's diskMaxUsedSpaceRatio)."""
 
     disk_clean_forcibly_ratio: float = 0.85
-    """with delete_unexpired_on_disk_pressure, over this disk usage the oldest segments go even if not expired
-    (RocketMQ's diskSpaceCleanForciblyRatio); without it, unused."""
+    """with delete_unexpired_on_disk_pressure (RocketMQ's cleanFileForciblyEnable, for a store that owns its disk),
+    over this disk usage the oldest segments go even if not expired, logged at WARNING (diskSpaceCleanForciblyRatio);
+    without it, unused."""
 
     delete_unexpired_on_disk_pressure: bool = False
-    """False: a filling disk never deletes unexpired messages (the disk is shared with other programs; put()
-    returns DISK_FULL over disk_full_ratio instead). True: RocketMQ's broker policy (cleanFileForciblyEnable),
-    for a store that owns its disk: over disk_clean_forcibly_ratio the oldest segments go, logged at WARNING."""
+    """False: a disk shared with other programs filling up never deletes unexpired messages (put: DISK_FULL)."""
 
     disk_full_ratio: float = 0.90
     """over this disk usage, put() returns PutStatus.DISK_FULL until space is freed."""
@@ -159,7 +158,8 @@ class StoreConfig:
     """port written with born_host (a producer's ephemeral port in RocketMQ; 0 for an embedded producer)."""
 
     preallocate_segments: bool = True
-    """reserve each new file's space at creation (posix_fallocate), so a full disk fails creation, not a write."""
+    """reserve a segment's disk (posix_fallocate) 4 MiB ahead of the writer, so a full disk makes put() return
+    DISK_FULL instead of killing the process with SIGBUS; False leaves segments sparse (docs/storage.md)."""
 
     check_crc_on_recover: bool = True
     """verify body CRCs while recovery walks the log (RocketMQ's checkCRCOnRecover)."""
