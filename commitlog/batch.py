@@ -181,13 +181,13 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
     while done < count:  # one round per segment the batch touches
         offset = log._end
         try:
-            if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._segment_end:
+            if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._append_limit:
                 offset = log._roll(offset, int(sizes[done]))
         except StoreIOError as exc:
             error = exc
             break
         ends = offset + np.cumsum(sizes[done:])
-        run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._segment_end, side="right"))
+        run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._append_limit, side="right"))
         assert run >= 1
         stop = done + run
         starts = np.empty(run, dtype=np.int64)

@@ -42,7 +42,7 @@ class StoreClosedError(StoreError):
 
 
 class StoreLockedError(StoreError):
-    """Another writer process holds the store's lock file."""
+    """Another writer holds the store's lock file (the message names its process when the kernel tells it)."""
 
 
 class ReadOnlyStoreError(StoreError):

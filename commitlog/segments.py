@@ -134,7 +134,9 @@ class SegmentList:
             if self.segments:
                 assert base_offset == self.segments[-1].base_offset + self.segment_size_bytes, base_offset
             path = os.path.join(self.directory, fmt.segment_name(base_offset))
-            segment = MappedFile.create(path, base_offset, self.segment_size_bytes, preallocate=self.preallocate)
+            # Sparse: the writer reserves disk ahead of itself as it goes (CommitLog._make_room).
+            segment = MappedFile.create(path, base_offset, self.segment_size_bytes, preallocate=self.preallocate,
+                                        reserve_bytes=0)
             self.segments.append(segment)
             return segment
 

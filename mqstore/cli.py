@@ -9,9 +9,10 @@
     mqstore demo [--store DIR] [--messages N] | bench NAME [--quick] | --version
 
 Store commands take `--json` (one JSON document on stdout; `tail` writes one per message, JSON Lines) and the
-format settings `--segment-size-bytes` / `--cq-entries-per-file`. Those are read from `config/mqstore.json`
-when the store has it, else taken from the sizes of its first CommitLog and ConsumeQueue files (a RocketMQ
-store's files are full-size), else the defaults; given options must match the store's.
+format settings `--segment-size-bytes` / `--cq-entries-per-file` / `--index-slot-count` /
+`--index-entry-count-max`. Those not given are the store's, as MessageStore.open(path) takes them: from
+`config/mqstore.json` when the store has it, else from its files (a RocketMQ store's CommitLog and ConsumeQueue
+files are full-size; an IndexFile's header), else the defaults; given options must match the store's.
 
 `put` opens the store for writing (creating it; a put that fails before storing a message removes the
 directory it created). A body is a line without its ending, LF or CRLF (a CR elsewhere is part of the body).
@@ -36,11 +37,11 @@ from commitlog.errors import InvalidMessageError, StoreError
 from commitlog.message import Message
 from mqstore import __version__, cli_admin
 from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
-                                progress_bar, store_config, table)
+                                progress_bar, resolved_store_config, table)
 from mqstore.consumer import open_consumer
 from mqstore.engine import MessageStore
 from mqstore.engine_read import GetStatus
-from mqstore.verify import INDEX_DISABLED, log_written_end, queue_usage, verify_store
+from mqstore.verify import log_written_end, queue_usage, verify_store
 
 PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch
 TAIL_BATCH_MESSAGES = 256  # messages `tail` asks one poll for
@@ -425,7 +426,8 @@ def _cmd_dump(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    report = verify_store(args.store, store_config(args), progress_bar)
+    # As a writer would (read_only=False): index files of sizes nothing tells are reported as not checked.
+    report = verify_store(args.store, resolved_store_config(args, read_only=False), progress_bar)
     if args.json:
         print_json(report.as_dict())
         return 0 if report.ok else 1
@@ -433,10 +435,7 @@ def _cmd_verify(args) -> int:
           f"blanks, offsets {report.log_min_offset}..{report.log_end_offset}")
     print(f"consumequeues: {report.queues} queues, {report.entries} entries checked"
           + (f" ({report.entries_removed} below the log's start)" if report.entries_removed else ""))
-    if report.index_not_checked == INDEX_DISABLED:  # what store_config does for index files of other sizes
-        print("index: not checked: its files are not of the default size; give --index-slot-count and "
-              "--index-entry-count-max to check them")
-    elif report.index_not_checked:
+    if report.index_not_checked:  # index files whose sizes neither the store nor their headers tell
         print(f"index: not checked: {report.index_not_checked}")
     elif report.index_files:
         print(f"index: {report.index_files} files checked")
