@@ -424,3 +424,15 @@ def _short(value) -> str:
 def assert_same_messages(ours: list[dict], theirs: list[dict], label: str) -> None:
     found = differences(ours, theirs)
     assert not found, f"{label}: {len(found)}+ differences:\n" + "\n".join(found)
+
+
+def index_answer(entries: list[dict], topic: str, key: str) -> list[int]:
+    """What RocketMQ's IndexService answers for (topic, key) over these messages, sorted: a commitlog offset per
+    index entry, so a message once per time its UNIQ_KEY and KEYS words name the key."""
+    offsets = []
+    for entry in entries:
+        if entry["topic"] == topic:
+            properties = entry["properties"]
+            words = [properties.get(fmt.PROPERTY_UNIQ_KEY)] + (properties.get(fmt.PROPERTY_KEYS) or "").split(" ")
+            offsets += [entry["commitlog_offset"]] * words.count(key)
+    return sorted(offsets)
