@@ -130,7 +130,7 @@ def _blank_last(base: Path) -> tuple[Trial, Path]:
             number += 1
             if result.commitlog_offset >= segment_bytes:
                 break
-    assert result.commitlog_offset == segment_bytes, "the message before it did not fill the segment exactly"
+    assert result.commitlog_offset == segment_bytes  # the first message of the second segment
     for path in (root / "commitlog").iterdir():
         if int(path.name) >= segment_bytes:
             path.unlink()

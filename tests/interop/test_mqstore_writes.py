@@ -55,7 +55,8 @@ def planned_messages(rng: random.Random, count: int, max_body: int) -> list[Mess
             keys.append(keys[0])  # the same key twice in KEYS
         properties = {}
         if rng.random() < 0.4:
-            properties["user.prop"] = rng.choice(("v\u00e9rit\u00e9-", "\u6d88\u606f-", "\U0001f680-", "x-")) + str(index)
+            prefix = rng.choice(("v\u00e9rit\u00e9-", "\u6d88\u606f-", "\U0001f680-", "x-"))
+            properties["user.prop"] = prefix + str(index)
         if rng.random() < 0.1:
             properties["UNIQ_KEY"] = f"{rng.getrandbits(128):032X}"
         messages.append(Message(
@@ -153,7 +154,8 @@ def test_the_layout_covers_what_it_claims(written, layout):
     assert {len(entry["body_hex"]) // 2 for entry in entries} >= {0, config.max_message_size_bytes}
     segments = {entry["commitlog_offset"] // config.segment_size_bytes for entry in entries}
     assert len(segments) >= 5, "segments roll (each full one ends in a blank)"
-    assert any(len(entry["keys"].split(" ")) != len(set(entry["keys"].split(" "))) for entry in entries if entry["keys"])
+    key_lists = [entry["keys"].split(" ") for entry in entries if entry["keys"]]
+    assert any(len(keys) != len(set(keys)) for keys in key_lists), "a key twice in one message's KEYS"
     with_crc = [RECORD_CRC_PROPERTY in entry["properties"] for entry in entries]
     assert with_crc == [config.record_crc] * len(entries)
     uniq_keys = [entry["properties"].get(fmt.PROPERTY_UNIQ_KEY) for entry in entries]
