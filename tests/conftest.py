@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
+FIXTURES_DIR = Path(__file__).resolve().parent / "data"  # a copy of RocketMQ-written fixtures (README.md there)
 ROCKETMQ_STORE = FIXTURES_DIR / "rocketmq-4.4.0-store"
 
 
@@ -32,7 +32,7 @@ def rocketmq_manifest() -> list[dict]:
 
 
 def rocketmq_config():
-    """The settings the fixture store was written with (see shared/fixtures/README.md)."""
+    """The settings the fixture store was written with (see tests/data/README.md)."""
     from mqstore import StoreConfig
 
     return StoreConfig(segment_size_bytes=65536, consume_queue_entries_per_file=64, max_message_size_bytes=16384,

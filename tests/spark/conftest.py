@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from mqstore.spark_env import java_missing
+from tests.conftest import FIXTURES_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 FIXTURE_STORE = FIXTURES_DIR / "rocketmq-4.4.0-store" / "store"
 FIXTURE_MANIFEST = FIXTURES_DIR / "rocketmq-4.4.0-store" / "manifest.jsonl"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"

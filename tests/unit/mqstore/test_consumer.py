@@ -14,10 +14,9 @@ import pytest
 
 from mqstore import InvalidMessageError, Message, MessageStore, StoreClosedError
 from mqstore.consumer import _wait_for_dispatch, open_consumer
-from tests.conftest import rocketmq_config, rocketmq_manifest
+from tests.conftest import FIXTURES_DIR, rocketmq_config, rocketmq_manifest
 from tests.unit.mqstore.conftest import config
 
-FIXTURES_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures"
 POLL_TIMEOUT_MS = 60_000  # long enough never to expire in a passing test; results, not timings, are asserted
 
 

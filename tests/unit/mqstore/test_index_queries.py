@@ -145,6 +145,31 @@ def test_rocketmqs_own_index_answers_through_the_store(rocketmq_store_copy):
                 assert found == expected
 
 
+def test_query_returns_a_message_once_when_its_keys_hold_the_key_twice(tmp_path):
+    """The index has an entry per key occurrence (as RocketMQ's, which answers with the message that many times)."""
+    with MessageStore.open(tmp_path, config(index_entry_count_max=4096)) as store:
+        results = store.put_batch([Message("t", b"%d" % i, keys=("k", "k", "k") if i % 2 else ("k",))
+                                   for i in range(10)])
+        twice = store.put(Message("t", b"uniq too", keys=("mine", "other"), properties={"UNIQ_KEY": "mine"}))
+        assert store.wait_dispatched(10)
+        expected = [r.commitlog_offset for r in results][::-1]
+        assert [m.commitlog_offset for m in store.query("t", "k", max_count=100)] == expected
+        assert [m.commitlog_offset for m in store.query("t", "k", max_count=4)] == expected[:4]
+        assert [m.commitlog_offset for m in store.query("t", "mine")] == [twice.commitlog_offset]
+        assert store.get_by_unique_key("t", "mine").commitlog_offset == twice.commitlog_offset
+
+
+def test_a_rocketmq_message_with_a_key_twice_is_found_once(rocketmq_store_copy):
+    """On RocketMQ's fixture, KEYS "key-34 key-34" at 334487: RocketMQ's IndexService answers it twice."""
+    manifest = rocketmq_manifest()
+    twice = [m for m in manifest if m["topic"] == "TopicTest" and (m["keys"] or "").split() == ["key-34", "key-34"]]
+    assert [m["commitlog_offset"] for m in twice] == [334487]
+    expected = sorted((m["commitlog_offset"] for m in manifest
+                       if m["topic"] == "TopicTest" and "key-34" in (m["keys"] or "").split()), reverse=True)
+    with MessageStore.open(rocketmq_store_copy, rocketmq_config(), read_only=True) as store:
+        assert [m.commitlog_offset for m in store.query("TopicTest", "key-34", max_count=100)] == expected
+
+
 def test_an_index_entry_pointing_where_no_record_starts_is_corruption_not_another_message(tmp_path):
     with MessageStore.open(tmp_path, config()) as store:
         store.put_batch([Message("t", b"%d" % i, keys=(f"k{i % 3}",)) for i in range(30)])
