@@ -8,6 +8,8 @@
 #include "mq_native.h"
 #include "scan_core.h"
 
+PyObject *mq_arrow_columns(PyObject *self, PyObject *args);  /* arrow.c */
+
 static int get_int64_array(PyObject *object, Py_buffer *view, int writable, const char *what) {
     if (PyObject_GetBuffer(object, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
@@ -149,6 +151,10 @@ PyMethodDef mq_scan_methods[] = {
     {"property_spans", property_spans, METH_VARARGS,
      "property_spans(buffer, starts, ends, names, out): for each name, the value span of its first pair in each"
      " properties span [starts[i], ends[i]) (-1 when absent), into out[2k] (starts) and out[2k+1] (ends)."},
+    {"arrow_columns", mq_arrow_columns, METH_VARARGS,
+     "arrow_columns(buf, positions, offsets, queue_ids, offset_lo, offset_hi, time_lo_us, time_hi_us, topics,"
+     " expect_topic, expect_sizes) -> None or (rows, tags_nulls, keys, pairs, buffers): the Arrow buffers of"
+     " columnar.Decoder's columns for the records at `positions` (None: use the Python decoder)."},
     {"scan_columns", scan_columns, METH_NOARGS, "scan_columns() -> int: how many columns scan_segment writes."},
     {NULL, NULL, 0, NULL},
 };
