@@ -77,6 +77,11 @@ def locate_records(buf: np.ndarray, length: int, buf_abs: int, segment_end: int,
     each TOTALSIZE leads to the next one; when that check fails (a body holding a copy of a record header)
     a Python walk decides. Strict mode raises CorruptionError where lenient mode reports NEXT_END.
     """
+    if NATIVE is not None:  # the same chain, walked in C (commitlog/csrc/scan_core.c's mq_walk_chain)
+        positions = np.empty(max(0, length) // fmt.RECORD_SIZE_MIN + 1, dtype=np.int64)
+        count, following = NATIVE.walk_chain(buf, length, buf_abs, positions)
+        return positions[:count], following, _classify_next(buf, length, buf_abs, following, segment_end, lenient,
+                                                            path)
     limit = length - fmt.RECORD_SIZE_MIN  # the last start of a complete record
     positions = np.empty(0, dtype=np.int64)
     if limit >= 0:

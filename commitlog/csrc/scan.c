@@ -141,6 +141,31 @@ fail_data:
     return NULL;
 }
 
+static PyObject *walk_chain(PyObject *self, PyObject *args) {
+    PyObject *buf_object, *out_object;
+    long long length, buf_abs;
+    if (!PyArg_ParseTuple(args, "OLLO", &buf_object, &length, &buf_abs, &out_object)) return NULL;
+    Py_buffer buf, out;
+    if (PyObject_GetBuffer(buf_object, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (get_int64_array(out_object, &out, 1, "positions") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (length < 0 || length > buf.len) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "walk_chain: length outside the buffer");
+        return NULL;
+    }
+    int64_t count, following;
+    Py_BEGIN_ALLOW_THREADS
+    count = mq_walk_chain(buf.buf, length, buf_abs, out.buf, out.len / 8, &following);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("LL", (long long)count, (long long)following);
+}
+
 static PyObject *scan_columns(PyObject *self, PyObject *unused) { return PyLong_FromLong(MQ_SCAN_COLUMNS); }
 
 PyMethodDef mq_scan_methods[] = {
@@ -155,6 +180,9 @@ PyMethodDef mq_scan_methods[] = {
      "arrow_columns(buf, positions, offsets, queue_ids, offset_lo, offset_hi, time_lo_us, time_hi_us, topics,"
      " expect_topic, expect_sizes) -> None or (rows, tags_nulls, keys, pairs, buffers): the Arrow buffers of"
      " columnar.Decoder's columns for the records at `positions` (None: use the Python decoder)."},
+    {"walk_chain", walk_chain, METH_VARARGS,
+     "walk_chain(buf, length, buf_abs, positions) -> (count, following): the TOTALSIZE chain of complete records"
+     " tiling buf[:length] (commitlog.columnar._walk_python), positions written to the int64 array."},
     {"scan_columns", scan_columns, METH_NOARGS, "scan_columns() -> int: how many columns scan_segment writes."},
     {NULL, NULL, 0, NULL},
 };

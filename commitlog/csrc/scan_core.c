@@ -231,3 +231,20 @@ void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, m
     out->count = n;
     out->stop = pos;
 }
+
+int64_t mq_walk_chain(const uint8_t *buf, int64_t length, int64_t buf_abs, int64_t *positions, int64_t capacity,
+                      int64_t *following) {
+    int64_t at = 0, n = 0;
+    while (length - at >= MQ_RECORD_SIZE_MIN && n < capacity) {
+        int64_t size = mq_get_i32(buf + at);
+        uint32_t magic = mq_get_u32(buf + at + MQ_OFFSET_MAGIC_CODE);
+        if (magic != MQ_MESSAGE_MAGIC_CODE && magic != MQ_MESSAGE_MAGIC_CODE_V2) break;
+        if (size < MQ_RECORD_SIZE_MIN || size > length - at ||
+            mq_get_i64(buf + at + MQ_OFFSET_PHYSICAL_OFFSET) != buf_abs + at)
+            break;
+        positions[n++] = at;
+        at += size;
+    }
+    *following = at;
+    return n;
+}

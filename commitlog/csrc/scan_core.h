@@ -94,6 +94,13 @@ int mq_crc_ok(const uint8_t *data, int64_t pos, const mq_layout *layout);
 void mq_property_span(const uint8_t *data, int64_t start, int64_t end, const uint8_t *name, int64_t name_length,
                       int64_t *value_start, int64_t *value_end);
 
+/* The TOTALSIZE chain of complete message records tiling buf[0:length] from 0 (buf[0] at commitlog offset
+ * buf_abs), as commitlog.columnar._walk_python: magic code, RECORD_SIZE_MIN <= TOTALSIZE, the record inside
+ * buf[0:length], PHYSICALOFFSET right. Writes at most `capacity` positions; returns their count and sets
+ * *following to the position after the last. */
+int64_t mq_walk_chain(const uint8_t *buf, int64_t length, int64_t buf_abs, int64_t *positions, int64_t capacity,
+                      int64_t *following);
+
 /* Java's String.hashCode of ASCII text; sets *ascii to 0 (and returns 0) when a byte is not ASCII. */
 int32_t mq_java_ascii_hash(const uint8_t *text, int64_t length, int *ascii);
 

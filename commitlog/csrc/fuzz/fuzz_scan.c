@@ -69,6 +69,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
         if (out.error != MQ_SCAN_OK || out.blank || out.stop == pos) break;
         pos = out.stop;
     }
+    /* the chain walk of a read buffer (columnar.locate_records), from `start` */
+    int64_t following;
+    int64_t chain = mq_walk_chain(segment + start, size_bytes - start, base + start, columns, CAPACITY, &following);
+    check(chain >= 0 && chain <= CAPACITY && following >= 0 && following <= size_bytes - start);
+    for (int64_t i = 0; i < chain; i++) check(columns[i] >= 0 && columns[i] + MQ_RECORD_SIZE_MIN <= following);
     /* mq_locate at arbitrary positions, for records the walk never reaches */
     for (int64_t at = start; at < size_bytes && at < start + 4096; at += 97) {
         mq_layout layout;

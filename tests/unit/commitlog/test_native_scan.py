@@ -16,6 +16,7 @@ import pytest
 
 from commitlog import format as fmt
 from commitlog import record_batch
+from commitlog.errors import CorruptionError
 from commitlog.native import NATIVE
 from commitlog.record_batch import parse_records
 from commitlog.segments import SegmentList
@@ -184,3 +185,34 @@ def test_the_scan_holds_the_segment_and_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError):
         NATIVE.property_spans(data, np.array([0]), np.array([len(data) + 1]), (b"TAGS",), np.empty(2, np.int64))
     assert zlib.crc32(data) == NATIVE.crc32(data)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_both_codecs_locate_the_same_records_in_a_read_buffer(tmp_path, monkeypatch, seed):
+    """columnar.locate_records (the Spark source's and store.scan()'s record walk over a pread buffer)."""
+    from commitlog import columnar
+
+    writer = _write(tmp_path / "log", seed)
+    rng = random.Random(seed)
+    outcomes = 0
+    for trial in range(150):
+        base = rng.choice(sorted(writer.segments))
+        data = bytearray(writer.segments[base])
+        if trial % 3:
+            at = rng.randrange(SEGMENT_SIZE)
+            data[at : at + 4] = rng.choice([rng.randbytes(4), b"\x00\x00\x00\x5c", bytes(4), b"\xda\xa3\x20\xa7"])
+        start = rng.choice([0] + [o - base for o in writer.offsets if base <= o < base + SEGMENT_SIZE])
+        length = rng.randrange(0, SEGMENT_SIZE - start + 1)
+        buf = np.frombuffer(bytes(data[start : start + length]) + bytes(columnar.BUFFER_PAD_BYTES), dtype=np.uint8)
+        results = []
+        for module in (None, NATIVE):
+            monkeypatch.setattr(columnar, "NATIVE", module)
+            try:
+                positions, following, state = columnar.locate_records(
+                    buf, length, base + start, base + SEGMENT_SIZE, lenient=trial % 2 == 0, path="seg")
+                results.append((positions.tolist(), following, state))
+            except CorruptionError as exc:
+                results.append((str(exc), exc.offset, exc.rule))
+        assert results[0] == results[1], trial
+        outcomes += bool(results[0][0])
+    assert outcomes > 50
