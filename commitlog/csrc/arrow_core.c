@@ -33,6 +33,22 @@ static int format_host(const uint8_t *raw, char *out) {
     return n;
 }
 
+/* format_host with the last host remembered: a log's records mostly share their hosts */
+typedef struct {
+    uint8_t raw[8];
+    char text[32];
+    int length;  /* 0: nothing remembered */
+} host_cache;
+
+static int cached_host(host_cache *cache, const uint8_t *raw, char **text) {
+    if (cache->length == 0 || memcmp(cache->raw, raw, 8) != 0) {
+        memcpy(cache->raw, raw, 8);
+        cache->length = format_host(raw, cache->text);
+    }
+    *text = cache->text;
+    return cache->length;
+}
+
 static int queue_kept(const mq_arrow_filter *f, int64_t queue_id) {
     int64_t lo = 0, hi = f->queue_count;
     while (lo < hi) {
@@ -86,7 +102,8 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
     if (kept == NULL) return MQ_ARROW_NO_MEMORY;
     sizes->kept = kept;
     int64_t rows = 0;
-    char host[32];
+    host_cache born_cache = {.length = 0}, store_cache = {.length = 0};
+    char *host;
     for (int64_t i = 0; i < count; i++) {
         int64_t pos = positions[i];
         if (pos < 0 || pos > length - MQ_HEADER_SIZE) return MQ_ARROW_FALLBACK;
@@ -151,8 +168,8 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
         }
         sizes->topic_bytes += topic_length;
         sizes->body_bytes += body_length;
-        sizes->born_host_bytes += format_host(p + MQ_OFFSET_BORN_HOST, host);
-        sizes->store_host_bytes += format_host(p + MQ_OFFSET_STORE_HOST, host);
+        sizes->born_host_bytes += cached_host(&born_cache, p + MQ_OFFSET_BORN_HOST, &host);
+        sizes->store_host_bytes += cached_host(&store_cache, p + MQ_OFFSET_STORE_HOST, &host);
         mq_arrow_row *row = &kept[rows++];
         row->pos = pos;
         row->body_start = pos + MQ_OFFSET_BODY;
@@ -181,6 +198,9 @@ void mq_arrow_fill(const uint8_t *buf, const mq_arrow_sizes *sizes, mq_arrow_out
     out->born_host_offsets[0] = out->store_host_offsets[0] = 0;
     memset(out->tags_validity, 0, (size_t)((sizes->rows + 7) / 8));
     out->tags_nulls = 0;
+    host_cache born_cache = {.length = 0}, store_cache = {.length = 0};
+    char *host;
+    int host_length;
     for (int64_t r = 0; r < sizes->rows; r++) {
         const mq_arrow_row *row = &sizes->kept[r];
         const uint8_t *p = buf + row->pos;
@@ -199,9 +219,13 @@ void mq_arrow_fill(const uint8_t *buf, const mq_arrow_sizes *sizes, mq_arrow_out
         out->store_timestamp_us[r] = (int64_t)((uint64_t)mq_get_i64(p + MQ_OFFSET_STORE_TIMESTAMP) * 1000u);
         out->reconsume_times[r] = mq_get_i32(p + MQ_OFFSET_RECONSUME_TIMES);
         out->body_crc[r] = mq_get_i32(p + MQ_OFFSET_BODY_CRC);
-        born_at += format_host(p + MQ_OFFSET_BORN_HOST, (char *)out->born_host_data + born_at);
+        host_length = cached_host(&born_cache, p + MQ_OFFSET_BORN_HOST, &host);
+        memcpy(out->born_host_data + born_at, host, (size_t)host_length);
+        born_at += host_length;
         out->born_host_offsets[r + 1] = born_at;
-        store_at += format_host(p + MQ_OFFSET_STORE_HOST, (char *)out->store_host_data + store_at);
+        host_length = cached_host(&store_cache, p + MQ_OFFSET_STORE_HOST, &host);
+        memcpy(out->store_host_data + store_at, host, (size_t)host_length);
+        store_at += host_length;
         out->store_host_offsets[r + 1] = store_at;
         uint8_t *id = out->msg_id_data + 32 * r;  /* store host (8 bytes), then PHYSICALOFFSET (8 bytes), in hex */
         for (int k = 0; k < 8; k++) {
