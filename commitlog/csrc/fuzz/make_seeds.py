@@ -1,7 +1,7 @@
 """Seeds of the scan fuzzer (fuzz_scan.c): real segments with the 16-byte header the target reads.
 
 From RocketMQ 4.4.0's fixture store when it is there ($MQSTORE_ROCKETMQ_FIXTURES, else ../shared/fixtures), and
-from a small store this project writes (record CRCs on, tags, keys, a segment roll), so that a clone without the
+from a small log this project's CommitLog writes (record CRCs on, tags, keys, a segment roll), so that a clone without the
 fixtures still has seeds. Usage: make_seeds.py OUT_DIRECTORY
 """
 
@@ -33,17 +33,25 @@ def seeds_of(directory: Path, out: Path, label: str) -> int:
 
 
 def own_store(out: Path) -> int:
+    """Segments this project's CommitLog writes: record CRCs, tags, keys, several topics, a segment roll."""
     sys.path.insert(0, str(REPO))
-    from mqstore import Message, MessageStore, StoreConfig
+    from commitlog import format as fmt
+    from commitlog.commitlog import CommitLog
+    from commitlog.message import Message
 
     with tempfile.TemporaryDirectory() as root:
-        config = StoreConfig(segment_size_bytes=65536, consume_queue_entries_per_file=64, preallocate_segments=False,
-                             max_message_size_bytes=8192, index_enabled=False, record_crc=True)
-        with MessageStore.open(root, config) as store:
+        log = CommitLog(root, 65536, writable=True, max_message_size_bytes=8192, max_queues_per_topic=4,
+                        born_host_raw=fmt.encode_host("10.1.2.3", 4000), store_host_raw=fmt.encode_host("10.0.0.7",
+                                                                                                       10911),
+                        preallocate=False, record_crc=True)
+        try:
             for index in range(900):
-                store.put(Message(f"topic{index % 3}", bytes([index % 251]) * (index % 200), queue_id=index % 4,
-                                  tags=["TagA", "TagB", None][index % 3], keys=(f"k{index}",) if index % 2 else ()))
-        return seeds_of(Path(root) / "commitlog", out, "mqstore")
+                log.append(log.prepare(Message(f"topic{index % 3}", bytes([index % 251]) * (index % 200),
+                                               queue_id=index % 4, tags=["TagA", "TagB", None][index % 3],
+                                               keys=(f"k{index}",) if index % 2 else ())))
+        finally:
+            log.close()
+        return seeds_of(Path(root), out, "mqstore")
 
 
 def main() -> None:
