@@ -1,8 +1,8 @@
 """Seeds of the scan fuzzer (fuzz_scan.c): real segments with the 16-byte header the target reads.
 
 From RocketMQ 4.4.0's fixture store when it is there ($MQSTORE_ROCKETMQ_FIXTURES, else ../shared/fixtures), and
-from a small log this project's CommitLog writes (record CRCs on, tags, keys, a segment roll), so that a clone without the
-fixtures still has seeds. Usage: make_seeds.py OUT_DIRECTORY
+from a small log this project's CommitLog writes (record CRCs on, tags, keys, a segment roll), so that a clone
+without the fixtures still has seeds. Usage: make_seeds.py OUT_DIRECTORY
 """
 
 from __future__ import annotations
