@@ -97,7 +97,8 @@ def test_a_scan_gives_every_message_with_its_fields(store_dir, monkeypatch, code
             assert row["tags"] == message.properties.get("TAGS")
             assert row["msg_id"] == message.msg_id
             assert dict(row["properties"]) == message.properties
-        per_queue = table.group_by(["topic", "queue_id"]).aggregate([("queue_offset", "max"), ("queue_offset", "count")])
+        per_queue = table.group_by(["topic", "queue_id"]).aggregate([("queue_offset", "max"),
+                                                                     ("queue_offset", "count")])
         for group in per_queue.to_pylist():
             assert group["queue_offset_max"] + 1 == group["queue_offset_count"]  # dense, from 0
 
