@@ -35,7 +35,7 @@ import time
 from commitlog import format as fmt
 from commitlog.errors import InvalidMessageError, StoreError
 from commitlog.message import Message
-from mqstore import __version__, cli_admin
+from mqstore import __version__, cli_admin, cli_export
 from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
                                 progress_bar, resolved_store_config, table)
 from mqstore.consumer import open_consumer
@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--offset", type=_non_negative, required=True, help="commitlog offset of the record")
     add("verify", "check every record's CRC, segment ends, ConsumeQueue entries and index files; exit 1 on corruption")
     cli_admin.add_parsers(add)
+    cli_export.add_parser(add)
     cli_admin.add_bench_parser(commands)
     return parser
 
@@ -450,4 +451,4 @@ def _cmd_verify(args) -> int:
 _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
              "dump": _cmd_dump, "verify": _cmd_verify,
              "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query,
-             "bench": cli_admin.cmd_bench}
+             "bench": cli_admin.cmd_bench, "export": cli_export.cmd_export}

@@ -536,6 +536,18 @@ class MessageStore(Reads, IndexLookups):
 
         return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from)
 
+    def scan(self, *, topic=None, queue_ids=None, start_offset: int | None = None, end_offset: int | None = None,
+             start_time=None, end_time=None, columns=None):
+        """The store's records as a pyarrow.RecordBatchReader, with the Spark source's columns and filters (topic
+        name(s), queue id(s), commitlog offsets [start_offset, end_offset), store times [start_time, end_time) as
+        datetimes or ms since the epoch; `columns` picks columns). Up to the log's written end now; see
+        mqstore/scan.py and docs/arrow.md."""
+        from mqstore.scan import scan_store  # pyarrow work, imported when used
+
+        self._check_open()
+        return scan_store(self.root_dir, topic=topic, queue_ids=queue_ids, start_offset=start_offset,
+                          end_offset=end_offset, start_time=start_time, end_time=end_time, columns=columns)
+
     def stats(self) -> dict:
         """Positions, counts and lags of the store, as plain data."""
         self._check_open()

@@ -92,7 +92,8 @@ def test_a_body_holding_a_record_header_does_not_fool_the_reader(tmp_path, monke
     rows = read_rows(root)
     assert [r["commitlog_offset"] for r in rows] == [first, second, third]
     assert rows[1]["body"] == fake + b"tail"
-    assert walks  # the chain check saw the planted header and handed over to the record-by-record walk
+    if columnar.NATIVE is None:  # the compiled walk (mq_walk_chain) follows the chain record by record anyway
+        assert walks  # the chain check saw the planted header and handed over to the record-by-record walk
 
 
 def test_a_large_segment_is_split_at_record_starts(tmp_path, monkeypatch):
