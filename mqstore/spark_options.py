@@ -23,7 +23,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Map
                                StructType, TimestampType)
 
 from commitlog.columnar import STORE_COLUMN
-from commitlog.errors import CommitLogSourceError
+from mqstore.spark_errors import CommitLogSourceError
 
 FORMAT_NAME = "commitlog"
 

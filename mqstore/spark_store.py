@@ -17,8 +17,9 @@ import numpy as np
 
 from commitlog import format as fmt
 from commitlog.columnar import BUFFER_PAD_BYTES
-from commitlog.errors import CommitLogSourceError, CorruptionError, StoreIOError
+from commitlog.errors import CorruptionError, StoreIOError
 from consumequeue import format as cqfmt
+from mqstore.spark_errors import CommitLogSourceError
 
 BOUNDARY_QUEUES_MAX = 16  # queues searched for a record start to split a segment at
 
