@@ -419,7 +419,7 @@ class MessageStore(Reads, IndexLookups):
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
         if self._lag_limit and offset + record[6] - self._dispatch.dispatched_offset > self._lag_limit:
-            self._wait_for_dispatch(offset + record[6])
+            self._wait_for_lag_under_bound(offset + record[6])
         status = _PUT_OK
         if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
             status = PutStatus.FLUSH_DISK_TIMEOUT
@@ -449,7 +449,7 @@ class MessageStore(Reads, IndexLookups):
         if placed:
             end = int(offsets[placed - 1] + sizes[placed - 1])
             if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
-                self._wait_for_dispatch(end)
+                self._wait_for_lag_under_bound(end)
             if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
         # Built without a Python-level loop: the msg_ids' offset digits of every message at once, then one C
@@ -464,7 +464,7 @@ class MessageStore(Reads, IndexLookups):
             results.extend(_refused(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in messages[placed:])
         return results
 
-    def _wait_for_dispatch(self, end: int) -> None:
+    def _wait_for_lag_under_bound(self, end: int) -> None:
         """max_dispatch_lag_bytes: wait until dispatch is within three quarters of the limit of `end`. Returns
         early when dispatch has stopped on an error (the put is stored; the error is in stats() and the log) or
         the store is closing."""
