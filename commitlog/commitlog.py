@@ -169,7 +169,7 @@ class CommitLog:
 
     def set_end(self, commitlog_offset: int) -> None:
         """Set the written end (after the owner found it by recovery or by walking the log, and as appends move
-        it: `append_locked` does the same inline), and publish it in `end_word` when set."""
+        it: `append_holding_lock` does the same inline), and publish it in `end_word` when set."""
         assert commitlog_offset >= self.segments.first_base_offset
         self._end = commitlog_offset
         if self.end_word is not None:
@@ -276,9 +276,9 @@ class CommitLog:
     def append(self, record: PreparedRecord) -> tuple[int, int, int]:
         """Append one prepared record; returns (commitlog_offset, queue_offset, store_timestamp_ms)."""
         with self.lock:
-            return self.append_locked(record)
+            return self.append_holding_lock(record)
 
-    def append_locked(self, record: PreparedRecord) -> tuple[int, int, int]:
+    def append_holding_lock(self, record: PreparedRecord) -> tuple[int, int, int]:
         """`append` for a caller that holds `self.lock` (the store's put path: one lock per put, not two)."""
         queue_key, flag, body, crc, born, tail, size = record
         offset = self._end

@@ -146,7 +146,7 @@ class MessageStore(Reads, IndexLookups):
         self._handoff = HandOff(self._writer)  # a put that finds the writer lock taken hands its append to the holder
         self._parked = self._handoff.pending
         self._prepare = self._commitlog.prepare
-        self._append_locked = self._commitlog.append_locked
+        self._append_holding_lock = self._commitlog.append_holding_lock
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
         self._index = None
@@ -403,13 +403,13 @@ class MessageStore(Reads, IndexLookups):
         try:
             if writer.acquire(False):
                 try:
-                    offset, queue_offset, store_ts = self._append_locked(record)
+                    offset, queue_offset, store_ts = self._append_holding_lock(record)
                 finally:
                     writer.release()  # HandOff.release, inlined: the put path
                     if self._parked:
                         self._handoff.drain()
             else:
-                offset, queue_offset, store_ts = self._handoff.hand_in(self._append_locked, record)
+                offset, queue_offset, store_ts = self._handoff.hand_in(self._append_holding_lock, record)
         except StoreIOError as exc:  # the next segment could not be created, or the record not written to it:
             log.error("put refused: %s", exc)  # nothing of this message is published
             return _refused(PutStatus.UNKNOWN_ERROR if isinstance(exc, SegmentWriteError)

@@ -85,7 +85,7 @@ def test_a_put_appends_the_puts_and_batches_parked_while_it_appended(tmp_path, m
     monkeypatch.setattr(handoff, "HAND_IN_POLL_S", 60.0)  # only the holding put's release can append them
     with MessageStore.open(tmp_path, small_config()) as store:
         inside, go_on = threading.Event(), threading.Event()
-        append = store._append_locked
+        append = store._append_holding_lock
         appended_on = []
 
         def slow_first(record):
@@ -95,7 +95,7 @@ def test_a_put_appends_the_puts_and_batches_parked_while_it_appended(tmp_path, m
                 go_on.wait(10)
             return append(record)
 
-        store._append_locked = slow_first
+        store._append_holding_lock = slow_first
         results = {}
         holder = threading.Thread(target=lambda: results.__setitem__("holder", store.put(Message("w", b"h"))),
                                   name="holder")
