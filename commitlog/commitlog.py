@@ -372,7 +372,7 @@ class CommitLog:
         as `prepare` gives it. Nothing is written."""
         return prepare_columns(self, messages)
 
-    def append_prepared(self, columns: Columns) -> tuple:
+    def append_columns_holding_lock(self, columns: Columns) -> tuple:
         """Append a prepared batch, for a caller that holds `self.lock`: (commitlog offsets, queue offsets, records
         placed, store ts, StoreIOError or None); records before a failed segment creation stay stored."""
         return append_columns(self, columns)

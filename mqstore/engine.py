@@ -438,12 +438,12 @@ class MessageStore(Reads, IndexLookups):
         handoff = self._handoff
         if handoff.lock.acquire(False):
             try:
-                offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_prepared(columns)
+                offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_columns_holding_lock(columns)
             finally:
                 handoff.release()
         else:
-            offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(self._commitlog.append_prepared,
-                                                                              columns)
+            offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(
+                self._commitlog.append_columns_holding_lock, columns)
         sizes = columns.sizes
         ok = PutStatus.PUT_OK
         if placed:
