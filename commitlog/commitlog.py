@@ -1,7 +1,7 @@
 """The CommitLog: one append-only log of every message, in segments (RocketMQ's CommitLog).
 
 Passive: it checks and encodes messages (`prepare`), appends them under one writer lock (`append`,
-`append_batch`), reads them back (`read`), and knows its written end. Dispatching, flushing on a schedule
+`append_records`), reads them back (`read`), and knows its written end. Dispatching, flushing on a schedule
 and recovery policy live elsewhere; they call in here.
 
 Queue offsets are assigned here, under the writer lock, from `queue_offsets` (RocketMQ's topicQueueTable):
@@ -350,7 +350,7 @@ class CommitLog:
     def write_through(self, on: bool) -> None:
         self._scratch = memoryview(bytearray(WRITE_THROUGH_RECORD_BYTES_MAX)) if on else None
 
-    def append_batch(self, records: list[PreparedRecord]
+    def append_records(self, records: list[PreparedRecord]
                      ) -> tuple[list[tuple[int, int]], int, StoreIOError | None]:
         """Append records prepared one by one (`prepare`) under one lock hold, through the batch writer.
 
