@@ -16,7 +16,7 @@ import threading
 import time
 
 from commitlog import format as fmt
-from commitlog.batch import Columns, append_columns, columns_from_records, prepare_columns
+from commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
 from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile, fsync_directory
@@ -40,10 +40,6 @@ _CRC_SMALL = fmt.CRC_SMALL_BYTES_MAX
 _time_ns = time.time_ns
 _pack_header = fmt.HEADER_V1.pack_into
 _MAGIC = fmt.MESSAGE_MAGIC_CODE
-
-# A prepared record: (queue_key, flag, body, crc, born_timestamp_ms or None, tail, size)
-#   queue_key = (topic, queue_id); tail = TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES bytes.
-PreparedRecord = tuple
 
 
 def validate_topic(topic) -> bytes:

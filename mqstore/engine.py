@@ -20,6 +20,7 @@ from typing import Iterable
 import numpy as np
 
 from commitlog import format as fmt
+from commitlog.batch import RECORD_SIZE
 from commitlog.commitlog import CommitLog
 from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
@@ -418,12 +419,12 @@ class MessageStore(Reads, IndexLookups):
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
-        if self._lag_limit and offset + record[6] - self._dispatch.dispatched_offset > self._lag_limit:
-            self._wait_for_lag_under_bound(offset + record[6])
+        if self._lag_limit and offset + record[RECORD_SIZE] - self._dispatch.dispatched_offset > self._lag_limit:
+            self._wait_for_lag_under_bound(offset + record[RECORD_SIZE])
         status = _PUT_OK
-        if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
+        if self._sync_flush and not self._group_commit.wait_durable(offset + record[RECORD_SIZE], self._sync_timeout_s):
             status = PutStatus.FLUSH_DISK_TIMEOUT
-        return _new_tuple(PutResult, (status, offset, queue_offset, record[6], store_ts,
+        return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
