@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 
 import pytest
 
 from mqstore import GetStatus, Message, MessageStore
 from tests.unit.commitlog import handmade
+from tests.conftest import wait_until
 from tests.unit.mqstore.conftest import config
 
 SEGMENT_SIZE = config().segment_size_bytes
@@ -96,11 +96,8 @@ def test_without_write_fault_readahead_only_the_segment_being_written_is_advised
     def random_access() -> list[bool]:
         return ["rr" in mapping_vm_flags(segment.array) for segment in store._commitlog.segments.segments]
 
-    def wait_for(expected: list[bool]) -> None:
-        deadline = time.monotonic() + 30
-        while random_access() != expected:  # segments left are advised back by the allocator's thread
-            assert time.monotonic() < deadline, (random_access(), expected)
-            time.sleep(0.01)
+    def wait_for(expected: list[bool]) -> None:  # segments left are advised back by the allocator's thread
+        assert wait_until(lambda: random_access() == expected), (random_access(), expected)
 
     with MessageStore.open(store_dir, config(warm_segments=warm)) as store:  # the default: never advised
         for i in range(200):

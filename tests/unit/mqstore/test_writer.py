@@ -6,7 +6,7 @@ import threading
 
 import commitlog.handoff as handoff
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus, StoreClosedError
-from tests.conftest import small_config
+from tests.conftest import small_config, wait_until
 
 THREADS = 8
 PER_THREAD = 60
@@ -51,11 +51,7 @@ def test_sync_producers_on_many_threads_each_return_after_their_bytes_are_flushe
 
 
 def _parked_count(store, count):
-    for _ in range(10_000):
-        if len(store._handoff.pending) >= count:
-            return
-        threading.Event().wait(0.001)
-    raise AssertionError(f"{count} parked puts expected")
+    assert wait_until(lambda: len(store._handoff.pending) >= count, interval_s=0.001), f"{count} parked puts expected"
 
 
 def test_puts_that_find_the_writer_busy_are_appended_by_the_holder_in_arrival_order(tmp_path, monkeypatch):
