@@ -181,7 +181,7 @@ class QueueIndex:
         """(end, offset, size) of the last unit written to any queue: the log is dispatched up to `end`."""
         best = None
         for _, _, queue_dir in self.queues():
-            for first, path in reversed(self.files(queue_dir)):
+            for _first, path in reversed(self.files(queue_dir)):
                 last = _last_unit(path)
                 if last is not None:
                     offset, size = last

@@ -99,7 +99,7 @@ def test_reads_while_a_writer_process_appends_see_consistent_snapshots(spark, tm
             check_prefix(one_topic, topics={1})
             if round_ == 0:  # the later reads are planned past the end of the last record this one saw
                 read_end = max(r.commitlog_offset for r in rows) + WRITER_RECORD_BYTES_MAX
-                assert wait_until(lambda: planned_end(store) > read_end)
+                assert wait_until(lambda end=read_end: planned_end(store) > end)
         assert seen[0] >= first and seen[-1] > seen[0]  # the writer was really appending
     finally:
         writer.terminate()

@@ -119,7 +119,7 @@ def test_batches_roll_too_and_records_never_straddle_segments(tmp_path):
     assert len(log.segments.segments) > 2
     for (offset, _), record in zip(placed, records):
         assert offset // SEGMENT_SIZE == (offset + record[6] - 1) // SEGMENT_SIZE
-    for index, (offset, queue_offset) in enumerate(placed):
+    for index, (offset, _queue_offset) in enumerate(placed):
         message = log.read(offset)
         assert (message.body, message.queue_offset) == (bytes([index % 256]) * (index * 7 % 2000), index)
     log.close()

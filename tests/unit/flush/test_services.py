@@ -181,7 +181,7 @@ def test_many_callers_share_flushes_and_all_return_durable():
     results = []
 
     def produce(index):
-        for round_ in range(50):
+        for _ in range(50):
             with lock:
                 spy.written += 1
                 position = spy.written
