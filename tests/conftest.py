@@ -12,8 +12,23 @@ import pytest
 
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
 ROCKETMQ_STORE = FIXTURES_DIR / "rocketmq-4.4.0-store"
+DIRECTORY_MARKERS = {"spark": "spark", "crash": "crash", "bench": "slow"}  # tests/<directory> -> its tests' marker
 WAIT_TIMEOUT_S = 30.0  # how long `wait_until` looks before giving up: far beyond any wait on a loaded machine
 WAIT_INTERVAL_S = 0.01
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of a directory in DIRECTORY_MARKERS: tests/spark `spark`, tests/crash `crash`, and the
+    benchmarks' --quick runs in tests/bench `slow` (the markers are registered in pyproject.toml; `make test-fast`
+    leaves them out)."""
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            directory = item.path.resolve().relative_to(tests_dir).parts[0]
+        except ValueError:
+            continue
+        if directory in DIRECTORY_MARKERS:
+            item.add_marker(DIRECTORY_MARKERS[directory])
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = WAIT_TIMEOUT_S,

@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from mqstore import GetStatus, Message, MessageStore
-from tests.unit.commitlog import handmade
 from tests.conftest import wait_until
+from tests.unit.commitlog import handmade
 from tests.unit.mqstore.conftest import config
 
 SEGMENT_SIZE = config().segment_size_bytes
