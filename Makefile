@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench docs clean-demo fuzz-scan
+.PHONY: demo test test-fast lint install bench docs clean-demo fuzz-scan
 
 NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
 
@@ -21,11 +21,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m mqstore demo
 
-# The whole test suite. pytest's exit code 5 (no test collected) is reported as a failure with a reason.
-test: $(STAMP)
+# The linter (rules and line length in pyproject.toml), then the whole test suite. pytest's exit code 5 (no test
+# collected) is reported as a failure with a reason.
+test: lint
 	@$(BIN)/python -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
 	exit $$status
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# The quick loop while working: lint, then every test not marked spark, crash or slow.
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not spark and not crash and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/put_get.py

@@ -262,7 +262,7 @@ def copy_rates(work: str, total_bytes: int) -> list[dict]:
     """The write-buffer comparison: GB/s of (a) first-touch memcpy, (b) pre-touched memcpy, (c) pwrite."""
     chunk = random.Random(SEED).randbytes(CHUNK_BYTES)
     first_touch, touched, pwrite = [], [], []
-    for attempt in range(3):
+    for _ in range(3):
         fd = fresh_file(work, "copy", total_bytes)
         mapping = mmap.mmap(fd, total_bytes)
         for rates in (first_touch, touched):  # the second pass finds every page mapped

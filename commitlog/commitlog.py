@@ -1,7 +1,7 @@
 """The CommitLog: one append-only log of every message, in segments (RocketMQ's CommitLog).
 
 Passive: it checks and encodes messages (`prepare`), appends them under one writer lock (`append`,
-`append_batch`), reads them back (`read`), and knows its written end. Dispatching, flushing on a schedule
+`append_records`), reads them back (`read`), and knows its written end. Dispatching, flushing on a schedule
 and recovery policy live elsewhere; they call in here.
 
 Queue offsets are assigned here, under the writer lock, from `queue_offsets` (RocketMQ's topicQueueTable):
@@ -23,7 +23,7 @@ import threading
 import time
 
 from commitlog import format as fmt
-from commitlog.batch import Columns, append_columns, columns_from_records, prepare_columns
+from commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
 from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
@@ -53,10 +53,6 @@ _CRC_SMALL = fmt.CRC_SMALL_BYTES_MAX
 _time_ns = time.time_ns
 _pack_header = fmt.HEADER_V1.pack_into
 _MAGIC = fmt.MESSAGE_MAGIC_CODE
-
-# A prepared record: (queue_key, flag, body, crc, born_timestamp_ms or None, tail, size)
-#   queue_key = (topic, queue_id); tail = TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES bytes.
-PreparedRecord = tuple
 
 
 def validate_topic(topic) -> bytes:
@@ -188,7 +184,7 @@ class CommitLog:
 
     def set_end(self, commitlog_offset: int) -> None:
         """Set the written end (after the owner found it by recovery or by walking the log, and as appends move
-        it: `append_locked` does the same inline), and publish it in `end_word` when set."""
+        it: `append_holding_lock` does the same inline), and publish it in `end_word` when set."""
         assert commitlog_offset >= self.segments.first_base_offset
         self._end = commitlog_offset
         if self.end_word is not None:
@@ -295,9 +291,9 @@ class CommitLog:
     def append(self, record: PreparedRecord) -> tuple[int, int, int]:
         """Append one prepared record; returns (commitlog_offset, queue_offset, store_timestamp_ms)."""
         with self.lock:
-            return self.append_locked(record)
+            return self.append_holding_lock(record)
 
-    def append_locked(self, record: PreparedRecord) -> tuple[int, int, int]:
+    def append_holding_lock(self, record: PreparedRecord) -> tuple[int, int, int]:
         """`append` for a caller that holds `self.lock` (the store's put path: one lock per put, not two)."""
         queue_key, flag, body, crc, born, tail, size = record
         offset = self._end
@@ -369,7 +365,7 @@ class CommitLog:
     def write_through(self, on: bool) -> None:
         self._scratch = memoryview(bytearray(WRITE_THROUGH_RECORD_BYTES_MAX)) if on else None
 
-    def append_batch(self, records: list[PreparedRecord]
+    def append_records(self, records: list[PreparedRecord]
                      ) -> tuple[list[tuple[int, int]], int, StoreIOError | None]:
         """Append records prepared one by one (`prepare`) under one lock hold, through the batch writer.
 
@@ -391,7 +387,7 @@ class CommitLog:
         as `prepare` gives it. Nothing is written."""
         return prepare_columns(self, messages)
 
-    def append_prepared(self, columns: Columns) -> tuple:
+    def append_columns_holding_lock(self, columns: Columns) -> tuple:
         """Append a prepared batch, for a caller that holds `self.lock`: (commitlog offsets, queue offsets, records
         placed, store ts, StoreIOError or None); records before a failed segment creation stay stored."""
         return append_columns(self, columns)

@@ -399,48 +399,21 @@ def _decode(segment, positions: list[int], check_crc: bool,
     pos = np.asarray(positions, dtype=np.int64)
     header = fmt.rows_at(data, pos, fmt.HEADER_SIZE).view(HEADER_DTYPE)[:, 0]
     size = header["total_size"].astype(np.int64)
-    magic = header["magic"]
     sys_flag = header["sys_flag"].astype(np.int64)
-    body_length = header["body_length"].astype(np.int64)
     record_end = pos + size
-    general = (magic != _MAGIC_V1) | ((sys_flag & _V6_FLAGS) != 0)
-    valid = (body_length >= 0) & (pos + 88 + body_length + 3 <= record_end) & (
-        header["physical_offset"] == base + pos)
-    topic_length_at = np.where(valid, pos + 88 + body_length, pos)
-    topic_length = data[topic_length_at].astype(np.int64)
-    properties_length_at = topic_length_at + 1 + topic_length
-    valid &= (topic_length >= 1) & (properties_length_at + 2 <= record_end)
-    properties_length_at = np.where(valid, properties_length_at, pos)
-    properties_length = (data[properties_length_at].astype(np.int64) << 8) | data[properties_length_at + 1]
-    properties_length = np.where(properties_length >= 0x8000, properties_length - 0x10000, properties_length)
-    properties_start = properties_length_at + 2
-    valid &= (properties_length >= 0) & (properties_start + properties_length == record_end)
+    general = (header["magic"] != _MAGIC_V1) | ((sys_flag & _V6_FLAGS) != 0)
+    valid, columns = _v1_layout(data, pos, record_end, header, base)
     fields = {
         "queue_id": header["queue_id"].astype(np.int64),
         "queue_offset": header["queue_offset"].astype(np.int64),
         "store_timestamp": header["store_timestamp"].astype(np.int64),
         "sys_flag": sys_flag,
     }
-    topic_start = topic_length_at + 1
-    body_start = pos + fmt.HEADER_SIZE
-    general_errors: dict[int, CorruptionError] = {}
-    for row in np.flatnonzero(general).tolist():  # v2 records and IPv6 hosts: rare, decoded one by one
-        at = positions[row]
-        try:
-            layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
-        except CorruptionError as exc:
-            valid[row] = False
-            general_errors[row] = exc
-            break
-        valid[row] = True
-        store_at = layout.store_host[0]
-        fields["store_timestamp"][row] = _I64.unpack_from(segment.view, store_at - 8)[0]
-        topic_start[row] = layout.topic_start
-        topic_length[row] = layout.topic_length
-        body_start[row] = layout.body_start
-        body_length[row] = layout.body_length
-        properties_start[row] = layout.properties_start
-        properties_length[row] = layout.properties_length
+    general_errors = _locate_one_by_one(segment, positions, np.flatnonzero(general).tolist(), valid, columns,
+                                        fields["store_timestamp"])
+    topic_start, topic_length = columns["topic_start"], columns["topic_length"]
+    body_start, body_length = columns["body_start"], columns["body_length"]
+    properties_start, properties_length = columns["properties_start"], columns["properties_length"]
     valid &= _topic_matrix(data, topic_start, np.where(valid, topic_length, 0)).max(axis=1, initial=0) < 0x80
     has_crc, crc_value = fmt.record_crc_columns(data, properties_start, properties_length, record_end, valid)
     valid &= crc_value >= 0  # a record-CRC pair without 10 digits in it
@@ -472,6 +445,54 @@ def _decode(segment, positions: list[int], check_crc: bool,
     }
     part.update({name: column[:keep] for name, column in fields.items()})
     return part, error
+
+
+def _v1_layout(data, pos: np.ndarray, record_end: np.ndarray, header: np.ndarray, base: int
+               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Where the parts of records at `pos` are if they are v1 records with IPv4 hosts, with numpy: (valid, the
+    columns of _LAYOUT_FIELDS). `valid` holds where format rules (2) to (4) hold for that layout; a row that
+    breaks them points its topic and properties at the record's start, so no read goes past the record."""
+    body_length = header["body_length"].astype(np.int64)
+    valid = (body_length >= 0) & (pos + 88 + body_length + 3 <= record_end) & (
+        header["physical_offset"] == base + pos)
+    topic_length_at = np.where(valid, pos + 88 + body_length, pos)
+    topic_length = data[topic_length_at].astype(np.int64)
+    properties_length_at = topic_length_at + 1 + topic_length
+    valid &= (topic_length >= 1) & (properties_length_at + 2 <= record_end)
+    properties_length_at = np.where(valid, properties_length_at, pos)
+    properties_length = (data[properties_length_at].astype(np.int64) << 8) | data[properties_length_at + 1]
+    properties_length = np.where(properties_length >= 0x8000, properties_length - 0x10000, properties_length)
+    properties_start = properties_length_at + 2
+    valid &= (properties_length >= 0) & (properties_start + properties_length == record_end)
+    columns = {"topic_start": topic_length_at + 1, "topic_length": topic_length, "body_start": pos + fmt.HEADER_SIZE,
+               "body_length": body_length, "properties_start": properties_start,
+               "properties_length": properties_length}
+    return valid, columns
+
+
+_LAYOUT_FIELDS = ("topic_start", "topic_length", "body_start", "body_length", "properties_start", "properties_length")
+
+
+def _locate_one_by_one(segment, positions: list[int], rows: list[int], valid: np.ndarray,
+                       columns: dict[str, np.ndarray], store_timestamp: np.ndarray) -> dict[int, CorruptionError]:
+    """The `rows` `_v1_layout` cannot place (v2 records and IPv6 hosts: rare), through `format.locate` one by
+    one: their `columns`, `store_timestamp` and `valid` set in place. Stops at the first that breaks a rule and
+    returns its error by row."""
+    errors: dict[int, CorruptionError] = {}
+    for row in rows:
+        at = positions[row]
+        try:
+            layout = fmt.locate(segment.view, at, segment.size_bytes - at, segment.base_offset + at,
+                                path=segment.path)
+        except CorruptionError as exc:
+            valid[row] = False
+            errors[row] = exc
+            break
+        valid[row] = True
+        store_timestamp[row] = _I64.unpack_from(segment.view, layout.store_host[0] - 8)[0]
+        for name in _LAYOUT_FIELDS:
+            columns[name][row] = getattr(layout, name)
+    return errors
 
 
 # Below this many records of a segment, `_decode_few` decodes them one by one: `_decode` makes about 100 numpy

@@ -22,6 +22,7 @@ from typing import Iterable
 import numpy as np
 
 from commitlog import format as fmt
+from commitlog.batch import RECORD_SIZE
 from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
 from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
@@ -151,7 +152,7 @@ class MessageStore(Reads, IndexLookups):
         self._handoff = HandOff(self._writer)  # a put that finds the writer lock taken hands its append to the holder
         self._parked = self._handoff.pending
         self._prepare = self._commitlog.prepare
-        self._append_locked = self._commitlog.append_locked
+        self._append_holding_lock = self._commitlog.append_holding_lock
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
         self._index = None
@@ -413,13 +414,13 @@ class MessageStore(Reads, IndexLookups):
         try:
             if writer.acquire(False):
                 try:
-                    offset, queue_offset, store_ts = self._append_locked(record)
+                    offset, queue_offset, store_ts = self._append_holding_lock(record)
                 finally:
                     writer.release()  # HandOff.release, inlined: the put path
                     if self._parked:
                         self._handoff.drain()
             else:
-                offset, queue_offset, store_ts = self._handoff.hand_in(self._append_locked, record)
+                offset, queue_offset, store_ts = self._handoff.hand_in(self._append_holding_lock, record)
         except StoreIOError as exc:  # the next segment, or disk for the record, could not be had, or the record
             log.error("put refused: %s", exc)  # not written: nothing of this message is published
             return _refused(_refusal_status(exc))
@@ -427,12 +428,12 @@ class MessageStore(Reads, IndexLookups):
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
-        if self._lag_limit and offset + record[6] - self._dispatch.dispatched_offset > self._lag_limit:
-            self._wait_for_dispatch(offset + record[6])
+        if self._lag_limit and offset + record[RECORD_SIZE] - self._dispatch.dispatched_offset > self._lag_limit:
+            self._wait_for_lag_under_bound(offset + record[RECORD_SIZE])
         status = _PUT_OK
-        if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
+        if self._sync_flush and not self._group_commit.wait_durable(offset + record[RECORD_SIZE], self._sync_timeout_s):
             status = PutStatus.FLUSH_DISK_TIMEOUT
-        return _new_tuple(PutResult, (status, offset, queue_offset, record[6], store_ts,
+        return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
@@ -447,18 +448,18 @@ class MessageStore(Reads, IndexLookups):
         handoff = self._handoff
         if handoff.lock.acquire(False):
             try:
-                offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_prepared(columns)
+                offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_columns_holding_lock(columns)
             finally:
                 handoff.release()
         else:
-            offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(self._commitlog.append_prepared,
-                                                                              columns)
+            offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(
+                self._commitlog.append_columns_holding_lock, columns)
         sizes = columns.sizes
         ok = PutStatus.PUT_OK
         if placed:
             end = int(offsets[placed - 1] + sizes[placed - 1])
             if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
-                self._wait_for_dispatch(end)
+                self._wait_for_lag_under_bound(end)
             if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
         # Built without a Python-level loop: the msg_ids' offset digits of every message at once, then one C
@@ -473,7 +474,7 @@ class MessageStore(Reads, IndexLookups):
             results.extend(_refused(_refusal_status(error)) for _ in messages[placed:])
         return results
 
-    def _wait_for_dispatch(self, end: int) -> None:
+    def _wait_for_lag_under_bound(self, end: int) -> None:
         """max_dispatch_lag_bytes: wait until dispatch is within three quarters of the limit of `end`. Returns
         early when dispatch has stopped on an error (the put is stored; the error is in stats() and the log) or
         the store is closing."""

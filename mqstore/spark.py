@@ -70,6 +70,7 @@ The modules, each importing only those below it:
     mqstore/spark_scan.py     partitions read into RecordBatches; the written end; streaming admission
     mqstore/spark_store.py    segment files and ConsumeQueue files, read without a lock
     mqstore/spark_options.py  schema, options, filter pushdown
+    mqstore/spark_errors.py   CommitLogSourceError, the source's one error
     commitlog/columnar.py     locating records and decoding them into Arrow columns (knows nothing of Spark)
 """
 
@@ -85,7 +86,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
-from commitlog.errors import CommitLogSourceError
+from mqstore.spark_errors import CommitLogSourceError
 from mqstore.spark_options import (FORMAT_NAME, SourceOptions, StoreRef, arrow_schema, check_schema,
                                    commitlog_schema, parse_options, push_filters)
 from mqstore.spark_plan import plan_batch, plan_store, plan_stream

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - exercised by a test in a subprocess wi
     StructField = None
 
 from commitlog.columnar import STORE_COLUMN
-from commitlog.errors import CommitLogSourceError
+from mqstore.spark_errors import CommitLogSourceError
 
 FORMAT_NAME = "commitlog"
 

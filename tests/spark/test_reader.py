@@ -126,7 +126,7 @@ def test_a_split_that_is_not_a_record_start_is_refused(tmp_path):
 def test_written_end_ignores_preallocated_segments_and_unfinished_records(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(30):
+        for _ in range(30):
             writer.put("a", b"z" * 100)
         end = writer.end_offset
         record = encode_record(commitlog_offset=end, topic="a", body=b"q" * 500, queue_id=0, queue_offset=30,
@@ -271,7 +271,7 @@ def test_push_filters_folds_what_it_applies_exactly():
 def test_a_segment_deleted_under_a_read_is_a_clear_error(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(1200):
+        for _ in range(1200):
             writer.put("a", b"w" * 200)
     parsed = spark_options.parse_options({"path": str(root)})
     reader = source.CommitLogBatchReader(parsed, spark_options.commitlog_schema())
@@ -313,13 +313,13 @@ def test_a_queue_entry_with_a_negative_size_is_corruption_not_the_queues_end(tmp
 def test_snapshot_stops_at_the_planned_end_while_records_are_appended(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(500):
+        for _ in range(500):
             writer.put("a", b"s" * 300)
     parsed = spark_options.parse_options({"path": str(root)})
     reader = source.CommitLogBatchReader(parsed, spark_options.commitlog_schema())
     partitions = reader.partitions()
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(500):
+        for _ in range(500):
             writer.put("a", b"s" * 300)
     rows = [r for p in partitions for b in reader.read(p) for r in b.to_pylist()]
     assert len(rows) == 500

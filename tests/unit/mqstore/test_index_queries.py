@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -59,10 +58,9 @@ def test_query_returns_exact_matches_newest_first_despite_hash_collisions(tmp_pa
         assert store.query("t", "no-such-key") == []
 
 
-def test_query_filters_by_store_time(tmp_path):
-    with MessageStore.open(tmp_path, config()) as store:
+def test_query_filters_by_store_time(tmp_path, step_clock):
+    with MessageStore.open(tmp_path, config()) as store:  # the step clock: each put its own store millisecond
         early = store.put(Message("t", b"early", keys=("k",)))
-        time.sleep(0.02)  # two distinct store milliseconds, so the range can split them
         late = store.put(Message("t", b"late", keys=("k",)))
         assert store.wait_dispatched(10)
         assert [m.body for m in store.query("t", "k")] == [b"late", b"early"]
