@@ -262,7 +262,7 @@ def copy_rates(work: str, total_bytes: int) -> list[dict]:
     """The write-buffer comparison: GB/s of (a) first-touch memcpy, (b) pre-touched memcpy, (c) pwrite."""
     chunk = random.Random(SEED).randbytes(CHUNK_BYTES)
     first_touch, touched, pwrite = [], [], []
-    for attempt in range(3):
+    for _ in range(3):
         fd = fresh_file(work, "copy", total_bytes)
         mapping = mmap.mmap(fd, total_bytes)
         for rates in (first_touch, touched):  # the second pass finds every page mapped
@@ -962,7 +962,7 @@ def main(argv: list[str] | None = None) -> int:
         handle.write(text)
     plot(rows, latencies, stem + "_throughput.png", stem + "_latency.png")
     with open(stem + ".json", "w", encoding="utf-8") as handle:
-        json.dump({"command": command, "quick": args.quick, "machine": info, "settings": settings,
+        json.dump({"command": command, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick, "machine": info, "settings": settings,
                    "seconds": time.perf_counter() - began, "rows": rows, "targets": goals,
                    "not_implemented": ["ASYNC + write buffer (TransientStorePool): see section write_buffer"]},
                   handle, indent=1)

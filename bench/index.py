@@ -353,7 +353,8 @@ def main() -> int:
                                    "index_quick.json" if args.quick else "index.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as handle:
-        json.dump({"command": "bench/index.py" + (" --quick" if args.quick else ""), "seed": SEED,
+        json.dump({"command": "bench/index.py" + (" --quick" if args.quick else ""),
+                   "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "seed": SEED,
                    "sizes": {name: values[1 if args.quick else 0] for name, values in SIZES.items()},
                    "python": platform.python_version(), "cores": os.cpu_count(), "elapsed_s": elapsed_s,
                    "targets": targets, "rows": [{"case": name, **result} for name, result in rows]},

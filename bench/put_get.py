@@ -193,7 +193,7 @@ def main() -> int:
         for body, base in ((100, base_100), (1000, base_1k)):
             for warm in (False, True):
                 row(f"put {body} B, 1 thread, {'warm' if warm else 'cold'}",
-                    lambda: bench_put(fresh(f"put{body}{warm}"), count, body, warm), base)
+                    lambda body=body, warm=warm: bench_put(fresh(f"put{body}{warm}"), count, body, warm), base)
         row("put 100 B, 1 thread, warm, index on",
             lambda: bench_put(fresh("put-index"), count, 100, True, index=True), base_100)
         row("put 100 B, 1 thread, warm, record_crc off",
@@ -202,7 +202,7 @@ def main() -> int:
             lambda: bench_put(fresh("put-process"), count, 100, True, dispatch_process=True), base_100)
         for warm in (False, True):
             row(f"put_batch 1 KB x1000, {'warm' if warm else 'cold'}",
-                lambda: bench_put_batch(fresh(f"batch{warm}"), count, 1000, warm), base_1k)
+                lambda warm=warm: bench_put_batch(fresh(f"batch{warm}"), count, 1000, warm), base_1k)
         row("put_batch 1 KB x1000, warm, record_crc off",
             lambda: bench_put_batch(fresh("batch-nocrc"), count, 1000, True, record_crc=False), base_1k)
         row("put_batch 1 KB x1000, warm, dispatch process",

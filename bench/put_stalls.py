@@ -242,6 +242,7 @@ def main() -> int:
     with open(out, "w") as handle:
         json.dump({"seconds_per_row": seconds, "body_bytes": BODY_BYTES, "python": platform.python_version(),
                    "command": "bench/put_stalls.py" + (" --quick" if args.quick else ""),
+                   "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                    "rows": [{"case": name, **row} for name, row in rows]}, handle, indent=2)
     with open(os.path.splitext(out)[0] + ".md", "w") as handle:
         handle.write("\n".join(table) + "\n")

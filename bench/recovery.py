@@ -265,6 +265,7 @@ def main() -> int:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as handle:
         json.dump({"command": "bench/recovery.py" + (" --quick" if args.quick else ""),
+                   "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                    "sizes_bytes": sizes, "body_bytes": BODY_BYTES, "record_bytes": RECORD_BYTES,
                    "python": platform.python_version(), "cores": os.cpu_count(),
                    "elapsed_s": time.perf_counter() - started,

@@ -201,11 +201,11 @@ def measure(stores: dict, repeat: int, spark=None) -> list[dict]:
         # every run builds its DataFrame anew, so planning (snapshot end, partitions, pushdown) is timed too
         for name, info in stores.items():
             record(f"full scan {name}: commitlog", info["rows"],
-                   timed(lambda: noop(spark.read.format("commitlog").load(info["root"])), repeat))
+                   timed(lambda info=info: noop(spark.read.format("commitlog").load(info["root"])), repeat))
             record(f"full scan {name}: parquet (pyarrow file)", info["rows"],
-                   timed(lambda: noop(spark.read.parquet(info["parquet"])), repeat))
+                   timed(lambda info=info: noop(spark.read.parquet(info["parquet"])), repeat))
             record(f"full scan {name}: ceiling (ready Arrow batches)", info["rows"],
-                   timed(lambda: noop(spark.read.format("arrowfile").load(info["arrow"])), repeat))
+                   timed(lambda info=info: noop(spark.read.format("arrowfile").load(info["arrow"])), repeat))
         info = stores["100b"]
         topic_rows = spark.read.format("commitlog").option("topic", "topic-3").load(info["root"]).count()
 
@@ -283,7 +283,7 @@ def main(argv=None, spark=None) -> str:
     for key, value in summary.items():
         print(f"{key:<40} {value}")
     output = {
-        "benchmark": "spark_read", "quick": args.quick,
+        "benchmark": "spark_read", "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "settings": {"rows_100b": rows_100b, "rows_1kb": rows_1kb, "segment_bytes": segment_bytes, "repeat": repeat,
                      "topics": TOPICS, "run_messages": RUN_MESSAGES,

@@ -23,6 +23,14 @@ from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS
 _DIGIT_SPAN = np.arange(fmt.RECORD_CRC_DIGITS, dtype=np.int64)
 _UNIQUE_KEY_START = b"UNIQ_KEY\x01"
 
+# A record prepared one by one (`CommitLog.prepare`): a plain tuple, read by these indices. A NamedTuple would
+# name them, but building one costs about 100 ns more per put than a tuple (timeit, 2026-11-25: 39 ns against
+# 143 ns with tuple.__new__, 205 ns through the class).
+#   queue_key = (topic, queue_id); body_crc = CRC32 of the body (31 bits); born_ms = born_timestamp_ms or None;
+#   tail = TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES bytes; size = the record's bytes in the log.
+PreparedRecord = tuple
+RECORD_QUEUE_KEY, RECORD_FLAG, RECORD_BODY, RECORD_BODY_CRC, RECORD_BORN_MS, RECORD_TAIL, RECORD_SIZE = range(7)
+
 
 @dataclass
 class Columns:
@@ -51,19 +59,21 @@ def prepare_columns(log, messages: list[Message]) -> Columns:
     return columns
 
 
-def columns_from_records(records: list) -> Columns:
+def columns_from_records(records: list[PreparedRecord]) -> Columns:
     """Columns from records prepared one by one (`CommitLog.prepare`, any message shape)."""
     keys: dict[tuple[str, int], int] = {}
-    key_ids = [keys.setdefault(record[0], len(keys)) for record in records]
-    bodies = [record[2] for record in records]
+    key_ids = [keys.setdefault(record[RECORD_QUEUE_KEY], len(keys)) for record in records]
+    bodies = [record[RECORD_BODY] for record in records]
     return Columns(
         queue_keys=list(keys), key_ids=np.asarray(key_ids, dtype=np.int64),
-        queue_ids=np.asarray([record[0][1] for record in records], dtype=np.int64),
-        flags=np.asarray([record[1] for record in records], dtype=np.int64),
-        born_ms=np.asarray([-1 if record[4] is None else record[4] for record in records], dtype=np.int64),
+        queue_ids=np.asarray([record[RECORD_QUEUE_KEY][1] for record in records], dtype=np.int64),
+        flags=np.asarray([record[RECORD_FLAG] for record in records], dtype=np.int64),
+        born_ms=np.asarray([-1 if record[RECORD_BORN_MS] is None else record[RECORD_BORN_MS] for record in records],
+                           dtype=np.int64),
         bodies=bodies, body_lengths=np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)),
-        body_crcs=np.asarray([record[3] for record in records], dtype=np.int64),
-        tails=[record[5] for record in records], sizes=np.asarray([record[6] for record in records], dtype=np.int64))
+        body_crcs=np.asarray([record[RECORD_BODY_CRC] for record in records], dtype=np.int64),
+        tails=[record[RECORD_TAIL] for record in records],
+        sizes=np.asarray([record[RECORD_SIZE] for record in records], dtype=np.int64))
 
 
 def _prepare_common(log, messages: list[Message]) -> Columns | None:
@@ -181,13 +191,13 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
     while done < count:  # one round per segment the batch touches
         offset = log._end
         try:
-            if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._segment_end:
+            if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._append_limit:
                 offset = log._roll(offset, int(sizes[done]))
         except StoreIOError as exc:
             error = exc
             break
         ends = offset + np.cumsum(sizes[done:])
-        run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._segment_end, side="right"))
+        run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._append_limit, side="right"))
         assert run >= 1
         stop = done + run
         starts = np.empty(run, dtype=np.int64)

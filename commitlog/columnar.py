@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.errors import CorruptionError
-from mqstore.commitlog.message import decode_message
+from commitlog import format as fmt
+from commitlog.errors import CorruptionError
+from commitlog.message import decode_message
+from commitlog.native import NATIVE
 
 STORE_COLUMN = "store"  # the optional column holding a constant label (the store each row comes from)
 
@@ -76,6 +77,11 @@ def locate_records(buf: np.ndarray, length: int, buf_abs: int, segment_end: int,
     each TOTALSIZE leads to the next one; when that check fails (a body holding a copy of a record header)
     a Python walk decides. Strict mode raises CorruptionError where lenient mode reports NEXT_END.
     """
+    if NATIVE is not None:  # the same chain, walked in C (commitlog/csrc/scan_core.c's mq_walk_chain)
+        positions = np.empty(max(0, length) // fmt.RECORD_SIZE_MIN + 1, dtype=np.int64)
+        count, following = NATIVE.walk_chain(buf, length, buf_abs, positions)
+        return positions[:count], following, _classify_next(buf, length, buf_abs, following, segment_end, lenient,
+                                                            path)
     limit = length - fmt.RECORD_SIZE_MIN  # the last start of a complete record
     positions = np.empty(0, dtype=np.int64)
     if limit >= 0:
@@ -187,6 +193,7 @@ class Decoder:
         self.topic_values = pa.array(sorted(topics), pa.string()) if topics is not None else None
         self.queue_values = np.array(sorted(row_filter.queue_ids), dtype=np.int64) \
             if row_filter.queue_ids is not None else None
+        self.topic_bytes = tuple(t.encode("utf-8") for t in sorted(topics)) if topics is not None else None
 
     def decode(self, buf: np.ndarray, positions: np.ndarray, offsets: np.ndarray, segment_ends: np.ndarray,
                path: str, expect_topic: str | None = None, expect_sizes: np.ndarray | None = None):
@@ -199,6 +206,10 @@ class Decoder:
                 yield batch
 
     def _decode_part(self, buf, positions, offsets, segment_ends, path, expect_topic, expect_sizes):
+        if NATIVE is not None:
+            batch = self._native_part(buf, positions, offsets, expect_topic, expect_sizes)
+            if batch is not _USE_PYTHON:
+                return batch
         layout = FastLayout(buf, positions, offsets)
         if expect_sizes is not None:
             mismatch = np.flatnonzero(layout.size != expect_sizes)
@@ -216,6 +227,58 @@ class Decoder:
             batch = self._merge_slow(batch, buf, positions[slow], offsets[slow], segment_ends[slow], path,
                                      expect_topic)
         return batch
+
+    def _native_part(self, buf, positions, offsets, expect_topic, expect_sizes):
+        """The batch `_decode_part` makes, with every buffer built by the compiled decoder (commitlog/csrc/
+        arrow_core.c) in one pass over the records; _USE_PYTHON when the records are not all of the common kind
+        it decodes (then the Python decoder gives the rows, or the CorruptionError)."""
+        f = self.row_filter
+        found = NATIVE.arrow_columns(
+            buf, np.ascontiguousarray(positions, dtype=np.int64), np.ascontiguousarray(offsets, dtype=np.int64),
+            self.queue_values, f.offset_lo, f.offset_hi, f.time_lo_us, f.time_hi_us, self.topic_bytes,
+            None if expect_topic is None else expect_topic.encode("utf-8"),
+            None if expect_sizes is None else np.ascontiguousarray(expect_sizes, dtype=np.int64))
+        if found is None:
+            return _USE_PYTHON
+        n, tags_nulls, keys, pairs, raw = found
+        if not n:
+            return None
+        b = [pa.py_buffer(part) for part in raw]
+        int32, int64, stamp = pa.int32(), pa.int64(), self.timestamp_type
+
+        def fixed(value_type, at):
+            return pa.Array.from_buffers(value_type, n, [None, b[at]])
+
+        def strings(count, at, value_type=pa.string()):
+            return pa.Array.from_buffers(value_type, count, [None, b[at], b[at + 1]])
+
+        keys_values = strings(keys, 11)
+        map_offsets = pa.Array.from_buffers(int32, n + 1, [None, b[13]])
+        columns = {
+            "topic": strings(n, 0),
+            "queue_id": fixed(int32, 2),
+            "queue_offset": fixed(int64, 3),
+            "commitlog_offset": fixed(int64, 4),
+            "body": strings(n, 5, pa.binary()),
+            "tags": pa.Array.from_buffers(pa.string(), n, [b[7] if tags_nulls else None, b[8], b[9]],
+                                          null_count=tags_nulls),
+            "keys": pa.Array.from_buffers(self.list_type, n, [None, b[10]], children=[keys_values]),
+            "properties": pa.MapArray.from_arrays(map_offsets, strings(pairs, 14), strings(pairs, 16),
+                                                  type=self.map_type),
+            "flag": fixed(int32, 18),
+            "sys_flag": fixed(int32, 19),
+            "born_timestamp": fixed(stamp, 20),
+            "store_timestamp": fixed(stamp, 21),
+            "born_host": strings(n, 22),
+            "store_host": strings(n, 24),
+            "reconsume_times": fixed(int32, 26),
+            "body_crc": fixed(int32, 27),
+            "msg_id": pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
+                                                  b[28]),
+        }
+        if STORE_COLUMN in self.schema.names:
+            columns[STORE_COLUMN] = _constant_strings(self.label, n)
+        return pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
 
     def _numeric_mask(self, header, offsets) -> np.ndarray:
         f = self.row_filter
@@ -407,6 +470,9 @@ class Decoder:
         if STORE_COLUMN in self.schema.names:
             columns[STORE_COLUMN] = _constant_strings(self.label, len(messages))
         return pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
+
+
+_USE_PYTHON = object()  # Decoder._native_part's answer for records the compiled decoder leaves to Python
 
 
 def _slices(value_type, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:

@@ -1,11 +1,18 @@
 """The CommitLog: one append-only log of every message, in segments (RocketMQ's CommitLog).
 
 Passive: it checks and encodes messages (`prepare`), appends them under one writer lock (`append`,
-`append_batch`), reads them back (`read`), and knows its written end. Dispatching, flushing on a schedule
+`append_records`), reads them back (`read`), and knows its written end. Dispatching, flushing on a schedule
 and recovery policy live elsewhere; they call in here.
 
 Queue offsets are assigned here, under the writer lock, from `queue_offsets` (RocketMQ's topicQueueTable):
 dense per (topic, queue_id), starting at 0. The owner restores that table on open.
+
+Disk use follows the data: segments are made at their full length but sparse, and with `preallocate` the writer
+reserves disk blocks (posix_fallocate) SPACE_RESERVE_STEP_BYTES at a time just ahead of what it writes, so a
+full disk fails an append (StoreIOError, ENOSPC) instead of a later store into the mapping (SIGBUS). When the
+writer comes within `next_segment_lead_bytes` of its segment's end, `near_end_listeners` are told (the owner
+has the next segment made then, not at open). Both happen on the append's slow path, behind the one comparison
+with `_append_limit` that every append makes anyway (docs/decisions/0014-disk-use-follows-the-data.md).
 """
 
 from __future__ import annotations
@@ -15,14 +22,14 @@ import re
 import threading
 import time
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.batch import Columns, append_columns, columns_from_records, prepare_columns
-from mqstore.commitlog.record_batch import parse_records
-from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
-from mqstore.commitlog.mapped_file import MappedFile, fsync_directory
-from mqstore.commitlog.message import Message, StoredMessage, decode_message, decode_records
-from mqstore.commitlog.segments import SegmentList
-from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
+from commitlog import format as fmt
+from commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
+from commitlog.record_batch import parse_records
+from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
+from commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
+from commitlog.message import Message, StoredMessage, decode_message, decode_records
+from commitlog.segments import SegmentList
+from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
@@ -31,6 +38,12 @@ DESCRIBED_TAIL_BYTES_MAX = 4096  # bytes of topic and properties above which a r
 # With `write_through`, records up to this size are encoded in a buffer and written with pwrite; larger ones are
 # encoded in the mapping as always (their copy costs more than the page faults pwrite saves).
 WRITE_THROUGH_RECORD_BYTES_MAX = 64 * 1024
+# Disk blocks the writer reserves ahead of itself at a time (preallocate): a fresh store takes this much of the
+# CommitLog's disk, and the put that crosses a step pays one posix_fallocate of it (bench/disk_reservation.py).
+SPACE_RESERVE_STEP_BYTES = 4 * 1024 * 1024
+# How near its segment's end the writer asks for the next segment (near_end_listeners); a quarter of the segment
+# when that is less, so that small segments are not asked for at once.
+NEXT_SEGMENT_LEAD_BYTES = 64 * 1024 * 1024
 
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
@@ -40,10 +53,6 @@ _CRC_SMALL = fmt.CRC_SMALL_BYTES_MAX
 _time_ns = time.time_ns
 _pack_header = fmt.HEADER_V1.pack_into
 _MAGIC = fmt.MESSAGE_MAGIC_CODE
-
-# A prepared record: (queue_key, flag, body, crc, born_timestamp_ms or None, tail, size)
-#   queue_key = (topic, queue_id); tail = TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES bytes.
-PreparedRecord = tuple
 
 
 def validate_topic(topic) -> bytes:
@@ -116,6 +125,10 @@ class CommitLog:
         self.record_crc = record_crc  # append writes the record-CRC property (format rule 6)
         self.record_crc_from = record_crc_from  # records from here on must carry one (None: none must)
         self._crc_suffix = fmt.RECORD_CRC_PLACEHOLDER if record_crc else b""
+        self.reserve_space = preallocate and writable  # reserve disk blocks ahead of the writer (see the module doc)
+        self.next_segment_lead_bytes = min(NEXT_SEGMENT_LEAD_BYTES, segment_size_bytes // 4)
+        self._segment: MappedFile | None = None
+        self._next_announced = False  # near_end_listeners were told about the current segment
         if writable:
             os.makedirs(directory, exist_ok=True)
         self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate,
@@ -127,7 +140,9 @@ class CommitLog:
         self._closed = False
         self._scratch = None  # with write_through: where single appends are encoded before their pwrite
         self._use_segment(None)
-        self.roll_listeners: list = []  # called with the new segment after a roll, under the writer lock
+        # Called with the segment being written when the writer comes within next_segment_lead_bytes of its end
+        # (once a segment), under the writer lock: the owner has the next segment made ahead of need then.
+        self.near_end_listeners: list = []
         # When the owner sets a deque here, append() describes each record it writes to the dispatch thread
         # (commitlog.dispatch): a bounded deque that drops its oldest entries. A record whose topic and properties
         # take over DESCRIBED_TAIL_BYTES_MAX is not described (dispatch parses it): the deque keeps what it holds
@@ -169,7 +184,7 @@ class CommitLog:
 
     def set_end(self, commitlog_offset: int) -> None:
         """Set the written end (after the owner found it by recovery or by walking the log, and as appends move
-        it: `append_locked` does the same inline), and publish it in `end_word` when set."""
+        it: `append_holding_lock` does the same inline), and publish it in `end_word` when set."""
         assert commitlog_offset >= self.segments.first_base_offset
         self._end = commitlog_offset
         if self.end_word is not None:
@@ -276,13 +291,13 @@ class CommitLog:
     def append(self, record: PreparedRecord) -> tuple[int, int, int]:
         """Append one prepared record; returns (commitlog_offset, queue_offset, store_timestamp_ms)."""
         with self.lock:
-            return self.append_locked(record)
+            return self.append_holding_lock(record)
 
-    def append_locked(self, record: PreparedRecord) -> tuple[int, int, int]:
+    def append_holding_lock(self, record: PreparedRecord) -> tuple[int, int, int]:
         """`append` for a caller that holds `self.lock` (the store's put path: one lock per put, not two)."""
         queue_key, flag, body, crc, born, tail, size = record
         offset = self._end
-        if offset + size + 8 > self._segment_end:
+        if offset + size + 8 > self._append_limit:
             offset = self._roll(offset, size)
         pos = offset - self._segment_base
         scratch = self._scratch
@@ -350,7 +365,7 @@ class CommitLog:
     def write_through(self, on: bool) -> None:
         self._scratch = memoryview(bytearray(WRITE_THROUGH_RECORD_BYTES_MAX)) if on else None
 
-    def append_batch(self, records: list[PreparedRecord]
+    def append_records(self, records: list[PreparedRecord]
                      ) -> tuple[list[tuple[int, int]], int, StoreIOError | None]:
         """Append records prepared one by one (`prepare`) under one lock hold, through the batch writer.
 
@@ -372,24 +387,59 @@ class CommitLog:
         as `prepare` gives it. Nothing is written."""
         return prepare_columns(self, messages)
 
-    def append_prepared(self, columns: Columns) -> tuple:
+    def append_columns_holding_lock(self, columns: Columns) -> tuple:
         """Append a prepared batch, for a caller that holds `self.lock`: (commitlog offsets, queue offsets, records
         placed, store ts, StoreIOError or None); records before a failed segment creation stay stored."""
         return append_columns(self, columns)
 
     def _use_segment(self, segment: MappedFile | None) -> None:
-        """Make `segment` the one appends go to (None: no segment yet, or closed)."""
+        """Make `segment` the one appends go to (None: no segment yet, or closed). Appends past `_append_limit`
+        take the slow path (`_roll`), which calls `_make_room` first thing in a segment."""
         if segment is None:
             self._view, self._array, self._segment_base, self._segment_end = None, None, 0, -1
             self._segment_fd = None
+            self._append_limit = -1
+            self._segment = None
         else:
             if self.advise_random_appends and not segment.appending:  # the first after open, or made by a roll
                 segment.advise_appending(True)
+            if segment is not self._segment:
+                self._next_announced = False
+                # Below the log's end the blocks hold records already: only what lies beyond needs reserving.
+                written = max(0, self._end - segment.base_offset)
+                segment.reserved_bytes = max(segment.reserved_bytes, written - written % PAGE_SIZE_BYTES)
+            self._segment = segment
             self._segment_fd = segment.fileno()
             self._view = segment.view
             self._array = segment.array
             self._segment_base = segment.base_offset
             self._segment_end = segment.base_offset + segment.size_bytes
+            self._append_limit = -1  # the next append takes the slow path, which sets it
+
+    def _make_room(self, needed_end: int) -> None:
+        """The slow path of an append that ends (with room for a blank after it) at `needed_end`, inside the
+        current segment: reserve disk up to it in whole steps (StoreIOError when the disk has no room), tell
+        `near_end_listeners` once the writer nears the segment's end, and set the next `_append_limit` to the
+        first point where either must happen again."""
+        segment = self._segment
+        base = self._segment_base
+        limit = self._segment_end
+        assert needed_end <= limit
+        if self.reserve_space:
+            wanted = needed_end - base
+            if wanted > segment.reserved_bytes:
+                segment.reserve(-(-wanted // SPACE_RESERVE_STEP_BYTES) * SPACE_RESERVE_STEP_BYTES)
+            limit = min(limit, base + segment.reserved_bytes)
+        if not self._next_announced:
+            lead_start = self._segment_end - self.next_segment_lead_bytes
+            if needed_end > lead_start:
+                self._next_announced = True
+                for listener in self.near_end_listeners:
+                    listener(segment)
+            else:
+                limit = min(limit, lead_start)
+        assert needed_end <= limit
+        self._append_limit = limit
 
     def _roll(self, offset: int, size: int) -> int:
         """Called under the lock when a record of `size` bytes may not fit the current segment.
@@ -405,10 +455,13 @@ class CommitLog:
         if segment is not None:
             self._use_segment(segment)
             if offset + size + fmt.END_FILE_MIN_BLANK_LENGTH <= self._segment_end:
-                return offset  # the first append after open
+                self._make_room(offset + size + fmt.END_FILE_MIN_BLANK_LENGTH)  # a step, or the first after open
+                return offset
             pos = offset - segment.base_offset
             left = segment.size_bytes - pos
             assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left
+            if self.reserve_space:  # within what was reserved but after a reopen, which reserved from a page start
+                segment.reserve(pos + fmt.END_FILE_MIN_BLANK_LENGTH)
             fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
             next_base = self._segment_end
             self.set_end(next_base)  # the blank is written: readers may pass it
@@ -424,9 +477,8 @@ class CommitLog:
         if following is None:
             made = self.segment_source(next_base) if self.segment_source is not None else None
             following = self.segments.adopt(made) if made is not None else self.segments.create(next_base)
-            for listener in self.roll_listeners:
-                listener(following)
         self._use_segment(following)
+        self._make_room(next_base + size + fmt.END_FILE_MIN_BLANK_LENGTH)
         return next_base
 
     # --- reading -------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ DISPATCH_ERROR_BACKOFF_S = 0.5
 # about half the puts over 5 ms of 8192-record batches). Catching up in one call (at open) uses the large ones.
 DISPATCH_TAIL_BATCH_RECORDS = 512
 # ... and where producers wait for the disk (SYNC puts), smaller still: a producer whose fdatasync returns while
-# the thread holds the interpreter waits for the rest of that batch (bench/README.md: with batches of ~30 records,
+# the thread holds the interpreter waits for the rest of that batch (docs/architecture.md: with ~30-record batches,
 # 1-2% of SYNC puts took over 1 ms, p99 1.0 ms; with 16-record batches 0.1%, p99 0.5-0.6 ms, same throughput).
 DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY = 16
 # The deque of records the writer describes (`DispatchService`'s `written`) keeps this many, dropping the oldest.

@@ -11,8 +11,11 @@
      +-- ReadOnlyStoreError         a write was attempted on a store opened read_only
      +-- CorruptionError            bytes on disk break a format rule; carries file and offset
      +-- StoreIOError               the operating system failed a read, write, map or sync (raised from OSError)
+     |    +-- SegmentWriteError     a record could not be written to its segment (a failed pwrite)
      +-- SegmentFullError           internal: a record does not fit in what is left of a segment
+     +-- DispatchProcessError       the dispatch process failed to start, or died (mqstore/dispatch_process.py)
      +-- CommitLogSourceError       (also a ValueError) a path or option given to the Spark commitlog source is bad
+                                    (mqstore/spark_errors.py, beside the source)
 
 Expected outcomes (a full queue, a message not found, a flush that timed out) are not errors: they are statuses
 (`PutStatus`, `GetStatus`) returned as values.
@@ -42,7 +45,7 @@ class StoreClosedError(StoreError):
 
 
 class StoreLockedError(StoreError):
-    """Another writer process holds the store's lock file."""
+    """Another writer holds the store's lock file (the message names its process when the kernel tells it)."""
 
 
 class ReadOnlyStoreError(StoreError):
@@ -79,7 +82,3 @@ class SegmentWriteError(StoreIOError):
 
 class SegmentFullError(StoreError):
     """Internal signal: a record does not fit in what is left of the current segment."""
-
-
-class CommitLogSourceError(StoreError, ValueError):
-    """A path or option given to the Spark commitlog data source is refused (the message names it)."""

@@ -399,7 +399,7 @@ def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | 
         raise _corrupt("3", f"BODYLENGTH {body_length} does not fit TOTALSIZE {size}", path, commitlog_offset, pos)
     topic_length_at = body_start + body_length
     if topic_length_bytes == 1:
-        topic_length = buf[topic_length_at]
+        topic_length = int(buf[topic_length_at])  # an int also when buf is a numpy array (no uint8 overflow)
     else:
         topic_length = U16.unpack_from(buf, topic_length_at)[0]
     topic_start = topic_length_at + topic_length_bytes

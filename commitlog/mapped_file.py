@@ -1,9 +1,12 @@
 """One fixed-size file mapped into memory with numpy.memmap (RocketMQ's MappedFile).
 
-Files are created at their full size in one step (space reserved with posix_fallocate where the file system
-supports it, so a full disk shows up as an error at creation rather than as SIGBUS on a later write to a
-sparse page), then mapped. Writers write through `view` (a memoryview over the mapping); `flush()` writes the
-file's dirty pages to disk (fdatasync). The owner decides what is written where: this class keeps no positions.
+Files are created at their full length in one step (ftruncate: `ls -l` shows the full size at once), then
+mapped. Disk blocks are reserved (posix_fallocate) for the part of a file a writer is about to write, not for
+all of it: `create(reserve_bytes=...)` reserves the start and `reserve(end)` extends it, so that a full disk
+shows up as an error from the reservation rather than as SIGBUS on a later write into an unreserved page of the
+mapping, while the disk a file takes follows what was written (docs/storage.md). Writers write through `view`
+(a memoryview over the mapping); `flush()` writes the file's dirty pages to disk (fdatasync). The owner decides
+what is written where: this class keeps no positions beyond how far blocks are reserved.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ _ONLY_THIS_FRAME = 2  # sys.getrefcount of a mapping only a local name refers to
 class MappedFile:
     """A file of exactly `size_bytes` bytes, mapped read-write or read-only."""
 
-    __slots__ = ("path", "base_offset", "size_bytes", "array", "view", "writable", "_closed", "_fd", "appending")
+    __slots__ = ("path", "base_offset", "size_bytes", "array", "view", "writable", "_closed", "_fd", "appending",
+                 "reserved_bytes")
 
     def __init__(self, path: str, base_offset: int, size_bytes: int, array: np.memmap, writable: bool,
                  fd: int | None = None):
@@ -72,15 +76,19 @@ class MappedFile:
         self._closed = False
         self._fd = fd
         self.appending = False  # advised for appending (advise_appending)
+        self.reserved_bytes = 0  # blocks are reserved for [0, reserved_bytes) (as far as this process knows)
 
     @classmethod
-    def create(cls, path: str, base_offset: int, size_bytes: int, *, preallocate: bool = True) -> "MappedFile":
-        """Create a new zero-filled file (never over an existing one) and map it read-write.
+    def create(cls, path: str, base_offset: int, size_bytes: int, *, preallocate: bool = True,
+               reserve_bytes: int | None = None) -> "MappedFile":
+        """Create a new zero-filled file of `size_bytes` (never over an existing one) and map it read-write.
 
-        The file is made and sized under a temporary name, then linked into place, so a reader listing the
-        directory never sees it half made.
+        With `preallocate`, disk blocks are reserved for its first `reserve_bytes` (all of it when None); the
+        rest stays a hole until written or reserved (`reserve`). The file is made and sized under a temporary
+        name, then linked into place, so a reader listing the directory never sees it half made.
         """
         assert size_bytes > 0
+        reserve_bytes = size_bytes if reserve_bytes is None or not preallocate else min(reserve_bytes, size_bytes)
         temporary = f"{path}.{os.getpid()}{CREATING_SUFFIX}"
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -88,10 +96,9 @@ class MappedFile:
             raise StoreIOError(f"cannot create {temporary}: {exc.strerror}") from exc
         try:
             try:
+                os.ftruncate(fd, size_bytes)
                 if preallocate:
-                    _reserve(fd, size_bytes)
-                else:
-                    os.ftruncate(fd, size_bytes)
+                    _reserve(fd, 0, reserve_bytes)
             finally:
                 os.close(fd)
             os.link(temporary, path)
@@ -101,7 +108,9 @@ class MappedFile:
             raise StoreIOError(f"cannot create {path} of {size_bytes} bytes: {exc.strerror}") from exc
         finally:
             _unlink_quietly(temporary)
-        return cls.open(path, base_offset, size_bytes, writable=True)
+        mapped = cls.open(path, base_offset, size_bytes, writable=True)
+        mapped.reserved_bytes = reserve_bytes if preallocate else 0
+        return mapped
 
     @classmethod
     def open(cls, path: str, base_offset: int, size_bytes: int, *, writable: bool) -> "MappedFile":
@@ -143,6 +152,23 @@ class MappedFile:
             os.fdatasync(self._fd)
         except OSError as exc:
             raise StoreIOError(f"fdatasync of {self.path} failed: {exc.strerror}") from exc
+
+    def reserve(self, end: int) -> None:
+        """Reserve disk blocks for [reserved_bytes, end) of the file (posix_fallocate), so that writing there
+        through the mapping cannot fail for want of space. StoreIOError (from the OSError, ENOSPC on a full disk)
+        when they cannot be had; nothing where the file system cannot reserve (the writes then take blocks as
+        they come, as on a sparse file)."""
+        end = min(end, self.size_bytes)
+        if end <= self.reserved_bytes:
+            return
+        if self._fd is None:
+            raise StoreClosedError(f"{self.path} is not open for writing")
+        try:
+            _reserve(self._fd, self.reserved_bytes, end - self.reserved_bytes)
+        except OSError as exc:
+            raise StoreIOError(f"cannot reserve {end - self.reserved_bytes} bytes of disk for {self.path} at "
+                               f"{self.reserved_bytes}: {exc.strerror}") from exc
+        self.reserved_bytes = end
 
     def advise_appending(self, appending: bool) -> None:
         """Tell the kernel whether records are being appended to this mapping (madvise of the whole mapping).
@@ -200,10 +226,12 @@ class MappedFile:
         return self._closed
 
 
-def _reserve(fd: int, size_bytes: int) -> None:
-    os.ftruncate(fd, size_bytes)
+def _reserve(fd: int, start: int, length: int) -> None:
+    """posix_fallocate of [start, start + length); a file system that cannot (EOPNOTSUPP) is left as it is."""
+    if length <= 0:
+        return
     try:
-        os.posix_fallocate(fd, 0, size_bytes)
+        os.posix_fallocate(fd, start, length)
     except OSError as exc:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise

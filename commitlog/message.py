@@ -243,19 +243,28 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
                         store_ts, store_host, reconsume, prepared, body_length, body, topic.decode("ascii"),
                         properties)))
                     continue
-        message = decode_message(segment.view, pos, segment.size_bytes - pos, offset, path=segment.path,
-                                 check_crc=True, record_crc_from=record_crc_from)
-        if message[0] != expected_size:
-            raise CorruptionError(f"an index gives size {expected_size}, the record has {message[0]}",
-                                  path=segment.path, offset=pos, rule="cq-matches-log")
-        if expect_raw is not None and (message[16] != expect_topic or message[3] != expect_queue_id
-                                       or message[5] != expected_queue_offset):
-            raise CorruptionError(
-                f"queue entry {expected_queue_offset} of {expect_topic}/{expect_queue_id} points to a record of "
-                f"{message[16]}/{message[3]} entry {message[5]}", path=segment.path, offset=offset,
-                rule="cq-matches-log")
-        append(message)
+        entry = None if expect_raw is None else (expect_topic, expect_queue_id, expected_queue_offset)
+        append(_decode_indexed_record(segment, pos, offset, expected_size, record_crc_from, entry))
     return messages
+
+
+def _decode_indexed_record(segment, pos: int, offset: int, expected_size: int, record_crc_from: int | None,
+                           queue_entry: tuple[str, int, int] | None) -> StoredMessage:
+    """`decode_records`' path for a record its inline checks did not take: decode_message's checks with their
+    precise error, then the index's word against the record's: its size and, with `queue_entry` = (topic,
+    queue_id, queue_offset), the ConsumeQueue entry it must belong to."""
+    message = decode_message(segment.view, pos, segment.size_bytes - pos, offset, path=segment.path,
+                             check_crc=True, record_crc_from=record_crc_from)
+    if message[0] != expected_size:
+        raise CorruptionError(f"an index gives size {expected_size}, the record has {message[0]}",
+                              path=segment.path, offset=pos, rule="cq-matches-log")
+    if queue_entry is not None and (message[16], message[3], message[5]) != queue_entry:
+        topic, queue_id, queue_offset = queue_entry
+        raise CorruptionError(
+            f"queue entry {queue_offset} of {topic}/{queue_id} points to a record of "
+            f"{message[16]}/{message[3]} entry {message[5]}", path=segment.path, offset=offset,
+            rule="cq-matches-log")
+    return message
 
 
 def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc, record_crc_from=None) -> StoredMessage:

@@ -13,8 +13,9 @@ from typing import Protocol
 
 import numpy as np
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.errors import CorruptionError
+from commitlog import format as fmt
+from commitlog.errors import CorruptionError
+from commitlog.native import NATIVE
 
 DISPATCH_BATCH_RECORDS_MAX = 8192  # records handed to the dispatchers at once
 
@@ -142,6 +143,8 @@ def _found_properties(chunk: _Chunk, names: tuple[bytes, ...]) -> list[list[tupl
     """For each of `names`, (row, raw value) of the chunk's records whose properties hold it, found in one pass
     over their properties spans. Records without properties are passed over (with numpy in a large batch)."""
     starts, ends = chunk.properties_start, chunk.properties_end
+    if NATIVE is not None:
+        return _found_properties_native(chunk.buffer, starts, ends, names)
     if len(starts) > DECODE_FEW_RECORDS_MAX:
         return _found_properties_vector(chunk.data, starts, ends, names)
     found: list[list[tuple[int, bytes]]] = [[] for _ in names]
@@ -157,6 +160,22 @@ def _found_properties(chunk: _Chunk, names: tuple[bytes, ...]) -> list[list[tupl
             if at >= 0:
                 value_end = find(b"\x02", at + skip, end)
                 add((row, buffer[at + skip : value_end if value_end >= 0 else end]))
+    return found
+
+
+def _found_properties_native(buffer, starts: np.ndarray, ends: np.ndarray, names: tuple[bytes, ...]
+                             ) -> list[list[tuple[int, bytes]]]:
+    """`_found_properties` through the compiled scan (commitlog/csrc/scan_core.c's mq_property_span): the same
+    pairs; only the values found are sliced in Python."""
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    spans = np.empty((2 * len(names), len(starts)), dtype=np.int64)
+    NATIVE.property_spans(buffer, starts, ends, tuple(names), spans)
+    found = []
+    for k in range(len(names)):
+        rows = np.flatnonzero(spans[2 * k] >= 0)
+        found.append(list(zip(rows.tolist(), [buffer[a:b] for a, b in zip(spans[2 * k][rows].tolist(),
+                                                                          spans[2 * k + 1][rows].tolist())])))
     return found
 
 
@@ -242,6 +261,20 @@ def parse_records(log: LogReader, start: int, end: int, *, check_crc: bool = Fal
     while offset < end and count < records_max:
         segment = log.segment_at(offset)
         base = segment.base_offset
+        if NATIVE is not None:
+            part, error, stop = _scan_native(segment, offset - base, min(end, base + segment.size_bytes) - base,
+                                             records_max - count, zeros_end, check_crc, required_from)
+            if part is not None:
+                parts.append(part)
+                count += len(part["offsets"])
+            if error is not None:
+                batch.error = error
+                offset = base + stop
+                break
+            if base + stop == offset:
+                break
+            offset = base + stop
+            continue
         positions, stop, error = _walk(segment, offset - base, min(end, base + segment.size_bytes) - base,
                                        records_max - count, zeros_end)
         if positions:
@@ -366,48 +399,21 @@ def _decode(segment, positions: list[int], check_crc: bool,
     pos = np.asarray(positions, dtype=np.int64)
     header = fmt.rows_at(data, pos, fmt.HEADER_SIZE).view(HEADER_DTYPE)[:, 0]
     size = header["total_size"].astype(np.int64)
-    magic = header["magic"]
     sys_flag = header["sys_flag"].astype(np.int64)
-    body_length = header["body_length"].astype(np.int64)
     record_end = pos + size
-    general = (magic != _MAGIC_V1) | ((sys_flag & _V6_FLAGS) != 0)
-    valid = (body_length >= 0) & (pos + 88 + body_length + 3 <= record_end) & (
-        header["physical_offset"] == base + pos)
-    topic_length_at = np.where(valid, pos + 88 + body_length, pos)
-    topic_length = data[topic_length_at].astype(np.int64)
-    properties_length_at = topic_length_at + 1 + topic_length
-    valid &= (topic_length >= 1) & (properties_length_at + 2 <= record_end)
-    properties_length_at = np.where(valid, properties_length_at, pos)
-    properties_length = (data[properties_length_at].astype(np.int64) << 8) | data[properties_length_at + 1]
-    properties_length = np.where(properties_length >= 0x8000, properties_length - 0x10000, properties_length)
-    properties_start = properties_length_at + 2
-    valid &= (properties_length >= 0) & (properties_start + properties_length == record_end)
+    general = (header["magic"] != _MAGIC_V1) | ((sys_flag & _V6_FLAGS) != 0)
+    valid, columns = _v1_layout(data, pos, record_end, header, base)
     fields = {
         "queue_id": header["queue_id"].astype(np.int64),
         "queue_offset": header["queue_offset"].astype(np.int64),
         "store_timestamp": header["store_timestamp"].astype(np.int64),
         "sys_flag": sys_flag,
     }
-    topic_start = topic_length_at + 1
-    body_start = pos + fmt.HEADER_SIZE
-    general_errors: dict[int, CorruptionError] = {}
-    for row in np.flatnonzero(general).tolist():  # v2 records and IPv6 hosts: rare, decoded one by one
-        at = positions[row]
-        try:
-            layout = fmt.locate(segment.view, at, segment.size_bytes - at, base + at, path=segment.path)
-        except CorruptionError as exc:
-            valid[row] = False
-            general_errors[row] = exc
-            break
-        valid[row] = True
-        store_at = layout.store_host[0]
-        fields["store_timestamp"][row] = _I64.unpack_from(segment.view, store_at - 8)[0]
-        topic_start[row] = layout.topic_start
-        topic_length[row] = layout.topic_length
-        body_start[row] = layout.body_start
-        body_length[row] = layout.body_length
-        properties_start[row] = layout.properties_start
-        properties_length[row] = layout.properties_length
+    general_errors = _locate_one_by_one(segment, positions, np.flatnonzero(general).tolist(), valid, columns,
+                                        fields["store_timestamp"])
+    topic_start, topic_length = columns["topic_start"], columns["topic_length"]
+    body_start, body_length = columns["body_start"], columns["body_length"]
+    properties_start, properties_length = columns["properties_start"], columns["properties_length"]
     valid &= _topic_matrix(data, topic_start, np.where(valid, topic_length, 0)).max(axis=1, initial=0) < 0x80
     has_crc, crc_value = fmt.record_crc_columns(data, properties_start, properties_length, record_end, valid)
     valid &= crc_value >= 0  # a record-CRC pair without 10 digits in it
@@ -439,6 +445,54 @@ def _decode(segment, positions: list[int], check_crc: bool,
     }
     part.update({name: column[:keep] for name, column in fields.items()})
     return part, error
+
+
+def _v1_layout(data, pos: np.ndarray, record_end: np.ndarray, header: np.ndarray, base: int
+               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Where the parts of records at `pos` are if they are v1 records with IPv4 hosts, with numpy: (valid, the
+    columns of _LAYOUT_FIELDS). `valid` holds where format rules (2) to (4) hold for that layout; a row that
+    breaks them points its topic and properties at the record's start, so no read goes past the record."""
+    body_length = header["body_length"].astype(np.int64)
+    valid = (body_length >= 0) & (pos + 88 + body_length + 3 <= record_end) & (
+        header["physical_offset"] == base + pos)
+    topic_length_at = np.where(valid, pos + 88 + body_length, pos)
+    topic_length = data[topic_length_at].astype(np.int64)
+    properties_length_at = topic_length_at + 1 + topic_length
+    valid &= (topic_length >= 1) & (properties_length_at + 2 <= record_end)
+    properties_length_at = np.where(valid, properties_length_at, pos)
+    properties_length = (data[properties_length_at].astype(np.int64) << 8) | data[properties_length_at + 1]
+    properties_length = np.where(properties_length >= 0x8000, properties_length - 0x10000, properties_length)
+    properties_start = properties_length_at + 2
+    valid &= (properties_length >= 0) & (properties_start + properties_length == record_end)
+    columns = {"topic_start": topic_length_at + 1, "topic_length": topic_length, "body_start": pos + fmt.HEADER_SIZE,
+               "body_length": body_length, "properties_start": properties_start,
+               "properties_length": properties_length}
+    return valid, columns
+
+
+_LAYOUT_FIELDS = ("topic_start", "topic_length", "body_start", "body_length", "properties_start", "properties_length")
+
+
+def _locate_one_by_one(segment, positions: list[int], rows: list[int], valid: np.ndarray,
+                       columns: dict[str, np.ndarray], store_timestamp: np.ndarray) -> dict[int, CorruptionError]:
+    """The `rows` `_v1_layout` cannot place (v2 records and IPv6 hosts: rare), through `format.locate` one by
+    one: their `columns`, `store_timestamp` and `valid` set in place. Stops at the first that breaks a rule and
+    returns its error by row."""
+    errors: dict[int, CorruptionError] = {}
+    for row in rows:
+        at = positions[row]
+        try:
+            layout = fmt.locate(segment.view, at, segment.size_bytes - at, segment.base_offset + at,
+                                path=segment.path)
+        except CorruptionError as exc:
+            valid[row] = False
+            errors[row] = exc
+            break
+        valid[row] = True
+        store_timestamp[row] = _I64.unpack_from(segment.view, layout.store_host[0] - 8)[0]
+        for name in _LAYOUT_FIELDS:
+            columns[name][row] = getattr(layout, name)
+    return errors
 
 
 # Below this many records of a segment, `_decode_few` decodes them one by one: `_decode` makes about 100 numpy
@@ -568,7 +622,14 @@ def _assemble(batch: DispatchBatch, parts: list[dict], properties: tuple[bytes, 
     names: dict[bytes, int] = {}
     topic_ids = []
     for part in parts:
-        topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names))
+        topic_rows = part.get("topic_rows")
+        if topic_rows is not None:  # the compiled scan named the part's distinct topics (first row of each)
+            data, starts, lengths = part["data"], part["topic_start"], part["topic_length"]
+            local = np.array([names.setdefault(data[starts[row] : starts[row] + lengths[row]].tobytes(), len(names))
+                              for row in topic_rows], dtype=np.int64)
+            topic_ids.append(local[part["topic_local"]])
+        else:
+            topic_ids.append(_topic_ids(part["data"], part["topic_start"], part["topic_length"], names))
         batch._chunks.append(_Chunk(part["buffer"], part["data"], part["properties_start"], part["properties_end"]))
     batch.topic_names = [name.decode("ascii") for name in names]
     batch.topic_ids = np.concatenate(topic_ids) if len(parts) > 1 else topic_ids[0]
@@ -585,15 +646,24 @@ def _assemble(batch: DispatchBatch, parts: list[dict], properties: tuple[bytes, 
     codes = np.zeros(len(batch.commitlog_offsets), dtype=np.int64)
     cache: dict[bytes, int] = {}
     row = 0
-    for chunk in batch._chunks:
-        found = _found_properties(chunk, (_TAGS,) + properties)
-        for i, tag in found[0]:
-            if tag:
-                code = cache.get(tag)
-                if code is None:
-                    code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
-                codes[row + i] = code
+    for part, chunk in zip(parts, batch._chunks):
         count = len(chunk.properties_start)
+        if "tags_code" in part:  # the compiled scan hashed ASCII tags; others are hashed here
+            codes[row : row + count] = part["tags_code"]
+            if part["tags_non_ascii"]:
+                for i in np.flatnonzero(part["tags_start"] >= 0).tolist():
+                    tag = chunk.buffer[int(part["tags_start"][i]) : int(part["tags_end"][i])]
+                    if tag and not tag.isascii():
+                        codes[row + i] = fmt.tags_code(tag.decode("utf-8", "replace"))
+            found = [None] + (_found_properties(chunk, properties) if properties else [])
+        else:
+            found = _found_properties(chunk, (_TAGS,) + properties)
+            for i, tag in found[0]:
+                if tag:
+                    code = cache.get(tag)
+                    if code is None:
+                        code = cache[tag] = fmt.tags_code(tag.decode("utf-8", "replace"))
+                    codes[row + i] = code
         for name, pairs in zip(properties, found[1:]):
             batch._cache[name].extend(_dense(pairs, count))
         row += count
@@ -621,3 +691,49 @@ def _invalid(view, pos, remaining, commitlog_offset, path, required_from: int | 
     except CorruptionError as exc:
         return exc
     return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset, rule="3")
+
+
+# --- the compiled scan (commitlog/csrc/scan_core.c, bound in scan.c) --------------------------------------------
+# The columns scan_segment writes, in scan_core.h's order (MQ_COL_*); a test ties the two.
+NATIVE_COLUMNS = ("offsets", "sizes", "topic_start", "topic_length", "properties_start", "properties_end",
+                  "queue_id", "queue_offset", "store_timestamp", "sys_flag", "tags_code", "tags_start", "tags_end",
+                  "topic_local", "body_start", "body_length")
+# Why scan_segment stopped: scan_core.h's MQ_SCAN_* codes.
+SCAN_OK, SCAN_ERR_SHORT, SCAN_ERR_PAST_END, SCAN_ERR_INVALID, SCAN_ERR_CRC = range(5)
+_NO_RECORD_CRC_REQUIRED = (1 << 63) - 1
+
+
+def _scan_native(segment, pos: int, limit: int, records_max: int, zeros_end: bool, check_crc: bool,
+                 required_from: int | None) -> tuple[dict | None, CorruptionError | None, int]:
+    """`_walk` and `_decode` of one segment in one compiled call, with the interpreter let go: (the part, the
+    error that stopped it, the position where it stopped). The part has the columns `_decode` makes, plus the
+    tag codes and the distinct topics. The error is built by the Python path's own functions from the position
+    and kind the scan reports, so both codecs raise the same CorruptionError."""
+    capacity = max(1, min(records_max, (limit - pos) // fmt.RECORD_SIZE_MIN + 1))
+    columns = np.empty((len(NATIVE_COLUMNS), capacity), dtype=np.int64)
+    array = segment.array
+    mapping = array._mmap  # the scan holds its buffer: nothing unmaps it under the loop
+    count, stop, kind, _, topic_rows, non_ascii = NATIVE.scan_segment(
+        mapping, segment.size_bytes, segment.base_offset, pos, limit, records_max, zeros_end, check_crc,
+        _NO_RECORD_CRC_REQUIRED if required_from is None else required_from, columns)
+    error = None if kind == SCAN_OK else _scan_error(segment, stop, kind, required_from)
+    if not count:
+        return None, error, stop
+    part = {name: columns[i, :count] for i, name in enumerate(NATIVE_COLUMNS)}
+    part.update({"buffer": mapping, "data": array.view(np.ndarray), "end": segment.base_offset + stop,
+                 "topic_rows": topic_rows, "tags_non_ascii": non_ascii})
+    return part, error, stop
+
+
+def _scan_error(segment, at: int, kind: int, required_from: int | None) -> CorruptionError:
+    """The CorruptionError the Python path raises for the record at `at`, which the compiled scan refused."""
+    view, offset, path = segment.view, segment.base_offset + at, segment.path
+    remaining = segment.size_bytes - at
+    if kind == SCAN_ERR_SHORT:
+        return fmt._corrupt("blank", f"{remaining} bytes left in the segment, no room for a blank", path, offset, at)
+    if kind == SCAN_ERR_PAST_END:
+        size = fmt.I32.unpack_from(view, at)[0]
+        return fmt._corrupt("2", f"TOTALSIZE {size} runs past the written end", path, offset, at)
+    if kind == SCAN_ERR_CRC:
+        return _crc_error(segment, at)
+    return _invalid(view, at, remaining, offset, path, required_from)

@@ -100,8 +100,15 @@ class SegmentList:
                 if self.segments and base != self.segments[-1].base_offset + self.segment_size_bytes:
                     continue  # below our first segment: already deleted by retention
                 path = os.path.join(self.directory, fmt.segment_name(base))
-                if not self.writable and base == bases[-1] and os.path.getsize(path) == 0:
-                    return False  # an empty last file: a reader racing a writer creating it
+                if base == bases[-1] and os.path.getsize(path) == 0:
+                    if not self.writable:
+                        return False  # an empty last file: a reader racing a writer creating it
+                    # RocketMQ's writer creates a segment file, then sizes it by mapping it: killed in between,
+                    # it leaves an empty last file, which RocketMQ's load ignores and its writer makes again
+                    # when it needs it. It holds no byte of the log: a writer removes it and does the same.
+                    log.warning("removing %s: an empty last segment file (a writer died creating it)", path)
+                    _remove(path)
+                    break
                 if self.writable and self.repair and os.path.getsize(path) < self.segment_size_bytes:
                     log.warning("repair: extending %s, cut short at %d bytes, with zeros", path,
                                 os.path.getsize(path))
@@ -134,7 +141,9 @@ class SegmentList:
             if self.segments:
                 assert base_offset == self.segments[-1].base_offset + self.segment_size_bytes, base_offset
             path = os.path.join(self.directory, fmt.segment_name(base_offset))
-            segment = MappedFile.create(path, base_offset, self.segment_size_bytes, preallocate=self.preallocate)
+            # Sparse: the writer reserves disk ahead of itself as it goes (CommitLog._make_room).
+            segment = MappedFile.create(path, base_offset, self.segment_size_bytes, preallocate=self.preallocate,
+                                        reserve_bytes=0)
             self.segments.append(segment)
             return segment
 
@@ -167,3 +176,10 @@ class SegmentList:
             for segment in self.segments:
                 segment.close()
             self.segments = []
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        raise StoreIOError(f"cannot remove {path}: {exc.strerror}") from exc

@@ -1,8 +1,10 @@
 """Segment allocation ahead of need (RocketMQ's AllocateMappedFileService), so a roll does not stall put().
 
-After the CommitLog moves to segment N, the allocator creates segment N+1 in its own thread (its space reserved
-with posix_fallocate). `request()` only queues the work: it runs under the writer lock, where starting a thread
-cost the rolling put milliseconds (Thread.start waits until the new thread has run, which needs the GIL).
+When the writer nears the end of segment N, the allocator creates segment N+1 in its own thread: a sparse file of
+the full length with its first `reserve_bytes` of disk reserved (posix_fallocate); the writer reserves the rest
+as it goes (commitlog.commitlog). `request()` only queues the work: it runs under the writer lock, where
+starting a thread cost the rolling put milliseconds (Thread.start waits until the new thread has run, which
+needs the GIL).
 
 With `warm=True` the thread also pre-faults the new segment's pages, so the writer's first touches are cheap:
 madvise(MADV_POPULATE_WRITE) on the mapping, a chunk at a time, through ctypes (which releases the GIL). It
@@ -65,12 +67,15 @@ class SegmentAllocator:
     """Creates the next segment of a directory in its thread; `take(base)` returns it."""
 
     def __init__(self, directory: str, segment_size_bytes: int, *, preallocate: bool, warm: bool,
-                 writer_position: Callable[[], tuple] | None = None, advise_random: bool = False):
+                 writer_position: Callable[[], tuple] | None = None, advise_random: bool = False,
+                 reserve_bytes: int | None = None):
         """`writer_position()` -> (mapping array, base offset, log end) of the segment being written (array None
         before the first); with `warm`, the thread pre-faults that segment ahead of the writer. With
         `advise_random` new segments are advised for appending (MappedFile.advise_appending) before anything
-        touches them."""
+        touches them. With `preallocate`, the first `reserve_bytes` of a new segment get their disk reserved
+        (all of it when None)."""
         self.directory = directory
+        self.reserve_bytes = reserve_bytes
         self.segment_size_bytes = segment_size_bytes
         self.preallocate = preallocate
         self.warm = warm
@@ -129,7 +134,7 @@ class SegmentAllocator:
             if os.path.exists(path):
                 return
             segment = MappedFile.create(path, allocation.base_offset, self.segment_size_bytes,
-                                        preallocate=self.preallocate)
+                                        preallocate=self.preallocate, reserve_bytes=self.reserve_bytes)
             self.created_in_background += 1
             if self.advise_random:
                 segment.advise_appending(True)  # before any page of it is touched, here or by the writer

@@ -1,14 +1,20 @@
 """The demo behind `make demo` / `mqstore demo`: write a store, read every message back, print a summary, then
-read the same store with Spark through the commitlog data source (skipped, with the reason, without pyspark)."""
+read the same store with Spark through the commitlog data source and print the command that does it by hand.
+
+Without pyspark or without Java 17 the Spark part is skipped with one line saying why ("Java 17 not found (set
+JAVA_HOME): ...") and the exit code is that of the store part (0 when every message was read back): the demo's
+job is the store; the line says what to install for the rest. A Spark session that fails to start is one line
+too, and exit code 1."""
 
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 import sys
 import time
 
 from mqstore import GetStatus, Message, MessageStore, StoreConfig
+from mqstore.spark_env import spark_missing, use_this_interpreter
 
 TOPICS = ("orders", "payments", "clicks", "audit-log")
 QUEUES_PER_TOPIC = 4
@@ -95,24 +101,9 @@ def _write_and_read_back(store: MessageStore, message_count: int) -> bool:
 
 
 # --- the Spark part -------------------------------------------------------------------------------------------
-def _spark_missing() -> str | None:
-    """Why the Spark part cannot run here, or None when it can."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        return f"pyspark cannot be imported ({exc}); `make` installs it with the project's spark extra"
-    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        return "no Java found (neither JAVA_HOME nor java on PATH); Spark needs Java 17"
-    return None
-
-
 def _spark_session():
-    """A quiet local[*] session whose Python workers import this mqstore."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    project_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = [project_root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    """A quiet local[*] session whose Python workers run this interpreter (which imports mqstore)."""
+    use_this_interpreter()
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[*]").appName("mqstore-demo")
@@ -125,11 +116,19 @@ def _spark_session():
     return session
 
 
+def read_by_hand_command(store_dir: str) -> str:
+    """A shell command that reads `store_dir` with Spark as a user would (docs/spark.md), with this Python."""
+    program = ("from pyspark.sql import SparkSession; import mqstore.spark; "
+               "spark = SparkSession.builder.getOrCreate(); mqstore.spark.register(spark); "
+               f"spark.read.format('commitlog').load({store_dir!r}).groupBy('topic').count().show()")
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}"
+
+
 def _spark_part(store_dir: str, api_counts: dict[str, int], spark=None) -> bool:
     """Count the store's messages per topic with Spark, compare with the API's counts, show a few rows.
 
     True when the counts agree (or when Spark is not available here: that part is skipped, with the reason)."""
-    missing = _spark_missing()
+    missing = spark_missing()
     if missing is not None:
         print(f"spark part skipped: {missing}")
         return True
@@ -137,17 +136,25 @@ def _spark_part(store_dir: str, api_counts: dict[str, int], spark=None) -> bool:
     own_session = spark is None
     if own_session:
         print("spark: starting a local[*] session (about 10 s)...", flush=True)
-        spark = _spark_session()
+        try:
+            spark = _spark_session()
+        except Exception as exc:  # the JVM did not start (a Java Spark cannot run on, no memory, ...)
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            print(f"spark part FAILED: the local Spark session did not start: {first_line}")
+            return False
     try:
-        from mqstore.spark.source import CommitLogDataSource
+        import mqstore.spark
 
-        spark.dataSource.register(CommitLogDataSource)
+        mqstore.spark.register(spark)
         print(f"spark: session ready after {time.perf_counter() - started:.1f} s (Spark {spark.version}); "
               f"reading with spark.read.format(\"commitlog\").load({store_dir!r})")
-        return _spark_queries(spark, store_dir, api_counts)
+        agree = _spark_queries(spark, store_dir, api_counts)
     finally:
         if own_session:
             spark.stop()
+    print("to read the store with Spark yourself (docs/spark.md explains each line):")
+    print(f"  {read_by_hand_command(store_dir)}")
+    return agree
 
 
 def _spark_queries(spark, store_dir: str, api_counts: dict[str, int]) -> bool:

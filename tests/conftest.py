@@ -1,14 +1,83 @@
-"""Shared test helpers: where RocketMQ's fixture store is, and small store settings."""
+"""Shared test helpers: where RocketMQ's fixture store is, small store settings, waiting on a condition, and a
+store clock that steps."""
 
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
-FIXTURES_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
+FIXTURES_DIR = Path(__file__).resolve().parent / "data"  # a copy of RocketMQ-written fixtures (README.md there)
 ROCKETMQ_STORE = FIXTURES_DIR / "rocketmq-4.4.0-store"
+DIRECTORY_MARKERS = {"spark": "spark", "crash": "crash", "bench": "slow"}  # tests/<directory> -> its tests' marker
+WAIT_TIMEOUT_S = 30.0  # how long `wait_until` looks before giving up: far beyond any wait on a loaded machine
+WAIT_INTERVAL_S = 0.01
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of a directory in DIRECTORY_MARKERS: tests/spark `spark`, tests/crash `crash`, and the
+    benchmarks' --quick runs in tests/bench `slow` (the markers are registered in pyproject.toml; `make test-fast`
+    leaves them out)."""
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            directory = item.path.resolve().relative_to(tests_dir).parts[0]
+        except ValueError:
+            continue
+        if directory in DIRECTORY_MARKERS:
+            item.add_marker(DIRECTORY_MARKERS[directory])
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = WAIT_TIMEOUT_S,
+               interval_s: float = WAIT_INTERVAL_S) -> bool:
+    """Look at `condition` every `interval_s` until it holds or `timeout_s` has passed; whether it held.
+
+    For state another thread or process changes with no event to wait on (a dispatch error, a child's exit, a
+    kernel flag). The caller asserts the result, with its own message: `assert wait_until(...), what`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return bool(condition())
+        time.sleep(interval_s)
+    return True
+
+
+class StepClock:
+    """The store clock (`commitlog.commitlog._time_ns`, read once per append or batch under the writer lock),
+    replaced inside a `with` block by one that moves `step_ms` at each reading: each append gets its own store
+    millisecond without a sleep. A step of 0 leaves the real clock in place."""
+
+    def __init__(self, step_ms: int = 1):
+        self.step_ns = step_ms * 1_000_000
+        self.now = time.time_ns()
+
+    def __call__(self) -> int:
+        self.now += self.step_ns
+        return self.now
+
+    def __enter__(self):
+        from commitlog import commitlog as commitlog_module
+
+        self._saved = commitlog_module._time_ns
+        if self.step_ns:
+            commitlog_module._time_ns = self
+        return self
+
+    def __exit__(self, *exc_info):
+        from commitlog import commitlog as commitlog_module
+
+        commitlog_module._time_ns = self._saved
+
+
+@pytest.fixture
+def step_clock():
+    """A StepClock of 1 ms a reading, in place for the test."""
+    with StepClock(1) as clock:
+        yield clock
 
 
 @pytest.fixture
@@ -32,7 +101,7 @@ def rocketmq_manifest() -> list[dict]:
 
 
 def rocketmq_config():
-    """The settings the fixture store was written with (see shared/fixtures/README.md)."""
+    """The settings the fixture store was written with (see tests/data/README.md)."""
     from mqstore import StoreConfig
 
     return StoreConfig(segment_size_bytes=65536, consume_queue_entries_per_file=64, max_message_size_bytes=16384,

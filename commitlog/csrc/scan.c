@@ -1,6 +1,188 @@
-/* Bulk scans of the log: dispatch, the recovery walk, Arrow columns. */
+/* Bulk scans of the log, bound to Python: the dispatch/recovery walk of a segment and property lookups.
+ *
+ * The loops are scan_core.c's (plain C). Each function here takes the segment's buffer through the buffer
+ * protocol and holds it for the whole call, GIL released: a segment's mmap cannot be closed (retention,
+ * close()) while a scan reads it, as mmap refuses to close with exported buffers. Errors are reported as
+ * positions and kinds; the Python caller builds the CorruptionError with the Python path's own code.
+ */
 #include "mq_native.h"
+#include "scan_core.h"
+
+PyObject *mq_arrow_columns(PyObject *self, PyObject *args);  /* arrow.c */
+
+static int get_int64_array(PyObject *object, Py_buffer *view, int writable, const char *what) {
+    if (PyObject_GetBuffer(object, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != 8 || view->format == NULL || (view->format[0] != 'q' && view->format[0] != 'l') ||
+        view->format[1] != '\0') {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *scan_segment(PyObject *self, PyObject *args) {
+    PyObject *segment_object, *columns_object;
+    mq_scan_in in;
+    long long size_bytes, base, pos, limit, records_max, required_from;
+    int zeros_end, check_crc;
+    if (!PyArg_ParseTuple(args, "OLLLLLppLO", &segment_object, &size_bytes, &base, &pos, &limit, &records_max,
+                          &zeros_end, &check_crc, &required_from, &columns_object))
+        return NULL;
+    Py_buffer segment, columns;
+    if (PyObject_GetBuffer(segment_object, &segment, PyBUF_SIMPLE) < 0) return NULL;
+    if (get_int64_array(columns_object, &columns, 1, "columns") < 0) {
+        PyBuffer_Release(&segment);
+        return NULL;
+    }
+    int64_t capacity = (int64_t)(columns.len / 8 / MQ_SCAN_COLUMNS);
+    if (size_bytes < 0 || size_bytes > segment.len || pos < 0 || limit > size_bytes || records_max < 0) {
+        PyBuffer_Release(&segment);
+        PyBuffer_Release(&columns);
+        PyErr_SetString(PyExc_ValueError, "scan_segment: range outside the segment's buffer");
+        return NULL;
+    }
+    in.data = (const uint8_t *)segment.buf;
+    in.size_bytes = size_bytes;
+    in.base = base;
+    in.pos = pos;
+    in.limit = limit;
+    in.records_max = records_max;
+    in.zeros_end = zeros_end;
+    in.check_crc = check_crc;
+    in.required_from = required_from;
+    mq_scan_out out;
+    Py_BEGIN_ALLOW_THREADS
+    mq_scan_segment(&in, (int64_t *)columns.buf, capacity, &out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&segment);
+    PyBuffer_Release(&columns);
+    PyObject *topic_rows;
+    if (out.topics_overflow) {
+        topic_rows = Py_None;
+        Py_INCREF(topic_rows);
+    } else {
+        topic_rows = PyTuple_New(out.topics);
+        if (topic_rows == NULL) return NULL;
+        for (int64_t i = 0; i < out.topics; i++) {
+            PyObject *row = PyLong_FromLongLong(out.topic_rows[i]);
+            if (row == NULL) {
+                Py_DECREF(topic_rows);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(topic_rows, i, row);
+        }
+    }
+    return Py_BuildValue("LLiiNL", (long long)out.count, (long long)out.stop, out.error, out.blank, topic_rows,
+                         (long long)out.tags_non_ascii);
+}
+
+static PyObject *property_spans(PyObject *self, PyObject *args) {
+    PyObject *data_object, *starts_object, *ends_object, *names, *out_object;
+    if (!PyArg_ParseTuple(args, "OOOO!O", &data_object, &starts_object, &ends_object, &PyTuple_Type, &names,
+                          &out_object))
+        return NULL;
+    Py_ssize_t name_count = PyTuple_GET_SIZE(names);
+    if (name_count > 16) {
+        PyErr_SetString(PyExc_ValueError, "property_spans: at most 16 names");
+        return NULL;
+    }
+    const uint8_t *name_bytes[16];
+    int64_t name_lengths[16];
+    for (Py_ssize_t i = 0; i < name_count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "property_spans: names are bytes");
+            return NULL;
+        }
+        name_bytes[i] = (const uint8_t *)PyBytes_AS_STRING(name);  /* the tuple keeps them alive */
+        name_lengths[i] = PyBytes_GET_SIZE(name);
+    }
+    Py_buffer data, starts, ends, out;
+    if (PyObject_GetBuffer(data_object, &data, PyBUF_SIMPLE) < 0) return NULL;
+    if (get_int64_array(starts_object, &starts, 0, "starts") < 0) goto fail_data;
+    if (get_int64_array(ends_object, &ends, 0, "ends") < 0) goto fail_starts;
+    if (get_int64_array(out_object, &out, 1, "out") < 0) goto fail_ends;
+    Py_ssize_t n = starts.len / 8;
+    if (ends.len != starts.len || out.len < (Py_ssize_t)(2 * name_count * n * 8)) {
+        PyErr_SetString(PyExc_ValueError, "property_spans: starts, ends and out do not agree");
+        goto fail_out;
+    }
+    const int64_t *s = starts.buf, *e = ends.buf;
+    for (Py_ssize_t row = 0; row < n; row++) {  /* checked before the loop lets go of the GIL */
+        if (s[row] < 0 || e[row] < s[row] || e[row] > data.len) {
+            PyErr_SetString(PyExc_ValueError, "property_spans: a span outside the buffer");
+            goto fail_out;
+        }
+    }
+    int64_t *o = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < name_count; k++) {
+        int64_t *value_start = o + 2 * k * n, *value_end = value_start + n;
+        for (Py_ssize_t row = 0; row < n; row++)
+            mq_property_span((const uint8_t *)data.buf, s[row], e[row], name_bytes[k], name_lengths[k],
+                             value_start + row, value_end + row);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&data);
+    Py_RETURN_NONE;
+fail_out:
+    PyBuffer_Release(&out);
+fail_ends:
+    PyBuffer_Release(&ends);
+fail_starts:
+    PyBuffer_Release(&starts);
+fail_data:
+    PyBuffer_Release(&data);
+    return NULL;
+}
+
+static PyObject *walk_chain(PyObject *self, PyObject *args) {
+    PyObject *buf_object, *out_object;
+    long long length, buf_abs;
+    if (!PyArg_ParseTuple(args, "OLLO", &buf_object, &length, &buf_abs, &out_object)) return NULL;
+    Py_buffer buf, out;
+    if (PyObject_GetBuffer(buf_object, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (get_int64_array(out_object, &out, 1, "positions") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (length < 0 || length > buf.len) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "walk_chain: length outside the buffer");
+        return NULL;
+    }
+    int64_t count, following;
+    Py_BEGIN_ALLOW_THREADS
+    count = mq_walk_chain(buf.buf, length, buf_abs, out.buf, out.len / 8, &following);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("LL", (long long)count, (long long)following);
+}
+
+static PyObject *scan_columns(PyObject *self, PyObject *unused) { return PyLong_FromLong(MQ_SCAN_COLUMNS); }
 
 PyMethodDef mq_scan_methods[] = {
+    {"scan_segment", scan_segment, METH_VARARGS,
+     "scan_segment(buffer, size_bytes, base, pos, limit, records_max, zeros_end, check_crc, required_from, columns)"
+     " -> (count, stop, error, blank, topic_rows or None, tags_non_ascii): walk and check the records of one"
+     " segment into int64 columns (scan_core.h, MQ_COL_*)."},
+    {"property_spans", property_spans, METH_VARARGS,
+     "property_spans(buffer, starts, ends, names, out): for each name, the value span of its first pair in each"
+     " properties span [starts[i], ends[i]) (-1 when absent), into out[2k] (starts) and out[2k+1] (ends)."},
+    {"arrow_columns", mq_arrow_columns, METH_VARARGS,
+     "arrow_columns(buf, positions, offsets, queue_ids, offset_lo, offset_hi, time_lo_us, time_hi_us, topics,"
+     " expect_topic, expect_sizes) -> None or (rows, tags_nulls, keys, pairs, buffers): the Arrow buffers of"
+     " columnar.Decoder's columns for the records at `positions` (None: use the Python decoder)."},
+    {"walk_chain", walk_chain, METH_VARARGS,
+     "walk_chain(buf, length, buf_abs, positions) -> (count, following): the TOTALSIZE chain of complete records"
+     " tiling buf[:length] (commitlog.columnar._walk_python), positions written to the int64 array."},
+    {"scan_columns", scan_columns, METH_NOARGS, "scan_columns() -> int: how many columns scan_segment writes."},
     {NULL, NULL, 0, NULL},
 };

@@ -48,6 +48,9 @@ def cmd_clean(args) -> int:
 
 def cmd_query(args) -> int:
     with open_store(args, read_only=True) as store:
+        if args.topic not in store.topics():
+            print(f"mqstore: the store has no topic {args.topic}", file=sys.stderr)
+            return 1
         messages = store.query(args.topic, args.key, max_count=args.count, begin_ms=args.begin_ms,
                                end_ms=args.end_ms)
         print_messages(args, messages)

@@ -1,45 +1,52 @@
 """The `mqstore` command (also `python -m mqstore`). Exit codes: 0 ok, 1 error, 2 usage.
 
     mqstore put STORE --topic T [--queue Q] [--tags X] [--keys K] [--file F]     bodies: one per line
-    mqstore get STORE --topic T --queue Q --offset N [--count C] [--tags X]
+    mqstore get STORE --topic T --queue Q --offset N [--count C (default 32)] [--tags X]
     mqstore tail STORE --topic T [--group G] [--queue Q]... [--tags X] [--from first|last] [--follow]
                        [--max-messages N] [--timeout-ms MS]
     mqstore topics STORE | stats STORE | dump STORE --offset N | verify STORE
-    mqstore demo [--store DIR] [--messages N]
+    mqstore recover STORE [--repair] | clean STORE | query STORE --topic T --key K
+    mqstore demo [--store DIR] [--messages N] | bench NAME [--quick] | --version
 
 Store commands take `--json` (one JSON document on stdout; `tail` writes one per message, JSON Lines) and the
-format settings `--segment-size-bytes` / `--cq-entries-per-file`. Those are read from `config/mqstore.json`
-when the store has it, else taken from the sizes of its first CommitLog and ConsumeQueue files (a RocketMQ
-store's files are full-size), else the defaults; given options must match the store's.
+format settings `--segment-size-bytes` / `--cq-entries-per-file` / `--index-slot-count` /
+`--index-entry-count-max`. Those not given are the store's, as MessageStore.open(path) takes them: from
+`config/mqstore.json` when the store has it, else from its files (a RocketMQ store's CommitLog and ConsumeQueue
+files are full-size; an IndexFile's header), else the defaults; given options must match the store's.
 
-`put` opens the store for writing (creating it). Every other command opens it read_only: no lock, nothing
-written (except `tail --group`, which commits the group's offsets to `config/consumerOffset.json`), a missing
-store is an error, and a writer may be running in another process. Progress bars (tqdm, on stderr) show on
-long work when stderr is a terminal.
+`put` opens the store for writing (creating it; a put that fails before storing a message removes the
+directory it created). A body is a line without its ending, LF or CRLF (a CR elsewhere is part of the body).
+Every other command opens it read_only: no lock, nothing written (except `tail --group`, which commits the
+group's offsets to `config/consumerOffset.json`), a missing store is an error, and a writer may be running in
+another process. Progress bars (tqdm, on stderr) show on long work when stderr is a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.errors import StoreError
-from mqstore.commitlog.message import Message
-from mqstore.cli import admin as cli_admin
-from mqstore.cli.common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
-                                progress_bar, store_config, table)
-from mqstore.consumer.group import open_consumer
-from mqstore.store.reads import GetStatus
-from mqstore.store.verify import INDEX_DISABLED, log_written_end, queue_usage, verify_store
+from commitlog import format as fmt
+from commitlog.errors import InvalidMessageError, StoreError
+from commitlog.message import Message
+from mqstore import __version__, cli_admin, cli_export
+from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
+                                progress_bar, resolved_store_config, table)
+from mqstore.consumer import open_consumer
+from mqstore.engine import MessageStore
+from mqstore.engine_read import GetStatus
+from mqstore.verify import log_written_end, queue_usage, verify_store
 
 PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch
 TAIL_BATCH_MESSAGES = 256  # messages `tail` asks one poll for
 FOLLOW_POLL_TIMEOUT_MS = 1000  # how long one poll of `tail --follow` waits before looking again
+GET_COUNT_DEFAULT = inspect.signature(MessageStore.get).parameters["max_count"].default  # the API's default
 
 
 # --- arguments -----------------------------------------------------------------------------------------------
@@ -62,6 +69,7 @@ _positive = _int_at_least(1)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqstore", description="An embedded RocketMQ-format message store.")
+    parser.add_argument("--version", action="version", version=f"mqstore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser("demo", help="write a demo store under the working directory, read it back, summarise")
     demo.add_argument("--store", default="demo-store", help="store directory (default: ./demo-store)")
@@ -94,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("--topic", required=True)
     get.add_argument("--queue", type=_non_negative, required=True)
     get.add_argument("--offset", type=_non_negative, required=True, help="queue offset of the first message")
-    get.add_argument("--count", type=_positive, default=1, help="messages at most (default 1)")
+    get.add_argument("--count", type=_positive, default=GET_COUNT_DEFAULT,
+                     help=f"messages at most (default {GET_COUNT_DEFAULT}, as MessageStore.get)")
     get.add_argument("--tags", help="only messages with these tags: 'A' or 'A || B'")
 
     tail = add("tail", "print a topic's messages; with --group from the group's committed offsets, committing")
@@ -116,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--offset", type=_non_negative, required=True, help="commitlog offset of the record")
     add("verify", "check every record's CRC, segment ends, ConsumeQueue entries and index files; exit 1 on corruption")
     cli_admin.add_parsers(add)
+    cli_export.add_parser(add)
+    cli_admin.add_bench_parser(commands)
     return parser
 
 
@@ -154,46 +165,71 @@ def _silence_stdout() -> None:
 
 
 # --- commands ------------------------------------------------------------------------------------------------
-def _bodies(args):
-    """Each line of --file or stdin as bytes, without its newline."""
+class OversizedLineError(InvalidMessageError):
+    """An input line of `put` longer than the store takes as a message body."""
+
+
+def _open_input(args):
+    """--file (opened before the store, so a missing file creates nothing) or stdin, as a binary file."""
     if args.file is not None:
-        handle = open(args.file, "rb")
-    else:
-        handle = getattr(sys.stdin, "buffer", sys.stdin)
-    try:
-        for line in handle:
-            if isinstance(line, str):
-                line = line.encode("utf-8")
-            yield line[:-1] if line.endswith(b"\n") else line
-    finally:
-        if args.file is not None:
-            handle.close()
+        return open(args.file, "rb")
+    return getattr(sys.stdin, "buffer", sys.stdin)
+
+
+def _bodies(handle, body_size_max: int):
+    """Each line of `handle` as bytes, without its ending (LF or CRLF); OversizedLineError naming the line
+    (counted from 1) and the limit for one over `body_size_max` bytes."""
+    for number, line in enumerate(handle, 1):
+        if isinstance(line, str):
+            line = line.encode("utf-8")
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        if len(line) > body_size_max:
+            raise OversizedLineError(f"line {number} is {len(line):,} bytes, over the store's limit of "
+                                      f"{body_size_max:,} bytes a message body (max_message_size_bytes)")
+        yield line
+
+
+def _first_missing(path: str) -> str | None:
+    """The outermost directory of `path` that does not exist yet (what a put would create), or None."""
+    missing = None
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        missing = path
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+class _PutProgress:
+    """What `put` stored so far: the first and last PutResult and the count."""
+
+    def __init__(self):
+        self.first = self.last = None
+        self.stored = 0
+
+    def add(self, placed: list) -> None:
+        self.first, self.last, self.stored = self.first or placed[0], placed[-1], self.stored + len(placed)
 
 
 def _cmd_put(args) -> int:
-    keys = tuple(key for group in args.keys for key in group.split())
-    first = last = None
-    stored = 0
-    bar = progress_bar(None, "put", "msg")
-    with open_store(args, read_only=False) as store:
-        try:
-            batch = []
-            for body in _bodies(args):
-                batch.append(Message(args.topic, body, queue_id=args.queue, tags=args.tags, keys=keys))
-                if len(batch) == PUT_BATCH_MESSAGES:
-                    placed = store.put_batch(batch)
-                    first, last, stored = first or placed[0], placed[-1], stored + len(placed)
-                    bar.update(len(placed))
-                    batch = []
-            if batch:
-                placed = store.put_batch(batch)
-                first, last, stored = first or placed[0], placed[-1], stored + len(placed)
-        except StoreError:
-            if stored:
-                print(f"mqstore: {stored} messages were stored before the error", file=sys.stderr)
-            raise
-        finally:
-            bar.close()
+    created = _first_missing(args.store)
+    handle = _open_input(args)
+    progress = _PutProgress()
+    try:
+        _put_lines(args, handle, progress)
+    except BaseException as exc:
+        if progress.stored and isinstance(exc, StoreError):
+            print(f"mqstore: {progress.stored} messages were stored before the error", file=sys.stderr)
+        if created is not None and progress.stored == 0:  # nothing stored: leave no empty store behind
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    finally:
+        if args.file is not None:
+            handle.close()
+    first, last, stored = progress.first, progress.last, progress.stored
     if args.json:
         print_json({"topic": args.topic, "queue_id": args.queue, "count": stored,
                      "first_queue_offset": first.queue_offset if first else None,
@@ -205,6 +241,29 @@ def _cmd_put(args) -> int:
     else:
         print("stored 0 messages (no input lines)")
     return 0
+
+
+def _put_lines(args, handle, progress: _PutProgress) -> None:
+    """Store each line of `handle`, PUT_BATCH_MESSAGES a batch; the lines before a bad one are stored."""
+    keys = tuple(key for group in args.keys for key in group.split())
+    bar = progress_bar(None, "put", "msg")
+    with open_store(args, read_only=False) as store:
+        batch = []
+        try:
+            for body in _bodies(handle, store.config.max_message_size_bytes):
+                batch.append(Message(args.topic, body, queue_id=args.queue, tags=args.tags, keys=keys))
+                if len(batch) == PUT_BATCH_MESSAGES:
+                    progress.add(store.put_batch(batch))
+                    bar.update(len(batch))
+                    batch = []
+        except OversizedLineError:
+            if batch:
+                progress.add(store.put_batch(batch))  # the lines before the oversized one are stored
+            raise
+        finally:
+            bar.close()
+        if batch:
+            progress.add(store.put_batch(batch))
 
 
 def _cmd_get(args) -> int:
@@ -368,7 +427,8 @@ def _cmd_dump(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    report = verify_store(args.store, store_config(args), progress_bar)
+    # As a writer would (read_only=False): index files of sizes nothing tells are reported as not checked.
+    report = verify_store(args.store, resolved_store_config(args, read_only=False), progress_bar)
     if args.json:
         print_json(report.as_dict())
         return 0 if report.ok else 1
@@ -376,10 +436,7 @@ def _cmd_verify(args) -> int:
           f"blanks, offsets {report.log_min_offset}..{report.log_end_offset}")
     print(f"consumequeues: {report.queues} queues, {report.entries} entries checked"
           + (f" ({report.entries_removed} below the log's start)" if report.entries_removed else ""))
-    if report.index_not_checked == INDEX_DISABLED:  # what store_config does for index files of other sizes
-        print("index: not checked: its files are not of the default size; give --index-slot-count and "
-              "--index-entry-count-max to check them")
-    elif report.index_not_checked:
+    if report.index_not_checked:  # index files whose sizes neither the store nor their headers tell
         print(f"index: not checked: {report.index_not_checked}")
     elif report.index_files:
         print(f"index: {report.index_files} files checked")
@@ -393,4 +450,5 @@ def _cmd_verify(args) -> int:
 
 _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
              "dump": _cmd_dump, "verify": _cmd_verify,
-             "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query}
+             "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query,
+             "bench": cli_admin.cmd_bench, "export": cli_export.cmd_export}

@@ -3,82 +3,27 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-from mqstore.commitlog import format as fmt
-from mqstore.consumequeue import format as cqf
-from mqstore.indexfile import format as index_format
-from mqstore.store.config import CONFIG_FILE_NAME, StoreConfig
-from mqstore.store.engine import MessageStore
-
-MESSAGE_SIZE_DEFAULT_BYTES = StoreConfig.max_message_size_bytes
-_RECORD_OVERHEAD_MAX_BYTES = (fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX
-                              + fmt.END_FILE_MIN_BLANK_LENGTH)
+from mqstore.config import StoreConfig
+from mqstore.engine import MessageStore
+from mqstore.store_settings import resolve_config
 
 
 # --- opening a store -----------------------------------------------------------------------------------------
-def _saved_format(root: str) -> dict:
-    try:
-        with open(os.path.join(root, "config", CONFIG_FILE_NAME), "rb") as handle:
-            saved = json.loads(handle.read())
-    except (OSError, ValueError):
-        return {}  # a bad file is reported by the store's own check when it opens
-    return saved if isinstance(saved, dict) else {}
-
-
-def _first_file_size(directory: str, is_name) -> int | None:
-    try:
-        names = sorted(name for name in os.listdir(directory) if is_name(name))
-        return os.path.getsize(os.path.join(directory, names[0])) if names else None
-    except OSError:
-        return None
-
-
-def _inferred_cq_entries(root: str) -> int | None:
-    directory = os.path.join(root, "consumequeue")
-    try:
-        topics = sorted(os.listdir(directory))
-    except OSError:
-        return None
-    for topic in topics:
-        try:
-            queues = sorted(os.listdir(os.path.join(directory, topic)))
-        except OSError:
-            continue
-        for queue in queues:
-            size = _first_file_size(os.path.join(directory, topic, queue),
-                                    lambda name: cqf.parse_file_name(name) is not None)
-            if size and size % cqf.UNIT_SIZE_BYTES == 0:
-                return size // cqf.UNIT_SIZE_BYTES
-    return None
-
-
-def _index_settings(args, root: str) -> dict:
-    """Index settings to open `root` with: the options if given; the defaults when the store has no index files
-    or default-sized ones; otherwise the index stays off (an index file's size does not tell its two sizes
-    apart), and a later open with the right sizes catches the index up."""
-    if args.index_slot_count or args.index_entry_count_max:
-        return {"index_slot_count": args.index_slot_count or StoreConfig.index_slot_count,
-                "index_entry_count_max": args.index_entry_count_max or StoreConfig.index_entry_count_max}
-    size = _first_file_size(os.path.join(root, "index"), lambda name: index_format.parse_file_name(name) is not None)
-    default = index_format.file_size_bytes(StoreConfig.index_slot_count, StoreConfig.index_entry_count_max)
-    return {} if size is None or size == default else {"index_enabled": False}
-
-
 def store_config(args) -> StoreConfig:
-    """The StoreConfig to open args.store with: options, else the saved format, else the files' sizes."""
-    root = args.store
-    saved = _saved_format(root)
-    segment = (args.segment_size_bytes or saved.get("segment_size_bytes")
-               or _first_file_size(os.path.join(root, "commitlog"),
-                                   lambda name: fmt.parse_segment_name(name) is not None)
-               or StoreConfig.segment_size_bytes)
-    entries = (args.cq_entries_per_file or saved.get("consume_queue_entries_per_file") or _inferred_cq_entries(root)
-               or StoreConfig.consume_queue_entries_per_file)
-    message_max = max(0, min(MESSAGE_SIZE_DEFAULT_BYTES, segment - _RECORD_OVERHEAD_MAX_BYTES))
-    return StoreConfig(segment_size_bytes=segment, consume_queue_entries_per_file=entries,
-                       max_message_size_bytes=message_max, **_index_settings(args, root))
+    """The StoreConfig to open args.store with: the format options given on the command line, and nothing else,
+    so that opening takes every other format setting from the store as the API does (mqstore/store_settings.py:
+    its saved settings, else its files' sizes, else the defaults)."""
+    given = {"segment_size_bytes": args.segment_size_bytes, "consume_queue_entries_per_file": args.cq_entries_per_file,
+             "index_slot_count": getattr(args, "index_slot_count", None),
+             "index_entry_count_max": getattr(args, "index_entry_count_max", None)}
+    return StoreConfig(**{name: value for name, value in given.items() if value})
+
+
+def resolved_store_config(args, *, read_only: bool) -> StoreConfig:
+    """store_config(args) with the store's own settings filled in, as MessageStore.open resolves them."""
+    return resolve_config(args.store, store_config(args), read_only=read_only)
 
 
 def open_store(args, *, read_only: bool, repair: bool = False):

@@ -43,7 +43,7 @@ _CAUGHT_UP = frozenset((GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_Q
                         GetStatus.NO_MATCHED_LOGIC_QUEUE))
 
 
-def _wait_for_dispatch(store, after_offset: int, timeout_s: float) -> int | None:
+def _wait_dispatched_past(store, after_offset: int, timeout_s: float) -> int | None:
     """Block until the store has dispatched past commitlog offset `after_offset`, for at most `timeout_s`.
 
     Returns the dispatched offset then (with `after_offset=-1` and no timeout: the dispatched offset now).
@@ -98,7 +98,7 @@ class Consumer:
         self._discovered_time = time.monotonic()  # when they were last listed (read_only stores)
         self._closed = False
         if queue_ids is None:
-            self._discovered_at = _wait_for_dispatch(store, -1, 0)
+            self._discovered_at = _wait_dispatched_past(store, -1, 0)
             queue_ids = store.topics().get(topic, [])
         for queue_id in queue_ids:
             self._add_queue(queue_id, consume_from)
@@ -174,7 +174,7 @@ class Consumer:
             raise InvalidMessageError(f"timeout_ms must be an int in 0..{POLL_TIMEOUT_MS_MAX}, got {timeout_ms!r}")
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            seen = _wait_for_dispatch(self.store, -1, 0)  # what was dispatched before this look
+            seen = _wait_dispatched_past(self.store, -1, 0)  # what was dispatched before this look
             self._discover_queues(seen)
             messages, next_positions, more = self._fetch(max_count)
             self._positions.update(next_positions)
@@ -185,7 +185,7 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            _wait_for_dispatch(self.store, -1 if seen is None else seen, remaining)
+            _wait_dispatched_past(self.store, -1 if seen is None else seen, remaining)
 
     def __iter__(self) -> Iterator[StoredMessage]:
         """Every message from the positions up to the queues' ends now (it does not wait for new ones).
@@ -194,7 +194,7 @@ class Consumer:
         """
         while True:
             self._check_open()
-            self._discover_queues(_wait_for_dispatch(self.store, -1, 0))
+            self._discover_queues(_wait_dispatched_past(self.store, -1, 0))
             messages, next_positions, more = self._fetch(ITER_BATCH_MESSAGES)
             for message in messages:
                 self._positions[message.queue_id] = message.queue_offset + 1

@@ -17,18 +17,22 @@ import os
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull, LessThan,
-                                    LessThanOrEqual)
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
-                               StructType, TimestampType)
 
-from mqstore.commitlog.columnar import STORE_COLUMN
-from mqstore.commitlog.errors import CommitLogSourceError
+try:  # pyspark (the `spark` extra) is needed by the Spark source only; RowFilter and StoreRef also serve store.scan()
+    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull, LessThan,
+                                        LessThanOrEqual)
+    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
+                                   StructType, TimestampType)
+except ImportError:  # pragma: no cover - exercised by a test in a subprocess without pyspark
+    StructField = None
+
+from commitlog.columnar import STORE_COLUMN
+from mqstore.spark_errors import CommitLogSourceError
 
 FORMAT_NAME = "commitlog"
 
 # --- schema ---------------------------------------------------------------------------------------------------
-_FIELDS = (
+_FIELDS = () if StructField is None else (
     StructField("topic", StringType(), False),
     StructField("queue_id", IntegerType(), False),
     StructField("queue_offset", LongType(), False),

@@ -32,7 +32,11 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from pyspark.sql.datasource import InputPartition
+
+try:  # the Spark source's partition type; store.scan() plans the same partitions without pyspark
+    from pyspark.sql.datasource import InputPartition
+except ImportError:  # pragma: no cover - exercised by a test in a subprocess without pyspark
+    InputPartition = object
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreIOError

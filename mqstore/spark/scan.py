@@ -17,7 +17,11 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
+
+try:  # the Spark source's partition type; store.scan() plans the same partitions without pyspark
+    from pyspark.sql.datasource import InputPartition
+except ImportError:  # pragma: no cover - exercised by a test in a subprocess without pyspark
+    InputPartition = object
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.columnar import (BUFFER_PAD_BYTES, NEXT_BLANK, NEXT_END, NEXT_MORE, Decoder, FastLayout,

@@ -1,11 +1,19 @@
 """A PySpark data source over CommitLogs: batch and streaming reads of mqstore / RocketMQ 4.x stores.
 
-    from mqstore.spark.source import CommitLogDataSource
-    spark.dataSource.register(CommitLogDataSource)
+    from pyspark.sql import SparkSession
+    import mqstore.spark
+
+    spark = SparkSession.builder.getOrCreate()
+    mqstore.spark.register(spark)                                        # the "commitlog" format
     df = spark.read.format("commitlog").load("/path/to/store")          # or a list of paths, or a glob
     stream = spark.readStream.format("commitlog").load("/path/to/store")
 
-Python workers must run an interpreter that imports mqstore, numpy and pyarrow (set PYSPARK_PYTHON).
+Importing this module sets PYSPARK_PYTHON to this interpreter when it is unset (sessions started afterwards run
+their Python workers with it, so they import mqstore, numpy and pyarrow) and registers the source with the
+active session, if there is one. `register(spark)` registers it with a session started before or after the
+import and points that session's workers at this interpreter unless PYSPARK_PYTHON or spark.pyspark.python
+chose another (on a cluster, choose one that has mqstore installed on every node). Needs Java 17 or later
+(mqstore.spark_env.java_missing() says whether it is found). docs/spark.md is the user's guide.
 Filter pushdown needs `spark.sql.python.filterPushdown.enabled=true`; without it Spark filters the rows itself.
 
 Schema (one row per message record; `store` only when a list of paths or a glob was loaded):
@@ -57,32 +65,39 @@ such flags, so this only concerns logs written through DefaultMessageStore by ot
 
 The modules, each importing only those below it:
 
-    mqstore/spark/source.py          the DataSource and its batch and stream readers (this module)
-    mqstore/spark/plan.py     the snapshot of each store and its partitions
-    mqstore/spark/scan.py     partitions read into RecordBatches; the written end; streaming admission
-    mqstore/spark/store_files.py    segment files and ConsumeQueue files, read without a lock
-    mqstore/spark/options.py  schema, options, filter pushdown
+    mqstore/spark.py          the DataSource and its batch and stream readers (this module)
+    mqstore/spark_plan.py     the snapshot of each store and its partitions
+    mqstore/spark_scan.py     partitions read into RecordBatches; the written end; streaming admission
+    mqstore/spark_store.py    segment files and ConsumeQueue files, read without a lock
+    mqstore/spark_options.py  schema, options, filter pushdown
+    mqstore/spark_errors.py   CommitLogSourceError, the source's one error
     commitlog/columnar.py     locating records and decoding them into Arrow columns (knows nothing of Spark)
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
-from mqstore.commitlog.errors import CommitLogSourceError
-from mqstore.spark.options import (FORMAT_NAME, SourceOptions, StoreRef, arrow_schema, check_schema,
+from mqstore.spark_errors import CommitLogSourceError
+from mqstore.spark_options import (FORMAT_NAME, SourceOptions, StoreRef, arrow_schema, check_schema,
                                    commitlog_schema, parse_options, push_filters)
-from mqstore.spark.plan import plan_batch, plan_store, plan_stream
-from mqstore.spark.scan import admit, read_partition
-from mqstore.spark.store_files import list_segments
+from mqstore.spark_plan import plan_batch, plan_store, plan_stream
+from mqstore.spark_env import use_this_interpreter
+from mqstore.spark_scan import admit, read_partition
+from mqstore.spark_store import list_segments
 
-__all__ = ["CommitLogDataSource", "CommitLogSourceError", "commitlog_schema"]
+__all__ = ["CommitLogDataSource", "CommitLogSourceError", "commitlog_schema", "register"]
+
+PYSPARK_PYTHON_DEFAULT = "python3"  # what a SparkContext runs its Python workers with when PYSPARK_PYTHON is unset
+_WORKER_PYTHON_CHOSEN = "PYSPARK_PYTHON" in os.environ  # by the user, before this module set it
 
 
 # --- readers --------------------------------------------------------------------------------------------------
@@ -229,3 +244,35 @@ class CommitLogDataSource(DataSource):
         options = parse_options(self.options)
         check_schema(schema, options)
         return CommitLogStreamReader(options, schema)
+
+
+# --- registration ---------------------------------------------------------------------------------------------
+def register(spark=None):
+    """Register the "commitlog" format with `spark` (default: the active session) and return the session.
+
+    A session whose workers would run the default `python3` (no PYSPARK_PYTHON when it started, and no
+    spark.pyspark.python) is pointed at this interpreter, which imports mqstore: a worker running another one
+    fails with "No module named 'mqstore'". Registering twice is harmless."""
+    if spark is None:
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise RuntimeError("no active SparkSession: start one (SparkSession.builder.getOrCreate()) and pass it")
+    _point_workers_here(spark)
+    spark.dataSource.register(CommitLogDataSource)
+    return spark
+
+
+def _point_workers_here(spark) -> None:
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: no context here; the server's workers are configured on the server
+        return
+    if _WORKER_PYTHON_CHOSEN or context.pythonExec != PYSPARK_PYTHON_DEFAULT:
+        return
+    chosen = context.getConf().get("spark.pyspark.python")
+    context.pythonExec = chosen or sys.executable
+
+
+use_this_interpreter()
+if SparkSession.getActiveSession() is not None:  # a session started before the import: register with it
+    register()

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.columnar import BUFFER_PAD_BYTES
-from mqstore.commitlog.errors import CommitLogSourceError, CorruptionError, StoreIOError
-from mqstore.consumequeue import format as cqfmt
+from commitlog import format as fmt
+from commitlog.columnar import BUFFER_PAD_BYTES
+from commitlog.errors import CorruptionError, StoreIOError
+from consumequeue import format as cqfmt
+from mqstore.spark_errors import CommitLogSourceError
 
 BOUNDARY_QUEUES_MAX = 16  # queues searched for a record start to split a segment at
 
@@ -180,7 +181,7 @@ class QueueIndex:
         """(end, offset, size) of the last unit written to any queue: the log is dispatched up to `end`."""
         best = None
         for _, _, queue_dir in self.queues():
-            for first, path in reversed(self.files(queue_dir)):
+            for _first, path in reversed(self.files(queue_dir)):
                 last = _last_unit(path)
                 if last is not None:
                     offset, size = last

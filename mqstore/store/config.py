@@ -1,7 +1,9 @@
 """StoreConfig: every setting of a store, checked when it is built.
 
 The fields marked "format" fix the on-disk layout: they are saved in `<root>/config/mqstore.json` when the
-store is created and must match on every reopen (ConfigMismatchError otherwise).
+store is created. A StoreConfig remembers which fields its caller passed (`explicit_fields`): on reopen those
+must match the store (ConfigMismatchError otherwise), and the ones not passed are taken from the store
+(mqstore/store_settings.py; docs/decisions/0015-settings-read-from-the-store.md).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError, InvalidConfigError, StoreIOError
@@ -19,6 +21,9 @@ GIB = 1 << 30
 MIB = 1 << 20
 CONFIG_FILE_NAME = "mqstore.json"
 CONFIG_FORMAT_VERSION = 1
+# The most a record adds to its body: the fixed header, the longest topic and properties, the blank after it.
+MESSAGE_OVERHEAD_MAX_BYTES = (fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX
+                              + fmt.END_FILE_MIN_BLANK_LENGTH)
 
 
 def default_host() -> str:
@@ -33,7 +38,17 @@ def default_host() -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class StoreConfig:
-    """Settings of a store. Units are in the names; the docstring of each field gives its default and why."""
+    """Settings of a store. Units are in the names; the docstring of each field gives its default and why.
+
+    A config remembers the fields its caller passed (`explicit_fields`): opening a store checks those format
+    fields against the store and takes the others from it. `dataclasses.replace` passes every field, so a
+    config made by it counts all of them as passed; `adopting` keeps the original's.
+    """
+
+    def __new__(cls, **passed):
+        config = super().__new__(cls)
+        object.__setattr__(config, "_explicit_fields", frozenset(passed))
+        return config
 
     segment_size_bytes: int = GIB
     """format. 1 GiB, RocketMQ's CommitLog segment size: few files, long sequential runs."""
@@ -56,7 +71,8 @@ class StoreConfig:
     maxIndexNum); a file is 420 MB."""
 
     max_message_size_bytes: int = 4 * MIB
-    """4 MiB, RocketMQ's maxMessageSize: a larger body is refused."""
+    """4 MiB, RocketMQ's maxMessageSize: a larger body is refused. Not given, it is lowered to what a smaller
+    segment can hold."""
 
     max_queues_per_topic: int = 1024
     """queue ids run 0..1023; bounds the directories a topic can create."""
@@ -93,7 +109,7 @@ class StoreConfig:
     warm_segments: bool = False
     """pre-fault the next segment's pages in the background (madvise MADV_POPULATE_WRITE) so first writes into it
     are cheap, and with ASYNC flushing the segment being written too, up to 32 MiB ahead of the writer; the zero
-    pages are written back like data."""
+    pages are written back like data (such a store takes the disk of whole segments: docs/storage.md)."""
 
     write_fault_readahead: bool = True
     """whether a put's page fault in the segment being written may read around (the kernel's readahead on a fault
@@ -113,7 +129,12 @@ class StoreConfig:
     """over this disk usage, expired segments go at once, whatever the hour (RocketMQ's diskMaxUsedSpaceRatio)."""
 
     disk_clean_forcibly_ratio: float = 0.85
-    """over this disk usage, the oldest segments go even if not expired (diskSpaceCleanForciblyRatio)."""
+    """with delete_unexpired_on_disk_pressure (RocketMQ's cleanFileForciblyEnable, for a store that owns its disk),
+    over this disk usage the oldest segments go even if not expired, logged at WARNING (diskSpaceCleanForciblyRatio);
+    without it, unused."""
+
+    delete_unexpired_on_disk_pressure: bool = False
+    """False: a disk shared with other programs filling up never deletes unexpired messages (put: DISK_FULL)."""
 
     disk_full_ratio: float = 0.90
     """over this disk usage, put() returns PutStatus.DISK_FULL until space is freed."""
@@ -137,7 +158,8 @@ class StoreConfig:
     """port written with born_host (a producer's ephemeral port in RocketMQ; 0 for an embedded producer)."""
 
     preallocate_segments: bool = True
-    """reserve each new file's space at creation (posix_fallocate), so a full disk fails creation, not a write."""
+    """reserve a segment's disk (posix_fallocate) 4 MiB ahead of the writer, so a full disk makes put() return
+    DISK_FULL instead of killing the process with SIGBUS; False leaves segments sparse (docs/storage.md)."""
 
     check_crc_on_recover: bool = True
     """verify body CRCs while recovery walks the log (RocketMQ's checkCRCOnRecover)."""
@@ -161,10 +183,14 @@ class StoreConfig:
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
         _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
         for name in ("dispatch_process", "warm_segments", "write_fault_readahead", "preallocate_segments",
-                     "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled", "record_crc"):
+                     "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled", "record_crc",
+                     "delete_unexpired_on_disk_pressure"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        fixed = fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX + fmt.END_FILE_MIN_BLANK_LENGTH
+        fixed = MESSAGE_OVERHEAD_MAX_BYTES
+        if "max_message_size_bytes" not in self.explicit_fields and self.max_message_size_bytes + fixed > \
+                self.segment_size_bytes:  # not given: what the segments can hold
+            object.__setattr__(self, "max_message_size_bytes", max(0, self.segment_size_bytes - fixed))
         if self.max_message_size_bytes + fixed > self.segment_size_bytes:
             raise InvalidConfigError(
                 f"segment_size_bytes={self.segment_size_bytes} cannot hold a message of max_message_size_bytes="
@@ -192,6 +218,17 @@ class StoreConfig:
             raise InvalidConfigError(f"archive_dir must be a str or None, got {self.archive_dir!r}")
         _check_int("born_port", self.born_port, 0, 65535)
 
+    @property
+    def explicit_fields(self) -> frozenset:
+        """The names of the fields the caller passed; the others hold their defaults."""
+        return self.__dict__.get("_explicit_fields", frozenset())
+
+    def adopting(self, **values) -> "StoreConfig":
+        """A copy with `values` taken from a store: the fields passed explicitly stay the same set."""
+        adopted = replace(self, **values)
+        object.__setattr__(adopted, "_explicit_fields", self.explicit_fields)
+        return adopted
+
     def format_fields(self) -> dict:
         """The fields that fix the on-disk format, as saved in the store."""
         return {name: getattr(self, name) for name in FORMAT_FIELDS}
@@ -203,6 +240,9 @@ FORMAT_FIELDS = ("segment_size_bytes", "consume_queue_entries_per_file", "record
 RECORD_CRC_FROM_KEY = "record_crc_from_offset"
 # index_slot_count and index_entry_count_max fix the size of index files too; they are checked against the
 # index files themselves when the index is opened (a store may run with the index off, or rebuild it).
+# Saved too, for a later open that is not given them; not checked here (see above): store_settings.py takes
+# them as one candidate for the index files' sizes.
+INDEX_SIZES_SAVED = ("index_slot_count", "index_entry_count_max")
 assert set(FORMAT_FIELDS) <= {f.name for f in fields(StoreConfig)}
 
 
@@ -220,7 +260,8 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
         with open(path, "rb") as handle:
             raw = handle.read()
     except FileNotFoundError:
-        settings = {"format_version": CONFIG_FORMAT_VERSION, **config.format_fields()}
+        settings = {"format_version": CONFIG_FORMAT_VERSION, **config.format_fields(),
+                    **{name: getattr(config, name) for name in INDEX_SIZES_SAVED}}
         if writable:
             if config.record_crc and new_log:
                 settings[RECORD_CRC_FROM_KEY] = 0

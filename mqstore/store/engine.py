@@ -9,19 +9,22 @@ reach the end of the log, flushes everything and releases the lock.
 from __future__ import annotations
 
 import collections
+import errno
 import fcntl
 import itertools
 import logging
 import os
+import struct
 import threading
 import time
 from typing import Iterable
 
 import numpy as np
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.commitlog import CommitLog
-from mqstore.commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
+from commitlog import format as fmt
+from commitlog.batch import RECORD_SIZE
+from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
+from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
 from mqstore.commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
                               StoreClosedError, StoreError, StoreIOError, StoreLockedError)
@@ -38,17 +41,19 @@ from mqstore.indexfile.dispatcher import IndexDispatcher
 from mqstore.indexfile.index_service import IndexService
 from mqstore.store.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
                             save_record_crc_from)
-from mqstore.store.dispatch_process import ProcessDispatch, stop_leftover
-from mqstore.store.index_queries import IndexFlushable, IndexLookups, checkpoint_logical_flush
-from mqstore.store.reads import Reads
-from mqstore.store.markers import ABORT_FILE_NAME, remove_marker, write_marker
-from mqstore.store.recovery import RecoveryReport, dispatch_start, recover
-from mqstore.store.retention import Retention
+from mqstore.dispatch_process import ProcessDispatch, stop_leftover
+from mqstore.engine_index import IndexFlushable, IndexLookups, checkpoint_logical_flush
+from mqstore.engine_read import Reads
+from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
+from mqstore.recovery import RecoveryReport, dispatch_start, recover
+from mqstore.retention import Retention
+from mqstore.store_settings import resolve_config
 
 log = logging.getLogger(__name__)
 
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
 DISPATCH_LAG_POLL_S = 0.1  # a put waiting for dispatch (max_dispatch_lag_bytes) looks at the store's state this often
+COMMAND_LINE_SHOWN_BYTES_MAX = 200  # of a lock holder's command line, in StoreLockedError
 REBUILDS_PER_OPEN_MAX = 64  # queues one open may rebuild after finding holes in them
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
 CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS = 60_000  # RocketMQ's flushConsumeQueueThoroughInterval
@@ -118,7 +123,8 @@ class MessageStore(Reads, IndexLookups):
         return store
 
     def _open(self) -> None:
-        config = self.config
+        # The format settings not passed explicitly are the store's (mqstore/store_settings.py).
+        self.config = config = resolve_config(self.root_dir, self.config, read_only=self.read_only)
         root = self.root_dir
         if self.read_only:
             if not os.path.isdir(os.path.join(root, "commitlog")):
@@ -146,7 +152,7 @@ class MessageStore(Reads, IndexLookups):
         self._handoff = HandOff(self._writer)  # a put that finds the writer lock taken hands its append to the holder
         self._parked = self._handoff.pending
         self._prepare = self._commitlog.prepare
-        self._append_locked = self._commitlog.append_locked
+        self._append_holding_lock = self._commitlog.append_holding_lock
         self._queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file,
                                          writable=not self.read_only)
         self._index = None
@@ -183,7 +189,7 @@ class MessageStore(Reads, IndexLookups):
         # read them back (unless it must check their CRCs): a deque that keeps the newest WRITTEN_RECORDS_KEPT.
         # Its batches are small (at most 16 records), where that saves 12-18% of dispatch's instructions (8% for
         # one record). Not ASYNC: there the producers would pay 3-4% more a put for dispatch batches that are
-        # large exactly when producers are busy, where parsing with numpy is as cheap (bench/README.md).
+        # large exactly when producers are busy, where parsing with numpy is as cheap (docs/architecture.md).
         written = collections.deque(maxlen=WRITTEN_RECORDS_KEPT) \
             if self._sync_flush and not config.check_crc_on_dispatch else None
         self._dispatch = DispatchService(self._commitlog, dispatchers, start, check_crc=config.check_crc_on_dispatch,
@@ -274,12 +280,14 @@ class MessageStore(Reads, IndexLookups):
         allocator = SegmentAllocator(log_.directory, config.segment_size_bytes,
                                      preallocate=config.preallocate_segments, warm=config.warm_segments,
                                      writer_position=None if self._sync_flush else log_.writer_position,
-                                     advise_random=not config.write_fault_readahead)
+                                     advise_random=not config.write_fault_readahead,
+                                     reserve_bytes=SPACE_RESERVE_STEP_BYTES)
         log_.segment_source = allocator.take
         log_.segment_retirer = allocator.retire
         log_.advise_random_appends = not config.write_fault_readahead
-        # After each roll the next segment is made ahead of need (not at open: a reopen adds no file).
-        log_.roll_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
+        # The next segment is made ahead of need once the writer nears the end of its segment (not at open, nor at
+        # a roll: a store takes the disk its data needs).
+        log_.near_end_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
         self._allocator = allocator
         if self._sync_flush:
             self._group_commit = GroupCommitService(log_, log_.flushed_position, on_flushed=self._checkpoint_log)
@@ -325,8 +333,11 @@ class MessageStore(Reads, IndexLookups):
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a Java broker's tryLock sees
         except OSError as exc:
+            holder = lock_holder(handle.fileno())
             handle.close()
-            raise StoreLockedError(f"{self.root_dir} is open for writing elsewhere (lock file {path})") from exc
+            raise StoreLockedError(
+                f"{self.root_dir} is open for writing elsewhere ({holder}, lock file {path}); to read it meanwhile, "
+                "open it with read_only=True") from exc
         self._lock_handle = handle
 
     def close(self) -> None:
@@ -403,27 +414,26 @@ class MessageStore(Reads, IndexLookups):
         try:
             if writer.acquire(False):
                 try:
-                    offset, queue_offset, store_ts = self._append_locked(record)
+                    offset, queue_offset, store_ts = self._append_holding_lock(record)
                 finally:
                     writer.release()  # HandOff.release, inlined: the put path
                     if self._parked:
                         self._handoff.drain()
             else:
-                offset, queue_offset, store_ts = self._handoff.hand_in(self._append_locked, record)
-        except StoreIOError as exc:  # the next segment could not be created, or the record not written to it:
-            log.error("put refused: %s", exc)  # nothing of this message is published
-            return _refused(PutStatus.UNKNOWN_ERROR if isinstance(exc, SegmentWriteError)
-                            else PutStatus.CREATE_MAPPED_FILE_FAILED)
+                offset, queue_offset, store_ts = self._handoff.hand_in(self._append_holding_lock, record)
+        except StoreIOError as exc:  # the next segment, or disk for the record, could not be had, or the record
+            log.error("put refused: %s", exc)  # not written: nothing of this message is published
+            return _refused(_refusal_status(exc))
         # No wake-up of the dispatch thread here: it looks for new records every DISPATCH_IDLE_WAIT_S (1 ms), so
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
-        if self._lag_limit and offset + record[6] - self._dispatch.dispatched_offset > self._lag_limit:
-            self._wait_for_dispatch(offset + record[6])
+        if self._lag_limit and offset + record[RECORD_SIZE] - self._dispatch.dispatched_offset > self._lag_limit:
+            self._wait_for_lag_under_bound(offset + record[RECORD_SIZE])
         status = _PUT_OK
-        if self._sync_flush and not self._group_commit.wait_durable(offset + record[6], self._sync_timeout_s):
+        if self._sync_flush and not self._group_commit.wait_durable(offset + record[RECORD_SIZE], self._sync_timeout_s):
             status = PutStatus.FLUSH_DISK_TIMEOUT
-        return _new_tuple(PutResult, (status, offset, queue_offset, record[6], store_ts,
+        return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
@@ -438,18 +448,18 @@ class MessageStore(Reads, IndexLookups):
         handoff = self._handoff
         if handoff.lock.acquire(False):
             try:
-                offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_prepared(columns)
+                offsets, queue_offsets, placed, store_ts, error = self._commitlog.append_columns_holding_lock(columns)
             finally:
                 handoff.release()
         else:
-            offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(self._commitlog.append_prepared,
-                                                                              columns)
+            offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(
+                self._commitlog.append_columns_holding_lock, columns)
         sizes = columns.sizes
         ok = PutStatus.PUT_OK
         if placed:
             end = int(offsets[placed - 1] + sizes[placed - 1])
             if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
-                self._wait_for_dispatch(end)
+                self._wait_for_lag_under_bound(end)
             if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
         # Built without a Python-level loop: the msg_ids' offset digits of every message at once, then one C
@@ -461,10 +471,10 @@ class MessageStore(Reads, IndexLookups):
             itertools.repeat(store_ts), msg_ids)))
         if error is not None:
             log.error("put_batch stored %d of %d messages: %s", placed, len(messages), error)
-            results.extend(_refused(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in messages[placed:])
+            results.extend(_refused(_refusal_status(error)) for _ in messages[placed:])
         return results
 
-    def _wait_for_dispatch(self, end: int) -> None:
+    def _wait_for_lag_under_bound(self, end: int) -> None:
         """max_dispatch_lag_bytes: wait until dispatch is within three quarters of the limit of `end`. Returns
         early when dispatch has stopped on an error (the put is stored; the error is in stats() and the log) or
         the store is closing."""
@@ -527,6 +537,18 @@ class MessageStore(Reads, IndexLookups):
 
         return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from)
 
+    def scan(self, *, topic=None, queue_ids=None, start_offset: int | None = None, end_offset: int | None = None,
+             start_time=None, end_time=None, columns=None):
+        """The store's records as a pyarrow.RecordBatchReader, with the Spark source's columns and filters (topic
+        name(s), queue id(s), commitlog offsets [start_offset, end_offset), store times [start_time, end_time) as
+        datetimes or ms since the epoch; `columns` picks columns). Up to the log's written end now; see
+        mqstore/scan.py and docs/arrow.md."""
+        from mqstore.scan import scan_store  # pyarrow work, imported when used
+
+        self._check_open()
+        return scan_store(self.root_dir, topic=topic, queue_ids=queue_ids, start_offset=start_offset,
+                          end_offset=end_offset, start_time=start_time, end_time=end_time, columns=columns)
+
     def stats(self) -> dict:
         """Positions, counts and lags of the store, as plain data."""
         self._check_open()
@@ -550,6 +572,8 @@ class MessageStore(Reads, IndexLookups):
             "flush": self._flush_stats(end),
             "disk": None if self.read_only else {
                 "full": self._disk_full,
+                "unexpired_segments_removed": self._retention.unexpired_segments_removed,
+                "unexpired_bytes_removed": self._retention.unexpired_bytes_removed,
                 "last_clean": (self._retention.last_report.as_dict()
                                if self._retention.last_report is not None else None)},
             "dispatch": {"dispatched_offset": dispatched,
@@ -585,6 +609,44 @@ class MessageStore(Reads, IndexLookups):
                            "index_msg_timestamp_ms": checkpoint.index_msg_timestamp_ms},
             "segments_created_ahead": self._allocator.created_in_background,
         }
+
+
+F_OFD_GETLK = 36  # linux/fcntl.h: asks about record locks as an open file description, which sees this process's
+_FLOCK = struct.Struct("@hhqqi4x")  # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (32 bytes)
+
+
+def lock_holder(fd: int) -> str:
+    """Which process holds the write lock on the store's lock file `fd` ("process 1234 (python -m mqstore put)"),
+    as the kernel tells it (fcntl F_OFD_GETLK, else F_GETLK); "another process" where it does not."""
+    request = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    for command in (F_OFD_GETLK, fcntl.F_GETLK):
+        try:
+            lock_type, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, command, request))
+        except OSError:
+            continue  # F_OFD_GETLK: Linux before 3.15
+        if lock_type != fcntl.F_UNLCK and pid > 0:
+            break
+    else:
+        return "another process"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            command_line = handle.read(COMMAND_LINE_SHOWN_BYTES_MAX).replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        command_line = ""
+    shown = "this process" if pid == os.getpid() else f"process {pid}"
+    return f"{shown} ({command_line.strip()})" if command_line.strip() and pid != os.getpid() else shown
+
+
+def _refusal_status(exc: StoreIOError) -> PutStatus:
+    """The status of a put refused by `exc`: DISK_FULL when the disk had no room (for a new segment, or for
+    the blocks reserved ahead of the writer), UNKNOWN_ERROR when the record's write failed, otherwise
+    CREATE_MAPPED_FILE_FAILED."""
+    if isinstance(exc, SegmentWriteError):
+        return PutStatus.UNKNOWN_ERROR
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return PutStatus.DISK_FULL
+    return PutStatus.CREATE_MAPPED_FILE_FAILED
 
 
 def _refused(status: PutStatus) -> PutResult:

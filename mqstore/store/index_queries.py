@@ -65,7 +65,9 @@ class IndexLookups:
               end_ms: int | None = None) -> list[StoredMessage]:
         """Messages of `topic` whose KEYS or UNIQ_KEY hold `key`, stored in [begin_ms, end_ms], newest first.
 
-        Exact matches only: index entries whose key merely shares the hash are read and dropped.
+        Exact matches only: index entries whose key merely shares the hash are read and dropped. Each message
+        once: one whose KEYS name the key twice (or name its UNIQ_KEY) has an index entry per time, and
+        RocketMQ's queryMessage returns it that many times; this does not.
         """
         index = self._index_service()
         validate_topic(topic)
@@ -84,7 +86,11 @@ class IndexLookups:
             # Index entries keep whole seconds: ask a second wider, then filter by the exact store time.
             offsets = index.query(topic, key, asked, max(0, begin_ms - 1000), min(2**63 - 1, end_ms + 1000))
             found = []
+            seen = set()
             for offset in offsets:
+                if offset in seen:  # another index entry of a message already looked at
+                    continue
+                seen.add(offset)
                 message = self._read_indexed(offset)
                 if message is None:
                     continue

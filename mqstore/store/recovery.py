@@ -131,9 +131,28 @@ def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: Consume
     if report.replay_from is not None:  # the walk met messages a queue lacks (it lost its tail)
         dispatched = min(dispatched, report.replay_from)
     if index is not None:
-        # The index resumes at the message it indexed last (a replay it skips) or rebuilds from the start.
-        dispatched = max(min(dispatched, index.max_indexed_offset), log_min)
+        # The index resumes at (or past) the message it indexed last, or rebuilds from the start.
+        dispatched = max(min(dispatched, _index_resume(commitlog, index)), log_min)
     return dispatched
+
+
+def _index_resume(commitlog: CommitLog, index) -> int:
+    """Where dispatch must resume for the index: at the message it indexed last while that message may lack
+    some of its keys (a crash between two of them), past it when the index holds every one (any clean stop),
+    so that a reopen re-dispatches nothing the queues and the index already have."""
+    end = index.max_indexed_offset
+    if index.entry_count == 0 or end >= commitlog.readable_end():
+        return end
+    try:
+        message = commitlog.read(end)
+    except (CorruptionError, InvalidMessageError):
+        return end  # _recover_index cuts the index where no message starts; the replay settles the rest
+    properties = message.properties
+    key_count = (properties.get(fmt.PROPERTY_UNIQ_KEY) is not None) + sum(
+        1 for key in properties.get(fmt.PROPERTY_KEYS, "").split(fmt.KEY_SEPARATOR) if key)
+    if index.indexed_key_count_at(end) < key_count:
+        return end
+    return end + message.size_bytes
 
 
 def _recover_index(commitlog: CommitLog, index, checkpoint: Checkpoint, report: RecoveryReport, *,

@@ -6,7 +6,11 @@ ago. Expired segments are removed
   - at `delete_when_hour` (local time, the hour RocketMQ's deleteWhen names), or
   - at once while disk usage is over `disk_max_used_space_ratio` (0.75), or
   - whenever `MessageStore.clean_expired()` is called.
-While disk usage is over `disk_clean_forcibly_ratio` (0.85), the oldest segments go even if not expired.
+Unexpired messages stay, however full the disk: an embedded store shares its disk with other programs, and one
+of them filling it is no reason to lose data; put() returns DISK_FULL instead (below). Only with
+`delete_unexpired_on_disk_pressure` (RocketMQ's broker policy, for a store that owns its disk), while usage is over
+`disk_clean_forcibly_ratio` (0.85), do the oldest segments go even if not expired: each round that does so logs
+a WARNING naming the segments, their offsets and the disk usage, and `stats()["disk"]` counts them.
 Never removed: the segment holding the log's end and any segment not fully dispatched and flushed.
 
 With `archive_dir` set, segments are moved to `<archive_dir>/commitlog/` instead of deleted (KahaDB's
@@ -15,7 +19,10 @@ ConsumeQueues and index from the whole log.
 
 After segments go, ConsumeQueue files whose every entry points below the log's new minimum are deleted, each
 queue's `min_offset` moves to its first entry still in the log, and index files below it are deleted.
-Above `disk_full_ratio`, `put()` returns PutStatus.DISK_FULL until space is freed.
+Above `disk_full_ratio`, `put()` returns PutStatus.DISK_FULL until space is freed (a WARNING when that begins).
+
+The disk's usage comes from `disk_usage_probe`, looked up at each call: tests replace it to stand for a disk
+that another program fills.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ class CleanReport:
     queue_files_removed: int = 0
     index_files_removed: int = 0
     disk_used_ratio: float = 0.0
+    unexpired_segments_removed: list[str] = field(default_factory=list)  # of segments_removed, the unexpired
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,10 +72,17 @@ def disk_used_ratio(path: str) -> float:
     return used / usable if usable > 0 else 0.0
 
 
+disk_usage_probe = disk_used_ratio  # what retention measures the disk with (a seam: see the module docstring)
+
+
+def _probe(path: str) -> float:
+    return disk_usage_probe(path)
+
+
 class Retention:
     """Runs retention rounds for one store; `start()` runs them every `clean_interval_ms` on a thread."""
 
-    def __init__(self, store, *, usage=disk_used_ratio, clock_ms=lambda: time.time_ns() // 1_000_000,
+    def __init__(self, store, *, usage=_probe, clock_ms=lambda: time.time_ns() // 1_000_000,
                  local_hour=lambda: time.localtime().tm_hour):
         self._store = store
         self._usage = usage
@@ -77,6 +92,8 @@ class Retention:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mqstore-retention", daemon=True)
         self.last_report: CleanReport | None = None
+        self.unexpired_segments_removed = 0  # since open: segments of unexpired messages removed (a forced clean)
+        self.unexpired_bytes_removed = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -101,9 +118,9 @@ class Retention:
             config = store.config
             report = CleanReport()
             report.disk_used_ratio = usage = self._usage(store.root_dir)
-            store._disk_full = usage > config.disk_full_ratio
+            self._set_disk_full(usage)
             space_pressure = usage > config.disk_max_used_space_ratio
-            forcibly = usage > config.disk_clean_forcibly_ratio
+            forcibly = config.delete_unexpired_on_disk_pressure and usage > config.disk_clean_forcibly_ratio
             time_up = self._local_hour() == config.delete_when_hour
             if not (manual or time_up or space_pressure):
                 self.last_report = report
@@ -112,13 +129,30 @@ class Retention:
             self._remove_segments(report, forcibly)
             if report.segments_removed:
                 self._trim_queues_and_index(report)
-                report.disk_used_ratio = usage = self._usage(store.root_dir)
-                store._disk_full = usage > config.disk_full_ratio
+                report.disk_used_ratio = self._usage(store.root_dir)
+                self._set_disk_full(report.disk_used_ratio)
             report.log_min_offset = store._commitlog.min_offset()
             self.last_report = report
+            if report.unexpired_segments_removed:
+                log.warning("retention %s %d segment(s) of UNEXPIRED messages (%s; messages below commitlog offset "
+                            "%d are gone) because the disk was %.0f%% used, over disk_clean_forcibly_ratio=%s, and "
+                            "delete_unexpired_on_disk_pressure=True", "archived" if report.archived else "deleted",
+                            len(report.unexpired_segments_removed), ", ".join(report.unexpired_segments_removed),
+                            report.log_min_offset, usage * 100, config.disk_clean_forcibly_ratio)
             if report.segments_removed:
                 log.info("retention removed %s", report.as_dict())
             return report
+
+    def _set_disk_full(self, usage: float) -> None:
+        """Refuse puts (DISK_FULL) while usage is over disk_full_ratio; a WARNING when that begins."""
+        store = self._store
+        full = usage > store.config.disk_full_ratio
+        if full and not store._disk_full:
+            log.warning("the disk of %s is %.0f%% used, over disk_full_ratio=%s: put() returns DISK_FULL until "
+                        "space is freed%s", store.root_dir, usage * 100, store.config.disk_full_ratio,
+                        "" if store.config.delete_unexpired_on_disk_pressure else
+                        " (unexpired messages are kept: delete_unexpired_on_disk_pressure=False)")
+        store._disk_full = full
 
     def _removable(self) -> list:
         """Segments that may go: all but the one holding the end, and only below what is dispatched and flushed."""
@@ -137,6 +171,10 @@ class Retention:
             if not expired and not (forcibly and self._usage(store.root_dir) > config.disk_clean_forcibly_ratio):
                 break  # segments go oldest first: a kept one keeps every later one
             self._remove_segment(segment, report)
+            if not expired:
+                report.unexpired_segments_removed.append(report.segments_removed[-1])
+                self.unexpired_segments_removed += 1
+                self.unexpired_bytes_removed += segment.size_bytes
 
     def _remove_segment(self, segment, report: CleanReport) -> None:
         store = self._store

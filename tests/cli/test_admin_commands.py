@@ -20,6 +20,19 @@ def test_recover_reports_a_clean_store(mqstore, store_dir):
     assert "case: CLEAN" in mqstore("recover", str(store_dir)).out
 
 
+def test_recover_redispatches_nothing_after_a_clean_close(mqstore, tmp_path):
+    """Every reopen of a cleanly closed store with an index found nothing to re-dispatch (it used to replay the
+    last indexed message each time). The last message has KEYS of two words besides its UNIQ_KEY."""
+    root = tmp_path / "indexed"
+    put = mqstore("put", root, "--topic", "t", "--keys", "a b", *INDEX, "--segment-size-bytes", 65536,
+                  "--cq-entries-per-file", 64, stdin=b"one\ntwo\nthree\n")
+    assert put.code == 0
+    for _ in range(2):
+        report = mqstore("recover", root, *INDEX, "--json").json()
+        assert report["case"] == "CLEAN" and report["messages_redispatched"] == 0
+    assert len(mqstore("query", root, "--topic", "t", "--key", "b", *INDEX, "--json").json_lines()) == 3
+
+
 def test_recover_refuses_damage_then_repairs_it(mqstore, store_dir):
     segment = store_dir / "commitlog" / f"{0:020d}"
     data = bytearray(segment.read_bytes())

@@ -46,7 +46,7 @@ def test_topics_stats_get_and_dump_match_the_manifest(mqstore):
 
 def test_format_options_that_contradict_the_files_are_errors(mqstore):
     run = mqstore("topics", ORIGINAL, "--segment-size-bytes", 1 << 20)
-    assert run.code == 1 and "segment size 1048576" in run.err
+    assert run.code == 1 and "is 65536 bytes" in run.err and "segment_size_bytes=1048576" in run.err
 
 
 def test_tail_a_group_from_the_offsets_rocketmq_wrote(mqstore, rocketmq_store_copy):

@@ -137,7 +137,7 @@ def walk_log(segments: list[tuple[int, bytes]]) -> LogWalk:
     if not segments:
         return LogWalk(records, 0, "end of segments")
     end = segments[0][0]
-    for index, (base, data) in enumerate(segments):
+    for base, data in segments:
         if base != end:
             return LogWalk(records, end, f"segment {base} does not follow at {end}")
         pos = 0

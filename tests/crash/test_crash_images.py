@@ -27,10 +27,9 @@ import zlib
 
 import pytest
 
-import mqstore.commitlog.commitlog as commitlog_module
-from mqstore.flush.modes import FlushMode
+from flush.modes import FlushMode
 from mqstore import MessageStore, PutStatus
-from tests.conftest import small_config
+from tests.conftest import StepClock, small_config
 from tests.crash.checks import RETENTION_OFF, Acked, body_seq, planned_message, read_segments, segments_from_files, \
     verify_reopened, walk_log
 from tests.crash.simulator import PAGE_SIZE_BYTES, POLICIES, FlushRecorder, ImageStats, image_files, write_tree
@@ -43,27 +42,6 @@ EXTRA_MIXED_IMAGES = 4 if LONG else 1  # more "mixed" images per point, each its
 FAILING_IMAGES_KEPT = 5
 CLOCK_STEPS_MS = (0, 20, 100, 400)  # 0: the real clock
 SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20240601"))
-
-
-class FakeClock:
-    """mqstore.commitlog.commitlog._time_ns advancing `step_ms` per call (appends call it under the writer lock)."""
-
-    def __init__(self, step_ms: int):
-        self.step_ns = step_ms * 1_000_000
-        self.now = time.time_ns()
-
-    def __call__(self) -> int:
-        self.now += self.step_ns
-        return self.now
-
-    def __enter__(self):
-        self._saved = commitlog_module._time_ns
-        if self.step_ns:
-            commitlog_module._time_ns = self
-        return self
-
-    def __exit__(self, *exc_info):
-        commitlog_module._time_ns = self._saved
 
 
 class Workload:
@@ -223,7 +201,7 @@ def run_scenario(sweep: Sweep, mode: FlushMode, index: bool, run_seed: int, work
         flush_interval_ms=rng.choice((1, 5, 20)), flush_least_pages=rng.choice((0, 1, 4)),
         flush_thorough_interval_ms=rng.choice((10, 200)), flush_consume_queue_interval_ms=rng.choice((1, 5, 50)),
         **RETENTION_OFF)
-    with FakeClock(rng.choice(CLOCK_STEPS_MS)):
+    with StepClock(rng.choice(CLOCK_STEPS_MS)):
         root = os.path.join(work_dir, "round1")
         workload = Workload(0, keys=True)
         recorder, points, _ = run_round(root, config, rng, workload)
@@ -363,7 +341,7 @@ def test_found_a_queue_rebuilt_by_recovery_survives_a_second_crash(tmp_path):
     checkpoint still says every queue entry up to its time is on disk, so the next recovery must not trust it for
     the rebuilt queue."""
     config = _quiet_config()
-    with FakeClock(100):  # 100 ms per put: the checkpoint's time lies well past the first segments
+    with StepClock(100):  # 100 ms per put: the checkpoint's time lies well past the first segments
         live = tmp_path / "live"
         with MessageStore.open(live, config) as store:
             acked = _acked(store, range(240))

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.crash.checks import Acked, body_seq, lost_messages, verify_reopened
 from tests.crash.writer_process import GENERATION_SEQ_STRIDE, THREAD_SEQ_STRIDE, kill_config
 
@@ -118,11 +119,9 @@ def _kill_one(root: Path, series: KillSeries, generation: int, rng: random.Rando
         time.sleep(rng.uniform(0.05, 0.6))
     else:
         wanted = rng.randint(1, ACKS_BEFORE_KILL_MAX)
-        deadline = time.monotonic() + WAIT_FOR_ACKS_S
-        while process.poll() is None and time.monotonic() < deadline and \
-                sum(line.startswith("ACK") for line in lines) < wanted:
-            time.sleep(0.001)
-        time.sleep(rng.uniform(0, 0.005))
+        wait_until(lambda: process.poll() is not None or sum(line.startswith("ACK") for line in lines) >= wanted,
+                   WAIT_FOR_ACKS_S, interval_s=0.001)  # a timeout is no failure: the kill comes all the same
+        time.sleep(rng.uniform(0, 0.005))  # a random kill point after those acknowledgements
     exited = process.poll()
     if exited is None:
         os.kill(process.pid, signal.SIGKILL)

@@ -36,7 +36,8 @@ WRITER_LIFETIME_MAX_S = 120.0  # a writer nobody kills stops by itself
 
 def kill_config(mode: str, index: bool, dispatch_process: bool = False) -> StoreConfig:
     return StoreConfig(dispatch_process=dispatch_process, segment_size_bytes=64 * 1024,
-                       consume_queue_entries_per_file=64, max_message_size_bytes=8192, store_host="10.0.0.7", store_port=10911, preallocate_segments=True, index_enabled=index,
+                       consume_queue_entries_per_file=64, max_message_size_bytes=8192, store_host="10.0.0.7",
+                       store_port=10911, preallocate_segments=True, index_enabled=index,
                        index_slot_count=64, index_entry_count_max=256, flush_mode=FlushMode(mode),
                        flush_interval_ms=5, flush_least_pages=1, flush_consume_queue_interval_ms=5, **RETENTION_OFF)
 

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from collections import defaultdict
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -167,4 +168,4 @@ class ProcessStoreModel(StoreModel):
 ProcessStoreModel.TestCase.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
                                                print_blob=True, suppress_health_check=[HealthCheck.too_slow,
                                                                                        HealthCheck.data_too_large])
-test_store_with_a_dispatch_process_against_the_model = ProcessStoreModel.TestCase
+test_store_with_a_dispatch_process_against_the_model = pytest.mark.slow(ProcessStoreModel.TestCase)  # a process an open

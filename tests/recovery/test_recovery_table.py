@@ -346,12 +346,9 @@ def test_rocketmqs_store_goes_through_recovery_unchanged(rocketmq_store_copy, cr
     assert after == before
 
 
-def test_a_rocketmq_4_checkpoint_without_a_flushed_offset_decides_by_time(tmp_path):
-    with MessageStore.open(tmp_path / "live", config()) as store:
+def test_a_rocketmq_4_checkpoint_without_a_flushed_offset_decides_by_time(tmp_path, step_clock):
+    with MessageStore.open(tmp_path / "live", config()) as store:  # the step clock: later puts, later store times
         early = _put(store, 50)
-        import time
-
-        time.sleep(0.01)  # later messages get a later store time than the checkpointed one
         late = _put(store, 50, start=50)
         crashed = _crash_copy(store, tmp_path / "crashed")
     raw = bytearray((crashed / "checkpoint").read_bytes())

@@ -94,7 +94,8 @@ def test_a_body_holding_a_record_header_does_not_fool_the_reader(tmp_path, monke
     rows = read_rows(root)
     assert [r["commitlog_offset"] for r in rows] == [first, second, third]
     assert rows[1]["body"] == fake + b"tail"
-    assert walks  # the chain check saw the planted header and handed over to the record-by-record walk
+    if columnar.NATIVE is None:  # the compiled walk (mq_walk_chain) follows the chain record by record anyway
+        assert walks  # the chain check saw the planted header and handed over to the record-by-record walk
 
 
 def test_a_large_segment_is_split_at_record_starts(tmp_path, monkeypatch):
@@ -127,7 +128,7 @@ def test_a_split_that_is_not_a_record_start_is_refused(tmp_path):
 def test_written_end_ignores_preallocated_segments_and_unfinished_records(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(30):
+        for _ in range(30):
             writer.put("a", b"z" * 100)
         end = writer.end_offset
         record = encode_record(commitlog_offset=end, topic="a", body=b"q" * 500, queue_id=0, queue_offset=30,
@@ -272,7 +273,7 @@ def test_push_filters_folds_what_it_applies_exactly():
 def test_a_segment_deleted_under_a_read_is_a_clear_error(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(1200):
+        for _ in range(1200):
             writer.put("a", b"w" * 200)
     parsed = spark_options.parse_options({"path": str(root)})
     reader = source.CommitLogBatchReader(parsed, spark_options.commitlog_schema())
@@ -314,13 +315,13 @@ def test_a_queue_entry_with_a_negative_size_is_corruption_not_the_queues_end(tmp
 def test_snapshot_stops_at_the_planned_end_while_records_are_appended(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(500):
+        for _ in range(500):
             writer.put("a", b"s" * 300)
     parsed = spark_options.parse_options({"path": str(root)})
     reader = source.CommitLogBatchReader(parsed, spark_options.commitlog_schema())
     partitions = reader.partitions()
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
-        for i in range(500):
+        for _ in range(500):
             writer.put("a", b"s" * 300)
     rows = [r for p in partitions for b in reader.read(p) for r in b.to_pylist()]
     assert len(rows) == 500

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections import defaultdict
 
 import pytest
 
+from mqstore.spark_options import StoreRef
+from mqstore.spark_plan import plan_store
+from tests.conftest import wait_until
 from tests.spark.conftest import REPO_ROOT
 
 SEGMENT = 128 * 1024
+WRITER_RECORD_BYTES_MAX = 1024  # the writer's records: a body of at most 706 bytes, a short topic and properties
 TOPICS = 3
 
 WRITER = """
@@ -55,6 +58,11 @@ def start_writer(store, first: int, seconds: float, process: bool = False) -> su
     return process
 
 
+def planned_end(store) -> int:
+    """The commitlog offset the source would read `store` up to if a read were planned now."""
+    return plan_store(StoreRef(str(store), None)).end
+
+
 def check_prefix(rows, topics=None) -> int:
     """The rows are messages 0..n-1 of the writer (of the given topics), each whole; returns n."""
     sequence = sorted(int(r.body.split(b":", 1)[0]) for r in rows)
@@ -83,12 +91,15 @@ def test_reads_while_a_writer_process_appends_see_consistent_snapshots(spark, tm
     writer = start_writer(store, first, 20, process)
     try:
         seen = []
-        for _ in range(3):
+        for round_ in range(3):
             df = spark.read.format("commitlog").load(str(store))
-            seen.append(check_prefix(df.select("topic", "queue_id", "queue_offset", "body").collect()))
+            rows = df.select("topic", "queue_id", "queue_offset", "commitlog_offset", "body").collect()
+            seen.append(check_prefix(rows))
             one_topic = df.where("topic = 'live-1'").select("topic", "queue_id", "queue_offset", "body").collect()
             check_prefix(one_topic, topics={1})
-            time.sleep(0.5)
+            if round_ == 0:  # the later reads are planned past the end of the last record this one saw
+                read_end = max(r.commitlog_offset for r in rows) + WRITER_RECORD_BYTES_MAX
+                assert wait_until(lambda end=read_end: planned_end(store) > end)
         assert seen[0] >= first and seen[-1] > seen[0]  # the writer was really appending
     finally:
         writer.terminate()

@@ -50,7 +50,7 @@ def test_queue_offsets_are_dense_per_topic_and_queue(tmp_path):
            for topic, queue_id in [("a", 0), ("a", 1), ("a", 0), ("b", 0), ("a", 0), ("a", 1)]]
     assert got == [0, 0, 1, 0, 2, 1]
     assert log.queue_offsets == {("a", 0): 3, ("a", 1): 2, ("b", 0): 1}
-    placed, _, _ = log.append_batch([log.prepare(Message("a", b"", queue_id=1)), log.prepare(Message("b", b""))])
+    placed, _, _ = log.append_records([log.prepare(Message("a", b"", queue_id=1)), log.prepare(Message("b", b""))])
     assert [queue_offset for _, queue_offset in placed] == [2, 1]
     log.close()
 
@@ -115,11 +115,11 @@ def test_a_record_that_would_leave_seven_bytes_goes_to_the_next_segment_behind_a
 def test_batches_roll_too_and_records_never_straddle_segments(tmp_path):
     log = _log(tmp_path)
     records = [log.prepare(Message("t", bytes([i % 256]) * (i * 7 % 2000))) for i in range(200)]
-    placed, _, _ = log.append_batch(records)
+    placed, _, _ = log.append_records(records)
     assert len(log.segments.segments) > 2
     for (offset, _), record in zip(placed, records):
         assert offset // SEGMENT_SIZE == (offset + record[6] - 1) // SEGMENT_SIZE
-    for index, (offset, queue_offset) in enumerate(placed):
+    for index, (offset, _queue_offset) in enumerate(placed):
         message = log.read(offset)
         assert (message.body, message.queue_offset) == (bytes([index % 256]) * (index * 7 % 2000), index)
     log.close()
@@ -177,7 +177,7 @@ def test_a_closed_log_refuses_appends(tmp_path):
     with pytest.raises(StoreClosedError):
         _append(log, b"y")
     with pytest.raises(StoreClosedError):
-        log.append_batch([log.prepare(Message("t", b"z"))])
+        log.append_records([log.prepare(Message("t", b"z"))])
     assert log.readable_end() == offset + 93
 
 

@@ -1,24 +1,61 @@
-"""The error tree: one base, the ValueError mixins, and CorruptionError's file and offset."""
+"""The error tree: one base, every subclass found by walking the project, the ValueError mixins, and
+CorruptionError's file and offset."""
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 import pytest
 
 from mqstore.commitlog import errors
 
+PACKAGES = ("commitlog", "consumequeue", "indexfile", "flush", "mqstore")
+NEEDS_PYSPARK = "mqstore.spark"  # modules under this prefix import pyspark (the `spark` extra)
 
-@pytest.mark.parametrize("name", ["InvalidMessageError", "InvalidConfigError", "ConfigMismatchError",
-                                  "StoreClosedError", "StoreLockedError", "ReadOnlyStoreError", "CorruptionError",
-                                  "StoreIOError", "SegmentFullError"])
-def test_every_error_is_a_store_error_with_a_docstring(name):
-    cls = getattr(errors, name)
-    assert issubclass(cls, errors.StoreError) and cls.__doc__
-    assert name in errors.__doc__
+
+def _import_every_module() -> None:
+    for package_name in PACKAGES:
+        package = importlib.import_module(package_name)
+        for module in pkgutil.walk_packages(package.__path__, package_name + "."):
+            if module.name.endswith(".__main__"):  # runs the command line when imported
+                continue
+            if module.name.startswith(NEEDS_PYSPARK):
+                try:
+                    import pyspark  # noqa: F401
+                except ImportError:
+                    continue
+            importlib.import_module(module.name)
+
+
+def _project_subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        if sub.__module__.split(".")[0] in PACKAGES:
+            found.append(sub)
+        found.extend(_project_subclasses(sub))
+    return found
+
+
+_import_every_module()
+STORE_ERRORS = sorted(set(_project_subclasses(errors.StoreError)), key=lambda cls: cls.__name__)
+
+
+def test_the_walk_finds_errors_outside_commitlog_errors():
+    names = {cls.__name__ for cls in STORE_ERRORS}
+    assert {"SegmentWriteError", "DispatchProcessError", "CorruptionError"} <= names
+
+
+@pytest.mark.parametrize("cls", STORE_ERRORS, ids=lambda cls: cls.__name__)
+def test_every_error_has_a_docstring_and_a_place_in_the_drawn_tree(cls):
+    assert cls.__doc__ and cls.__doc__.strip()
+    assert f"+-- {cls.__name__} " in errors.__doc__, f"{cls.__module__}.{cls.__name__} is missing from the tree"
 
 
 def test_refusals_are_value_errors_and_nothing_else_is():
-    assert issubclass(errors.InvalidMessageError, ValueError) and issubclass(errors.InvalidConfigError, ValueError)
-    assert not issubclass(errors.CorruptionError, ValueError) and not issubclass(errors.StoreClosedError, ValueError)
+    value_errors = {cls.__name__ for cls in STORE_ERRORS if issubclass(cls, ValueError)}
+    assert value_errors <= {"InvalidMessageError", "InvalidConfigError", "CommitLogSourceError"}
+    assert {"InvalidMessageError", "InvalidConfigError"} <= value_errors
 
 
 def test_corruption_error_carries_path_offset_and_rule():

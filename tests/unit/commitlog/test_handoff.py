@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-import mqstore.commitlog.handoff as handoff_module
-from mqstore.commitlog.handoff import HandOff
+import commitlog.handoff as handoff_module
+from commitlog.handoff import HandOff
+from tests.conftest import wait_until
 
 
 def _park(handoff: HandOff, function, argument, outcomes: dict, key) -> threading.Thread:
@@ -33,11 +34,8 @@ def _park_in_order(handoff: HandOff, function, count: int, outcomes: dict) -> li
 
 
 def _wait_parked(handoff: HandOff, count: int) -> None:
-    for _ in range(10_000):
-        if len(handoff.pending) >= count:
-            return
-        threading.Event().wait(0.001)
-    raise AssertionError(f"{count} parkers expected, {len(handoff.pending)} parked")
+    assert wait_until(lambda: len(handoff.pending) >= count, interval_s=0.001), \
+        f"{count} parkers expected, {len(handoff.pending)} parked"
 
 
 def test_parked_work_runs_on_the_holders_release_in_arrival_order(monkeypatch):

@@ -126,3 +126,39 @@ def test_advise_appending_switches_the_mapping_between_random_and_normal_access(
         mapped.close()
     mapped.advise_appending(True)  # closed: nothing to advise, no error
     assert not mapped.appending
+
+
+def test_reserve_takes_disk_blocks_up_to_its_end_and_only_once(tmp_path):
+    path = str(tmp_path / "f")
+    size = 8 * 1024 * 1024
+    mapped = MappedFile.create(path, 0, size, reserve_bytes=1024 * 1024)
+    try:
+        assert os.path.getsize(path) == size and mapped.reserved_bytes == 1024 * 1024
+        assert os.stat(path).st_blocks * 512 < 2 * 1024 * 1024  # the rest is a hole
+        mapped.reserve(4 * 1024 * 1024)
+        assert mapped.reserved_bytes == 4 * 1024 * 1024
+        assert 4 * 1024 * 1024 <= os.stat(path).st_blocks * 512 < 5 * 1024 * 1024
+        mapped.reserve(2 * 1024 * 1024)  # already reserved: nothing changes
+        assert mapped.reserved_bytes == 4 * 1024 * 1024
+        mapped.reserve(size * 2)  # capped at the file's end
+        assert mapped.reserved_bytes == size
+    finally:
+        mapped.close()
+
+
+def test_reserve_on_a_full_disk_raises_store_io_error_from_the_os_error(tmp_path, monkeypatch):
+    import errno
+
+    from commitlog import mapped_file as module
+
+    mapped = MappedFile.create(str(tmp_path / "f"), 0, 1 << 20, reserve_bytes=0)
+    try:
+        def no_space(fd, offset, length):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(module.os, "posix_fallocate", no_space)
+        with pytest.raises(StoreIOError) as raised:
+            mapped.reserve(4096)
+        assert raised.value.__cause__.errno == errno.ENOSPC and mapped.reserved_bytes == 0
+    finally:
+        mapped.close()

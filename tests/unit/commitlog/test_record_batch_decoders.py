@@ -61,16 +61,24 @@ def _outcome(batch) -> tuple:
 _INDEX_PROPERTIES = (fmt.PROPERTY_UNIQ_KEY.encode(), fmt.PROPERTY_KEYS.encode())
 
 
-def _both(log, start: int, end: int, check_crc: bool, monkeypatch) -> tuple[tuple, tuple]:
-    """The outcome of each decoder; each is also checked against itself with the index's properties read in
-    the decoding pass (not on demand)."""
+def _both(log, start: int, end: int, check_crc: bool, monkeypatch, zeros_end: bool = False) -> tuple[tuple, tuple]:
+    """The outcome of each Python decoder; each is also checked against itself with the index's properties read
+    in the decoding pass (not on demand). When the compiled scan is built, its outcome must be the numpy
+    decoder's, both ways (the two codecs: MQSTORE_NATIVE)."""
+    native = record_batch.NATIVE
+    monkeypatch.setattr(record_batch, "NATIVE", None)
     outcomes = []
     for threshold in (0, 1 << 30):
         monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
-        outcomes.append(_outcome(parse_records(log, start, end, check_crc=check_crc)))
-        eager = parse_records(log, start, end, check_crc=check_crc, properties=_INDEX_PROPERTIES)
+        outcomes.append(_outcome(parse_records(log, start, end, check_crc=check_crc, zeros_end=zeros_end)))
+        eager = parse_records(log, start, end, check_crc=check_crc, properties=_INDEX_PROPERTIES, zeros_end=zeros_end)
         assert set(eager._cache) == set(_INDEX_PROPERTIES)  # read in the pass, before any lookup
         assert _outcome(eager) == outcomes[-1]
+    if native is not None:
+        monkeypatch.setattr(record_batch, "NATIVE", native)
+        assert _outcome(parse_records(log, start, end, check_crc=check_crc, zeros_end=zeros_end)) == outcomes[0]
+        eager = parse_records(log, start, end, check_crc=check_crc, properties=_INDEX_PROPERTIES, zeros_end=zeros_end)
+        assert _outcome(eager) == outcomes[0]
     return outcomes[0], outcomes[1]
 
 
@@ -99,7 +107,7 @@ def test_the_decoders_agree_on_damaged_logs(tmp_path, monkeypatch, seed):
         handmade.flip_bit(str(copy / fmt.segment_name(0)), rng.randrange(min(end, SEGMENT_SIZE)), rng.randrange(8))
         log = _Log(copy, rng.choice([None, 0]))
         check_crc = rng.random() < 0.5
-        vector, few = _both(log, 0, end, check_crc, monkeypatch)
+        vector, few = _both(log, 0, end, check_crc, monkeypatch, zeros_end=rng.random() < 0.5)
         assert vector == few, f"trial {trial}"
         errors += vector[-1] is not None
         for segment in log.segments.segments:
@@ -121,6 +129,8 @@ def test_both_property_scans_find_what_property_value_finds(seed, chunk_bytes, m
     numpy scan both find, for every record, the value `format.property_value` finds in that record's bytes.
     The numpy scan takes the records in chunks of any size, down to one record each."""
     monkeypatch.setattr(record_batch, "PROPERTY_SCAN_CHUNK_BYTES", chunk_bytes)
+    native = record_batch.NATIVE
+    monkeypatch.setattr(record_batch, "NATIVE", None)  # the Python scans first; the compiled one at the end
     rng = random.Random(seed)
     names = (b"TAGS", b"KEYS", b"UNIQ_KEY")
     data, starts, ends, blobs = bytearray(), [], [], []
@@ -148,3 +158,6 @@ def test_both_property_scans_find_what_property_value_finds(seed, chunk_bytes, m
         assert found == expected
     assert sum(map(len, chunks)) == sum(1 for blob in blobs if blob)  # every record with properties, once
     assert all(sum(chunk) <= chunk_bytes or len(chunk) == 1 for chunk in chunks)
+    if native is not None:
+        monkeypatch.setattr(record_batch, "NATIVE", native)
+        assert record_batch._found_properties_native(buffer, np.asarray(starts), np.asarray(ends), names) == expected

@@ -66,6 +66,27 @@ def test_a_segment_of_the_wrong_size_is_corruption(tmp_path):
         SegmentList(str(tmp_path), SIZE, writable=False)
 
 
+def test_an_empty_last_segment_is_removed_by_a_writer_and_skipped_by_a_reader(tmp_path):
+    """What RocketMQ's writer leaves when killed between creating its next segment file and sizing it."""
+    _touch(tmp_path, 0)
+    _touch(tmp_path, SIZE, 0)
+    reader = SegmentList(str(tmp_path), SIZE, writable=False)
+    assert [s.base_offset for s in reader.segments] == [0]
+    reader.close()
+    writer = SegmentList(str(tmp_path), SIZE, writable=True, preallocate=False)
+    assert [s.base_offset for s in writer.segments] == [0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00000000000000000000"]
+    assert writer.create(SIZE).size_bytes == SIZE
+    writer.close()
+
+
+def test_an_empty_segment_before_the_last_is_corruption(tmp_path):
+    _touch(tmp_path, 0, 0)
+    _touch(tmp_path, SIZE)
+    with pytest.raises(CorruptionError):
+        SegmentList(str(tmp_path), SIZE, writable=True, preallocate=False)
+
+
 def _age(directory, seconds: float) -> None:
     """Set the directory's mtime `seconds` into the past (as if nothing had changed in it since)."""
     import os

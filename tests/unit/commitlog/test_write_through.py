@@ -19,9 +19,9 @@ SEGMENT = 128 * 1024
 
 
 def _log(directory, *, write_through: bool) -> CommitLog:
-    log = CommitLog(str(directory), SEGMENT, writable=True, max_message_size_bytes=WRITE_THROUGH_RECORD_BYTES_MAX + 4096,
-                    max_queues_per_topic=4, born_host_raw=BORN_HOST, store_host_raw=STORE_HOST, preallocate=False,
-                    record_crc=True)
+    log = CommitLog(str(directory), SEGMENT, writable=True,
+                    max_message_size_bytes=WRITE_THROUGH_RECORD_BYTES_MAX + 4096, max_queues_per_topic=4,
+                    born_host_raw=BORN_HOST, store_host_raw=STORE_HOST, preallocate=False, record_crc=True)
     log.write_through = write_through
     return log
 
@@ -43,7 +43,7 @@ def test_appends_written_through_equal_appends_into_the_mapping_byte_for_byte(tm
     for write_through in (True, False):
         directory = tmp_path / str(write_through)
         stamps = iter(times)
-        monkeypatch.setattr(commitlog_module, "_time_ns", lambda: next(stamps))
+        monkeypatch.setattr(commitlog_module, "_time_ns", stamps.__next__)
         log = _log(directory, write_through=write_through)
         placed = [log.append(log.prepare(message)) for message in messages]
         assert log.segments.last().base_offset >= 2 * SEGMENT  # the appends rolled segments

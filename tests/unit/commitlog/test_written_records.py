@@ -104,7 +104,7 @@ def test_dispatch_takes_described_records_and_parses_the_gaps_between_them(tmp_p
             for _ in range(rng.randrange(1, 6)):
                 records.append(log.prepare(_message(rng, index, 3000)))
                 index += 1
-            log.append_batch(records)
+            log.append_records(records)
         service.dispatch_available(rng.choice([1, 4, 100]))
     service.dispatch_available()
     assert service.dispatched_offset == log.readable_end()

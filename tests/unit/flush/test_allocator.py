@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-import mqstore.flush.allocator as allocator_module
-from mqstore.commitlog import format as fmt
-from mqstore.flush.allocator import SegmentAllocator
+import flush.allocator as allocator_module
+from commitlog import format as fmt
+from flush.allocator import SegmentAllocator
+from tests.conftest import wait_until
 
 SEGMENT_BYTES = 4 * 1024 * 1024
 
@@ -75,12 +76,7 @@ def _resident(array, start: int, end: int) -> list[bool]:
 
 
 def _wait_for(condition, what: str) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
+    assert wait_until(condition), what
 
 
 @pytest.mark.skipif(allocator_module._madvise is None, reason="needs madvise")

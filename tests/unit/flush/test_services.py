@@ -7,7 +7,7 @@ import threading
 
 from mqstore.flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
-from tests.conftest import small_config
+from tests.conftest import small_config, wait_until
 
 
 class SpyFlushable:
@@ -162,11 +162,7 @@ def test_a_leader_flushes_again_for_the_callers_that_parked_during_its_flush():
                                       name=f"follower-{p}") for p in (3, 4)]
         for follower in followers:
             follower.start()
-        for _ in range(500):
-            if len(service._parked) == 2:
-                break
-            threading.Event().wait(0.01)
-        assert len(service._parked) == 2
+        assert wait_until(lambda: len(service._parked) == 2)
         spy.gate.set()
         for thread in [leader, *followers]:
             thread.join(10)
@@ -185,7 +181,7 @@ def test_many_callers_share_flushes_and_all_return_durable():
     results = []
 
     def produce(index):
-        for round_ in range(50):
+        for _ in range(50):
             with lock:
                 spy.written += 1
                 position = spy.written
@@ -352,12 +348,7 @@ def test_async_flusher_flushes_on_its_interval(tmp_path):
         result = store.put(Message("t", b"y" * 100))
         end = result.commitlog_offset + result.size_bytes
         flusher = store._log_flusher
-        deadline = threading.Event()
-        for _ in range(500):  # the flusher thread runs every 10 ms; give it up to 5 s
-            if store.stats()["flush"]["flushed_offset"] == end:
-                break
-            deadline.wait(0.01)
-        assert store.stats()["flush"]["flushed_offset"] == end
+        assert wait_until(lambda: store.stats()["flush"]["flushed_offset"] == end)  # the flusher runs every 10 ms
         assert flusher.stats.flush_count >= 1
 
 

@@ -9,9 +9,9 @@ import struct
 import numpy as np
 import pytest
 
-from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError
-from mqstore.indexfile import format as fmt
-from mqstore.indexfile.index_file import IndexFile
+from commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from indexfile import format as fmt
+from indexfile.index_file import IndexFile
 
 T0 = 1_700_000_000_000
 EVERYTHING = (0, 2**62)
@@ -32,7 +32,7 @@ def test_create_is_full_size_and_empty(tmp_path):
     assert _select(index_file, 7) == []
     assert not os.path.exists(index_file.path + ".creating")
     index_file.close()
-    with pytest.raises(Exception):
+    with pytest.raises(StoreIOError):
         _new(tmp_path, slots=4, entries=8)  # never overwrites an existing file
 
 

@@ -57,13 +57,13 @@ def test_eight_producer_threads_get_dense_unique_ordered_queue_offsets(store):
     _run(THREADS, produce)
     assert store.wait_dispatched(60)
     by_queue: dict[int, list[int]] = defaultdict(list)
-    for thread, rows in results.items():
+    for rows in results.values():
         last_offset: dict[int, int] = {}
         for queue_id, _, result in rows:
             by_queue[queue_id].append(result.queue_offset)
             assert result.queue_offset > last_offset.get(queue_id, -1)  # a thread's own puts keep their order
             last_offset[queue_id] = result.queue_offset
-    for queue_id, offsets in by_queue.items():
+    for offsets in by_queue.values():
         assert sorted(offsets) == list(range(len(offsets)))  # each offset exactly once, no gaps
     all_results = [result for rows in results.values() for _, _, result in rows]
     assert len({r.commitlog_offset for r in all_results}) == THREADS * PER_THREAD

@@ -53,7 +53,7 @@ def test_only_the_format_fields_are_saved(tmp_path):
     assert {"segment_size_bytes", "consume_queue_entries_per_file"} <= set(FORMAT_FIELDS)
     assert "max_message_size_bytes" not in FORMAT_FIELDS and "flush_mode" not in FORMAT_FIELDS
     assert saved == {"format_version": 1, **{name: getattr(config, name) for name in FORMAT_FIELDS},
-                     "record_crc_from_offset": 0}
+                     "record_crc_from_offset": 0, "index_slot_count": 64, "index_entry_count_max": 256}
     assert (saved["segment_size_bytes"], saved["consume_queue_entries_per_file"]) == (65536, 64)
     assert config_as_dict(config)["flush_mode"] == "ASYNC"
 

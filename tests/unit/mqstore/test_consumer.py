@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from mqstore import InvalidMessageError, Message, MessageStore, StoreClosedError
-from mqstore.consumer.group import _wait_for_dispatch, open_consumer
-from tests.conftest import rocketmq_config, rocketmq_manifest
+from mqstore.consumer import _wait_dispatched_past, open_consumer
+from tests.conftest import FIXTURES_DIR, rocketmq_config, rocketmq_manifest
 from tests.unit.mqstore.conftest import config
 
-FIXTURES_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures"
 POLL_TIMEOUT_MS = 60_000  # long enough never to expire in a passing test; results, not timings, are asserted
 
 
@@ -187,11 +186,11 @@ def test_a_poll_with_nothing_new_returns_empty_after_its_timeout(store):
 
 
 def test_wait_for_dispatch_returns_once_past_the_offset(store):
-    now = _wait_for_dispatch(store, -1, 0)
+    now = _wait_dispatched_past(store, -1, 0)
     assert now == 0
     thread = threading.Thread(target=lambda: store.put(Message("t", b"x")))
     thread.start()
-    assert _wait_for_dispatch(store, now, POLL_TIMEOUT_MS / 1000) > now
+    assert _wait_dispatched_past(store, now, POLL_TIMEOUT_MS / 1000) > now
     thread.join()
 
 

@@ -10,15 +10,14 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from mqstore.commitlog.errors import StoreError
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
-from mqstore.store.dispatch_process import CONTROL_FILE_NAME, DispatchProcessError
-from tests.conftest import small_config
+from mqstore.dispatch_process import CONTROL_FILE_NAME, DispatchProcessError
+from tests.conftest import small_config, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,16 +33,17 @@ def _messages(count, topic="t", queues=4, size=300):
                     tags=f"tag{i % 3}", keys=(f"k{i}", f"group{i % 7}")) for i in range(count)]
 
 
-def _alive(pid: int) -> bool:
+def _state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, T for stopped, Z for a zombie...); None when it is gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purpose
         with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
+            return handle.read().split(")")[-1].split()[0]
     except FileNotFoundError:
-        return False
+        return None
+
+
+def _alive(pid: int) -> bool:
+    return _state(pid) not in (None, "Z")  # a zombie (exited, not yet reaped by its parent) is gone for our purpose
 
 
 def _queue_files(root: Path) -> dict[str, bytes]:
@@ -167,9 +167,7 @@ def test_a_killed_dispatch_process_is_reported_and_the_next_open_dispatches_what
         assert store.wait_dispatched(30)
         pid = store.stats()["dispatch"]["process_id"]
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while store.stats()["dispatch"]["error"] is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert wait_until(lambda: store.stats()["dispatch"]["error"] is not None)
         assert "dispatch process" in store.stats()["dispatch"]["error"]
         late = [store.put(m) for m in _messages(60)[50:]]  # still stored, durable, not visible
         assert all(result.status is PutStatus.PUT_OK for result in late)
@@ -227,10 +225,7 @@ def test_the_process_stops_when_the_writer_dies_and_the_next_open_recovers(tmp_p
         assert _alive(child)
         writer.kill()
         writer.wait(10)
-        deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not _alive(child)
+        assert wait_until(lambda: not _alive(child))
     with MessageStore.open(tmp_path, small_config(dispatch_process=True)) as store:
         assert store.recovery_report.crashed
         for queue_id in (0, 1):  # SYNC: every acknowledged put is there
@@ -280,9 +275,9 @@ def test_the_control_file_is_read_as_whole_words(tmp_path):
 def test_a_dispatch_process_left_running_by_a_killed_writer_is_stopped_by_the_next_open(tmp_path):
     with _writer_process(tmp_path) as (writer, child):
         os.kill(child, signal.SIGSTOP)  # it cannot see its writer go: as if it had not noticed yet
+        assert wait_until(lambda: _state(child) == "T")  # stopped (a signal is delivered asynchronously)
         writer.kill()
         writer.wait(10)
-        time.sleep(0.3)
         assert _alive(child)
         with MessageStore.open(tmp_path, small_config()) as store:
             assert not _alive(child)  # stopped before recovery touched the queues

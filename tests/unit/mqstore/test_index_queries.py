@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -59,10 +58,9 @@ def test_query_returns_exact_matches_newest_first_despite_hash_collisions(tmp_pa
         assert store.query("t", "no-such-key") == []
 
 
-def test_query_filters_by_store_time(tmp_path):
-    with MessageStore.open(tmp_path, config()) as store:
+def test_query_filters_by_store_time(tmp_path, step_clock):
+    with MessageStore.open(tmp_path, config()) as store:  # the step clock: each put its own store millisecond
         early = store.put(Message("t", b"early", keys=("k",)))
-        time.sleep(0.02)  # two distinct store milliseconds, so the range can split them
         late = store.put(Message("t", b"late", keys=("k",)))
         assert store.wait_dispatched(10)
         assert [m.body for m in store.query("t", "k")] == [b"late", b"early"]
@@ -143,6 +141,31 @@ def test_rocketmqs_own_index_answers_through_the_store(rocketmq_store_copy):
                 expected = {o for o, m in manifest.items()
                             if m["topic"] == entry["topic"] and key in (m["keys"] or "").split()}
                 assert found == expected
+
+
+def test_query_returns_a_message_once_when_its_keys_hold_the_key_twice(tmp_path):
+    """The index has an entry per key occurrence (as RocketMQ's, which answers with the message that many times)."""
+    with MessageStore.open(tmp_path, config(index_entry_count_max=4096)) as store:
+        results = store.put_batch([Message("t", b"%d" % i, keys=("k", "k", "k") if i % 2 else ("k",))
+                                   for i in range(10)])
+        twice = store.put(Message("t", b"uniq too", keys=("mine", "other"), properties={"UNIQ_KEY": "mine"}))
+        assert store.wait_dispatched(10)
+        expected = [r.commitlog_offset for r in results][::-1]
+        assert [m.commitlog_offset for m in store.query("t", "k", max_count=100)] == expected
+        assert [m.commitlog_offset for m in store.query("t", "k", max_count=4)] == expected[:4]
+        assert [m.commitlog_offset for m in store.query("t", "mine")] == [twice.commitlog_offset]
+        assert store.get_by_unique_key("t", "mine").commitlog_offset == twice.commitlog_offset
+
+
+def test_a_rocketmq_message_with_a_key_twice_is_found_once(rocketmq_store_copy):
+    """On RocketMQ's fixture, KEYS "key-34 key-34" at 334487: RocketMQ's IndexService answers it twice."""
+    manifest = rocketmq_manifest()
+    twice = [m for m in manifest if m["topic"] == "TopicTest" and (m["keys"] or "").split() == ["key-34", "key-34"]]
+    assert [m["commitlog_offset"] for m in twice] == [334487]
+    expected = sorted((m["commitlog_offset"] for m in manifest
+                       if m["topic"] == "TopicTest" and "key-34" in (m["keys"] or "").split()), reverse=True)
+    with MessageStore.open(rocketmq_store_copy, rocketmq_config(), read_only=True) as store:
+        assert [m.commitlog_offset for m in store.query("TopicTest", "key-34", max_count=100)] == expected
 
 
 def test_an_index_entry_pointing_where_no_record_starts_is_corruption_not_another_message(tmp_path):

@@ -13,8 +13,8 @@ import pytest
 from mqstore import CorruptionError, InvalidMessageError, StoreIOError
 from mqstore.consumer.offsets import (JSON_NESTING_MAX, ConsumerOffsets, decode_offsets_file, encode_offsets_file,
                              offset_key, offsets_path, parse_lenient_json, split_offset_key, validate_group)
+from tests.conftest import FIXTURES_DIR
 
-FIXTURES_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures"
 ROCKETMQ_OFFSETS = FIXTURES_DIR / "consumerOffset.json"
 ROCKETMQ_TABLE = {
     "%RETRY%group_a@group_a": {0: 0},

@@ -87,7 +87,9 @@ def test_properties_hide_the_pair_and_records_without_it_still_read(store_dir):
     settings = json.loads((store_dir / "config" / "mqstore.json").read_text())
     assert settings["record_crc"] is False and "record_crc_from_offset" not in settings
     with pytest.raises(Exception, match="record_crc"):
-        MessageStore.open(store_dir, config())  # the setting is part of the format
+        MessageStore.open(store_dir, config(record_crc=True))  # the setting is part of the format
+    with MessageStore.open(store_dir, config(), read_only=True) as reader:  # not given: the store's
+        assert reader.config.record_crc is False
     with MessageStore.open(store_dir, config(record_crc=False)) as store:
         message = store.read_at(plain.commitlog_offset)
         assert message.properties == {"a": "1"} and message.size_bytes == plain.size_bytes

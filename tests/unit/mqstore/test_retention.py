@@ -105,9 +105,9 @@ def test_retention_waits_for_its_hour_unless_the_disk_is_filling(tmp_path):
         assert report.reason == "disk" and len(report.segments_removed) >= 1
 
 
-def test_disk_pressure_removes_unexpired_segments_and_a_full_disk_refuses_puts(tmp_path):
+def test_disk_pressure_removes_unexpired_segments_only_when_told_and_a_full_disk_refuses_puts(tmp_path):
     config = small_config(file_reserved_hours=1000, disk_max_used_space_ratio=0.75, disk_clean_forcibly_ratio=0.85,
-                          disk_full_ratio=0.9)
+                          disk_full_ratio=0.9, delete_unexpired_on_disk_pressure=True)
     with MessageStore.open(tmp_path, config) as store:
         _fill(store)
         end = store.stats()["commitlog"]["max_offset"]

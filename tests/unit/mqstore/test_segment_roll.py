@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 
 import pytest
 
 from mqstore import GetStatus, Message, MessageStore
+from tests.conftest import wait_until
 from tests.unit.commitlog import handmade
 from tests.unit.mqstore.conftest import config
 
@@ -76,7 +76,7 @@ def test_gets_cross_segment_boundaries(store):
 
 def test_reopen_continues_in_the_last_segment_and_rolls_from_there(store_dir):
     with MessageStore.open(store_dir, config()) as store:
-        for i in range(30):
+        for _ in range(30):
             store.put(Message("t", b"a" * 3000))
         end = store.stats()["commitlog"]["max_offset"]
     with MessageStore.open(store_dir, config()) as store:
@@ -96,21 +96,18 @@ def test_without_write_fault_readahead_only_the_segment_being_written_is_advised
     def random_access() -> list[bool]:
         return ["rr" in mapping_vm_flags(segment.array) for segment in store._commitlog.segments.segments]
 
-    def wait_for(expected: list[bool]) -> None:
-        deadline = time.monotonic() + 30
-        while random_access() != expected:  # segments left are advised back by the allocator's thread
-            assert time.monotonic() < deadline, (random_access(), expected)
-            time.sleep(0.01)
+    def wait_for(expected: list[bool]) -> None:  # segments left are advised back by the allocator's thread
+        assert wait_until(lambda: random_access() == expected), (random_access(), expected)
 
     with MessageStore.open(store_dir, config(warm_segments=warm)) as store:  # the default: never advised
-        for i in range(200):
+        for _ in range(200):
             store.put(Message("advice", bytes(1000)))
         assert len(store._commitlog.segments.segments) > 3 and not any(random_access())
     settings = config(warm_segments=warm, write_fault_readahead=False)
     with MessageStore.open(store_dir / "random", settings) as store:
         store.put(Message("advice", b"first"))
         assert random_access()[0]
-        for i in range(200):
+        for _ in range(200):
             store.put(Message("advice", bytes(1000)))
         segments = store._commitlog.segments.segments
         current = store._commitlog.segment_at(store._commitlog.readable_end()).base_offset

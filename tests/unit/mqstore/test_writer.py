@@ -6,7 +6,7 @@ import threading
 
 import mqstore.commitlog.handoff as handoff
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus, StoreClosedError
-from tests.conftest import small_config
+from tests.conftest import small_config, wait_until
 
 THREADS = 8
 PER_THREAD = 60
@@ -51,11 +51,7 @@ def test_sync_producers_on_many_threads_each_return_after_their_bytes_are_flushe
 
 
 def _parked_count(store, count):
-    for _ in range(10_000):
-        if len(store._handoff.pending) >= count:
-            return
-        threading.Event().wait(0.001)
-    raise AssertionError(f"{count} parked puts expected")
+    assert wait_until(lambda: len(store._handoff.pending) >= count, interval_s=0.001), f"{count} parked puts expected"
 
 
 def test_puts_that_find_the_writer_busy_are_appended_by_the_holder_in_arrival_order(tmp_path, monkeypatch):
@@ -85,7 +81,7 @@ def test_a_put_appends_the_puts_and_batches_parked_while_it_appended(tmp_path, m
     monkeypatch.setattr(handoff, "HAND_IN_POLL_S", 60.0)  # only the holding put's release can append them
     with MessageStore.open(tmp_path, small_config()) as store:
         inside, go_on = threading.Event(), threading.Event()
-        append = store._append_locked
+        append = store._append_holding_lock
         appended_on = []
 
         def slow_first(record):
@@ -95,7 +91,7 @@ def test_a_put_appends_the_puts_and_batches_parked_while_it_appended(tmp_path, m
                 go_on.wait(10)
             return append(record)
 
-        store._append_locked = slow_first
+        store._append_holding_lock = slow_first
         results = {}
         holder = threading.Thread(target=lambda: results.__setitem__("holder", store.put(Message("w", b"h"))),
                                   name="holder")

@@ -1,0 +1,280 @@
+/* Arrow columns of located records in plain C: see arrow_core.h. The checks are columnar.FastLayout's and
+ * Decoder._properties' (commitlog/columnar.py); every position is checked against the buffer first. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mq_native.h"
+#include "arrow_core.h"
+
+static const uint8_t CRC_NAME[9] = {'_', '_', 'C', 'R', 'C', '3', '2', '#', 0x01};
+
+/* 'a.b.c.d:port' of 8 host bytes (IPv4 address, then the port as a big-endian i32), as format.decode_host */
+static int format_host(const uint8_t *raw, char *out) {
+    int n = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned v = raw[i];
+        if (v >= 100) out[n++] = (char)('0' + v / 100);
+        if (v >= 10) out[n++] = (char)('0' + v / 10 % 10);
+        out[n++] = (char)('0' + v % 10);
+        out[n++] = i < 3 ? '.' : ':';
+    }
+    int64_t port = mq_get_i32(raw + 4);
+    if (port < 0) {
+        out[n++] = '-';
+        port = -port;
+    }
+    char digits[12];
+    int d = 0;
+    do {
+        digits[d++] = (char)('0' + port % 10);
+        port /= 10;
+    } while (port);
+    while (d) out[n++] = digits[--d];
+    return n;
+}
+
+/* format_host with the last host remembered: a log's records mostly share their hosts */
+typedef struct {
+    uint8_t raw[8];
+    char text[32];
+    int length;  /* 0: nothing remembered */
+} host_cache;
+
+static int cached_host(host_cache *cache, const uint8_t *raw, char **text) {
+    if (cache->length == 0 || memcmp(cache->raw, raw, 8) != 0) {
+        memcpy(cache->raw, raw, 8);
+        cache->length = format_host(raw, cache->text);
+    }
+    *text = cache->text;
+    return cache->length;
+}
+
+static int queue_kept(const mq_arrow_filter *f, int64_t queue_id) {
+    int64_t lo = 0, hi = f->queue_count;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (f->queue_ids[mid] < queue_id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < f->queue_count && f->queue_ids[lo] == queue_id;
+}
+
+/* The properties [start, start+length): 1 when they are 'name\x01value\x02' pairs of ASCII text, counting
+ * pairs and bytes, and finding the last TAGS and KEYS pairs (value spans, -1 when none). */
+typedef struct {
+    int64_t pairs, name_bytes, value_bytes, tags_start, tags_end, keys_start, keys_end;
+} props_info;
+
+static int read_properties(const uint8_t *p, int64_t length, props_info *info) {
+    memset(info, 0, sizeof *info);
+    info->tags_start = info->keys_start = -1;
+    int64_t pair_start = 0, name_end = -1;
+    for (int64_t i = 0; i < length; i++) {
+        uint8_t b = p[i];
+        if (b >= 0x80) return 0;  /* not ASCII: the Python decoder checks the UTF-8 */
+        if (b == 0x01) {
+            if (name_end >= 0) return 0;
+            name_end = i;
+        } else if (b == 0x02) {
+            if (name_end < 0) return 0;
+            int64_t name_length = name_end - pair_start;
+            if (name_length == 4 && memcmp(p + pair_start, "TAGS", 4) == 0) {
+                info->tags_start = name_end + 1;
+                info->tags_end = i;
+            } else if (name_length == 4 && memcmp(p + pair_start, "KEYS", 4) == 0) {
+                info->keys_start = name_end + 1;
+                info->keys_end = i;
+            }
+            info->pairs++;
+            info->name_bytes += name_length;
+            info->value_bytes += i - name_end - 1;
+            name_end = -1;
+            pair_start = i + 1;
+        }
+    }
+    return name_end < 0 && pair_start == length;  /* ends with 0x02 (or is empty) */
+}
+
+int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *positions, const int64_t *offsets,
+                     int64_t count, const mq_arrow_filter *f, mq_arrow_sizes *sizes) {
+    memset(sizes, 0, sizeof *sizes);
+    mq_arrow_row *kept = malloc((size_t)(count > 0 ? count : 1) * sizeof *kept);
+    if (kept == NULL) return MQ_ARROW_NO_MEMORY;
+    sizes->kept = kept;
+    int64_t rows = 0;
+    host_cache born_cache = {.length = 0}, store_cache = {.length = 0};
+    char *host;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t pos = positions[i];
+        if (pos < 0 || pos > length - MQ_HEADER_SIZE) return MQ_ARROW_FALLBACK;
+        const uint8_t *p = buf + pos;
+        int64_t size = mq_get_i32(p);
+        if (f->expect_sizes != NULL && size != f->expect_sizes[i]) return MQ_ARROW_FALLBACK;
+        /* columnar.FastLayout: v1, IPv4 hosts, the parts adding up to TOTALSIZE, PHYSICALOFFSET right */
+        int64_t body_length = mq_get_i32(p + MQ_OFFSET_BODY_LENGTH);
+        if (mq_get_u32(p + MQ_OFFSET_MAGIC_CODE) != MQ_MESSAGE_MAGIC_CODE ||
+            (mq_get_i32(p + MQ_OFFSET_SYS_FLAG) & (MQ_SYS_FLAG_BORNHOST_V6 | MQ_SYS_FLAG_STOREHOST_V6)) ||
+            size < MQ_RECORD_SIZE_MIN || size > length - pos || body_length < 0 ||
+            MQ_RECORD_SIZE_FIXED + body_length > size || mq_get_i64(p + MQ_OFFSET_PHYSICAL_OFFSET) != offsets[i])
+            return MQ_ARROW_FALLBACK;
+        int64_t topic_at = MQ_OFFSET_BODY + body_length;
+        int64_t topic_length = p[topic_at];
+        int64_t properties_at = topic_at + 1 + topic_length;
+        if (topic_length < 1 || properties_at + 2 > size) return MQ_ARROW_FALLBACK;
+        int64_t properties_length = mq_get_u16(p + properties_at);
+        if (properties_length >= 0x8000 || properties_at + 2 + properties_length != size) return MQ_ARROW_FALLBACK;
+        int64_t properties_start = properties_at + 2;
+        int64_t at = size - MQ_RECORD_CRC_LENGTH;  /* the record-CRC pair is the store's: left out */
+        if (properties_length >= MQ_RECORD_CRC_LENGTH && memcmp(p + at, CRC_NAME, sizeof CRC_NAME) == 0 &&
+            p[size - 1] == 0x02 && (at == properties_start || p[at - 1] == 0x02))
+            properties_length -= MQ_RECORD_CRC_LENGTH;
+        /* the row filter (columnar.Decoder._numeric_mask) */
+        if (f->queue_ids != NULL && !queue_kept(f, mq_get_i32(p + MQ_OFFSET_QUEUE_ID))) continue;
+        if (f->has_offset_lo && offsets[i] < f->offset_lo) continue;
+        if (f->has_offset_hi && offsets[i] >= f->offset_hi) continue;
+        int64_t stored_us = (int64_t)((uint64_t)mq_get_i64(p + MQ_OFFSET_STORE_TIMESTAMP) * 1000u);
+        if (f->has_time_lo && stored_us < f->time_lo_us) continue;
+        if (f->has_time_hi && stored_us >= f->time_hi_us) continue;
+        const uint8_t *topic = p + topic_at + 1;
+        for (int64_t k = 0; k < topic_length; k++)
+            if (topic[k] >= 0x80) return MQ_ARROW_FALLBACK;  /* the Python decoder raises rule 3 */
+        if (f->expect_topic != NULL && (topic_length != f->expect_topic_length ||
+                                        memcmp(topic, f->expect_topic, (size_t)topic_length) != 0))
+            return MQ_ARROW_FALLBACK;  /* the Python decoder raises rule "cq" */
+        if (f->topics != NULL) {
+            int found = 0;
+            for (int64_t k = 0; k < f->topic_count && !found; k++)
+                found = f->topic_lengths[k] == topic_length && memcmp(f->topics[k], topic, (size_t)topic_length) == 0;
+            if (!found) continue;
+        }
+        props_info info;
+        if (!read_properties(p + properties_start, properties_length, &info)) return MQ_ARROW_FALLBACK;
+        sizes->pairs += info.pairs;
+        sizes->name_bytes += info.name_bytes;
+        sizes->value_bytes += info.value_bytes;
+        if (info.tags_start >= 0) sizes->tags_bytes += info.tags_end - info.tags_start;
+        if (info.keys_start >= 0) {
+            const uint8_t *keys = p + properties_start;
+            int64_t run = 0;
+            for (int64_t k = info.keys_start; k <= info.keys_end; k++) {
+                if (k == info.keys_end || keys[k] == ' ') {
+                    if (run) sizes->keys++;
+                    sizes->key_bytes += run;
+                    run = 0;
+                } else {
+                    run++;
+                }
+            }
+        }
+        sizes->topic_bytes += topic_length;
+        sizes->body_bytes += body_length;
+        sizes->born_host_bytes += cached_host(&born_cache, p + MQ_OFFSET_BORN_HOST, &host);
+        sizes->store_host_bytes += cached_host(&store_cache, p + MQ_OFFSET_STORE_HOST, &host);
+        mq_arrow_row *row = &kept[rows++];
+        row->pos = pos;
+        row->body_start = pos + MQ_OFFSET_BODY;
+        row->body_length = body_length;
+        row->topic_start = pos + topic_at + 1;
+        row->topic_length = topic_length;
+        row->properties_start = pos + properties_start;
+        row->properties_length = properties_length;
+    }
+    sizes->rows = rows;
+    const int64_t limit = INT32_MAX;
+    if (sizes->topic_bytes > limit || sizes->body_bytes > limit || sizes->name_bytes > limit ||
+        sizes->value_bytes > limit || sizes->tags_bytes > limit || sizes->key_bytes > limit || sizes->pairs > limit ||
+        sizes->keys > limit || sizes->born_host_bytes > limit || sizes->store_host_bytes > limit)
+        return MQ_ARROW_FALLBACK;  /* Arrow's 32-bit offsets: the Python decoder takes views */
+    return MQ_ARROW_OK;
+}
+
+static const char HEX[16] = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'};
+
+void mq_arrow_fill(const uint8_t *buf, const mq_arrow_sizes *sizes, mq_arrow_out *out) {
+    int32_t topic_at = 0, body_at = 0, tags_at = 0, key_count = 0, key_at = 0, pair_count = 0, name_at = 0;
+    int32_t value_at = 0, born_at = 0, store_at = 0;
+    out->topic_offsets[0] = out->body_offsets[0] = out->tags_offsets[0] = out->keys_list_offsets[0] = 0;
+    out->key_offsets[0] = out->map_offsets[0] = out->name_offsets[0] = out->value_offsets[0] = 0;
+    out->born_host_offsets[0] = out->store_host_offsets[0] = 0;
+    memset(out->tags_validity, 0, (size_t)((sizes->rows + 7) / 8));
+    out->tags_nulls = 0;
+    host_cache born_cache = {.length = 0}, store_cache = {.length = 0};
+    char *host;
+    int host_length;
+    for (int64_t r = 0; r < sizes->rows; r++) {
+        const mq_arrow_row *row = &sizes->kept[r];
+        const uint8_t *p = buf + row->pos;
+        memcpy(out->topic_data + topic_at, buf + row->topic_start, (size_t)row->topic_length);
+        topic_at += (int32_t)row->topic_length;
+        out->topic_offsets[r + 1] = topic_at;
+        memcpy(out->body_data + body_at, buf + row->body_start, (size_t)row->body_length);
+        body_at += (int32_t)row->body_length;
+        out->body_offsets[r + 1] = body_at;
+        out->queue_id[r] = mq_get_i32(p + MQ_OFFSET_QUEUE_ID);
+        out->queue_offset[r] = mq_get_i64(p + MQ_OFFSET_QUEUE_OFFSET);
+        out->commitlog_offset[r] = mq_get_i64(p + MQ_OFFSET_PHYSICAL_OFFSET);
+        out->flag[r] = mq_get_i32(p + MQ_OFFSET_FLAG);
+        out->sys_flag[r] = mq_get_i32(p + MQ_OFFSET_SYS_FLAG);
+        out->born_timestamp_us[r] = (int64_t)((uint64_t)mq_get_i64(p + MQ_OFFSET_BORN_TIMESTAMP) * 1000u);
+        out->store_timestamp_us[r] = (int64_t)((uint64_t)mq_get_i64(p + MQ_OFFSET_STORE_TIMESTAMP) * 1000u);
+        out->reconsume_times[r] = mq_get_i32(p + MQ_OFFSET_RECONSUME_TIMES);
+        out->body_crc[r] = mq_get_i32(p + MQ_OFFSET_BODY_CRC);
+        host_length = cached_host(&born_cache, p + MQ_OFFSET_BORN_HOST, &host);
+        memcpy(out->born_host_data + born_at, host, (size_t)host_length);
+        born_at += host_length;
+        out->born_host_offsets[r + 1] = born_at;
+        host_length = cached_host(&store_cache, p + MQ_OFFSET_STORE_HOST, &host);
+        memcpy(out->store_host_data + store_at, host, (size_t)host_length);
+        store_at += host_length;
+        out->store_host_offsets[r + 1] = store_at;
+        uint8_t *id = out->msg_id_data + 32 * r;  /* store host (8 bytes), then PHYSICALOFFSET (8 bytes), in hex */
+        for (int k = 0; k < 8; k++) {
+            uint8_t h = p[MQ_OFFSET_STORE_HOST + k], o = p[MQ_OFFSET_PHYSICAL_OFFSET + k];
+            id[2 * k] = (uint8_t)HEX[h >> 4];
+            id[2 * k + 1] = (uint8_t)HEX[h & 15];
+            id[16 + 2 * k] = (uint8_t)HEX[o >> 4];
+            id[16 + 2 * k + 1] = (uint8_t)HEX[o & 15];
+        }
+        const uint8_t *props = buf + row->properties_start;
+        props_info info;
+        read_properties(props, row->properties_length, &info);  /* checked by mq_arrow_measure */
+        int64_t pair_start = 0, name_end = -1;
+        for (int64_t i = 0; i < row->properties_length; i++) {
+            if (props[i] == 0x01) {
+                name_end = i;
+            } else if (props[i] == 0x02) {
+                memcpy(out->name_data + name_at, props + pair_start, (size_t)(name_end - pair_start));
+                name_at += (int32_t)(name_end - pair_start);
+                memcpy(out->value_data + value_at, props + name_end + 1, (size_t)(i - name_end - 1));
+                value_at += (int32_t)(i - name_end - 1);
+                pair_count++;
+                out->name_offsets[pair_count] = name_at;
+                out->value_offsets[pair_count] = value_at;
+                pair_start = i + 1;
+            }
+        }
+        out->map_offsets[r + 1] = pair_count;
+        if (info.tags_start >= 0) {
+            memcpy(out->tags_data + tags_at, props + info.tags_start, (size_t)(info.tags_end - info.tags_start));
+            tags_at += (int32_t)(info.tags_end - info.tags_start);
+            out->tags_validity[r / 8] |= (uint8_t)(1u << (r % 8));
+        } else {
+            out->tags_nulls++;
+        }
+        out->tags_offsets[r + 1] = tags_at;
+        if (info.keys_start >= 0) {
+            int64_t run_start = info.keys_start;
+            for (int64_t k = info.keys_start; k <= info.keys_end; k++) {
+                if (k == info.keys_end || props[k] == ' ') {
+                    if (k > run_start) {
+                        memcpy(out->key_data + key_at, props + run_start, (size_t)(k - run_start));
+                        key_at += (int32_t)(k - run_start);
+                        out->key_offsets[++key_count] = key_at;
+                    }
+                    run_start = k + 1;
+                }
+            }
+        }
+        out->keys_list_offsets[r + 1] = key_count;
+    }
+}

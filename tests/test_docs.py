@@ -1,0 +1,136 @@
+"""The documentation stays true to the code: generated tables are current, README's examples run."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(relative: str):
+    """A script of the repository (docs/generate.py, bench/report.py) as a module."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_settings_page_matches_store_config():
+    generate = _load("docs/generate.py")
+    assert generate.generated_settings_page() == generate.SETTINGS_PAGE.read_text(encoding="utf-8"), \
+        "docs/settings.md is out of date: run `make docs`"
+
+
+def test_settings_table_has_one_row_per_field_with_its_docstring():
+    from mqstore import StoreConfig
+
+    generate = _load("docs/generate.py")
+    rows = [line for line in generate.settings_table().splitlines()[2:]]
+    names = [re.match(r"\| `(\w+)` \|", row).group(1) for row in rows]
+    assert names == [field.name for field in dataclasses.fields(StoreConfig)]
+    docs = generate.field_docstrings(StoreConfig)
+    assert set(docs) == set(names), "every StoreConfig field needs a docstring under it"
+    assert "| `segment_size_bytes` | 1 GiB |" in rows[0]
+
+
+def test_settings_check_fails_on_a_stale_page(tmp_path, monkeypatch):
+    generate = _load("docs/generate.py")
+    stale = tmp_path / "settings.md"
+    stale.write_text(f"intro\n{generate.BEGIN}\n| STALE-ROW |\n{generate.END}\n", encoding="utf-8")
+    monkeypatch.setattr(generate, "SETTINGS_PAGE", stale)
+    monkeypatch.setattr(generate, "ROOT", tmp_path)
+    assert generate.main(["--check"]) == 1
+    assert "STALE-ROW" in stale.read_text(encoding="utf-8")
+    assert generate.main([]) == 0
+    assert "`segment_size_bytes`" in stale.read_text(encoding="utf-8")
+    assert generate.main(["--check"]) == 0
+
+
+def test_bench_readme_tables_match_the_results():
+    report = _load("bench/report.py")
+    current = report.README.read_text(encoding="utf-8")
+    assert report.generated_readme(current) == current, "bench/README.md is out of date: run `make docs`"
+
+
+def test_bench_report_has_a_table_for_every_result_file():
+    report = _load("bench/report.py")
+    results = sorted(path.stem for path in report.RESULTS.glob("*.json") if not path.stem.endswith("_quick"))
+    assert results == sorted(report.BENCHMARKS), "a benchmark without a report function (bench/report.py)"
+    for name in results:
+        block = report.block(name)
+        assert block.startswith(f"`.venv/bin/python bench/{name}.py`, "), block[:80]
+        assert "\n| " in block and "---" in block
+
+
+def test_bench_report_check_fails_on_a_stale_table(tmp_path, monkeypatch):
+    report = _load("bench/report.py")
+    stale = tmp_path / "README.md"
+    stale.write_text("\n".join(f"{report.begin_marker(name)}\nSTALE-ROW\n{report.end_marker(name)}"
+                               for name in report.BENCHMARKS), encoding="utf-8")
+    monkeypatch.setattr(report, "README", stale)
+    assert report.main(["--check"]) == 1
+    assert report.main(["--write"]) == 0
+    assert "STALE-ROW" not in stale.read_text(encoding="utf-8")
+    assert report.main(["--check"]) == 0
+
+
+PAGES_WITH_RUN_EXAMPLES = ("README.md", "docs/settings.md", "docs/tuning.md")
+
+
+def python_blocks(markdown: str) -> list[str]:
+    """The ```python code blocks of a Markdown page, in order."""
+    return re.findall(r"^```python\n(.*?)^```$", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
+def test_python_blocks_are_found():
+    assert python_blocks("text\n```python\nx = 1\n```\n```\nnot python\n```\n```python\ny = 2\n```\n") == [
+        "x = 1\n", "y = 2\n"]
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_RUN_EXAMPLES)
+def test_examples_run(page, tmp_path):
+    """Each page's python blocks run in order, as one script, in an empty directory."""
+    blocks = python_blocks((ROOT / page).read_text(encoding="utf-8"))
+    if page == "README.md":
+        assert len(blocks) >= 2
+    script = tmp_path / "examples.py"
+    script.write_text("\n".join(blocks), encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, f"{page}'s examples failed:\n{result.stderr}"
+
+
+# Pages other branches add (the lead removes an entry once its page is merged).
+PAGES_FROM_OTHER_BRANCHES = {"docs/cli.md", "docs/spark.md", "docs/arrow.md", "docs/compatibility.md"}
+LINKED_PAGES = ("README.md", "bench/README.md", "docs/architecture.md", "docs/formats.md", "docs/tuning.md",
+                "docs/development.md", "docs/settings.md", "docs/decisions/*.md")
+
+
+def relative_links(markdown: str) -> list[str]:
+    """The targets of a page's Markdown links that point into the repository (no URL scheme, no bare anchor)."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", markdown)
+    return [target.split("#")[0] for target in targets if not re.match(r"[a-z]+:", target)
+            and not target.startswith("#")]
+
+
+def test_relative_links_are_found():
+    assert relative_links("[a](docs/x.md) [b](https://e.org) [c](#top) [d](../y.md#part)") == ["docs/x.md", "../y.md"]
+
+
+def test_relative_links_resolve():
+    broken = []
+    for pattern in LINKED_PAGES:
+        for page in sorted(ROOT.glob(pattern)):
+            for target in relative_links(page.read_text(encoding="utf-8")):
+                path = (page.parent / target).resolve()
+                if not path.exists() and str(path.relative_to(ROOT)) not in PAGES_FROM_OTHER_BRANCHES:
+                    broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert broken == []

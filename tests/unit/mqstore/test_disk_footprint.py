@@ -1,0 +1,127 @@
+"""A store takes the disk its data needs: segments keep RocketMQ's layout (full-length files named by offset, `ls -l`
+shows segment_size_bytes) but are sparse, with disk reserved only a step ahead of the writer; the next segment is
+made when the writer nears the end of the current one, not at open or at the first put."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from commitlog import format as fmt
+from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES
+from consumequeue import format as cqf
+from mqstore import GetStatus, Message, MessageStore, StoreConfig
+from tests.conftest import small_config
+
+MIB = 1 << 20
+SLACK_BYTES = 1 * MIB  # checkpoint, settings, the pages of the index file that were written, directories
+
+
+def _disk_used(root) -> int:
+    return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, files in os.walk(root) for f in files)
+
+
+def _segment_names(root):
+    return sorted(n for n in os.listdir(root / "commitlog") if fmt.parse_segment_name(n) is not None)
+
+
+@pytest.mark.parametrize("preallocate", [True, False], ids=["reserved-in-steps", "sparse"])
+def test_a_fresh_store_with_a_few_messages_takes_a_few_mib_not_its_segment_size(tmp_path, preallocate):
+    config = StoreConfig(store_host="10.0.0.7", preallocate_segments=preallocate)  # 1 GiB segments, index on
+    with MessageStore.open(tmp_path, config) as store:
+        for word in (b"hello", b"world", b"again"):
+            store.put(Message("greetings", word, keys=("k",)))
+        assert store.wait_dispatched(10)
+    queue_file_bytes = config.consume_queue_entries_per_file * cqf.UNIT_SIZE_BYTES  # reserved whole, one queue
+    bound = SPACE_RESERVE_STEP_BYTES + queue_file_bytes + SLACK_BYTES  # about 10.7 MiB by the defaults
+    assert _disk_used(tmp_path) <= bound
+    assert _disk_used(tmp_path / "commitlog") <= SPACE_RESERVE_STEP_BYTES
+    assert _segment_names(tmp_path) == [fmt.segment_name(0)]  # no second segment made ahead of need
+    assert os.path.getsize(tmp_path / "commitlog" / fmt.segment_name(0)) == config.segment_size_bytes
+    with MessageStore.open(tmp_path, config, read_only=True) as reader:
+        assert [m.body for m in reader.get("greetings", 0, 0).messages] == [b"hello", b"world", b"again"]
+
+
+def test_disk_is_reserved_a_step_ahead_of_the_writer_and_segments_keep_rocketmq_s_layout(tmp_path):
+    segment_bytes = 4 * SPACE_RESERVE_STEP_BYTES
+    config = small_config(segment_size_bytes=segment_bytes, max_message_size_bytes=1 * MIB,
+                          preallocate_segments=True)
+    body = os.urandom(512 * 1024)
+    with MessageStore.open(tmp_path, config) as store:
+        for _ in range(12):  # 6 MiB: into the second step of the first segment
+            store.put(Message("t", body))
+        used = (tmp_path / "commitlog" / fmt.segment_name(0)).stat().st_blocks * 512
+        assert 6 * MIB <= used <= 2 * SPACE_RESERVE_STEP_BYTES  # written, plus what is reserved ahead
+        for _ in range(28):  # 20 MiB in all: into the second segment
+            store.put(Message("t", body))
+        assert store.wait_dispatched(10)
+    names = _segment_names(tmp_path)
+    assert names == [fmt.segment_name(0), fmt.segment_name(segment_bytes)]
+    for name in names:  # full length, as RocketMQ's MappedFileQueue expects
+        assert os.path.getsize(tmp_path / "commitlog" / name) == segment_bytes
+    second = (tmp_path / "commitlog" / names[1]).stat().st_blocks * 512
+    assert second <= 2 * SPACE_RESERVE_STEP_BYTES  # 4 MiB written in it
+    with MessageStore.open(tmp_path, config, read_only=True) as reader:
+        got = reader.get("t", 0, 0, max_count=100)
+        assert got.status is GetStatus.FOUND and len(got.messages) == 40
+        assert all(m.body == body for m in got.messages)
+        assert got.messages[-1].commitlog_offset >= segment_bytes
+
+
+def test_the_next_segment_is_made_when_the_writer_nears_the_end_of_its_segment(tmp_path):
+    config = small_config(segment_size_bytes=256 * 1024)  # the lead is a quarter: 64 KiB
+    with MessageStore.open(tmp_path, config) as store:
+        lead = store._commitlog.next_segment_lead_bytes
+        assert lead == 64 * 1024
+        while store.put(Message("t", b"." * 1000)).commitlog_offset + 2 * 1100 < 256 * 1024 - lead:
+            pass
+        assert _segment_names(tmp_path) == [fmt.segment_name(0)]  # not at the first put
+        while store.put(Message("t", b"." * 1000)).commitlog_offset < 256 * 1024 - lead:
+            pass
+        deadline = time.monotonic() + 10
+        while len(_segment_names(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # made by the allocator's thread
+        assert _segment_names(tmp_path) == [fmt.segment_name(0), fmt.segment_name(256 * 1024)]
+        assert store._allocator.created_in_background == 1
+
+
+def _rmq_command():
+    """RocketMQ 4.4.0's own store (../shared/rocketmq-4.4.0/rmq, or $MQSTORE_ROCKETMQ_HOME), or a skip reason."""
+    home = os.environ.get("MQSTORE_ROCKETMQ_HOME") or str(Path(__file__).resolve().parents[3] / ".." / "shared"
+                                                          / "rocketmq-4.4.0")
+    command = os.path.join(home, "rmq")
+    if not os.path.isfile(command):
+        pytest.skip(f"RocketMQ 4.4.0's jars are not here ({home}; set MQSTORE_ROCKETMQ_HOME)")
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        pytest.skip("Java 17 not found (set JAVA_HOME): RocketMQ's own store cannot run")
+    return command
+
+
+def test_rocketmq_reads_a_store_whose_segments_are_sparse(tmp_path):
+    rmq = _rmq_command()
+    config = small_config(preallocate_segments=True, index_enabled=True)
+    root = tmp_path / "store"
+    bodies = [os.urandom(100 + (i * 37) % 2900) for i in range(90)]  # about 140 KB: three 64 KiB segments
+    with MessageStore.open(root, config) as store:
+        for i, body in enumerate(bodies):
+            store.put(Message("orders", body, queue_id=i % 2, keys=(f"key-{i % 7}",)))
+    assert len(_segment_names(root)) >= 3
+    assert all(os.path.getsize(root / "commitlog" / name) == config.segment_size_bytes
+               for name in _segment_names(root))
+    copy = tmp_path / "copy"  # RocketMQ's load() writes to the store it opens
+    shutil.copytree(root, copy)
+    out = tmp_path / "read.jsonl"
+    completed = subprocess.run([rmq, "read", str(copy), str(config.segment_size_bytes),
+                                str(config.consume_queue_entries_per_file), str(config.index_slot_count),
+                                str(config.index_entry_count_max), str(out)],
+                               capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    read = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    got = {(m["queue_id"], m["queue_offset"]): m["body_hex"] for m in read if m["topic"] == "orders"}
+    assert got == {(i % 2, i // 2): body.hex() for i, body in enumerate(bodies)}

@@ -1,0 +1,207 @@
+"""MessageStore.scan() / scan_store(): a store's records as Arrow, with the Spark source's columns and filters,
+and the same table (or the same CorruptionError) from the compiled decoder and the Python one."""
+
+from __future__ import annotations
+
+import datetime
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from commitlog import columnar, record_batch
+from commitlog import format as fmt
+from commitlog.errors import CorruptionError, InvalidConfigError
+from commitlog.native import NATIVE
+from mqstore import Message, MessageStore
+from mqstore.scan import COLUMNS, SCAN_SCHEMA, scan_store
+from tests.conftest import small_config
+from tests.spark.storegen import StoreWriter
+
+REPO = Path(__file__).resolve().parents[3]
+CODECS = ["python"] + (["native"] if NATIVE is not None else [])
+
+
+def _codec(monkeypatch, codec: str) -> None:
+    module = NATIVE if codec == "native" else None
+    monkeypatch.setattr(columnar, "NATIVE", module)
+    monkeypatch.setattr(record_batch, "NATIVE", module)
+
+
+@pytest.fixture
+def store_dir(tmp_path) -> Path:
+    """A store with several topics and queues, tags, keys, user properties and record CRCs."""
+    root = tmp_path / "store"
+    rng = random.Random(5)
+    with MessageStore.open(root, small_config()) as store:
+        for index in range(700):
+            store.put(Message(f"topic{index % 3}", rng.randbytes(rng.choice([0, 5, 100, 900])), queue_id=index % 4,
+                              tags=rng.choice([None, "TagA", "TagB"]),
+                              keys=tuple(f"k{index}-{n}" for n in range(rng.randrange(3))),
+                              properties={"color": rng.choice(["red", "blue"])} if index % 7 == 0 else {}))
+    return root
+
+
+def _odd_store(root: Path) -> None:
+    """Records mqstore does not write: version 2, IPv6 hosts, non-ASCII tags, odd properties, transactions."""
+    with StoreWriter(root, segment_size_bytes=32 * 1024) as writer:
+        rng = random.Random(9)
+        for index in range(400):
+            kind = index % 9
+            writer.put(f"t{index % 2}", rng.randbytes(rng.randrange(60)), queue_id=index % 3,
+                       tags=["A", "标签", None, "A B"][index % 4], keys=("x", "y") if kind == 1 else (),
+                       properties={"Ωmega": "ü"} if kind == 2 else ({"TAGS": "dup"} if kind == 3 else None),
+                       version=2 if kind == 4 else 1,
+                       born_host=("::1", 7) if kind == 5 else ("10.1.2.3", 41234),
+                       store_host=("fe80::9", 10911) if kind == 6 else ("192.168.7.9", 10911),
+                       sys_flag=fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE if kind == 7 else 0)
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    """Rows in log order (a topic filter reads through ConsumeQueues, group by group)."""
+    return table.sort_by("commitlog_offset") if "commitlog_offset" in table.schema.names else table
+
+
+def _outcome(root, **options):
+    try:
+        return scan_store(root, **options).read_all()
+    except CorruptionError as exc:
+        return (type(exc), str(exc), exc.path, exc.offset, exc.rule)
+
+
+def test_the_schema_is_the_spark_sources():
+    pytest.importorskip("pyspark")
+    from mqstore.spark_options import arrow_schema, commitlog_schema
+
+    assert arrow_schema(commitlog_schema()) == SCAN_SCHEMA
+    assert arrow_schema(commitlog_schema(True)).names == list(COLUMNS) + ["store"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_scan_gives_every_message_with_its_fields(store_dir, monkeypatch, codec):
+    _codec(monkeypatch, codec)
+    with MessageStore.open(store_dir, small_config(), read_only=True) as store:
+        table = store.scan().read_all()
+        assert table.schema == SCAN_SCHEMA and table.num_rows == 700
+        offsets = table.column("commitlog_offset").to_pylist()
+        assert offsets == sorted(offsets)
+        for row in table.to_pylist()[::13]:
+            message = store.read_at(row["commitlog_offset"])
+            assert (row["topic"], row["queue_id"], row["queue_offset"], row["body"]) == (
+                message.topic, message.queue_id, message.queue_offset, message.body)
+            assert row["tags"] == message.properties.get("TAGS")
+            assert row["msg_id"] == message.msg_id
+            assert dict(row["properties"]) == message.properties
+        per_queue = table.group_by(["topic", "queue_id"]).aggregate([("queue_offset", "max"),
+                                                                     ("queue_offset", "count")])
+        for group in per_queue.to_pylist():
+            assert group["queue_offset_max"] + 1 == group["queue_offset_count"]  # dense, from 0
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_filters_and_columns_select_what_a_filter_over_the_whole_table_does(store_dir, monkeypatch, codec):
+    _codec(monkeypatch, codec)
+    whole = scan_store(store_dir).read_all()
+    offsets = whole.column("commitlog_offset")
+    middle = offsets[350].as_py()
+    times = whole.column("store_timestamp")
+    t_lo = times[100].as_py()
+    cases = [
+        ({"topic": "topic1"}, pc.equal(whole.column("topic"), "topic1")),
+        ({"topic": ["topic0", "topic2"], "queue_ids": [1, 3]},
+         pc.and_(pc.is_in(whole.column("topic"), pa.array(["topic0", "topic2"])),
+                 pc.is_in(whole.column("queue_id"), pa.array([1, 3], pa.int32())))),
+        ({"start_offset": middle}, pc.greater_equal(offsets, middle)),
+        ({"end_offset": middle, "queue_ids": 2}, pc.and_(pc.less(offsets, middle),
+                                                         pc.equal(whole.column("queue_id"), 2))),
+        ({"start_time": t_lo}, pc.greater_equal(times, pa.scalar(t_lo, times.type))),
+        ({"end_time": int(t_lo.timestamp() * 1000)}, pc.less(times, pa.scalar(t_lo, times.type))),
+        ({"topic": "nothing"}, pc.equal(whole.column("topic"), "nothing")),
+    ]
+    for options, mask in cases:
+        assert _sorted(scan_store(store_dir, **options).read_all()).equals(whole.filter(mask)), options
+    picked = scan_store(store_dir, columns=["body", "commitlog_offset"], topic="topic2").read_all()
+    assert picked.schema.names == ["body", "commitlog_offset"]
+    assert _sorted(picked).equals(whole.filter(pc.equal(whole.column("topic"), "topic2")).select(
+        ["body", "commitlog_offset"]))
+    with pytest.raises(InvalidConfigError):
+        scan_store(store_dir, columns=["nope"])
+    with pytest.raises(InvalidConfigError):
+        scan_store(store_dir, start_time="yesterday")
+    naive = t_lo.replace(tzinfo=None)  # a naive datetime means UTC
+    assert scan_store(store_dir, start_time=naive).read_all().equals(scan_store(store_dir, start_time=t_lo).read_all())
+    assert isinstance(naive, datetime.datetime)
+
+
+@pytest.mark.skipif(NATIVE is None, reason="MQSTORE_NATIVE=0: the compiled decoder is not built or not chosen")
+def test_both_codecs_give_the_same_tables(store_dir, tmp_path, monkeypatch):
+    odd = tmp_path / "odd"
+    _odd_store(odd)
+    for root in (store_dir, odd):
+        for options in ({}, {"topic": "t1"}, {"queue_ids": [0, 2]}, {"start_offset": 1000, "end_offset": 30000}):
+            _codec(monkeypatch, "python")
+            expected = _outcome(root, **options)
+            _codec(monkeypatch, "native")
+            assert _outcome(root, **options).equals(expected), (root, options)
+    _codec(monkeypatch, "native")
+    assert _outcome(odd).num_rows == 400
+
+
+@pytest.mark.skipif(NATIVE is None, reason="MQSTORE_NATIVE=0: the compiled decoder is not built or not chosen")
+@pytest.mark.parametrize("seed", range(2))
+def test_both_codecs_refuse_damaged_bytes_alike(store_dir, tmp_path, monkeypatch, seed):
+    rng = random.Random(seed)
+    segments = sorted((store_dir / "commitlog").iterdir())
+    end = scan_store(store_dir, columns=["commitlog_offset"]).read_all().column(0)[-1].as_py()
+    errors = 0
+    for trial in range(25):
+        copy = tmp_path / f"copy{trial}"
+        shutil.copytree(store_dir, copy)
+        segment = copy / "commitlog" / rng.choice(segments).name
+        data = bytearray(segment.read_bytes())
+        at = rng.randrange(min(len(data), max(1, end - int(segment.name)))) if end > int(segment.name) else 0
+        if rng.random() < 0.7:
+            data[at] ^= 1 << rng.randrange(8)
+        else:
+            data[at : at + 4] = rng.choice([b"\x7f\xff\xff\xff", b"\x00\x00\x00\x00", b"\xda\xa3\x20\xab"])
+        segment.write_bytes(bytes(data))
+        options = rng.choice([{}, {"topic": "topic0"}, {"queue_ids": [1]}])
+        _codec(monkeypatch, "python")
+        expected = _outcome(copy, **options)
+        _codec(monkeypatch, "native")
+        actual = _outcome(copy, **options)
+        if isinstance(expected, tuple):
+            errors += 1
+            assert actual == expected, trial
+        else:
+            assert isinstance(actual, pa.Table) and actual.equals(expected), trial
+        shutil.rmtree(copy)
+    assert errors >= 3
+
+
+def test_a_scan_needs_no_pyspark(store_dir):
+    code = ("import sys; sys.modules['pyspark'] = None\n"
+            "from mqstore.scan import scan_store\n"
+            f"print(scan_store({str(store_dir)!r}, topic='topic1').read_all().num_rows)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout.split()[-1]) == scan_store(store_dir, topic="topic1").read_all().num_rows > 0
+
+
+def test_pandas_polars_and_duckdb_read_a_store_in_one_call(store_dir):
+    pandas = pytest.importorskip("pandas")
+    polars = pytest.importorskip("polars")
+    duckdb = pytest.importorskip("duckdb")
+    with MessageStore.open(store_dir, small_config(), read_only=True) as store:
+        frame = store.scan(columns=["topic", "queue_id", "body"]).read_pandas()
+        assert isinstance(frame, pandas.DataFrame) and len(frame) == 700
+        lazy = polars.from_arrow(store.scan(topic="topic1").read_all())
+        assert lazy.height == 233 and set(lazy["topic"].to_list()) == {"topic1"}
+        reader = store.scan(columns=["topic", "queue_id"])  # noqa: F841 - DuckDB finds it by its name
+        counts = duckdb.sql("select topic, count(*) as n from reader group by topic order by topic").fetchall()
+    assert counts == [("topic0", 234), ("topic1", 233), ("topic2", 233)]
