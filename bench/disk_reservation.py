@@ -34,8 +34,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import commitlog.commitlog as commitlog_module  # noqa: E402
-import mqstore.engine as engine_module  # noqa: E402
+import mqstore.commitlog.commitlog as commitlog_module  # noqa: E402
+
+import mqstore.store.engine as engine_module  # noqa: E402
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 MIB = 1 << 20

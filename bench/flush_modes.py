@@ -962,7 +962,8 @@ def main(argv: list[str] | None = None) -> int:
         handle.write(text)
     plot(rows, latencies, stem + "_throughput.png", stem + "_latency.png")
     with open(stem + ".json", "w", encoding="utf-8") as handle:
-        json.dump({"command": command, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick, "machine": info, "settings": settings,
+        json.dump({"command": command, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick,
+                   "machine": info, "settings": settings,
                    "seconds": time.perf_counter() - began, "rows": rows, "targets": goals,
                    "not_implemented": ["ASYNC + write buffer (TransientStorePool): see section write_buffer"]},
                   handle, indent=1)

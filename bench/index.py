@@ -46,6 +46,7 @@ from mqstore.commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, parse_records
 from mqstore.indexfile import format as fmt  # noqa: E402
 from mqstore.indexfile.dispatcher import IndexDispatcher  # noqa: E402
 from mqstore.indexfile.index_service import IndexService  # noqa: E402
+
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 TOPIC = "orders"

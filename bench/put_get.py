@@ -29,6 +29,7 @@ from mqstore.consumequeue.consume_queue import ConsumeQueueTable  # noqa: E402
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher  # noqa: E402
 from mqstore.indexfile.dispatcher import IndexDispatcher  # noqa: E402
 from mqstore.indexfile.index_service import IndexService  # noqa: E402
+
 from mqstore import GetStatus, Message, MessageStore, StoreConfig  # noqa: E402
 
 QUEUES = 8

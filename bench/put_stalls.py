@@ -42,6 +42,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mqstore.flush.modes import FlushMode  # noqa: E402
+
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 MIB = 1 << 20

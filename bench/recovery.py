@@ -43,9 +43,10 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mqstore.commitlog import format as fmt  # noqa: E402
+
 import mqstore.store.engine as engine_module  # noqa: E402
 import mqstore.store.recovery as recovery_module  # noqa: E402
-from mqstore.commitlog import format as fmt  # noqa: E402
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 GB = 1_000_000_000

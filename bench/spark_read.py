@@ -35,7 +35,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from mqstore.spark import source  # noqa: E402
-from mqstore.spark import options as spark_options  # noqa: E402
+from mqstore.store import scan_options as spark_options  # noqa: E402
 from tests.spark.storegen import StoreWriter  # noqa: E402
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import InvalidMessageError, StoreIOError
 from mqstore.commitlog.message import Message

@@ -22,12 +22,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.message import decode_message
+from mqstore.commitlog.native import NATIVE
 from numpy.lib.stride_tricks import sliding_window_view
-
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError
-from commitlog.message import decode_message
-from commitlog.native import NATIVE
 
 STORE_COLUMN = "store"  # the optional column holding a constant label (the store each row comes from)
 
@@ -43,6 +42,7 @@ assert fmt.RECORD_SIZE_MIN > fmt.OFFSET_PHYSICAL_OFFSET + 8
 _MAGIC_FIRST_BYTE = fmt.MESSAGE_MAGIC_CODE >> 24
 _MAGIC_MIDDLE = ((fmt.MESSAGE_MAGIC_CODE >> 16) & 0xFF, (fmt.MESSAGE_MAGIC_CODE >> 8) & 0xFF)
 _MAGIC_LAST = (fmt.MESSAGE_MAGIC_CODE & 0xFF, fmt.MESSAGE_MAGIC_CODE_V2 & 0xFF)
+_STRING = pa.string()  # the default value type of the native decoder's string columns
 assert fmt.MESSAGE_MAGIC_CODE >> 8 == fmt.MESSAGE_MAGIC_CODE_V2 >> 8
 _V6_FLAGS = fmt.SYS_FLAG_BORNHOST_V6 | fmt.SYS_FLAG_STOREHOST_V6
 _TAGS_WORD = np.frombuffer(fmt.PROPERTY_TAGS.encode("ascii"), dtype=np.uint32)[0]
@@ -249,7 +249,7 @@ class Decoder:
         def fixed(value_type, at):
             return pa.Array.from_buffers(value_type, n, [None, b[at]])
 
-        def strings(count, at, value_type=pa.string()):
+        def strings(count, at, value_type=_STRING):
             return pa.Array.from_buffers(value_type, count, [None, b[at], b[at + 1]])
 
         keys_values = strings(keys, 11)

@@ -15,8 +15,14 @@ from typing import Protocol
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreError
-from mqstore.commitlog.record_batch import (DISPATCH_BATCH_RECORDS_MAX, HEADER_DTYPE, DispatchBatch, LogReader,
-                                    batch_from_written, parse_records)
+from mqstore.commitlog.record_batch import (
+    DISPATCH_BATCH_RECORDS_MAX,
+    HEADER_DTYPE,
+    DispatchBatch,
+    LogReader,
+    batch_from_written,
+    parse_records,
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@
      +-- StoreIOError               the operating system failed a read, write, map or sync (raised from OSError)
      |    +-- SegmentWriteError     a record could not be written to its segment (a failed pwrite)
      +-- SegmentFullError           internal: a record does not fit in what is left of a segment
-     +-- DispatchProcessError       the dispatch process failed to start, or died (mqstore/dispatch_process.py)
+     +-- DispatchProcessError       the dispatch process failed to start, or died (mqstore/store/dispatch_process.py)
      +-- CommitLogSourceError       (also a ValueError) a path or option given to the Spark commitlog source is bad
-                                    (mqstore/spark_errors.py, beside the source)
+                                    (mqstore/store/scan_errors.py, beside the options it refuses)
 
 Expected outcomes (a full queue, a message not found, a flush that timed out) are not errors: they are statuses
 (`PutStatus`, `GetStatus`) returned as values.

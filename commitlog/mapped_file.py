@@ -19,7 +19,6 @@ import os
 import sys
 
 import numpy as np
-
 from mqstore.commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
 
 log = logging.getLogger(__name__)

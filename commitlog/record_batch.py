@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError
-from commitlog.native import NATIVE
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.native import NATIVE
 
 DISPATCH_BATCH_RECORDS_MAX = 8192  # records handed to the dispatchers at once
 

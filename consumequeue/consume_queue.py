@@ -11,7 +11,6 @@ import os
 import threading
 
 import numpy as np
-
 from mqstore.commitlog.commitlog import TOPIC_PATTERN
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.mapped_file import MappedFile, fsync_directory

@@ -6,7 +6,6 @@ Transaction-prepared and rolled-back messages get no entry, as in RocketMQ: they
 from __future__ import annotations
 
 import numpy as np
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.dispatch import DispatchBatch
 from mqstore.commitlog.errors import CorruptionError

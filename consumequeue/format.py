@@ -25,7 +25,6 @@ decimal digits: the second default file is 00000000000006000000.
 from __future__ import annotations
 
 import numpy as np
-
 from mqstore.commitlog.errors import CorruptionError
 
 CONSUME_QUEUE_UNIT = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])

@@ -21,7 +21,6 @@ import os
 import sys
 
 import numpy as np
-
 from mqstore.commitlog.errors import StoreIOError
 
 MARK_FILE_NAME = "dispatched_offset"

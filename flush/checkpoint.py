@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.commitlog.mapped_file import MappedFile
 

@@ -89,7 +89,6 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-
 from mqstore.commitlog.format import java_ascii_hash, java_string_hash
 
 # --- sizes and limits ----------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-
 from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
 from mqstore.indexfile import format as fmt
 

@@ -15,9 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-
 from mqstore.commitlog.errors import (
-    CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
+    CorruptionError,
+    InvalidConfigError,
+    InvalidMessageError,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreIOError,
 )
 from mqstore.commitlog.mapped_file import fsync_directory
 from mqstore.indexfile import format as fmt

@@ -7,8 +7,17 @@
 
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic)
 
-from commitlog.errors import (ConfigMismatchError, CorruptionError, InvalidConfigError, InvalidMessageError,
-                              ReadOnlyStoreError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
+from mqstore.commitlog.errors import (
+                              ConfigMismatchError,
+                              CorruptionError,
+                              InvalidConfigError,
+                              InvalidMessageError,
+                              ReadOnlyStoreError,
+                              StoreClosedError,
+                              StoreError,
+                              StoreIOError,
+                              StoreLockedError,
+)
 from mqstore.commitlog.message import Message, PutResult, PutStatus, StoredMessage
 from mqstore.flush.modes import FlushMode
 from mqstore.store.config import StoreConfig

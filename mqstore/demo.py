@@ -14,7 +14,7 @@ import sys
 import time
 
 from mqstore import GetStatus, Message, MessageStore, StoreConfig
-from mqstore.spark_env import spark_missing, use_this_interpreter
+from mqstore.spark.env import spark_missing, use_this_interpreter
 
 TOPICS = ("orders", "payments", "clicks", "audit-log")
 QUEUES_PER_TOPIC = 4

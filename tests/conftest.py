@@ -60,7 +60,7 @@ class StepClock:
         return self.now
 
     def __enter__(self):
-        from commitlog import commitlog as commitlog_module
+        from mqstore.commitlog import commitlog as commitlog_module
 
         self._saved = commitlog_module._time_ns
         if self.step_ns:
@@ -68,7 +68,7 @@ class StepClock:
         return self
 
     def __exit__(self, *exc_info):
-        from commitlog import commitlog as commitlog_module
+        from mqstore.commitlog import commitlog as commitlog_module
 
         commitlog_module._time_ns = self._saved
 

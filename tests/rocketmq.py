@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from commitlog import format as fmt
+from mqstore.commitlog import format as fmt
 
 ROCKETMQ_HOME_VARIABLE = "MQSTORE_ROCKETMQ_HOME"
 REPO_ROOT = Path(__file__).resolve().parents[1]

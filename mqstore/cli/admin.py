@@ -5,7 +5,10 @@ Kept apart from mqstore/cli/commands.py (the parser and the reading commands); b
 
 from __future__ import annotations
 
+import sys
+
 from mqstore.cli.common import open_store, print_json, print_messages
+
 
 def add_parsers(add) -> None:
     """Add the subcommands through `add(name, help)` (cli.py's helper that adds the common store options)."""

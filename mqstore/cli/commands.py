@@ -6,7 +6,7 @@
                        [--max-messages N] [--timeout-ms MS]
     mqstore topics STORE | stats STORE | dump STORE --offset N | verify STORE
     mqstore recover STORE [--repair] | clean STORE | query STORE --topic T --key K
-    mqstore demo [--store DIR] [--messages N] | bench NAME [--quick] | --version
+    mqstore demo [--store DIR] [--messages N] | --version
 
 Store commands take `--json` (one JSON document on stdout; `tail` writes one per message, JSON Lines) and the
 format settings `--segment-size-bytes` / `--cq-entries-per-file` / `--index-slot-count` /
@@ -32,16 +32,28 @@ import sys
 import threading
 import time
 
-from commitlog import format as fmt
-from commitlog.errors import InvalidMessageError, StoreError
-from commitlog.message import Message
-from mqstore import __version__, cli_admin, cli_export
-from mqstore.cli_common import (body_text, hexdump, message_dict, message_line, open_store, print_json, print_messages,
-                                progress_bar, resolved_store_config, table)
+from mqstore import __version__
+from mqstore.cli import admin as cli_admin
+from mqstore.cli import export as cli_export
+from mqstore.cli.common import (
+    body_text,
+    hexdump,
+    message_dict,
+    message_line,
+    open_store,
+    print_json,
+    print_messages,
+    progress_bar,
+    resolved_store_config,
+    table,
+)
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import InvalidMessageError, StoreError
+from mqstore.commitlog.message import Message
 from mqstore.consumer import open_consumer
-from mqstore.engine import MessageStore
-from mqstore.engine_read import GetStatus
-from mqstore.verify import log_written_end, queue_usage, verify_store
+from mqstore.store.engine import MessageStore
+from mqstore.store.reads import GetStatus
+from mqstore.store.verify import log_written_end, queue_usage, verify_store
 
 PUT_BATCH_MESSAGES = 1000  # messages `put` stores per put_batch
 TAIL_BATCH_MESSAGES = 256  # messages `tail` asks one poll for
@@ -126,7 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
     add("verify", "check every record's CRC, segment ends, ConsumeQueue entries and index files; exit 1 on corruption")
     cli_admin.add_parsers(add)
     cli_export.add_parser(add)
-    cli_admin.add_bench_parser(commands)
     return parser
 
 
@@ -451,4 +462,4 @@ def _cmd_verify(args) -> int:
 _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
              "dump": _cmd_dump, "verify": _cmd_verify,
              "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query,
-             "bench": cli_admin.cmd_bench, "export": cli_export.cmd_export}
+             "export": cli_export.cmd_export}

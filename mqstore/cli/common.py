@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import sys
 
-from mqstore.config import StoreConfig
-from mqstore.engine import MessageStore
-from mqstore.store_settings import resolve_config
+from mqstore.store.config import StoreConfig
+from mqstore.store.engine import MessageStore
+from mqstore.store.settings import resolve_config
 
 
 # --- opening a store -----------------------------------------------------------------------------------------
 def store_config(args) -> StoreConfig:
     """The StoreConfig to open args.store with: the format options given on the command line, and nothing else,
-    so that opening takes every other format setting from the store as the API does (mqstore/store_settings.py:
+    so that opening takes every other format setting from the store as the API does (mqstore/store/settings.py:
     its saved settings, else its files' sizes, else the defaults)."""
     given = {"segment_size_bytes": args.segment_size_bytes, "consume_queue_entries_per_file": args.cq_entries_per_file,
              "index_slot_count": getattr(args, "index_slot_count", None),

@@ -30,8 +30,8 @@ from typing import Iterator
 
 from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError
 from mqstore.commitlog.message import StoredMessage
-from mqstore.store.reads import GET_MAX_COUNT_LIMIT, GetStatus
 from mqstore.consumer.offsets import ConsumerOffsets, validate_group
+from mqstore.store.reads import GET_MAX_COUNT_LIMIT, GetStatus
 
 CONSUME_FROM = ("first", "last")
 POLL_MAX_COUNT_LIMIT = GET_MAX_COUNT_LIMIT  # messages one poll may return

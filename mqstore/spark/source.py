@@ -13,7 +13,7 @@ their Python workers with it, so they import mqstore, numpy and pyarrow) and reg
 active session, if there is one. `register(spark)` registers it with a session started before or after the
 import and points that session's workers at this interpreter unless PYSPARK_PYTHON or spark.pyspark.python
 chose another (on a cluster, choose one that has mqstore installed on every node). Needs Java 17 or later
-(mqstore.spark_env.java_missing() says whether it is found). docs/spark.md is the user's guide.
+(mqstore.spark.env.java_missing() says whether it is found). docs/spark.md is the user's guide.
 Filter pushdown needs `spark.sql.python.filterPushdown.enabled=true`; without it Spark filters the rows itself.
 
 Schema (one row per message record; `store` only when a list of paths or a glob was loaded):
@@ -41,7 +41,7 @@ filter is applied to each record by the reader, planning only skips what provabl
 gives the same rows with pushdown on or off. Other filters are left to Spark.
 
 How a store is planned (a snapshot of each store up to its written end; ConsumeQueues for a topic filter;
-segments skipped by time; large segments split at record starts): see mqstore/spark/plan.py.
+segments skipped by time; large segments split at record starts): see mqstore/store/scan_plan.py.
 
 Consistency: every partition carries the byte ranges fixed at planning, so a read sees each store up to its
 end at planning time while a writer appends. A segment deleted (or shrunk) under a running read raises
@@ -66,11 +66,11 @@ such flags, so this only concerns logs written through DefaultMessageStore by ot
 The modules, each importing only those below it:
 
     mqstore/spark.py          the DataSource and its batch and stream readers (this module)
-    mqstore/spark_plan.py     the snapshot of each store and its partitions
-    mqstore/spark_scan.py     partitions read into RecordBatches; the written end; streaming admission
-    mqstore/spark_store.py    segment files and ConsumeQueue files, read without a lock
-    mqstore/spark_options.py  schema, options, filter pushdown
-    mqstore/spark_errors.py   CommitLogSourceError, the source's one error
+    mqstore/store/scan_plan.py     the snapshot of each store and its partitions
+    mqstore/store/scan_read.py     partitions read into RecordBatches; the written end; streaming admission
+    mqstore/store/store_files.py    segment files and ConsumeQueue files, read without a lock
+    mqstore/store/scan_options.py  schema, options, filter pushdown
+    mqstore/store/scan_errors.py   CommitLogSourceError, the source's one error (shared with store.scan())
     commitlog/columnar.py     locating records and decoding them into Arrow columns (knows nothing of Spark)
 """
 
@@ -82,17 +82,30 @@ import sys
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
-from mqstore.spark_errors import CommitLogSourceError
-from mqstore.spark_options import (FORMAT_NAME, SourceOptions, StoreRef, arrow_schema, check_schema,
-                                   commitlog_schema, parse_options, push_filters)
-from mqstore.spark_plan import plan_batch, plan_store, plan_stream
-from mqstore.spark_env import use_this_interpreter
-from mqstore.spark_scan import admit, read_partition
-from mqstore.spark_store import list_segments
+from mqstore.spark.env import use_this_interpreter
+from mqstore.store.scan_errors import CommitLogSourceError
+from mqstore.store.scan_options import (
+    FORMAT_NAME,
+    SourceOptions,
+    StoreRef,
+    arrow_schema,
+    check_schema,
+    commitlog_schema,
+    parse_options,
+    push_filters,
+)
+from mqstore.store.scan_plan import plan_batch, plan_store, plan_stream
+from mqstore.store.scan_read import admit, read_partition
+from mqstore.store.store_files import list_segments
 
 __all__ = ["CommitLogDataSource", "CommitLogSourceError", "commitlog_schema", "register"]
 

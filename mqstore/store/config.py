@@ -3,7 +3,7 @@
 The fields marked "format" fix the on-disk layout: they are saved in `<root>/config/mqstore.json` when the
 store is created. A StoreConfig remembers which fields its caller passed (`explicit_fields`): on reopen those
 must match the store (ConfigMismatchError otherwise), and the ones not passed are taken from the store
-(mqstore/store_settings.py; docs/decisions/0015-settings-read-from-the-store.md).
+(mqstore/store/settings.py; docs/decisions/0015-settings-read-from-the-store.md).
 """
 
 from __future__ import annotations

@@ -35,8 +35,12 @@ import threading
 import time
 
 from mqstore.commitlog.commitlog import CommitLog
-from mqstore.commitlog.dispatch import (DISPATCH_SMALL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS,
-                                DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY, DispatchService)
+from mqstore.commitlog.dispatch import (
+    DISPATCH_SMALL_BATCH_RECORDS,
+    DISPATCH_TAIL_BATCH_RECORDS,
+    DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
+    DispatchService,
+)
 from mqstore.commitlog.errors import StoreError, StoreIOError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher

@@ -21,33 +21,44 @@ from typing import Iterable
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.batch import RECORD_SIZE
-from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
-from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
-                               WRITTEN_RECORDS_KEPT, DispatchService)
-from mqstore.commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
-                              StoreClosedError, StoreError, StoreIOError, StoreLockedError)
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.batch import RECORD_SIZE
+from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
+from mqstore.commitlog.dispatch import (
+    DISPATCH_TAIL_BATCH_RECORDS,
+    DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
+    WRITTEN_RECORDS_KEPT,
+    DispatchService,
+)
+from mqstore.commitlog.errors import (
+    CorruptionError,
+    InvalidMessageError,
+    ReadOnlyStoreError,
+    SegmentWriteError,
+    StoreClosedError,
+    StoreError,
+    StoreIOError,
+    StoreLockedError,
+)
 from mqstore.commitlog.handoff import HandOff
 from mqstore.commitlog.message import Message, PutResult, PutStatus
+from mqstore.commitlog.unique_key import UniqueKeyGenerator
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
 from mqstore.consumequeue.mark import DispatchedMark, mark_path
-from mqstore.commitlog.unique_key import UniqueKeyGenerator
 from mqstore.flush.allocator import SegmentAllocator
 from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from mqstore.flush.services import GroupCommitService, IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
 from mqstore.indexfile.index_service import IndexService
-from mqstore.store.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
-                            save_record_crc_from)
-from mqstore.dispatch_process import ProcessDispatch, stop_leftover
-from mqstore.engine_index import IndexFlushable, IndexLookups, checkpoint_logical_flush
-from mqstore.engine_read import Reads
-from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
-from mqstore.recovery import RecoveryReport, dispatch_start, recover
-from mqstore.retention import Retention
-from mqstore.store_settings import resolve_config
+from mqstore.store.config import RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format, save_record_crc_from
+from mqstore.store.dispatch_process import ProcessDispatch, stop_leftover
+from mqstore.store.index_queries import IndexFlushable, IndexLookups, checkpoint_logical_flush
+from mqstore.store.markers import ABORT_FILE_NAME, remove_marker, write_marker
+from mqstore.store.reads import Reads
+from mqstore.store.recovery import RecoveryReport, dispatch_start, recover
+from mqstore.store.retention import Retention
+from mqstore.store.settings import resolve_config
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +134,7 @@ class MessageStore(Reads, IndexLookups):
         return store
 
     def _open(self) -> None:
-        # The format settings not passed explicitly are the store's (mqstore/store_settings.py).
+        # The format settings not passed explicitly are the store's (mqstore/store/settings.py).
         self.config = config = resolve_config(self.root_dir, self.config, read_only=self.read_only)
         root = self.root_dir
         if self.read_only:
@@ -532,7 +543,7 @@ class MessageStore(Reads, IndexLookups):
         return None if self._dispatch is None else self._dispatch.dispatched_offset
 
     def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None, consume_from: str = "first"):
-        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer.group)."""
+        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer)."""
         from mqstore.consumer.group import open_consumer  # consumer imports this module
 
         return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from)
@@ -542,8 +553,8 @@ class MessageStore(Reads, IndexLookups):
         """The store's records as a pyarrow.RecordBatchReader, with the Spark source's columns and filters (topic
         name(s), queue id(s), commitlog offsets [start_offset, end_offset), store times [start_time, end_time) as
         datetimes or ms since the epoch; `columns` picks columns). Up to the log's written end now; see
-        mqstore/scan.py and docs/arrow.md."""
-        from mqstore.scan import scan_store  # pyarrow work, imported when used
+        mqstore/store/scan.py and docs/arrow.md."""
+        from mqstore.store.scan import scan_store  # pyarrow work, imported when used
 
         self._check_open()
         return scan_store(self.root_dir, topic=topic, queue_ids=queue_ids, start_offset=start_offset,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from commitlog.native import NATIVE
+from mqstore.commitlog.native import NATIVE
+
 from tests.bench.quick import run_quick
 
 FIELDS = ("dispatch_cq_msgs_per_s", "dispatch_cq_index_msgs_per_s", "walk_crc_gb_per_s", "scan_rows_per_s",

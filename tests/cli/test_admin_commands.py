@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-
 from mqstore import Message, MessageStore
 from tests.cli.conftest import TOPIC
 from tests.conftest import small_config

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mqstore.scan import scan_store
+from mqstore.store.scan import scan_store
 from tests.cli.conftest import MESSAGES_PER_QUEUE, QUEUE_COUNT, TOPIC, body
 
 

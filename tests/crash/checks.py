@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from mqstore.commitlog import format as fmt
+
 from mqstore import Message, MessageStore, PutStatus, StoreConfig
 
 TOPICS = ("orders", "audit", "t")

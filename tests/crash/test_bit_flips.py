@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from mqstore.commitlog import format as fmt
+
 from mqstore import CorruptionError, FlushMode, MessageStore, StoreConfig
 from tests.crash.checks import RETENTION_OFF, body_seq, planned_message, read_segments, walk_log
 

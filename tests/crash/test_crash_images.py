@@ -26,12 +26,20 @@ import time
 import zlib
 
 import pytest
+from mqstore.flush.modes import FlushMode
 
-from flush.modes import FlushMode
 from mqstore import MessageStore, PutStatus
 from tests.conftest import StepClock, small_config
-from tests.crash.checks import RETENTION_OFF, Acked, body_seq, planned_message, read_segments, segments_from_files, \
-    verify_reopened, walk_log
+from tests.crash.checks import (
+    RETENTION_OFF,
+    Acked,
+    body_seq,
+    planned_message,
+    read_segments,
+    segments_from_files,
+    verify_reopened,
+    walk_log,
+)
 from tests.crash.simulator import PAGE_SIZE_BYTES, POLICIES, FlushRecorder, ImageStats, image_files, write_tree
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"

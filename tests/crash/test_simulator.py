@@ -6,6 +6,7 @@ import os
 import random
 
 from mqstore.commitlog.mapped_file import MappedFile
+
 from tests.crash import simulator
 from tests.crash.simulator import FlushRecorder, image_files
 

@@ -11,9 +11,9 @@ import struct
 import zlib
 
 import pytest
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.format import java_string_hash
+
 from mqstore import Message, MessageStore
 from tests.conftest import small_config
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mqstore.consumequeue import format as cqf
+
 from mqstore import Message, MessageStore
 from tests.conftest import small_config
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from mqstore.indexfile import format as fmt
 from mqstore.indexfile.index_file import IndexFile
 from mqstore.indexfile.index_service import IndexService

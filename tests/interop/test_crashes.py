@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from mqstore.commitlog import format as fmt
 
-from commitlog import format as fmt
 from mqstore import Message, MessageStore
 from tests.conftest import small_config
 from tests.crash.test_kill_writer import KillSeries, _kill_one

@@ -17,12 +17,11 @@ import threading
 from collections import Counter
 
 import pytest
+from mqstore.commitlog import format as fmt
 
-from commitlog import format as fmt
 from mqstore import Message, MessageStore, PutStatus
 from tests.conftest import small_config
-from tests.rocketmq import (RECORD_CRC_PROPERTY, assert_same_messages, entry_of, index_answer, put_entry,
-                            store_entries)
+from tests.rocketmq import RECORD_CRC_PROPERTY, assert_same_messages, entry_of, index_answer, put_entry, store_entries
 
 LONG_TOPIC = ("A|b%_-" * 22)[:fmt.TOPIC_LENGTH_MAX]
 TOPICS = ("orders", "TopicTest", "%RETRY%group_a", "a|b", LONG_TOPIC)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from mqstore.commitlog import format as fmt
 
-from commitlog import format as fmt
 from mqstore import MessageStore, PutStatus
 from tests.conftest import small_config
 from tests.interop.test_mqstore_writes import QUERIED_KEYS, QUERIED_TOPICS, planned_messages

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mqstore.spark_env import java_missing
+from mqstore.spark.env import java_missing
 from tests.conftest import FIXTURES_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,6 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-
 from mqstore.commitlog import format as fmt
 from mqstore.consumequeue import format as cqfmt
 

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from mqstore.commitlog import columnar
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.message import decode_message
 from mqstore.consumequeue import format as cqfmt
 from mqstore.consumequeue.mark import mark_path, read_mark
+
 from mqstore import Message, MessageStore, StoreConfig
 from mqstore.spark import source
-from mqstore.spark import options as spark_options
-from mqstore.spark import plan as spark_plan
-from mqstore.spark import scan as spark_scan
+from mqstore.store import scan_options as spark_options
+from mqstore.store import scan_plan as spark_plan
+from mqstore.store import scan_read as spark_scan
 from tests.spark.storegen import StoreWriter, encode_record
 
 SEGMENT = 64 * 1024
@@ -254,8 +254,7 @@ def test_the_dispatched_mark_is_trusted_only_at_a_record_start(tmp_path):
 def test_push_filters_folds_what_it_applies_exactly():
     from datetime import datetime, timezone
 
-    from pyspark.sql.datasource import (EqualTo, GreaterThan, In, IsNotNull, LessThanOrEqual, Not,
-                                        StringStartsWith)
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, LessThanOrEqual, Not, StringStartsWith
 
     filters = [EqualTo(("topic",), "a"), In(("topic",), ("a", "b")), In(("queue_id",), (1, 2)),
                GreaterThan(("commitlog_offset",), 10), LessThanOrEqual(("store_timestamp",),

@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from mqstore.spark_options import StoreRef
-from mqstore.spark_plan import plan_store
+from mqstore.store.scan_options import StoreRef
+from mqstore.store.scan_plan import plan_store
 from tests.conftest import wait_until
 from tests.spark.conftest import REPO_ROOT
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import mqstore.spark
 from mqstore.demo import TOPICS, run_demo
-from mqstore.spark_env import JAVA_NOT_FOUND, java_missing
+from mqstore.spark.env import JAVA_NOT_FOUND, java_missing
 from tests.spark.conftest import REPO_ROOT
 
 SNIPPET_TIMEOUT_S = 300  # a new JVM and Spark session on a loaded 2-core machine: about 15-60 s
@@ -67,7 +67,7 @@ def test_register_points_a_running_sessions_workers_at_this_interpreter(spark, m
 # --- without Java ------------------------------------------------------------------------------------------------
 def run_java_check(env: dict) -> str:
     """The check tests/spark/conftest.py and the demo use, run in a process with `env`."""
-    done = subprocess.run([sys.executable, "-c", "from mqstore.spark_env import java_missing; print(java_missing())"],
+    done = subprocess.run([sys.executable, "-c", "from mqstore.spark.env import java_missing; print(java_missing())"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()

@@ -35,9 +35,9 @@ def seeds_of(directory: Path, out: Path, label: str) -> int:
 def own_store(out: Path) -> int:
     """Segments this project's CommitLog writes: record CRCs, tags, keys, several topics, a segment roll."""
     sys.path.insert(0, str(REPO))
-    from commitlog import format as fmt
-    from commitlog.commitlog import CommitLog
-    from commitlog.message import Message
+    from mqstore.commitlog import format as fmt
+    from mqstore.commitlog.commitlog import CommitLog
+    from mqstore.commitlog.message import Message
 
     with tempfile.TemporaryDirectory() as root:
         log = CommitLog(root, 65536, writable=True, max_message_size_bytes=8192, max_queues_per_topic=4,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from mqstore.commitlog import format as fmt
+
 from mqstore import InvalidMessageError, Message, MessageStore
 from tests.conftest import small_config
 

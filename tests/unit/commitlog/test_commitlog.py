@@ -5,11 +5,11 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.commitlog import CommitLog, validate_topic
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError, StoreClosedError
 from mqstore.commitlog.message import Message
+
 from tests.unit.commitlog import handmade
 
 SEGMENT_SIZE = 65536

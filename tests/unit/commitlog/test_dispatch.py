@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog import record_batch
 from mqstore.commitlog.commitlog import CommitLog
@@ -11,6 +10,7 @@ from mqstore.commitlog.dispatch import DispatchBatch, DispatchService, parse_rec
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.commitlog.message import Message
 from mqstore.commitlog.segments import SegmentList
+
 from tests.unit.commitlog import handmade
 from tests.unit.commitlog.test_message import _three_record_segment
 

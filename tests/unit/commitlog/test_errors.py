@@ -7,7 +7,6 @@ import importlib
 import pkgutil
 
 import pytest
-
 from mqstore.commitlog import errors
 
 PACKAGES = ("commitlog", "consumequeue", "indexfile", "flush", "mqstore")

@@ -6,9 +6,9 @@ import struct
 
 import numpy as np
 import pytest
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
+
 from tests.unit.commitlog import handmade
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import mqstore.commitlog.handoff as handoff_module
 import pytest
+from mqstore.commitlog.handoff import HandOff
 
-import commitlog.handoff as handoff_module
-from commitlog.handoff import HandOff
 from tests.conftest import wait_until
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from mqstore.commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
 from mqstore.commitlog.mapped_file import MappedFile
 
@@ -149,7 +148,7 @@ def test_reserve_takes_disk_blocks_up_to_its_end_and_only_once(tmp_path):
 def test_reserve_on_a_full_disk_raises_store_io_error_from_the_os_error(tmp_path, monkeypatch):
     import errno
 
-    from commitlog import mapped_file as module
+    from mqstore.commitlog import mapped_file as module
 
     mapped = MappedFile.create(str(tmp_path / "f"), 0, 1 << 20, reserve_bytes=0)
     try:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.commitlog.message import StoredMessage, decode_message
 from mqstore.commitlog.segments import SegmentList
+
 from tests.unit.commitlog import handmade
 
 SEGMENT_SIZE = 4096

@@ -13,13 +13,13 @@ import zlib
 
 import numpy as np
 import pytest
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog import record_batch
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.native import NATIVE
+from mqstore.commitlog.record_batch import parse_records
+from mqstore.commitlog.segments import SegmentList
 
-from commitlog import format as fmt
-from commitlog import record_batch
-from commitlog.errors import CorruptionError
-from commitlog.native import NATIVE
-from commitlog.record_batch import parse_records
-from commitlog.segments import SegmentList
 from tests.unit.commitlog import handmade
 from tests.unit.commitlog.test_record_batch_decoders import _outcome
 
@@ -192,7 +192,7 @@ def test_the_scan_holds_the_segment_and_checks_its_arguments(tmp_path):
 @pytest.mark.parametrize("seed", range(2))
 def test_both_codecs_locate_the_same_records_in_a_read_buffer(tmp_path, monkeypatch, seed):
     """columnar.locate_records (the Spark source's and store.scan()'s record walk over a pread buffer)."""
-    from commitlog import columnar
+    from mqstore.commitlog import columnar
 
     writer = _write(tmp_path / "log", seed)
     rng = random.Random(seed)

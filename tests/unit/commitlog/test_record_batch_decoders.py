@@ -8,13 +8,13 @@ import shutil
 
 import numpy as np
 import pytest
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog import record_batch
 from mqstore.commitlog.commitlog import CommitLog
 from mqstore.commitlog.message import Message
 from mqstore.commitlog.record_batch import parse_records
 from mqstore.commitlog.segments import SegmentList
+
 from tests.unit.commitlog import handmade
 
 SEGMENT_SIZE = 65536

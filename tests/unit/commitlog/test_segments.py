@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.commitlog.segments import SegmentList
 

@@ -7,7 +7,6 @@ import os
 import random
 
 import pytest
-
 from mqstore.commitlog import commitlog as commitlog_module
 from mqstore.commitlog.commitlog import WRITE_THROUGH_RECORD_BYTES_MAX, CommitLog
 from mqstore.commitlog.errors import StoreIOError

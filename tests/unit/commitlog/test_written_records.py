@@ -7,7 +7,6 @@ import collections
 import random
 
 import pytest
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.commitlog import DESCRIBED_TAIL_BYTES_MAX, CommitLog
 from mqstore.commitlog.dispatch import DispatchService, parse_records

@@ -7,7 +7,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.consumequeue import format as cqf
 from mqstore.consumequeue.consume_queue import ConsumeQueue, ConsumeQueueTable

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mqstore.commitlog import format as log_format
 from mqstore.commitlog.dispatch import DispatchBatch
 from mqstore.commitlog.errors import CorruptionError

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from mqstore.commitlog.errors import StoreIOError
 from mqstore.consumequeue.mark import DispatchedMark, read_mark
 

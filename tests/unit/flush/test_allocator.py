@@ -5,11 +5,11 @@ from __future__ import annotations
 import mmap
 import os
 
+import mqstore.flush.allocator as allocator_module
 import pytest
+from mqstore.commitlog import format as fmt
+from mqstore.flush.allocator import SegmentAllocator
 
-import flush.allocator as allocator_module
-from commitlog import format as fmt
-from flush.allocator import SegmentAllocator
 from tests.conftest import wait_until
 
 SEGMENT_BYTES = 4 * 1024 * 1024

@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.flush.checkpoint import CHECKPOINT_SIZE_BYTES, RECOVERY_SAFETY_MARGIN_MS, Checkpoint
 

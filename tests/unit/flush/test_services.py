@@ -6,6 +6,7 @@ import struct
 import threading
 
 from mqstore.flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
+
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
 from tests.conftest import small_config, wait_until
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from mqstore.commitlog import format as log_format
 from mqstore.commitlog.dispatch import DispatchBatch
 from mqstore.indexfile.dispatcher import IndexDispatcher, message_index_keys

@@ -8,10 +8,9 @@ import struct
 
 import numpy as np
 import pytest
-
-from commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
-from indexfile import format as fmt
-from indexfile.index_file import IndexFile
+from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from mqstore.indexfile import format as fmt
+from mqstore.indexfile.index_file import IndexFile
 
 T0 = 1_700_000_000_000
 EVERYTHING = (0, 2**62)

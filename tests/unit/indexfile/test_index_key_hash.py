@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-
 from mqstore.commitlog.format import java_string_hash
 from mqstore.indexfile import format as fmt
 

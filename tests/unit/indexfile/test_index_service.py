@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from mqstore.commitlog.errors import (
-    CorruptionError, InvalidConfigError, InvalidMessageError, ReadOnlyStoreError, StoreClosedError,
+    CorruptionError,
+    InvalidConfigError,
+    InvalidMessageError,
+    ReadOnlyStoreError,
+    StoreClosedError,
 )
 from mqstore.indexfile import format as fmt
 from mqstore.indexfile import index_service

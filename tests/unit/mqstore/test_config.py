@@ -7,8 +7,15 @@ import json
 
 import pytest
 
-from mqstore import (ConfigMismatchError, CorruptionError, FlushMode, InvalidConfigError, Message, MessageStore,
-                     StoreConfig)
+from mqstore import (
+    ConfigMismatchError,
+    CorruptionError,
+    FlushMode,
+    InvalidConfigError,
+    Message,
+    MessageStore,
+    StoreConfig,
+)
 from mqstore.store.config import FORMAT_FIELDS, config_as_dict
 from tests.conftest import small_config
 

@@ -1,4 +1,4 @@
-"""mqstore.consumer.group: positions from committed offsets, long-poll woken by dispatch, tag filtering, at-least-once."""
+"""mqstore.consumer: positions from committed offsets, long-poll woken by dispatch, tag filtering, at-least-once."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mqstore import InvalidMessageError, Message, MessageStore, StoreClosedError
-from mqstore.consumer import _wait_dispatched_past, open_consumer
+from mqstore.consumer.group import _wait_dispatched_past, open_consumer
 from tests.conftest import FIXTURES_DIR, rocketmq_config, rocketmq_manifest
 from tests.unit.mqstore.conftest import config
 

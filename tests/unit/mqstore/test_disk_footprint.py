@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES
+from mqstore.consumequeue import format as cqf
 
-from commitlog import format as fmt
-from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES
-from consumequeue import format as cqf
 from mqstore import GetStatus, Message, MessageStore, StoreConfig
 from tests.conftest import small_config
 

@@ -53,6 +53,7 @@ def test_a_segment_that_cannot_be_created_refuses_puts_and_damages_nothing(tmp_p
 
 def test_a_sync_put_whose_write_fails_is_refused_and_the_store_goes_on(tmp_path, monkeypatch):
     from mqstore.commitlog import commitlog as commitlog_module
+
     from mqstore import FlushMode, PutStatus
 
     with MessageStore.open(tmp_path, small_config(flush_mode=FlushMode.SYNC)) as store:

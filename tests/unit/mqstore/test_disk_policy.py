@@ -1,7 +1,7 @@
 """What a filling disk does to a store: by default nothing unexpired is deleted and put() says DISK_FULL; deleting
 unexpired messages is a setting, and each time it happens it is logged at WARNING and counted in stats().
 
-The disk's usage is injected through retention's probe (mqstore.retention.disk_usage_probe), standing for another
+The disk's usage is injected through retention's probe (mqstore.store.retention.disk_usage_probe), standing for another
 program filling the disk the store shares."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import logging
 import os
 
 import pytest
+from mqstore.commitlog import mapped_file as mapped_file_module
+from mqstore.commitlog.format import parse_segment_name
 
-import mqstore.retention as retention_module
-from commitlog import mapped_file as mapped_file_module
-from commitlog.format import parse_segment_name
+import mqstore.store.retention as retention_module
 from mqstore import GetStatus, Message, MessageStore, PutStatus
 from tests.conftest import small_config
 
@@ -47,7 +47,7 @@ def test_a_disk_filled_by_someone_else_keeps_every_unexpired_message_and_refuses
         before = _segment_names(tmp_path)
         assert len(before) >= 3
         disk_usage[0] = 0.95  # over every ratio
-        with caplog.at_level(logging.WARNING, logger="mqstore.retention"):
+        with caplog.at_level(logging.WARNING, logger="mqstore.store.retention"):
             report = store.clean_expired()
             store._retention.run_once(manual=False)  # a background round as well
         assert report["segments_removed"] == [] and _segment_names(tmp_path) == before
@@ -70,7 +70,7 @@ def test_deleting_unexpired_messages_is_a_setting_that_warns_and_is_counted(tmp_
         _fill(store)
         before = _segment_names(tmp_path)
         disk_usage[0] = 0.87  # over disk_clean_forcibly_ratio, under disk_full_ratio
-        with caplog.at_level(logging.WARNING, logger="mqstore.retention"):
+        with caplog.at_level(logging.WARNING, logger="mqstore.store.retention"):
             report = store._retention.run_once(manual=False)
         removed = report.unexpired_segments_removed
         assert removed and removed == report.segments_removed == before[: len(removed)]
@@ -88,7 +88,7 @@ def test_expired_segments_go_under_disk_pressure_without_a_warning_or_a_count(tm
     with MessageStore.open(tmp_path, small_config(**{**FILLING, "file_reserved_hours": 0})) as store:
         _fill(store)
         disk_usage[0] = 0.80  # over disk_max_used_space_ratio: expired segments go at once
-        with caplog.at_level(logging.WARNING, logger="mqstore.retention"):
+        with caplog.at_level(logging.WARNING, logger="mqstore.store.retention"):
             report = store._retention.run_once(manual=False)
         assert report.reason == "disk" and report.segments_removed and report.unexpired_segments_removed == []
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from mqstore.commitlog.errors import StoreError
+
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
-from mqstore.dispatch_process import CONTROL_FILE_NAME, DispatchProcessError
+from mqstore.store.dispatch_process import CONTROL_FILE_NAME, DispatchProcessError
 from tests.conftest import small_config, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,13 +8,13 @@ import os
 import threading
 
 import pytest
-
 from mqstore.commitlog.commitlog import CommitLog
 from mqstore.commitlog.dispatch import DispatchService
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
 from mqstore.indexfile.dispatcher import IndexDispatcher
 from mqstore.indexfile.index_service import IndexService
+
 from mqstore import Message, MessageStore
 from mqstore.store.config import FlushMode
 from tests.unit.mqstore.conftest import config

@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 import pytest
-
 from mqstore.indexfile import format as index_format
+
 from mqstore import ConfigMismatchError, CorruptionError, InvalidMessageError, Message, MessageStore
 from tests.conftest import rocketmq_config, rocketmq_manifest, small_config
 

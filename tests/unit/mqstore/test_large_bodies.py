@@ -4,9 +4,9 @@ back and checked the same, by put and by put_batch, and damage anywhere in a lon
 from __future__ import annotations
 
 import pytest
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError
+
 from mqstore import GetStatus, Message, MessageStore
 from tests.conftest import small_config
 

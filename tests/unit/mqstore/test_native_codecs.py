@@ -10,17 +10,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from mqstore.commitlog import columnar, record_batch
+from mqstore.commitlog.dispatch import DispatchService
+from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.native import NATIVE
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
+from mqstore.indexfile.dispatcher import IndexDispatcher
+from mqstore.indexfile.index_service import IndexService
 
-from commitlog import columnar, record_batch
-from commitlog.dispatch import DispatchService
-from commitlog.errors import CorruptionError
-from commitlog.native import NATIVE
-from consumequeue.consume_queue import ConsumeQueueTable
-from consumequeue.dispatcher import ConsumeQueueDispatcher
-from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_service import IndexService
 from mqstore import Message, MessageStore
-from mqstore.markers import ABORT_FILE_NAME
+from mqstore.store.markers import ABORT_FILE_NAME
 from tests.conftest import small_config
 
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="MQSTORE_NATIVE=0: only the pure-Python codec is there")

@@ -1,4 +1,4 @@
-"""mqstore.consumer.offsets: RocketMQ's consumerOffset.json, fastjson's unquoted keys included; atomic, advancing commits."""
+"""mqstore.consumer.offsets: RocketMQ's consumerOffset.json, fastjson's unquoted keys; atomic, advancing commits."""
 
 from __future__ import annotations
 
@@ -11,8 +11,17 @@ from pathlib import Path
 import pytest
 
 from mqstore import CorruptionError, InvalidMessageError, StoreIOError
-from mqstore.consumer.offsets import (JSON_NESTING_MAX, ConsumerOffsets, decode_offsets_file, encode_offsets_file,
-                             offset_key, offsets_path, parse_lenient_json, split_offset_key, validate_group)
+from mqstore.consumer.offsets import (
+    JSON_NESTING_MAX,
+    ConsumerOffsets,
+    decode_offsets_file,
+    encode_offsets_file,
+    offset_key,
+    offsets_path,
+    parse_lenient_json,
+    split_offset_key,
+    validate_group,
+)
 from tests.conftest import FIXTURES_DIR
 
 ROCKETMQ_OFFSETS = FIXTURES_DIR / "consumerOffset.json"

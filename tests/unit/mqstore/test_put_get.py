@@ -6,8 +6,8 @@ import os
 import shutil
 
 import pytest
-
 from mqstore.commitlog.format import java_string_hash
+
 from mqstore import FlushMode, GetStatus, InvalidMessageError, Message, MessageStore, PutStatus
 from tests.unit.mqstore.conftest import config
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from mqstore.commitlog import format as fmt
+
 from mqstore import CorruptionError, Message, MessageStore
 from mqstore.store.verify import verify_store
 from tests.conftest import rocketmq_config

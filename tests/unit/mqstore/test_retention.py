@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from mqstore.commitlog.format import parse_segment_name
+
 from mqstore import GetStatus, Message, MessageStore, PutStatus
 from mqstore.store.retention import Retention, restore_from_archive
 from tests.conftest import small_config

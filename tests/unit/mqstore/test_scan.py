@@ -13,13 +13,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from mqstore.commitlog import columnar, record_batch
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError, InvalidConfigError
+from mqstore.commitlog.native import NATIVE
 
-from commitlog import columnar, record_batch
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError, InvalidConfigError
-from commitlog.native import NATIVE
 from mqstore import Message, MessageStore
-from mqstore.scan import COLUMNS, SCAN_SCHEMA, scan_store
+from mqstore.store.scan import COLUMNS, SCAN_SCHEMA, scan_store
 from tests.conftest import small_config
 from tests.spark.storegen import StoreWriter
 
@@ -76,7 +76,7 @@ def _outcome(root, **options):
 
 def test_the_schema_is_the_spark_sources():
     pytest.importorskip("pyspark")
-    from mqstore.spark_options import arrow_schema, commitlog_schema
+    from mqstore.store.scan_options import arrow_schema, commitlog_schema
 
     assert arrow_schema(commitlog_schema()) == SCAN_SCHEMA
     assert arrow_schema(commitlog_schema(True)).names == list(COLUMNS) + ["store"]
@@ -186,7 +186,7 @@ def test_both_codecs_refuse_damaged_bytes_alike(store_dir, tmp_path, monkeypatch
 
 def test_a_scan_needs_no_pyspark(store_dir):
     code = ("import sys; sys.modules['pyspark'] = None\n"
-            "from mqstore.scan import scan_store\n"
+            "from mqstore.store.scan import scan_store\n"
             f"print(scan_store({str(store_dir)!r}, topic='topic1').read_all().num_rows)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]

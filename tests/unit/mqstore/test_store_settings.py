@@ -10,8 +10,8 @@ import pickle
 import shutil
 
 import pytest
+from mqstore.commitlog.errors import ConfigMismatchError
 
-from commitlog.errors import ConfigMismatchError
 from mqstore import FlushMode, GetStatus, Message, MessageStore, StoreConfig
 from tests.conftest import ROCKETMQ_STORE, rocketmq_manifest, small_config
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from mqstore import (GetStatus, InvalidMessageError, Message, MessageStore, ReadOnlyStoreError, StoreClosedError,
-                     StoreError)
+from mqstore import (
+    GetStatus,
+    InvalidMessageError,
+    Message,
+    MessageStore,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreError,
+)
 from tests.unit.mqstore.conftest import MAX_QUEUES, config
 
 MAX_BODY = config().max_message_size_bytes

@@ -7,6 +7,7 @@ import struct
 
 from mqstore.indexfile import format as index_format
 from mqstore.indexfile.index_file import IndexFile
+
 from mqstore import Message, MessageStore
 from mqstore.store.verify import INDEX_DISABLED, verify_store
 from tests.unit.mqstore.conftest import config

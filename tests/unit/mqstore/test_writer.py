@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import mqstore.commitlog.handoff as handoff
+
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus, StoreClosedError
 from tests.conftest import small_config, wait_until
 

@@ -19,15 +19,31 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 try:  # pyspark (the `spark` extra) is needed by the Spark source only; RowFilter and StoreRef also serve store.scan()
-    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull, LessThan,
-                                        LessThanOrEqual)
-    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
-                                   StructType, TimestampType)
+    from pyspark.sql.datasource import (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        LessThan,
+        LessThanOrEqual,
+    )
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 except ImportError:  # pragma: no cover - exercised by a test in a subprocess without pyspark
     StructField = None
 
-from commitlog.columnar import STORE_COLUMN
-from mqstore.spark_errors import CommitLogSourceError
+from mqstore.commitlog.columnar import STORE_COLUMN
+from mqstore.store.scan_errors import CommitLogSourceError
 
 FORMAT_NAME = "commitlog"
 

@@ -27,11 +27,11 @@ import json
 import os
 import struct
 
-from commitlog import format as fmt
-from commitlog.errors import ConfigMismatchError
-from consumequeue import format as cqf
-from indexfile import format as index_format
-from mqstore.config import CONFIG_FILE_NAME, MESSAGE_OVERHEAD_MAX_BYTES, StoreConfig
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import ConfigMismatchError
+from mqstore.consumequeue import format as cqf
+from mqstore.indexfile import format as index_format
+from mqstore.store.config import CONFIG_FILE_NAME, MESSAGE_OVERHEAD_MAX_BYTES, StoreConfig
 
 INDEX_SIZE_FIELDS = ("index_slot_count", "index_entry_count_max")
 

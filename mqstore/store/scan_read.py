@@ -5,7 +5,7 @@ records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned);
 ConsumeQueue slices whose records are gathered with one pread per run of close records, and each record must
 be the size and topic its unit says. `written_end` finds where the last written segment's records end (the
 snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
-commitlog.columnar's; files are read through mqstore.spark.store_files.
+commitlog.columnar's; files are read through mqstore.store.store_files.
 """
 
 from __future__ import annotations
@@ -24,13 +24,21 @@ except ImportError:  # pragma: no cover - exercised by a test in a subprocess wi
     InputPartition = object
 
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.columnar import (BUFFER_PAD_BYTES, NEXT_BLANK, NEXT_END, NEXT_MORE, Decoder, FastLayout,
-                                big_endian_ints, locate_records)
+from mqstore.commitlog.columnar import (
+    BUFFER_PAD_BYTES,
+    NEXT_BLANK,
+    NEXT_END,
+    NEXT_MORE,
+    Decoder,
+    FastLayout,
+    big_endian_ints,
+    locate_records,
+)
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.message import decode_message
 from mqstore.consumequeue import format as cqfmt
-from mqstore.spark.options import RowFilter, StoreRef
-from mqstore.spark.store_files import QueueIndex, Segments, list_segments, open_segment, pread_segment
+from mqstore.store.scan_options import RowFilter, StoreRef
+from mqstore.store.store_files import QueueIndex, Segments, list_segments, open_segment, pread_segment
 
 MIB = 1 << 20
 READ_CHUNK_BYTES = 16 * MIB  # a reader holds at most this much of a segment at once (or one larger record)

@@ -6,7 +6,7 @@
 
 One row per message record, with the Spark source's columns (SCAN_SCHEMA; docs in mqstore/spark.py) and its
 filters: topics, queue ids, commitlog offsets [start_offset, end_offset), store times [start_time, end_time).
-A scan is planned once (mqstore/spark_plan.py: each store up to its written end when `scan` is called; a topic
+A scan is planned once (mqstore/store/scan_plan.py: each store up to its written end when `scan` is called; a topic
 filter reads through the ConsumeQueues, a time range skips whole segments) and read lazily, one RecordBatch of
 at most commitlog.columnar.BATCH_RECORDS_MAX rows at a time (commitlog/columnar.py decodes; its record walk is
 the compiled scan when the extension is built). Bytes that break the format raise CorruptionError (file,
@@ -21,15 +21,15 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from commitlog.columnar import STORE_COLUMN
-from commitlog.errors import InvalidConfigError
-from mqstore.spark_options import RowFilter, StoreRef, _datetime_us
-from mqstore.spark_plan import plan_batch
-from mqstore.spark_scan import read_partition
+from mqstore.commitlog.columnar import STORE_COLUMN
+from mqstore.commitlog.errors import InvalidConfigError
+from mqstore.store.scan_options import RowFilter, StoreRef, _datetime_us
+from mqstore.store.scan_plan import plan_batch
+from mqstore.store.scan_read import read_partition
 
 _STAMP = pa.timestamp("us", tz="UTC")
 
-# The Spark source's rows as Arrow (what pyspark's to_arrow_schema makes of mqstore.spark_options'
+# The Spark source's rows as Arrow (what pyspark's to_arrow_schema makes of mqstore.store.scan_options'
 # commitlog_schema; a test checks the two agree).
 SCAN_SCHEMA = pa.schema([
     pa.field("topic", pa.string(), False),

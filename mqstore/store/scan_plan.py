@@ -41,9 +41,9 @@ except ImportError:  # pragma: no cover - exercised by a test in a subprocess wi
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreIOError
 from mqstore.consumequeue.mark import mark_path, read_mark
-from mqstore.spark.options import RowFilter, StoreRef
-from mqstore.spark.scan import LogPartition, Piece, QueuePartition, written_end
-from mqstore.spark.store_files import QueueIndex, Segments, list_segments
+from mqstore.store.scan_options import RowFilter, StoreRef
+from mqstore.store.scan_read import LogPartition, Piece, QueuePartition, written_end
+from mqstore.store.store_files import QueueIndex, Segments, list_segments
 
 MIB = 1 << 20
 PARTITION_BYTES_MAX = 64 * MIB  # log bytes per partition, at most

@@ -1,6 +1,6 @@
 """`mqstore export`: a store's records, or a filtered part of them, to a Parquet, Arrow IPC or CSV file.
 
-It reads through `mqstore.scan.scan_store` (the columns and filters of `MessageStore.scan()` and of the Spark
+It reads through `mqstore.store.scan.scan_store` (the columns and filters of `MessageStore.scan()` and of the Spark
 source), batch by batch, so a store larger than memory is exported in constant memory. The store's files are
 read, not opened as a store: a writer may be appending (the export ends at the written end when it starts).
 CSV has no nested or binary columns: there `body` is hex, `keys` space-separated, `properties` a JSON object.
@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mqstore.cli_common import print_json
+from mqstore.cli.common import print_json
 
 FORMATS = {".parquet": "parquet", ".arrow": "arrow", ".ipc": "arrow", ".feather": "arrow", ".csv": "csv"}
 _HEX_PAIRS = np.frombuffer(b"".join(f"{b:02X}".encode() for b in range(256)), dtype=np.uint16)
@@ -40,13 +40,13 @@ def add_parser(add) -> None:
 
 
 def _columns() -> tuple:
-    from mqstore.scan import COLUMNS
+    from mqstore.store.scan import COLUMNS
 
     return COLUMNS
 
 
 def cmd_export(args) -> int:
-    from mqstore.scan import scan_store
+    from mqstore.store.scan import scan_store
 
     kind = args.format or FORMATS.get(os.path.splitext(args.output)[1].lower())
     if kind is None:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.columnar import BUFFER_PAD_BYTES
-from commitlog.errors import CorruptionError, StoreIOError
-from consumequeue import format as cqfmt
-from mqstore.spark_errors import CommitLogSourceError
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.columnar import BUFFER_PAD_BYTES
+from mqstore.commitlog.errors import CorruptionError, StoreIOError
+from mqstore.consumequeue import format as cqfmt
+from mqstore.store.scan_errors import CommitLogSourceError
 
 BOUNDARY_QUEUES_MAX = 16  # queues searched for a record start to split a segment at
 
