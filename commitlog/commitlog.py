@@ -21,6 +21,7 @@ from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile, fsync_directory
 from commitlog.message import Message, StoredMessage, decode_message, decode_records
+from commitlog.native import NATIVE
 from commitlog.segments import SegmentList
 from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 
@@ -31,6 +32,8 @@ DESCRIBED_TAIL_BYTES_MAX = 4096  # bytes of topic and properties above which a r
 # With `write_through`, records up to this size are encoded in a buffer and written with pwrite; larger ones are
 # encoded in the mapping as always (their copy costs more than the page faults pwrite saves).
 WRITE_THROUGH_RECORD_BYTES_MAX = 64 * 1024
+# The compiled pwrite that keeps the GIL (commitlog/csrc/flushwait.c), for the write-through append; None: os.pwrite
+_write_at = None if NATIVE is None else NATIVE.write_at
 
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
@@ -321,6 +324,9 @@ class CommitLog:
         """pwrite an encoded record at `pos` of the current segment (nothing is published before it is all there)."""
         fd = self._segment_fd
         try:
+            if _write_at is not None:  # keeps the GIL: os.pwrite's letting go costs the put a GIL round trip
+                _write_at(fd, record, pos)
+                return
             while record:
                 written = os.pwrite(fd, record, pos)
                 record, pos = record[written:], pos + written

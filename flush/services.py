@@ -171,6 +171,8 @@ class GroupCommitService:
             if outcome == GATE_LEAD:
                 self.leader_flush_count += 1
                 self._lead_gate()
+                if self.durable_position >= position:
+                    return True
             # else GATE_IDLE: the lead was let go with this position not durable; ask again (or lead)
             remaining = timeout_s - (time.monotonic() - started)
             if remaining <= 0:
