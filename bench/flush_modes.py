@@ -6,8 +6,8 @@ physical limits and the embedded stores a Python user would pick instead, at equ
     .venv/bin/python bench/flush_modes.py --out-dir DIR    # write the results elsewhere
     .venv/bin/python bench/flush_modes.py --sync           # only the SYNC targets of issue 21 (about 2 minutes)
 
-`--sync` measures the raw pwrite+fdatasync loop, the store's SYNC puts from 1, 8 and 64 producers (callers
-waiting in the compiled core's FlushGate, and in the Python group commit MQSTORE_NATIVE=0 uses), the bare
+`--sync` measures the raw pwrite+fdatasync loop, the store's SYNC puts from 1, 8 and 64 producers (with the
+compiled flush path of commitlog/csrc/flushwait.c, and with the pure-Python one MQSTORE_NATIVE=0 uses), the bare
 CPython group commit, RocketMQ 4.4.0's own SYNC puts (`rmq put ... sync`, from $MQSTORE_ROCKETMQ_HOME or
 ../shared/rocketmq-4.4.0; rows left out when Java or the jars are absent, and in --quick) from 1 to 64
 threads, all taking turns, and ASYNC 100 B puts of one producer for the p99; writes flush_modes_sync.*.
@@ -70,6 +70,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import commitlog.commitlog as commitlog_module  # noqa: E402
 import flush.services  # noqa: E402
 from mqstore import FlushMode, Message, MessageStore, PutStatus, StoreConfig  # noqa: E402
 
@@ -119,7 +120,7 @@ SYNC_BODY_SIZES = (100, 1024)
 SYNC_PRODUCER_COUNTS = (1, 8, 64)
 ROCKETMQ_SYNC_THREADS = (1, 8, 64)
 ROCKETMQ_SYNC_PUTS = 6000  # puts of one RocketMQ row a round (full run; its JVM start is not timed)
-PYTHON_WAIT_SUFFIX = ", Python group commit"  # rows whose callers wait in the Python version (MQSTORE_NATIVE=0's)
+PYTHON_WAIT_SUFFIX = ", pure-Python flush path"  # rows with MQSTORE_NATIVE=0's wait and write-through pwrite
 STALL_NS = 1_000_000  # a call longer than this counts as stalled (the share of time spent in such calls is reported)
 
 
@@ -309,14 +310,15 @@ def copy_rates(work: str, total_bytes: int) -> list[dict]:
 
 
 def python_wait_cell(work: str, settings: dict, body_size: int, producers: int, seconds: float):
-    """A SYNC cell whose callers wait in the Python group commit (the wait MQSTORE_NATIVE=0 uses), for the
-    before/after of the compiled FlushGate in one run. Everything else of the store is the same."""
-    saved = flush.services.NATIVE
-    flush.services.NATIVE = None
+    """A SYNC cell with the flush path MQSTORE_NATIVE=0 uses: callers wait in the Python group commit and the
+    write-through append uses os.pwrite. The before/after of flushwait.c in one run; the rest of the store (its
+    codec, dispatch) is the same in both."""
+    saved = flush.services.NATIVE, commitlog_module._write_at
+    flush.services.NATIVE = commitlog_module._write_at = None
     try:
         row, latencies = matrix_cell(work, settings, FlushMode.SYNC, body_size, producers, seconds)
     finally:
-        flush.services.NATIVE = saved
+        flush.services.NATIVE, commitlog_module._write_at = saved
     row["name"] += PYTHON_WAIT_SUFFIX
     row["mode"] += PYTHON_WAIT_SUFFIX
     return row, latencies
