@@ -53,18 +53,27 @@ def test_advance_wakes_the_waiters_it_covers_and_keeps_the_lead_for_the_rest():
     assert results == {20: DURABLE, 30: DURABLE}
 
 
-def test_letting_go_of_the_lead_hands_it_to_one_waiter_and_tells_a_non_leading_one():
+def test_letting_go_of_the_lead_hands_it_to_a_waiter_that_may_lead():
     gate = NATIVE.flush_gate(0)
     assert gate.wait(5, 5, True) == LEAD
     results = {}
     leading = _waiter(gate, 50, 10, True, results, "may lead")
-    idle = _waiter(gate, 60, 10, False, results, "may not lead")
-    assert _until(lambda: gate.waiting == 2)
+    assert _until(lambda: gate.waiting == 1)
     assert gate.advance(5, False) == 0
     leading.join(10)
+    assert results == {"may lead": LEAD} and gate.leading
+
+
+def test_a_waiter_that_may_not_lead_is_told_when_the_lead_is_let_go_and_nobody_took_it():
+    gate = NATIVE.flush_gate(0)
+    assert gate.wait(5, 5, True) == LEAD
+    results = {}
+    idle = _waiter(gate, 60, 10, False, results, "may not lead")
+    assert _until(lambda: gate.waiting == 1)
+    assert gate.advance(5, False) == 0
     idle.join(10)
-    assert results == {"may lead": LEAD, "may not lead": IDLE}
-    assert gate.leading
+    assert results == {"may not lead": IDLE} and not gate.leading  # its caller asks the flush thread again
+    assert gate.wait(60, 0, False) == TIMEOUT  # a new wait starts from the present: no stale hand-over
 
 
 def test_close_wakes_every_waiter_and_durable_positions_stay_durable():
