@@ -28,6 +28,7 @@ from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
 from commitlog.message import Message, StoredMessage, decode_message, decode_records
+from commitlog.native import NATIVE
 from commitlog.segments import SegmentList
 from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 
@@ -44,6 +45,8 @@ SPACE_RESERVE_STEP_BYTES = 4 * 1024 * 1024
 # How near its segment's end the writer asks for the next segment (near_end_listeners); a quarter of the segment
 # when that is less, so that small segments are not asked for at once.
 NEXT_SEGMENT_LEAD_BYTES = 64 * 1024 * 1024
+# The compiled pwrite that keeps the GIL (commitlog/csrc/flushwait.c), for the write-through append; None: os.pwrite
+_write_at = None if NATIVE is None else NATIVE.write_at
 
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
@@ -336,6 +339,9 @@ class CommitLog:
         """pwrite an encoded record at `pos` of the current segment (nothing is published before it is all there)."""
         fd = self._segment_fd
         try:
+            if _write_at is not None:  # keeps the GIL: os.pwrite's letting go costs the put a GIL round trip
+                _write_at(fd, record, pos)
+                return
             while record:
                 written = os.pwrite(fd, record, pos)
                 record, pos = record[written:], pos + written

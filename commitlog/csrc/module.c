@@ -1,5 +1,6 @@
 /* The module object of `commitlog._native`: it only gathers the method tables of the other C files. */
 #include "mq_native.h"
+#include "flushwait.h"
 
 static PyObject *native_crc32(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -31,5 +32,6 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(module);
         return NULL;
     }
+    if (PyModule_AddFunctions(module, mq_flush_methods) < 0) { Py_DECREF(module); return NULL; }
     return module;
 }
