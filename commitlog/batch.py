@@ -209,6 +209,13 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
 def _write_run(log, columns: Columns, start: int, stop: int, offsets: np.ndarray, queue_offsets: np.ndarray,
                store_ts: int) -> None:
     """Write records [start, stop) of the batch at `offsets`, which all lie in the current segment."""
+    codec = log.codec
+    if codec is not None:  # the compiled codec writes each record straight into the mapping
+        codec.encode_run(log._view, int(offsets[0]) - log._segment_base, offsets, columns.sizes[start:stop],
+                         columns.body_crcs[start:stop], columns.queue_ids[start:stop], columns.flags[start:stop],
+                         queue_offsets, columns.born_ms[start:stop], store_ts, log.born_host_raw, log.store_host_raw,
+                         columns.bodies, columns.tails, start, log.record_crc)
+        return
     run = stop - start
     sizes = columns.sizes[start:stop]
     header = np.zeros(run, dtype=fmt.HEADER_V1_DTYPE)

@@ -16,11 +16,12 @@ import threading
 import time
 
 from commitlog import format as fmt
+from commitlog import native
 from commitlog.batch import Columns, append_columns, columns_from_records, prepare_columns
 from commitlog.record_batch import parse_records
 from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from commitlog.mapped_file import MappedFile, fsync_directory
-from commitlog.message import Message, StoredMessage, decode_message, decode_records
+from commitlog.message import Message, StoredMessage, decode_message, decode_records, decode_records_native
 from commitlog.segments import SegmentList
 from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 
@@ -116,6 +117,9 @@ class CommitLog:
         self.record_crc = record_crc  # append writes the record-CRC property (format rule 6)
         self.record_crc_from = record_crc_from  # records from here on must carry one (None: none must)
         self._crc_suffix = fmt.RECORD_CRC_PLACEHOLDER if record_crc else b""
+        # The codec of the per-record byte work: the compiled core (commitlog.native) or None for the pure-Python
+        # reference; chosen when the log is opened, so that tests can open one log with each.
+        self.codec = native.NATIVE
         if writable:
             os.makedirs(directory, exist_ok=True)
         self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate,
@@ -293,17 +297,23 @@ class CommitLog:
         queue_offsets = self.queue_offsets
         queue_offset = queue_offsets.get(queue_key, 0)
         store_ts = _time_ns() // 1_000_000
-        body_end = at + 88 + len(body)
-        _pack_header(view, at, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
-                     store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
-                     0, 0, len(body))
-        view[at + 88 : body_end] = body
-        end = at + size
-        view[body_end:end] = tail
-        if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
-            covered = view[at : end - 20]
-            crc = _crc32(covered) if size <= _CRC_SMALL else fmt.crc32(covered)
-            view[end - 11 : end - 1] = (b"%010d" % (crc & 0x7FFFFFFF))[::-1]
+        codec = self.codec
+        if codec is not None:
+            codec.encode_record(view, at, size, crc, queue_key[1], flag, queue_offset, offset,
+                                store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
+                                body, tail, self.record_crc)
+        else:
+            body_end = at + 88 + len(body)
+            _pack_header(view, at, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
+                         store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
+                         0, 0, len(body))
+            view[at + 88 : body_end] = body
+            end = at + size
+            view[body_end:end] = tail
+            if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
+                covered = view[at : end - 20]
+                crc = _crc32(covered) if size <= _CRC_SMALL else fmt.crc32(covered)
+                view[end - 11 : end - 1] = (b"%010d" % (crc & 0x7FFFFFFF))[::-1]
         if scratch is not None:
             self._write_through(scratch[:size], pos)
         queue_offsets[queue_key] = queue_offset + 1
@@ -409,7 +419,10 @@ class CommitLog:
             pos = offset - segment.base_offset
             left = segment.size_bytes - pos
             assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left
-            fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
+            if self.codec is not None:
+                self.codec.encode_blank(segment.view, pos, left)
+            else:
+                fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
             next_base = self._segment_end
             self.set_end(next_base)  # the blank is written: readers may pass it
             if segment.appending:
@@ -444,6 +457,12 @@ class CommitLog:
         if view is None:
             raise StoreClosedError("the commitlog is closed")
         pos = commitlog_offset - segment.base_offset
+        if self.codec is not None:  # None: a record the compiled fast path leaves to the reference (or damage)
+            message = self.codec.decode_record(view, pos, segment.size_bytes - pos, commitlog_offset, check_crc,
+                                               -1 if self.record_crc_from is None else self.record_crc_from,
+                                               StoredMessage)
+            if message is not None:
+                return message
         return decode_message(view, pos, segment.size_bytes - pos, commitlog_offset, path=segment.path,
                               check_crc=check_crc, record_crc_from=self.record_crc_from)
 
@@ -460,6 +479,9 @@ class CommitLog:
             if low < self.segments.first_base_offset or high >= self._end:
                 raise InvalidMessageError(f"commitlog offsets {low}..{high} are not all inside the log "
                                           f"[{self.min_offset()}, {self._end})")
+        if self.codec is not None:
+            return decode_records_native(self.codec, self.segment_at, commitlog_offsets, sizes,
+                                         record_crc_from=self.record_crc_from, queue=queue)
         return decode_records(self.segment_at, commitlog_offsets, sizes, record_crc_from=self.record_crc_from,
                               queue=queue)
 
