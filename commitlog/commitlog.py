@@ -10,6 +10,7 @@ dense per (topic, queue_id), starting at 0. The owner restores that table on ope
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -262,6 +263,15 @@ class CommitLog:
             tail = tails[0] + fmt.I16.pack(len(properties)) + properties
         crc = _crc32(body) if len(body) <= _CRC_SMALL else fmt.crc32(body)
         return ((topic, queue_id), flag, body, crc & 0x7FFFFFFF, born, tail, 88 + len(body) + len(tail))
+
+    def compiled_prepare(self):
+        """`prepare` of the common message shape (a compiled Message without tags, keys or properties, of a topic
+        seen before) in compiled code, as a callable returning the prepared record, or None for any other message
+        (then `prepare` handles it); None when there is no compiled codec or the log adds UNIQ_KEYs."""
+        if self.codec is None or self.unique_keys is not None or not hasattr(self.codec, "prepare_message"):
+            return None
+        return functools.partial(self.codec.prepare_message, self._topic_tails, self.max_queues_per_topic,
+                                 self.max_message_size_bytes)
 
     def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes, bytes]:
         """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by PROPERTIES without user

@@ -11,6 +11,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from commitlog import format as fmt
+from commitlog import native
 from commitlog.errors import CorruptionError
 
 
@@ -26,6 +27,15 @@ class Message:
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
     born_timestamp_ms: int | None = None
+
+
+ReferenceMessage = Message  # the dataclass: the definition of the fields, and `Message` without the compiled core
+if native.NATIVE is not None:
+    # The compiled Message: the same fields, defaults, repr and ==, built in about a tenth of the time (its
+    # `properties` dict is made when first read). dataclasses.fields() and replace() work on it through these.
+    native.NATIVE.Message.__dataclass_fields__ = ReferenceMessage.__dataclass_fields__
+    native.NATIVE.Message.__dataclass_params__ = ReferenceMessage.__dataclass_params__
+    Message = native.NATIVE.Message  # noqa: F811
 
 
 class PutStatus(enum.Enum):

@@ -70,5 +70,9 @@ uint32_t mq_crc32(uint32_t crc, const uint8_t *data, size_t length);
 /* --- the method tables, one per C file that exports functions ------------------------------------------- */
 extern PyMethodDef mq_codec_methods[];   /* codec.c: encode records into segments, decode them for get */
 extern PyMethodDef mq_scan_methods[];    /* scan.c: dispatch scan, recovery walk, Arrow columns */
+extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the common message shape */
+
+/* message_type.c: adds the compiled `Message` type to the module; 0, or -1 with an exception set. */
+int mq_message_init(PyObject *module);
 
 #endif

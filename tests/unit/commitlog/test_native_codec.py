@@ -263,3 +263,69 @@ def test_decode_never_reads_outside_the_buffer():
         assert _native.decode_record(record, cut + 1, len(record), 0, True, -1, StoredMessage) is None
     assert tuple(_native.decode_record(record, 0, len(record), 0, True, -1, StoredMessage))[15:] == (
         b"body", "t", b"TAGS\x01x\x02")
+
+
+# --- the compiled Message and prepare --------------------------------------------------------------------------
+
+def _message_cases(cls):
+    return [cls("t", b"x"), cls("t", b"", 3), cls(topic="t", body=b"b", queue_id=1, tags="a", keys=["k"],
+                                                   properties={"p": "v"}, flag=-1, born_timestamp_ms=5),
+            cls("t", b"x", 1, None, (), {}, 2, None)]
+
+
+def test_the_compiled_message_is_the_dataclass():
+    import dataclasses
+    import pickle
+
+    from commitlog.message import ReferenceMessage
+
+    compiled = _native.Message
+    for reference, made in zip(_message_cases(ReferenceMessage), _message_cases(compiled)):
+        assert repr(made) == repr(reference)
+        assert [getattr(made, f.name) for f in dataclasses.fields(reference)] == [
+            getattr(reference, f.name) for f in dataclasses.fields(reference)]
+        assert made == pickle.loads(pickle.dumps(made)) and made != reference
+        assert dataclasses.replace(made, flag=9).flag == 9
+    first, second = compiled("t", b""), compiled("t", b"")
+    first.properties["a"] = "b"
+    assert first.properties == {"a": "b"} and second.properties == {} and first != second
+    with pytest.raises(TypeError):
+        hash(first)
+    for bad in [lambda: compiled("t"), lambda: compiled("t", b"", nope=1), lambda: compiled("t", b"", topic="u"),
+                lambda: compiled(*range(9))]:
+        with pytest.raises(TypeError):
+            bad()
+    with pytest.raises(TypeError):
+        ReferenceMessage("t")
+    first.tags = "x"
+    assert first.tags == "x"
+
+
+def test_the_compiled_prepare_gives_the_python_prepare_or_leaves_it(tmp_path):
+    log = CommitLog(str(tmp_path / "commitlog"), SEGMENT_BYTES, writable=True, max_message_size_bytes=1000,
+                    max_queues_per_topic=4, born_host_raw=bytes(8), store_host_raw=bytes(8), record_crc=True)
+    log.codec = _native
+    prepare = log.compiled_prepare()
+    assert prepare is not None
+    message = _native.Message
+    cases = [message("known", b"x" * n) for n in (0, 1, 1000)] + [
+        message("known", b"y", queue_id=3, flag=-(2**31), born_timestamp_ms=0), message("known", b"", keys=[]),
+        message("unknown", b"x"), message("known", b"x", tags="t"), message("known", b"x", keys=["k"]),
+        message("known", b"x", properties={"a": "b"}), message("known", b"x" * 1001), message("known", b"x", queue_id=4),
+        message("known", b"x", queue_id=-1), message("known", b"x", queue_id=True), message("known", bytearray(b"x")),
+        message("known", b"x", flag=2**31), message("known", b"x", born_timestamp_ms=-1), message(b"known", b"x"),
+        message("known", "text"), message("known", b"x", keys=None), message("known", b"x", born_timestamp_ms=1.0)]
+    log.prepare(message("known", b""))  # the topic is checked and cached
+    accepted = 0
+    for case in cases:
+        compiled = prepare(case)
+        try:
+            expected = log.prepare(case)
+        except InvalidMessageError:
+            assert compiled is None, case
+            continue
+        if compiled is not None:
+            assert compiled == expected, case
+            accepted += 1
+    assert accepted == 5
+    log.close()
