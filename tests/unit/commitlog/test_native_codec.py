@@ -303,7 +303,8 @@ def test_the_compiled_message_is_the_dataclass(monkeypatch):
     assert first.tags == "x"
 
 
-def test_the_compiled_prepare_gives_the_python_prepare_or_leaves_it(tmp_path):
+def test_the_compiled_prepare_gives_the_python_prepare_or_leaves_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(commitlog_module, "Message", _native.Message)  # the store's Message, also with MQSTORE_NATIVE=0
     log = CommitLog(str(tmp_path / "commitlog"), SEGMENT_BYTES, writable=True, max_message_size_bytes=1000,
                     max_queues_per_topic=4, born_host_raw=bytes(8), store_host_raw=bytes(8), record_crc=True)
     log.codec = _native
