@@ -14,10 +14,6 @@
 
 #include <string.h>
 
-#define MQ_V6_FLAGS (MQ_SYS_FLAG_BORNHOST_V6 | MQ_SYS_FLAG_STOREHOST_V6)
-#define MQ_RECORD_CRC_PREFIX "__CRC32#\x01"
-#define MQ_RECORD_CRC_PREFIX_LENGTH 9
-#define MQ_RECORD_CRC_DIGITS 10
 #define MQ_STORED_MESSAGE_FIELDS 18
 /* Runs of records over this many bytes are written with the GIL let go (a thread switch costs about 25 us
  * here; a run this long takes longer than that to copy and checksum). */
@@ -50,24 +46,6 @@ static int get_int64_array(PyObject *object, Py_buffer *view, Py_ssize_t count, 
     return 0;
 }
 
-/* The 10 ASCII digits of a record CRC, least significant first (format.record_crc_digits). */
-static void put_crc_digits(uint8_t *at, uint32_t crc) {
-    for (int i = 0; i < MQ_RECORD_CRC_DIGITS; i++) {
-        at[i] = (uint8_t)('0' + crc % 10);
-        crc /= 10;
-    }
-}
-
-/* The value of 10 digits (least significant first), or -1 when they are not 10 ASCII digits. */
-static int64_t crc_digits_value(const uint8_t *at) {
-    int64_t value = 0;
-    for (int i = MQ_RECORD_CRC_DIGITS - 1; i >= 0; i--) {
-        if (at[i] < '0' || at[i] > '9') return -1;
-        value = value * 10 + (at[i] - '0');
-    }
-    return value;
-}
-
 static int as_int64(PyObject *object, int64_t *value) {
     long long v = PyLong_AsLongLong(object);
     if (v == -1 && PyErr_Occurred()) return -1;
@@ -79,61 +57,13 @@ static int as_int64(PyObject *object, int64_t *value) {
 /* Encoding                                                                                                       */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-/* The fields of one record that vary; the hosts are the store's. */
-typedef struct {
-    int64_t size, body_crc, queue_id, flag, queue_offset, physical_offset, born_timestamp, store_timestamp;
-    const uint8_t *body;
-    Py_ssize_t body_length;
-    const uint8_t *tail;  /* TOPICLENGTH, TOPIC, PROPERTIESLENGTH, PROPERTIES (with the record-CRC placeholder) */
-    Py_ssize_t tail_length;
-} mq_record;
-
-/* Checks of one record's arguments, before anything is written; 0 or -1 with a ValueError. */
-static int check_record(const mq_record *r, int record_crc) {
-    if (r->size != MQ_HEADER_SIZE + (int64_t)r->body_length + (int64_t)r->tail_length || r->size < MQ_RECORD_SIZE_MIN ||
-        r->size > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "record size %lld is not 88 + body %zd + tail %zd",
-                     (long long)r->size, r->body_length, r->tail_length);
-        return -1;
-    }
-    if (r->body_crc < 0 || r->body_crc > INT32_MAX || r->queue_id < 0 || r->queue_id > INT32_MAX ||
-        r->flag < INT32_MIN || r->flag > INT32_MAX || r->queue_offset < 0 || r->physical_offset < 0 ||
-        r->born_timestamp < 0 || r->store_timestamp < 0) {
-        PyErr_SetString(PyExc_ValueError, "a record field is out of its range");
-        return -1;
-    }
-    if (record_crc && r->tail_length < 1 + 1 + 2 + MQ_RECORD_CRC_LENGTH) {
-        PyErr_SetString(PyExc_ValueError, "record_crc needs the placeholder at the end of the tail");
+static int check_record_or_raise(const mq_record *r, int record_crc) {
+    const char *problem = mq_check_record(r, record_crc);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
         return -1;
     }
     return 0;
-}
-
-/* Write one checked record at `at` (the caller checked that its `size` bytes lie in the buffer). */
-static void write_record(uint8_t *at, const mq_record *r, const uint8_t *born_host, const uint8_t *store_host,
-                         int record_crc) {
-    mq_put_u32(at + MQ_OFFSET_TOTAL_SIZE, (uint32_t)r->size);
-    mq_put_u32(at + MQ_OFFSET_MAGIC_CODE, MQ_MESSAGE_MAGIC_CODE);
-    mq_put_u32(at + MQ_OFFSET_BODY_CRC, (uint32_t)r->body_crc);
-    mq_put_u32(at + MQ_OFFSET_QUEUE_ID, (uint32_t)r->queue_id);
-    mq_put_u32(at + MQ_OFFSET_FLAG, (uint32_t)r->flag);
-    mq_put_i64(at + MQ_OFFSET_QUEUE_OFFSET, r->queue_offset);
-    mq_put_i64(at + MQ_OFFSET_PHYSICAL_OFFSET, r->physical_offset);
-    mq_put_u32(at + MQ_OFFSET_SYS_FLAG, 0);
-    mq_put_i64(at + MQ_OFFSET_BORN_TIMESTAMP, r->born_timestamp);
-    memcpy(at + MQ_OFFSET_BORN_HOST, born_host, MQ_HOST_V4_LENGTH);
-    mq_put_i64(at + MQ_OFFSET_STORE_TIMESTAMP, r->store_timestamp);
-    memcpy(at + MQ_OFFSET_STORE_HOST, store_host, MQ_HOST_V4_LENGTH);
-    mq_put_u32(at + MQ_OFFSET_RECONSUME_TIMES, 0);
-    mq_put_i64(at + MQ_OFFSET_PREPARED_TRANSACTION_OFFSET, 0);
-    mq_put_u32(at + MQ_OFFSET_BODY_LENGTH, (uint32_t)r->body_length);
-    if (r->body_length) memcpy(at + MQ_OFFSET_BODY, r->body, (size_t)r->body_length);
-    memcpy(at + MQ_OFFSET_BODY + r->body_length, r->tail, (size_t)r->tail_length);
-    if (record_crc) {  /* format rule 6: the CRC of everything before the 20-byte pair, written last */
-        uint8_t *end = at + r->size;
-        uint32_t crc = mq_crc32(0, at, (size_t)(r->size - MQ_RECORD_CRC_LENGTH)) & 0x7FFFFFFFu;
-        put_crc_digits(end - 1 - MQ_RECORD_CRC_DIGITS, crc);
-    }
 }
 
 static int get_host(PyObject *object, const uint8_t **host) {
@@ -176,7 +106,7 @@ static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t
     r.body_length = PyBytes_GET_SIZE(args[12]);
     r.tail = (const uint8_t *)PyBytes_AS_STRING(args[13]);
     r.tail_length = PyBytes_GET_SIZE(args[13]);
-    if (check_record(&r, record_crc) < 0) return NULL;
+    if (check_record_or_raise(&r, record_crc) < 0) return NULL;
     Py_buffer target;
     if (get_writable(args[0], &target) < 0) return NULL;
     if (position < 0 || position > (int64_t)target.len || r.size > (int64_t)target.len - position) {
@@ -185,7 +115,7 @@ static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&target);
         return NULL;
     }
-    write_record((uint8_t *)target.buf + position, &r, born_host, store_host, record_crc);
+    mq_write_record((uint8_t *)target.buf + position, &r, born_host, store_host, record_crc);
     PyBuffer_Release(&target);
     Py_RETURN_NONE;
 }
@@ -287,7 +217,7 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
         r->body_length = PyBytes_GET_SIZE(body);
         r->tail = (const uint8_t *)PyBytes_AS_STRING(tail);
         r->tail_length = PyBytes_GET_SIZE(tail);
-        if (check_record(r, record_crc) < 0) goto done;
+        if (check_record_or_raise(r, record_crc) < 0) goto done;
         if (offsets[i] != offsets[0] + total) {
             PyErr_SetString(PyExc_ValueError, "the commitlog offsets of a run must follow each other by the sizes");
             goto done;
@@ -306,13 +236,13 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (total > MQ_RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < count; i++) {
-            write_record(at, &records[i], born_host, store_host, record_crc);
+            mq_write_record(at, &records[i], born_host, store_host, record_crc);
             at += records[i].size;
         }
         Py_END_ALLOW_THREADS
     } else {
         for (Py_ssize_t i = 0; i < count; i++) {
-            write_record(at, &records[i], born_host, store_host, record_crc);
+            mq_write_record(at, &records[i], born_host, store_host, record_crc);
             at += records[i].size;
         }
     }
@@ -337,64 +267,6 @@ static PyObject *body_crc(PyObject *self, PyObject *data) {
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Decoding                                                                                                       */
 /* ------------------------------------------------------------------------------------------------------------ */
-
-/* Where the parts of one accepted record lie (offsets from the record's first byte). */
-typedef struct {
-    int32_t size, body_length, queue_id;
-    int64_t queue_offset;
-    int32_t topic_at, topic_length, properties_at, properties_end;
-} mq_layout;
-
-/* The rules of format.py for one record at `record` with `limit` bytes after it in the buffer, as the Python fast
- * paths check them: 1 if the record is a valid v1 record with IPv4 hosts at `commitlog_offset` (its CRCs checked
- * when `check_crc`; a record at or past `required_from` must carry a record CRC), else 0, and the caller hands
- * it to the Python reference. Every length read from the record is checked against `size` and `size` against
- * `limit` before any byte behind it is read. `expected_size`, when >= 0, is the size an index gave. */
-static int locate_record(const uint8_t *record, int64_t limit, int64_t commitlog_offset, int64_t expected_size,
-                         int check_crc, int64_t required_from, mq_layout *out) {
-    if (limit < MQ_HEADER_SIZE + 4) return 0;
-    int32_t size = mq_get_i32(record + MQ_OFFSET_TOTAL_SIZE);
-    if (mq_get_u32(record + MQ_OFFSET_MAGIC_CODE) != MQ_MESSAGE_MAGIC_CODE) return 0;
-    if (mq_get_i32(record + MQ_OFFSET_SYS_FLAG) & MQ_V6_FLAGS) return 0;
-    if (size < MQ_RECORD_SIZE_MIN || (int64_t)size > limit) return 0;
-    if (expected_size >= 0 && size != expected_size) return 0;
-    if (mq_get_i64(record + MQ_OFFSET_PHYSICAL_OFFSET) != commitlog_offset) return 0;
-    int32_t body_length = mq_get_i32(record + MQ_OFFSET_BODY_LENGTH);
-    if (body_length < 0 || (int64_t)MQ_OFFSET_BODY + body_length + 3 > size) return 0;
-    int32_t body_end = MQ_OFFSET_BODY + body_length;
-    int32_t topic_length = record[body_end];
-    int32_t properties_length_at = body_end + 1 + topic_length;
-    if (topic_length == 0 || properties_length_at + 2 > size) return 0;
-    int32_t properties_length = (int16_t)mq_get_u16(record + properties_length_at);
-    if (properties_length < 0 || properties_length_at + 2 + properties_length != size) return 0;
-    for (int32_t i = body_end + 1; i < properties_length_at; i++)
-        if (record[i] >= 0x80) return 0;  /* rule 3: the topic is ASCII */
-    int32_t properties_at = properties_length_at + 2;
-    int32_t properties_end = size;
-    int32_t crc_at = size - MQ_RECORD_CRC_LENGTH;
-    if (crc_at >= properties_at && record[size - 1] == 2 &&
-        memcmp(record + crc_at, MQ_RECORD_CRC_PREFIX, MQ_RECORD_CRC_PREFIX_LENGTH) == 0 &&
-        (crc_at == properties_at || record[crc_at - 1] == 2)) {
-        int64_t stored = crc_digits_value(record + crc_at + MQ_RECORD_CRC_PREFIX_LENGTH);
-        if (stored < 0) return 0;
-        if (check_crc && (uint32_t)stored != (mq_crc32(0, record, (size_t)crc_at) & 0x7FFFFFFFu)) return 0;
-        properties_end = crc_at;
-    } else {
-        if (commitlog_offset >= required_from) return 0;
-        if (check_crc && (uint32_t)mq_get_i32(record + MQ_OFFSET_BODY_CRC) !=
-                             (mq_crc32(0, record + MQ_OFFSET_BODY, (size_t)body_length) & 0x7FFFFFFFu))
-            return 0;
-    }
-    out->size = size;
-    out->body_length = body_length;
-    out->queue_id = mq_get_i32(record + MQ_OFFSET_QUEUE_ID);
-    out->queue_offset = mq_get_i64(record + MQ_OFFSET_QUEUE_OFFSET);
-    out->topic_at = body_end + 1;
-    out->topic_length = topic_length;
-    out->properties_at = properties_at;
-    out->properties_end = properties_end;
-    return 1;
-}
 
 /* Host bytes, shared between consecutive records with the same host (bytes are immutable). */
 static PyObject *host_bytes(const uint8_t *raw, PyObject **cache) {
@@ -489,7 +361,7 @@ static PyObject *decode_record(PyObject *self, PyObject *const *args, Py_ssize_t
         int64_t limit = (int64_t)view.len - position;
         if (remaining < limit) limit = remaining;
         const uint8_t *record = (const uint8_t *)view.buf + position;
-        if (locate_record(record, limit, commitlog_offset, -1, check_crc, required_from, &layout)) {
+        if (mq_locate_record(record, limit, commitlog_offset, -1, check_crc, required_from, &layout)) {
             PyObject *born = NULL, *store = NULL;
             result = build_message((PyTypeObject *)args[6], record, &layout, NULL, &born, &store);
             Py_XDECREF(born);
@@ -561,7 +433,7 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
         int64_t position = offset - segment_base;
         if (expected_size < MQ_RECORD_SIZE_MIN || expected_size > segment_length - position) break;
         mq_layout layout;
-        if (!locate_record(base + position, expected_size, offset, expected_size, 1, required_from, &layout)) break;
+        if (!mq_locate_record(base + position, expected_size, offset, expected_size, 1, required_from, &layout)) break;
         if (with_queue) {
             int64_t expected_entry;
             if (PyLong_Check(queue_offsets)) {

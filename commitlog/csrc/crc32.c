@@ -2,7 +2,7 @@
 #include <limits.h>
 #include <zlib.h>
 
-#include "mq_native.h"
+#include "mq_format.h"
 
 uint32_t mq_crc32(uint32_t crc, const uint8_t *data, size_t length) {
     uLong value = crc;
