@@ -289,10 +289,23 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     if (body_length > body_max) Py_RETURN_NONE;
     PyObject *tail = PyTuple_GET_ITEM(tails, 1);
     uint32_t crc = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(body), (size_t)body_length) & 0x7FFFFFFFu;
+    PyObject *record = PyTuple_New(7);
+    if (record == NULL) return NULL;
     PyObject *queue_key = PyTuple_Pack(2, topic, queue_id);
-    if (queue_key == NULL) return NULL;
-    return Py_BuildValue("(NOOkOOn)", queue_key, flag, body, (unsigned long)crc, born, tail,
-                         (Py_ssize_t)(MQ_HEADER_SIZE + body_length + PyBytes_GET_SIZE(tail)));
+    PyObject *crc_value = PyLong_FromUnsignedLong(crc);
+    PyObject *size = PyLong_FromSsize_t(MQ_HEADER_SIZE + body_length + PyBytes_GET_SIZE(tail));
+    PyTuple_SET_ITEM(record, 0, queue_key);  /* NULLs are fine: the tuple's dealloc skips them */
+    PyTuple_SET_ITEM(record, 1, Py_NewRef(flag));
+    PyTuple_SET_ITEM(record, 2, Py_NewRef(body));
+    PyTuple_SET_ITEM(record, 3, crc_value);
+    PyTuple_SET_ITEM(record, 4, Py_NewRef(born));
+    PyTuple_SET_ITEM(record, 5, Py_NewRef(tail));
+    PyTuple_SET_ITEM(record, 6, size);
+    if (queue_key == NULL || crc_value == NULL || size == NULL) {
+        Py_DECREF(record);
+        return NULL;
+    }
+    return record;
 }
 
 PyMethodDef mq_message_methods[] = {
