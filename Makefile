@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench clean-demo fuzz-codec
+.PHONY: demo test test-python install bench clean-demo fuzz-codec
 
 NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
 
@@ -26,6 +26,10 @@ test: $(STAMP)
 	@$(BIN)/python -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
 	exit $$status
+
+# The whole suite with the pure-Python codec (the compiled one stays built: the codec tests compare the two).
+test-python: $(STAMP)
+	MQSTORE_NATIVE=0 $(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/put_get.py
