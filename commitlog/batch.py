@@ -45,7 +45,9 @@ class Columns:
 
 def prepare_columns(log, messages: list[Message]) -> Columns:
     """Check and encode a batch (InvalidMessageError at the first bad message, as `prepare` raises it)."""
-    columns = _prepare_common(log, messages) if messages else None
+    columns = _prepare_compiled(log, messages) if messages else None
+    if columns is None and messages:
+        columns = _prepare_common(log, messages)
     if columns is None:
         columns = columns_from_records([log.prepare(message) for message in messages])
     return columns
@@ -64,6 +66,24 @@ def columns_from_records(records: list) -> Columns:
         bodies=bodies, body_lengths=np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)),
         body_crcs=np.asarray([record[3] for record in records], dtype=np.int64),
         tails=[record[5] for record in records], sizes=np.asarray([record[6] for record in records], dtype=np.int64))
+
+
+def _prepare_compiled(log, messages: list[Message]) -> Columns | None:
+    """_prepare_common in compiled code for batches of compiled Messages without tags, keys or properties, of
+    known topics, in a log that adds no UNIQ_KEY; None for any other batch (or a bad message)."""
+    codec = log.codec
+    if codec is None or log.unique_keys is not None or messages.__class__ is not list \
+            or not hasattr(codec, "prepare_batch"):
+        return None
+    made = codec.prepare_batch(log._topic_tails, log.max_queues_per_topic, log.max_message_size_bytes, messages)
+    if made is None:
+        return None
+    queue_keys, key_ids, queue_ids, flags, born_ms, bodies, lengths, crcs, tails, sizes = made
+    column = np.frombuffer
+    return Columns(queue_keys=queue_keys, key_ids=column(key_ids, dtype=np.int64),
+                   queue_ids=column(queue_ids, dtype=np.int64), flags=column(flags, dtype=np.int64),
+                   born_ms=column(born_ms, dtype=np.int64), bodies=bodies, body_lengths=column(lengths, dtype=np.int64),
+                   body_crcs=column(crcs, dtype=np.int64), tails=tails, sizes=column(sizes, dtype=np.int64))
 
 
 def _prepare_common(log, messages: list[Message]) -> Columns | None:

@@ -308,7 +308,125 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     return record;
 }
 
+/* The checks prepare_message makes, for one message of a batch; 1 when it is of the common shape and valid. */
+static int common_shape(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                        PyObject **tail_out) {
+    if (Py_TYPE(object) != message_type) return 0;
+    MessageObject *message = (MessageObject *)object;
+    PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY], *queue_id = message->fields[F_QUEUE_ID],
+             *flag = message->fields[F_FLAG], *born = message->fields[F_BORN], *keys = message->fields[F_KEYS],
+             *properties = message->fields[F_PROPERTIES];
+    if (topic == NULL || body == NULL || queue_id == NULL || flag == NULL || born == NULL || keys == NULL ||
+        message->fields[F_TAGS] != Py_None)
+        return 0;
+    if (properties != NULL && !(PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) == 0)) return 0;
+    if (!((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
+          (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0)))
+        return 0;
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
+        !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)))
+        return 0;
+    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
+    if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 || !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
+        return 0;
+    int overflow;
+    long long value = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
+    if (overflow || value < 0 || value >= queues_max) return 0;
+    value = PyLong_AsLongLongAndOverflow(flag, &overflow);
+    if (overflow || value < INT32_MIN || value > INT32_MAX) return 0;
+    if (born != Py_None) {
+        value = PyLong_AsLongLongAndOverflow(born, &overflow);
+        if (overflow || value < 0) return 0;
+    }
+    if (PyBytes_GET_SIZE(body) > body_max) return 0;
+    *tail_out = PyTuple_GET_ITEM(tails, 1);
+    return 1;
+}
+
+PyDoc_STRVAR(prepare_batch_doc,
+"prepare_batch(topic_tails, max_queues_per_topic, max_message_size_bytes, messages) -> columns or None\n\n"
+"batch._prepare_common for a list of compiled Messages all of the shape prepare_message takes: (queue_keys,\n"
+"key_ids, queue_ids, flags, born_ms, bodies, body_lengths, body_crcs, tails, sizes), the int64 columns as bytes\n"
+"(native byte order). None when any message is of another shape or breaks a rule: the Python path then\n"
+"handles the batch. Only for a log that adds no UNIQ_KEY.");
+
+static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "prepare_batch takes 4 arguments");
+        return NULL;
+    }
+    PyObject *tails_table = args[0], *messages = args[3];
+    if (!PyDict_Check(tails_table) || !PyList_CheckExact(messages) || PyList_GET_SIZE(messages) == 0) Py_RETURN_NONE;
+    long long queues_max = PyLong_AsLongLong(args[1]), body_max = PyLong_AsLongLong(args[2]);
+    if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(messages);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *tail;
+        if (!common_shape(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &tail)) {
+            if (PyErr_Occurred()) return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    enum { C_KEY, C_QUEUE, C_FLAG, C_BORN, C_LENGTH, C_CRC, C_SIZE, C_COUNT };
+    PyObject *columns[C_COUNT] = {NULL};
+    PyObject *keys = PyList_New(0), *key_numbers = PyDict_New(), *bodies = PyList_New(count), *tails = PyList_New(count);
+    PyObject *result = NULL;
+    if (keys == NULL || key_numbers == NULL || bodies == NULL || tails == NULL) goto done;
+    for (int c = 0; c < C_COUNT; c++) {
+        columns[c] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+        if (columns[c] == NULL) goto done;
+    }
+    int64_t *column[C_COUNT];
+    for (int c = 0; c < C_COUNT; c++) column[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
+    PyObject *last_topic = NULL, *last_queue = NULL;
+    int64_t last_key = -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        MessageObject *message = (MessageObject *)PyList_GET_ITEM(messages, i);
+        PyObject *topic = message->fields[F_TOPIC], *queue_id = message->fields[F_QUEUE_ID],
+                 *body = message->fields[F_BODY], *born = message->fields[F_BORN];
+        PyObject *tail = PyTuple_GET_ITEM(PyDict_GetItem(tails_table, topic), 1);
+        if (topic != last_topic || queue_id != last_queue) {  /* the distinct (topic, queue_id), first seen first */
+            PyObject *key = PyTuple_Pack(2, topic, queue_id);
+            if (key == NULL) goto done;
+            PyObject *number = PyDict_GetItemWithError(key_numbers, key);
+            if (number == NULL) {
+                if (PyErr_Occurred() || (number = PyLong_FromSsize_t(PyList_GET_SIZE(keys))) == NULL ||
+                    PyDict_SetItem(key_numbers, key, number) < 0 || PyList_Append(keys, key) < 0) {
+                    Py_XDECREF(number);
+                    Py_DECREF(key);
+                    goto done;
+                }
+                Py_DECREF(number);
+            }
+            last_key = PyLong_AsLongLong(number);
+            Py_DECREF(key);
+            last_topic = topic;
+            last_queue = queue_id;
+        }
+        Py_ssize_t length = PyBytes_GET_SIZE(body);
+        column[C_KEY][i] = last_key;
+        column[C_QUEUE][i] = PyLong_AsLongLong(queue_id);
+        column[C_FLAG][i] = PyLong_AsLongLong(message->fields[F_FLAG]);
+        column[C_BORN][i] = born == Py_None ? -1 : PyLong_AsLongLong(born);
+        column[C_LENGTH][i] = length;
+        column[C_CRC][i] = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(body), (size_t)length) & 0x7FFFFFFFu;
+        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(tail);
+        PyList_SET_ITEM(bodies, i, Py_NewRef(body));
+        PyList_SET_ITEM(tails, i, Py_NewRef(tail));
+    }
+    result = Py_BuildValue("(OOOOOOOOOO)", keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG], columns[C_BORN],
+                           bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(key_numbers);
+    Py_XDECREF(bodies);
+    Py_XDECREF(tails);
+    for (int c = 0; c < C_COUNT; c++) Py_XDECREF(columns[c]);
+    return result;
+}
+
 PyMethodDef mq_message_methods[] = {
+    {"prepare_batch", (PyCFunction)(void (*)(void))prepare_batch, METH_FASTCALL, prepare_batch_doc},
     {"prepare_message", (PyCFunction)(void (*)(void))prepare_message, METH_FASTCALL, prepare_message_doc},
     {NULL, NULL, 0, NULL},
 };

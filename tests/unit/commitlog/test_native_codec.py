@@ -79,6 +79,9 @@ def _write_store(root, codec, monkeypatch, *, record_crc: bool, batch: bool, see
             results = []
             for at in range(0, len(messages), 37):
                 results += store.put_batch(messages[at : at + 37])
+            plain = [m for m in messages if m.tags is None and not m.keys and not m.properties]
+            for at in range(0, len(plain), 20):  # batches of the shape the compiled prepare_batch takes
+                results += store.put_batch(plain[at : at + 20])
         else:
             results = [store.put(message) for message in messages]
         assert store.wait_dispatched(30)
@@ -331,4 +334,31 @@ def test_the_compiled_prepare_gives_the_python_prepare_or_leaves_it(tmp_path, mo
             assert compiled == expected, case
             accepted += 1
     assert accepted == 5
+    log.close()
+
+
+def test_the_compiled_batch_prepare_gives_the_python_columns_or_leaves_them(tmp_path, monkeypatch):
+    from commitlog import batch
+
+    monkeypatch.setattr(commitlog_module, "Message", _native.Message)
+    monkeypatch.setattr(batch, "Message", _native.Message)
+    log = CommitLog(str(tmp_path / "commitlog"), SEGMENT_BYTES, writable=True, max_message_size_bytes=1000,
+                    max_queues_per_topic=4, born_host_raw=bytes(8), store_host_raw=bytes(8), record_crc=True)
+    log.codec = _native
+    message = _native.Message
+    for topic in ("a", "b"):
+        log.prepare(message(topic, b""))
+    rng = random.Random(7)
+    good = [message(rng.choice("ab"), rng.randbytes(rng.choice([0, 10, 1000])), queue_id=rng.randrange(4),
+                    flag=rng.randrange(-5, 5), born_timestamp_ms=rng.choice([None, 5])) for _ in range(300)]
+    compiled = batch._prepare_compiled(log, good)
+    reference = batch._prepare_common(log, good)
+    assert compiled is not None and reference is not None
+    for name in ("queue_keys", "bodies", "tails"):
+        assert getattr(compiled, name) == getattr(reference, name), name
+    for name in ("key_ids", "queue_ids", "flags", "born_ms", "body_lengths", "body_crcs", "sizes"):
+        assert np.array_equal(getattr(compiled, name), getattr(reference, name)), name
+    for odd in (message("a", b"x", tags="t"), message("c", b"x"), message("a", b"x" * 1001), message("a", b"x", 4),
+                message("a", b"x", keys=["k"]), message("a", bytearray(b"x")), message("a", b"x", flag=2**31)):
+        assert batch._prepare_compiled(log, good[:5] + [odd] + good[5:9]) is None, odd
     log.close()
