@@ -39,20 +39,26 @@ def records_of(store_dir: str):
 
 
 def written_store(root: str) -> list[str]:
-    from mqstore import Message, MessageStore, StoreConfig
+    """Two logs written by the project's CommitLog (record CRCs off and on), with records of every shape."""
+    from commitlog.commitlog import CommitLog
+    from commitlog.message import Message
+    from commitlog.unique_key import UniqueKeyGenerator
 
     stores = []
+    host = fmt.encode_host("10.0.0.7", 10911)
     for record_crc in (False, True):
         path = os.path.join(root, f"store-{int(record_crc)}")
-        config = StoreConfig(segment_size_bytes=1 << 20, max_message_size_bytes=65536, record_crc=record_crc, index_enabled=record_crc,
-                             store_host="10.0.0.7", preallocate_segments=False, disk_full_ratio=1.0,
-                             disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0)
-        with MessageStore.open(path, config) as store:
-            for i in range(40):
-                body = bytes((i * 7 + j) % 256 for j in range((0, 1, 17, 100, 1000, 3000)[i % 6]))
-                store.put(Message("fuzz", body, queue_id=i % 4, tags="TagA" if i % 2 else None,
-                                  keys=[f"k{i}"] if i % 3 == 0 else (),
-                                  properties={"naïve": "välue"} if i % 5 == 0 else {}))
+        log = CommitLog(os.path.join(path, "commitlog"), 1 << 20, writable=True, max_message_size_bytes=65536,
+                        max_queues_per_topic=8, born_host_raw=host, store_host_raw=host, preallocate=False,
+                        record_crc=record_crc)
+        if record_crc:
+            log.unique_keys = UniqueKeyGenerator(host[:4])
+        for i in range(40):
+            body = bytes((i * 7 + j) % 256 for j in range((0, 1, 17, 100, 1000, 3000)[i % 6]))
+            log.append(log.prepare(Message("fuzz", body, queue_id=i % 4, tags="TagA" if i % 2 else None,
+                                           keys=[f"k{i}"] if i % 3 == 0 else (),
+                                           properties={"naïve": "välue"} if i % 5 == 0 else {})))
+        log.close()
         stores.append(path)
     return stores
 
