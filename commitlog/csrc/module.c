@@ -28,7 +28,8 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *module = PyModule_Create(&native_module);
     if (module == NULL) return NULL;
-    if (PyModule_AddFunctions(module, mq_codec_methods) < 0 || PyModule_AddFunctions(module, mq_scan_methods) < 0) {
+    if (PyModule_AddFunctions(module, mq_codec_methods) < 0 || PyModule_AddFunctions(module, mq_scan_methods) < 0 ||
+        PyModule_AddFunctions(module, mq_message_methods) < 0 || mq_message_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }
