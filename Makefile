@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install bench docs clean-demo fuzz-scan
+.PHONY: demo test test-fast test-python lint install bench docs clean-demo fuzz fuzz-scan fuzz-codec
 
 NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
 
@@ -35,6 +35,10 @@ lint: $(STAMP)
 test-fast: lint
 	$(BIN)/python -m pytest -q -m "not spark and not crash and not slow"
 
+# The whole suite with the pure-Python codec (the compiled one stays built: the codec tests compare the two).
+test-python: $(STAMP)
+	MQSTORE_NATIVE=0 $(BIN)/python -m pytest
+
 bench: $(STAMP)
 	$(BIN)/python bench/put_get.py
 
@@ -47,25 +51,46 @@ docs: $(STAMP)
 clean-demo:
 	rm -rf demo-store
 
-# The scan fuzzer (commitlog/csrc/fuzz/fuzz_scan.c) over scan_core.c and arrow_core.c, with AddressSanitizer and UBSan, for
-# SECONDS seconds, from seeds cut from real stores (make_seeds.py): libFuzzer when clang is there, else a
-# standalone mutating driver built with gcc. A crash leaves its input in $(FUZZ_DIR)/crash-input.
+# The fuzz targets beside the C they fuzz (commitlog/csrc/fuzz/), under AddressSanitizer and
+# UndefinedBehaviorSanitizer, for SECONDS seconds each, from seeds cut from real stores (the RocketMQ fixture in
+# tests/data and a store the seed scripts write): libFuzzer when clang is there, else a mutating driver built with
+# gcc. A crash leaves its input in $(FUZZ_DIR).
 SECONDS ?= 60
 FUZZ_DIR ?= build/fuzz
 FUZZ_PYTHON ?= $(BIN)/python
-FUZZ_SOURCES := commitlog/csrc/fuzz/fuzz_scan.c commitlog/csrc/scan_core.c commitlog/csrc/arrow_core.c \
+ROCKETMQ_FIXTURE_STORE ?= tests/data/rocketmq-4.4.0-store/store
+FUZZ_SCAN_SOURCES := commitlog/csrc/fuzz/fuzz_scan.c commitlog/csrc/scan_core.c commitlog/csrc/arrow_core.c \
 	commitlog/csrc/crc32.c
-FUZZ_FLAGS := -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -I$$($(FUZZ_PYTHON) -c \
+FUZZ_SCAN_FLAGS := -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -I$$($(FUZZ_PYTHON) -c \
 	"import sysconfig; print(sysconfig.get_paths()['include'])")
+FUZZ_CODEC_SOURCES := commitlog/csrc/fuzz/fuzz_codec.c commitlog/csrc/record.c commitlog/csrc/crc32.c
+FUZZ_CODEC_FLAGS := -O1 -g -std=c11 -Wall -Wextra -fno-omit-frame-pointer -fno-sanitize-recover=all -Icommitlog/csrc
+
+fuzz: fuzz-scan fuzz-codec
 
 fuzz-scan:
 	mkdir -p $(FUZZ_DIR)/seeds $(FUZZ_DIR)/corpus
-	$(FUZZ_PYTHON) commitlog/csrc/fuzz/make_seeds.py $(FUZZ_DIR)/seeds
+	$(FUZZ_PYTHON) commitlog/csrc/fuzz/make_scan_seeds.py $(FUZZ_DIR)/seeds
 	if command -v clang >/dev/null; then \
-		clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined $(FUZZ_SOURCES) -lz -o $(FUZZ_DIR)/fuzz_scan && \
+		clang $(FUZZ_SCAN_FLAGS) -fsanitize=fuzzer,address,undefined $(FUZZ_SCAN_SOURCES) -lz -o $(FUZZ_DIR)/fuzz_scan && \
 		cd $(FUZZ_DIR) && ./fuzz_scan -max_total_time=$(SECONDS) -artifact_prefix=./ corpus seeds; \
 	else \
-		gcc $(FUZZ_FLAGS) -fsanitize=address,undefined $(FUZZ_SOURCES) commitlog/csrc/fuzz/driver.c -lz \
+		gcc $(FUZZ_SCAN_FLAGS) -fsanitize=address,undefined $(FUZZ_SCAN_SOURCES) commitlog/csrc/fuzz/driver.c -lz \
 			-o $(FUZZ_DIR)/fuzz_scan_driver && \
 		cd $(FUZZ_DIR) && ./fuzz_scan_driver $(SECONDS) seeds/*; \
+	fi
+
+fuzz-codec:
+	mkdir -p $(FUZZ_DIR)
+	rm -rf $(FUZZ_DIR)/codec-seeds
+	$(FUZZ_PYTHON) commitlog/csrc/fuzz/make_codec_seeds.py $(FUZZ_DIR)/codec-seeds $(wildcard $(ROCKETMQ_FIXTURE_STORE))
+	@if command -v clang >/dev/null 2>&1; then \
+	  set -x; clang $(FUZZ_CODEC_FLAGS) -fsanitize=fuzzer,address,undefined $(FUZZ_CODEC_SOURCES) -lz \
+	    -o $(FUZZ_DIR)/fuzz_codec && mkdir -p $(FUZZ_DIR)/codec-corpus && \
+	  $(FUZZ_DIR)/fuzz_codec -max_total_time=$(SECONDS) -artifact_prefix=$(FUZZ_DIR)/ $(FUZZ_DIR)/codec-corpus \
+	    $(FUZZ_DIR)/codec-seeds; \
+	else \
+	  set -x; $(CC) $(FUZZ_CODEC_FLAGS) -fsanitize=address,undefined $(FUZZ_CODEC_SOURCES) \
+	    commitlog/csrc/fuzz/driver_codec.c -lz -o $(FUZZ_DIR)/fuzz_codec && cd $(FUZZ_DIR) && \
+	    ./fuzz_codec $(SECONDS) codec-seeds; \
 	fi

@@ -4,6 +4,13 @@ physical limits and the embedded stores a Python user would pick instead, at equ
     .venv/bin/python bench/flush_modes.py                  # full run (about 3-5 minutes)
     .venv/bin/python bench/flush_modes.py --quick          # smoke run (a few seconds)
     .venv/bin/python bench/flush_modes.py --out-dir DIR    # write the results elsewhere
+    .venv/bin/python bench/flush_modes.py --sync           # only the SYNC targets of issue 21 (about 2 minutes)
+
+`--sync` measures the raw pwrite+fdatasync loop, the store's SYNC puts from 1, 8 and 64 producers (with the
+compiled flush path of commitlog/csrc/flushwait.c, and with the pure-Python one MQSTORE_NATIVE=0 uses), the bare
+CPython group commit, RocketMQ 4.4.0's own SYNC puts (`rmq put ... sync`, from $MQSTORE_ROCKETMQ_HOME or
+../shared/rocketmq-4.4.0; rows left out when Java or the jars are absent, and in --quick) from 1 to 64
+threads, all taking turns, and ASYNC 100 B puts of one producer for the p99; writes flush_modes_sync.*.
 
 Writes flush_modes.json, flush_modes.md, flush_modes_throughput.png and flush_modes_latency.png into
 bench/results/ (flush_modes_quick.* with --quick), and prints the tables and a "targets" section.
@@ -47,9 +54,11 @@ import mmap
 import os
 import platform
 import random
+import re
 import shutil
 import sqlite3
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -61,6 +70,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import commitlog.commitlog as commitlog_module  # noqa: E402
+import flush.services  # noqa: E402
 from mqstore import FlushMode, Message, MessageStore, PutStatus, StoreConfig  # noqa: E402
 
 TOPIC = "orders"
@@ -101,6 +112,15 @@ ASYNC_1KB_MB_PER_S_MIN = 300.0
 ASYNC_VS_SQLITE_MIN = 3.0
 ASYNC_100B_P99_US_MAX = 50.0
 ROLL_STALL_US_MAX = 5000.0
+# --sync: the targets of issue 21 (the compiled core)
+SYNC_VS_RAW_CORE_MIN = 0.90  # one SYNC producer against the raw pwrite+fdatasync loop, 100 B and 1 KB
+SYNC_VS_ROCKETMQ_MIN = 4.0  # the store's best SYNC rate against RocketMQ 4.4.0's best from 1 to 64 threads
+ASYNC_100B_P99_CORE_US_MAX = 20.0
+SYNC_BODY_SIZES = (100, 1024)
+SYNC_PRODUCER_COUNTS = (1, 8, 64)
+ROCKETMQ_SYNC_THREADS = (1, 8, 64)
+ROCKETMQ_SYNC_PUTS = 6000  # puts of one RocketMQ row a round (full run; its JVM start is not timed)
+PYTHON_WAIT_SUFFIX = ", pure-Python flush path"  # rows with MQSTORE_NATIVE=0's wait and write-through pwrite
 STALL_NS = 1_000_000  # a call longer than this counts as stalled (the share of time spent in such calls is reported)
 
 
@@ -287,6 +307,120 @@ def copy_rates(work: str, total_bytes: int) -> list[dict]:
              "gb_per_s": float(np.median(touched)), "detail": size},
             {"section": "write_buffer", "name": "(c) pwrite of the same bytes into a fresh fallocated file",
              "gb_per_s": float(np.median(pwrite)), "detail": size}]
+
+
+def python_wait_cell(work: str, settings: dict, body_size: int, producers: int, seconds: float):
+    """A SYNC cell with the flush path MQSTORE_NATIVE=0 uses: callers wait in the Python group commit and the
+    write-through append uses os.pwrite. The before/after of flushwait.c in one run; the rest of the store (its
+    codec, dispatch) is the same in both."""
+    saved = flush.services.NATIVE, commitlog_module._write_at
+    flush.services.NATIVE = commitlog_module._write_at = None
+    try:
+        row, latencies = matrix_cell(work, settings, FlushMode.SYNC, body_size, producers, seconds)
+    finally:
+        flush.services.NATIVE, commitlog_module._write_at = saved
+    row["name"] += PYTHON_WAIT_SUFFIX
+    row["mode"] += PYTHON_WAIT_SUFFIX
+    return row, latencies
+
+
+def rocketmq_home() -> str | None:
+    """RocketMQ 4.4.0's `rmq` folder, or None when it or Java is absent."""
+    home = os.environ.get("MQSTORE_ROCKETMQ_HOME") or os.path.join(ROOT, "..", "shared", "rocketmq-4.4.0")
+    if not os.access(os.path.join(home, "rmq"), os.X_OK) or shutil.which("java") is None:
+        return None
+    return home
+
+
+def rocketmq_name(size_bytes: int, threads: int) -> str:
+    return f"RocketMQ 4.4.0 SYNC {body_label(size_bytes)}, {threads} thread{'s' if threads > 1 else ''}"
+
+
+def rocketmq_sync(work: str, home: str, size_bytes: int, threads: int, count: int) -> tuple[dict, list[int]]:
+    """`rmq put DIR SEG N BODY sync 4 4 THREADS`: RocketMQ's own store, SYNC_FLUSH, its putMessage timed by itself
+    (the JVM's start is not). RMQ_CACHE in the environment says where its harness is compiled."""
+    directory = tempfile.mkdtemp(prefix="rmq-", dir=work)
+    try:
+        done = subprocess.run([os.path.join(home, "rmq"), "put", directory, str(GIB), str(count), str(size_bytes),
+                               "sync", "4", "4", str(threads)], capture_output=True, text=True, timeout=900)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    match = re.search(r"n=(\d+) .*: ([\d.]+) msg/s", done.stdout)
+    if done.returncode != 0 or match is None:
+        raise RuntimeError(f"rmq put failed ({done.returncode}): {done.stdout[-500:]} {done.stderr[-2000:]}")
+    puts, rate = int(match.group(1)), float(match.group(2))
+    return {"section": "rocketmq", "name": rocketmq_name(size_bytes, threads), "body_bytes": size_bytes,
+            "threads": threads, "count": puts, "seconds": puts / rate, "msgs_per_s": rate,
+            "mb_per_s": puts * size_bytes / (puts / rate) / 1e6,
+            "detail": "rmq put ... sync 4 4 THREADS (4 topics x 4 queues), its own timing"}, []
+
+
+def plan_sync(work: str, settings: dict) -> list[tuple[str, callable]]:
+    """--sync: the raw loop, the store's SYNC cells (FlushGate and Python wait), the bare group commit of 64
+    threads and RocketMQ's SYNC rows of each body size, taking turns; then ASYNC 100 B from one producer."""
+    home = None if settings["cell_s"] < 1 else rocketmq_home()  # not in --quick
+    tasks = []
+    for body_size in SYNC_BODY_SIZES:
+        group = [lambda rounds, b=body_size: sync_loop(work, b, settings["cell_s"] / rounds),
+                 lambda rounds, b=body_size: bare_group_commit(work, b, 64, settings["cell_s"] / rounds)]
+        for producers in SYNC_PRODUCER_COUNTS:
+            group.append(lambda rounds, b=body_size, p=producers: matrix_cell(
+                work, settings, FlushMode.SYNC, b, p, settings["cell_s"] / rounds))
+            group.append(lambda rounds, b=body_size, p=producers: python_wait_cell(
+                work, settings, b, p, settings["cell_s"] / rounds))
+        if home is not None:
+            group += [lambda rounds, b=body_size, t=threads: rocketmq_sync(
+                work, home, b, t, max(threads, ROCKETMQ_SYNC_PUTS // rounds // threads * threads))
+                      for threads in ROCKETMQ_SYNC_THREADS]
+        tasks.append((f"SYNC {body_label(body_size)}", lambda group=group: interleaved(group, settings)))
+    tasks.append(("ASYNC 100 B x1", lambda: matrix_cell(work, settings, FlushMode.ASYNC, 100, 1, settings["cell_s"])))
+    return tasks
+
+
+def targets_sync(rows: list[dict]) -> list[dict]:
+    """Issue 21's SYNC targets and the ASYNC p99 from a --sync run; `met` is reported, never asserted."""
+    result = []
+
+    def add(name: str, value: float, threshold: float, met: bool, detail: str) -> None:
+        result.append({"target": name, "value": value, "threshold": threshold, "met": bool(met), "detail": detail})
+
+    for size in SYNC_BODY_SIZES:
+        raw = find(rows, f"pwrite+fdatasync loop, {body_label(size)}")["ops_per_s"]
+        for suffix in ("", PYTHON_WAIT_SUFFIX):
+            one = find(rows, f"SYNC {body_label(size)}, 1 producer{suffix}")["msgs_per_s"]
+            add(f"SYNC 1 producer {body_label(size)}{suffix} >= {SYNC_VS_RAW_CORE_MIN:.0%} of the raw pwrite+fdatasync "
+                f"loop", one / raw, SYNC_VS_RAW_CORE_MIN, one / raw >= SYNC_VS_RAW_CORE_MIN,
+                f"{one:,.0f} vs {raw:,.0f} msgs/s")
+    for size in SYNC_BODY_SIZES:
+        rocketmq = [row for row in rows if row["section"] == "rocketmq" and row["body_bytes"] == size]
+        if not rocketmq:
+            continue
+        best = max(rocketmq, key=lambda row: row["msgs_per_s"])
+        for suffix in ("", PYTHON_WAIT_SUFFIX):
+            cells = [find(rows, f"SYNC {body_label(size)}, {p} producer{'s' if p > 1 else ''}{suffix}")
+                     for p in SYNC_PRODUCER_COUNTS]
+            top = max(cells, key=lambda row: row["msgs_per_s"])
+            ratio = top["msgs_per_s"] / best["msgs_per_s"]
+            add(f"SYNC {body_label(size)}{suffix}: best of 1-64 producers >= {SYNC_VS_ROCKETMQ_MIN:.0f}x RocketMQ "
+                f"4.4.0's best SYNC rate from 1 to 64 threads", ratio, SYNC_VS_ROCKETMQ_MIN,
+                ratio >= SYNC_VS_ROCKETMQ_MIN,
+                f"{top['msgs_per_s']:,.0f} msgs/s ({top['producers']} producers) vs RocketMQ "
+                f"{best['msgs_per_s']:,.0f} ({best['threads']} threads)")
+    p99 = find(rows, "ASYNC 100 B, 1 producer")["p99_us"]
+    add(f"ASYNC 100 B 1 producer put p99 <= {ASYNC_100B_P99_CORE_US_MAX:.0f} us", p99, ASYNC_100B_P99_CORE_US_MAX,
+        p99 <= ASYNC_100B_P99_CORE_US_MAX, f"p99 {p99:.1f} us")
+    return result
+
+
+def markdown_sync(rows: list[dict], goals: list[dict], header: str) -> str:
+    out = [header, "", "| row | msgs/s | MB/s | p50 us | p99 us | max us | flushes |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        rate = row.get("msgs_per_s", row.get("ops_per_s"))
+        out.append(f"| {row['name']} | {_n(rate)} | {_n(row.get('mb_per_s'), 2)} | {_n(row.get('p50_us'), 1)} | "
+                   f"{_n(row.get('p99_us'), 1)} | {_n(row.get('max_us'))} | {_n(row.get('commitlog_flushes'))} |")
+    out += ["", "## Targets (measured, not asserted)", ""]
+    out += [f"- {'met' if goal['met'] else 'NOT MET'}: {goal['target']}: {goal['detail']}" for goal in goals]
+    return "\n".join(out) + "\n"
 
 
 def sync_loop(work: str, size_bytes: int, seconds: float) -> tuple[dict, list[int]]:
@@ -717,14 +851,14 @@ def settle(settings: dict) -> None:
     time.sleep(settings["settle_s"])
 
 
-def run(settings: dict) -> tuple[list[dict], dict]:
-    """Run every task; returns the rows and the latencies of the rows the CDF plot draws."""
+def run(settings: dict, planner=None) -> tuple[list[dict], dict]:
+    """Run every task of `planner` (plan); returns the rows and the latencies of the rows the CDF plot draws."""
     from tqdm import tqdm
 
     work = tempfile.mkdtemp(prefix="mqstore-flush-bench-")
     rows, latencies = [], {}
     try:
-        tasks = plan(work, settings)
+        tasks = (planner or plan)(work, settings)
         with tqdm(total=len(tasks), desc="flush_modes", unit="step", file=sys.stderr,
                   disable=not sys.stderr.isatty()) as progress:
             for label, task in tasks:
@@ -941,8 +1075,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"), help="where results go")
+    parser.add_argument("--sync", action="store_true", help="only the SYNC targets of issue 21 and RocketMQ's rows")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.sync:
+        return main_sync(args, settings)
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     rows, latencies = run(settings)
@@ -969,6 +1106,33 @@ def main(argv: list[str] | None = None) -> int:
                   handle, indent=1)
     print(text)
     print(f"results written to {stem}.json, .md, _throughput.png, _latency.png")
+    return 0
+
+
+def main_sync(args, settings: dict) -> int:
+    settings = dict(settings, rounds=min(settings["rounds"], 2))  # RocketMQ's rows start a JVM each turn
+    began = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    rows, _ = run(settings, plan_sync)
+    load_after = os.getloadavg()[0]
+    goals = targets_sync(rows)
+    info = {**machine(), "load_average_1min_before": load_before, "load_average_1min_after": load_after}
+    command = "bench/flush_modes.py --sync" + (" --quick" if args.quick else "")
+    header = (f"# mqstore SYNC puts against the raw loop and RocketMQ 4.4.0\n\n`{command}`, "
+              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {info['cores']} cores, Python {info['python']}, "
+              f"{settings['cell_s']} s per cell in {settings['rounds']} turns, run took "
+              f"{time.perf_counter() - began:.0f} s; 1-minute load average {load_before:.1f} before, "
+              f"{load_after:.1f} after (compare rows of one run).")
+    os.makedirs(args.out_dir, exist_ok=True)
+    stem = os.path.join(args.out_dir, "flush_modes_sync_quick" if args.quick else "flush_modes_sync")
+    text = markdown_sync(rows, goals, header)
+    with open(stem + ".md", "w", encoding="utf-8") as handle:
+        handle.write(text)
+    with open(stem + ".json", "w", encoding="utf-8") as handle:
+        json.dump({"command": command, "quick": args.quick, "machine": info, "settings": settings,
+                   "seconds": time.perf_counter() - began, "rows": rows, "targets": goals}, handle, indent=1)
+    print(text)
+    print(f"results written to {stem}.json, .md")
     return 0
 
 

@@ -52,7 +52,9 @@ class Columns:
 
 def prepare_columns(log, messages: list[Message]) -> Columns:
     """Check and encode a batch (InvalidMessageError at the first bad message, as `prepare` raises it)."""
-    columns = _prepare_common(log, messages) if messages else None
+    columns = _prepare_compiled(log, messages) if messages else None
+    if columns is None and messages:
+        columns = _prepare_common(log, messages)
     if columns is None:
         columns = columns_from_records([log.prepare(message) for message in messages])
     return columns
@@ -73,6 +75,24 @@ def columns_from_records(records: list[PreparedRecord]) -> Columns:
         body_crcs=np.asarray([record[RECORD_BODY_CRC] for record in records], dtype=np.int64),
         tails=[record[RECORD_TAIL] for record in records],
         sizes=np.asarray([record[RECORD_SIZE] for record in records], dtype=np.int64))
+
+
+def _prepare_compiled(log, messages: list[Message]) -> Columns | None:
+    """_prepare_common in compiled code for batches of compiled Messages without tags, keys or properties, of
+    known topics, in a log that adds no UNIQ_KEY; None for any other batch (or a bad message)."""
+    codec = log.codec
+    if codec is None or log.unique_keys is not None or messages.__class__ is not list \
+            or not hasattr(codec, "prepare_batch"):
+        return None
+    made = codec.prepare_batch(log._topic_tails, log.max_queues_per_topic, log.max_message_size_bytes, messages)
+    if made is None:
+        return None
+    queue_keys, key_ids, queue_ids, flags, born_ms, bodies, lengths, crcs, tails, sizes = made
+    column = np.frombuffer
+    return Columns(queue_keys=queue_keys, key_ids=column(key_ids, dtype=np.int64),
+                   queue_ids=column(queue_ids, dtype=np.int64), flags=column(flags, dtype=np.int64),
+                   born_ms=column(born_ms, dtype=np.int64), bodies=bodies, body_lengths=column(lengths, dtype=np.int64),
+                   body_crcs=column(crcs, dtype=np.int64), tails=tails, sizes=column(sizes, dtype=np.int64))
 
 
 def _prepare_common(log, messages: list[Message]) -> Columns | None:
@@ -218,6 +238,13 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
 def _write_run(log, columns: Columns, start: int, stop: int, offsets: np.ndarray, queue_offsets: np.ndarray,
                store_ts: int) -> None:
     """Write records [start, stop) of the batch at `offsets`, which all lie in the current segment."""
+    codec = log.codec
+    if codec is not None:  # the compiled codec writes each record straight into the mapping
+        codec.encode_run(log._view, int(offsets[0]) - log._segment_base, offsets, columns.sizes[start:stop],
+                         columns.body_crcs[start:stop], columns.queue_ids[start:stop], columns.flags[start:stop],
+                         queue_offsets, columns.born_ms[start:stop], store_ts, log.born_host_raw, log.store_host_raw,
+                         columns.bodies, columns.tails, start, log.record_crc)
+        return
     run = stop - start
     sizes = columns.sizes[start:stop]
     header = np.zeros(run, dtype=fmt.HEADER_V1_DTYPE)

@@ -17,19 +17,22 @@ with `_append_limit` that every append makes anyway (docs/decisions/0014-disk-us
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 import time
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
-from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
-from mqstore.commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
-from mqstore.commitlog.message import Message, StoredMessage, decode_message, decode_records
-from mqstore.commitlog.record_batch import parse_records
-from mqstore.commitlog.segments import SegmentList
-from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
+from commitlog import format as fmt
+from commitlog import native
+from commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
+from commitlog.record_batch import parse_records
+from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
+from commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
+from commitlog.message import Message, StoredMessage, decode_message, decode_records, decode_records_native
+from commitlog.native import NATIVE
+from commitlog.segments import SegmentList
+from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
@@ -44,6 +47,8 @@ SPACE_RESERVE_STEP_BYTES = 4 * 1024 * 1024
 # How near its segment's end the writer asks for the next segment (near_end_listeners); a quarter of the segment
 # when that is less, so that small segments are not asked for at once.
 NEXT_SEGMENT_LEAD_BYTES = 64 * 1024 * 1024
+# The compiled pwrite that keeps the GIL (commitlog/csrc/flushwait.c), for the write-through append; None: os.pwrite
+_write_at = None if NATIVE is None else NATIVE.write_at
 
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
 _FORBIDDEN = ("\x01", "\x02")
@@ -129,6 +134,9 @@ class CommitLog:
         self.next_segment_lead_bytes = min(NEXT_SEGMENT_LEAD_BYTES, segment_size_bytes // 4)
         self._segment: MappedFile | None = None
         self._next_announced = False  # near_end_listeners were told about the current segment
+        # The codec of the per-record byte work: the compiled core (commitlog.native) or None for the pure-Python
+        # reference; chosen when the log is opened, so that tests can open one log with each.
+        self.codec = native.NATIVE
         if writable:
             os.makedirs(directory, exist_ok=True)
         self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate,
@@ -274,6 +282,15 @@ class CommitLog:
         crc = _crc32(body) if len(body) <= _CRC_SMALL else fmt.crc32(body)
         return ((topic, queue_id), flag, body, crc & 0x7FFFFFFF, born, tail, 88 + len(body) + len(tail))
 
+    def compiled_prepare(self):
+        """`prepare` of the common message shape (a compiled Message without tags, keys or properties, of a topic
+        seen before) in compiled code, as a callable returning the prepared record, or None for any other message
+        (then `prepare` handles it); None when there is no compiled codec or the log adds UNIQ_KEYs."""
+        if self.codec is None or self.unique_keys is not None or not hasattr(self.codec, "prepare_message"):
+            return None
+        return functools.partial(self.codec.prepare_message, self._topic_tails, self.max_queues_per_topic,
+                                 self.max_message_size_bytes)
+
     def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes, bytes]:
         """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by PROPERTIES without user
         properties (only the record-CRC placeholder, when written); the same followed by the start of PROPERTIES
@@ -308,17 +325,23 @@ class CommitLog:
         queue_offsets = self.queue_offsets
         queue_offset = queue_offsets.get(queue_key, 0)
         store_ts = _time_ns() // 1_000_000
-        body_end = at + 88 + len(body)
-        _pack_header(view, at, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
-                     store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
-                     0, 0, len(body))
-        view[at + 88 : body_end] = body
-        end = at + size
-        view[body_end:end] = tail
-        if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
-            covered = view[at : end - 20]
-            crc = _crc32(covered) if size <= _CRC_SMALL else fmt.crc32(covered)
-            view[end - 11 : end - 1] = (b"%010d" % (crc & 0x7FFFFFFF))[::-1]
+        codec = self.codec
+        if codec is not None:
+            codec.encode_record(view, at, size, crc, queue_key[1], flag, queue_offset, offset,
+                                store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
+                                body, tail, self.record_crc)
+        else:
+            body_end = at + 88 + len(body)
+            _pack_header(view, at, size, _MAGIC, crc, queue_key[1], flag, queue_offset, offset, 0,
+                         store_ts if born is None else born, self.born_host_raw, store_ts, self.store_host_raw,
+                         0, 0, len(body))
+            view[at + 88 : body_end] = body
+            end = at + size
+            view[body_end:end] = tail
+            if self.record_crc:  # fmt.record_crc_digits, inlined: the put path
+                covered = view[at : end - 20]
+                crc = _crc32(covered) if size <= _CRC_SMALL else fmt.crc32(covered)
+                view[end - 11 : end - 1] = (b"%010d" % (crc & 0x7FFFFFFF))[::-1]
         if scratch is not None:
             self._write_through(scratch[:size], pos)
         queue_offsets[queue_key] = queue_offset + 1
@@ -336,6 +359,9 @@ class CommitLog:
         """pwrite an encoded record at `pos` of the current segment (nothing is published before it is all there)."""
         fd = self._segment_fd
         try:
+            if _write_at is not None:  # keeps the GIL: os.pwrite's letting go costs the put a GIL round trip
+                _write_at(fd, record, pos)
+                return
             while record:
                 written = os.pwrite(fd, record, pos)
                 record, pos = record[written:], pos + written
@@ -462,7 +488,10 @@ class CommitLog:
             assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left
             if self.reserve_space:  # within what was reserved but after a reopen, which reserved from a page start
                 segment.reserve(pos + fmt.END_FILE_MIN_BLANK_LENGTH)
-            fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
+            if self.codec is not None:
+                self.codec.encode_blank(segment.view, pos, left)
+            else:
+                fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
             next_base = self._segment_end
             self.set_end(next_base)  # the blank is written: readers may pass it
             if segment.appending:
@@ -496,6 +525,12 @@ class CommitLog:
         if view is None:
             raise StoreClosedError("the commitlog is closed")
         pos = commitlog_offset - segment.base_offset
+        if self.codec is not None:  # None: a record the compiled fast path leaves to the reference (or damage)
+            message = self.codec.decode_record(view, pos, segment.size_bytes - pos, commitlog_offset, check_crc,
+                                               -1 if self.record_crc_from is None else self.record_crc_from,
+                                               StoredMessage)
+            if message is not None:
+                return message
         return decode_message(view, pos, segment.size_bytes - pos, commitlog_offset, path=segment.path,
                               check_crc=check_crc, record_crc_from=self.record_crc_from)
 
@@ -512,6 +547,9 @@ class CommitLog:
             if low < self.segments.first_base_offset or high >= self._end:
                 raise InvalidMessageError(f"commitlog offsets {low}..{high} are not all inside the log "
                                           f"[{self.min_offset()}, {self._end})")
+        if self.codec is not None:
+            return decode_records_native(self.codec, self.segment_at, commitlog_offsets, sizes,
+                                         record_crc_from=self.record_crc_from, queue=queue)
         return decode_records(self.segment_at, commitlog_offsets, sizes, record_crc_from=self.record_crc_from,
                               queue=queue)
 

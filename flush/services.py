@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Callable, Protocol
 
+from commitlog.native import NATIVE
+
 log = logging.getLogger(__name__)
 
 PAGE_SIZE_BYTES = 4096
@@ -21,6 +23,8 @@ FLUSH_DURATIONS_KEPT = 64  # recent flush durations kept for stats()
 LEADER_FLUSH_ROUNDS_MAX = 4  # flushes one leader runs back to back for callers that parked meanwhile
 FLUSH_INLINE_TIMEOUT_SHARE = 0.1  # a SYNC caller flushes itself while the last flush took under this share of
 #                                   its timeout (else the thread flushes, and the caller can time out on time)
+# FlushGate.wait's outcomes (commitlog/csrc/flushwait.c)
+GATE_DURABLE, GATE_LEAD, GATE_TIMEOUT, GATE_CLOSED, GATE_IDLE = 0, 1, 2, 3, 4
 
 
 class Flushable(Protocol):
@@ -71,10 +75,17 @@ class GroupCommitService:
     returns when its flush does: a disk that turns slow after fast flushes delays that one leader past its
     timeout (its result then says whether its bytes are durable); the callers parked behind it time out on time,
     and the slow flush sends the following ones to the thread.
+
+    With the compiled core (`native`, the default when it is built) callers wait in a FlushGate
+    (commitlog/csrc/flushwait.c): a condition variable waited on without the GIL, woken by the leader's
+    `advance` after each flush; a woken caller checks its position or takes the lead there, and comes back to
+    the interpreter only with a result. The same decisions as the Python version, without a lock per caller,
+    the parked list the leader walked under the GIL, or a return to the interpreter for callers not yet durable
+    (docs/decisions/0020-sync-path.md).
     """
 
     def __init__(self, flushable: Flushable, durable_position: int, *, name: str = "mqstore-group-commit",
-                 on_flushed: Callable[[], None] | None = None):
+                 on_flushed: Callable[[], None] | None = None, native: bool | None = None):
         self._flushable = flushable
         self._on_flushed = on_flushed
         self.durable_position = durable_position
@@ -88,7 +99,12 @@ class GroupCommitService:
         self._stopping = False
         self.stats = FlushStats()
         self.leader_flush_count = 0  # flushes run by callers (the rest ran in the thread)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        if native is None:
+            native = NATIVE is not None
+        self._gate = NATIVE.flush_gate(durable_position) if native else None
+        if native:
+            self.wait_durable = self._wait_gate  # the instance's own: one lookup on the put path
+        self._thread = threading.Thread(target=self._run_gate if native else self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -131,6 +147,75 @@ class GroupCommitService:
                 # A flush woke us as we timed out, maybe choosing us to lead the next one: the thread takes it on.
                 self._request(position)
             return self.durable_position >= position
+
+    def parked_count(self) -> int:
+        """Callers waiting for a flush now (parked, or blocked in the gate)."""
+        return self._gate.waiting if self._gate is not None else len(self._parked)
+
+    def _wait_gate(self, position: int, timeout_s: float) -> bool:
+        """wait_durable through the FlushGate (the compiled core's wait, without the GIL)."""
+        gate = self._gate
+        if self.stats.error is not None or self._stopping:
+            return gate.durable >= position
+        started = time.monotonic()
+        remaining = timeout_s
+        while True:
+            leads = self._last_flush_s < timeout_s * FLUSH_INLINE_TIMEOUT_SHARE
+            if not leads:
+                self._request(position)
+            outcome = gate.wait(position, remaining, leads)
+            if outcome == GATE_DURABLE:
+                return True
+            if outcome == GATE_TIMEOUT or outcome == GATE_CLOSED:
+                return gate.durable >= position  # timed out, or stopped or failed meanwhile
+            if outcome == GATE_LEAD:
+                self.leader_flush_count += 1
+                self._lead_gate()
+                if self.durable_position >= position:
+                    return True
+            # else GATE_IDLE: the lead was let go with this position not durable; ask again (or lead)
+            remaining = timeout_s - (time.monotonic() - started)
+            if remaining <= 0:
+                return gate.durable >= position
+
+    def _lead_gate(self) -> None:
+        """Holding the gate's lead: flush, wake the callers it made durable, and flush again while callers wait
+        (at most LEADER_FLUSH_ROUNDS_MAX flushes, as `_lead`); then let go of the lead."""
+        gate = self._gate
+        holding = True
+        try:
+            for round_ in range(1, LEADER_FLUSH_ROUNDS_MAX + 1):
+                started = time.perf_counter()
+                try:
+                    durable = self._flushable.flush()
+                    if self._on_flushed is not None:
+                        self._on_flushed()
+                except Exception as exc:  # noqa: BLE001 - reported to every waiter from now on
+                    log.exception("group commit flush failed")
+                    self.stats.error = exc
+                    holding = False
+                    gate.close()
+                    return
+                elapsed = time.perf_counter() - started
+                self.stats.record(elapsed)
+                self._last_flush_s = elapsed
+                if durable > self.durable_position:
+                    self.durable_position = durable
+                if not gate.advance(durable, round_ < LEADER_FLUSH_ROUNDS_MAX):
+                    holding = False
+                    return
+        finally:
+            if holding:  # stopped by a BaseException mid-flush: let another thread lead
+                gate.advance(self.durable_position, False)
+
+    def _run_gate(self) -> None:
+        gate = self._gate
+        while True:
+            self._wake.acquire()
+            if gate.wait(self._requested, None, True) == GATE_LEAD:
+                self._lead_gate()
+            if self._stopping:
+                return
 
     def _lead(self, position: int) -> None:
         """Holding the flush lock: flush unless `position` is durable already; while callers parked during that
@@ -214,6 +299,8 @@ class GroupCommitService:
         self._request(self._requested)
         if self._thread.is_alive():
             self._thread.join()
+        if self._gate is not None:
+            self._gate.close()
         if self._parked:
             self._wake_parked(choose_leader=True)
 

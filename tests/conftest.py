@@ -80,6 +80,20 @@ def step_clock():
         yield clock
 
 
+@pytest.fixture(params=["python", "native"])
+def codec(request, monkeypatch):
+    """Each codec in turn for the stores and logs a test opens: the pure-Python reference (None) and the compiled
+    core (commitlog._native), whatever MQSTORE_NATIVE says. Use it (or pytest.mark.usefixtures("codec")) in
+    tests of reading, writing and damage, so that both codecs pass them."""
+    import importlib
+
+    from commitlog import native
+
+    module = importlib.import_module("commitlog._native") if request.param == "native" else None
+    monkeypatch.setattr(native, "NATIVE", module)
+    return module
+
+
 @pytest.fixture
 def rocketmq_store_copy(tmp_path) -> Path:
     """A writable copy of the store RocketMQ 4.4.0 wrote (the original is never opened for writing)."""

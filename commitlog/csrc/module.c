@@ -1,5 +1,6 @@
 /* The module object of `commitlog._native`: it only gathers the method tables of the other C files. */
 #include "mq_native.h"
+#include "flushwait.h"
 
 static PyObject *native_crc32(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -27,9 +28,11 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *module = PyModule_Create(&native_module);
     if (module == NULL) return NULL;
-    if (PyModule_AddFunctions(module, mq_codec_methods) < 0 || PyModule_AddFunctions(module, mq_scan_methods) < 0) {
+    if (PyModule_AddFunctions(module, mq_codec_methods) < 0 || PyModule_AddFunctions(module, mq_scan_methods) < 0 ||
+        PyModule_AddFunctions(module, mq_message_methods) < 0 || mq_message_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }
+    if (PyModule_AddFunctions(module, mq_flush_methods) < 0) { Py_DECREF(module); return NULL; }
     return module;
 }

@@ -14,61 +14,14 @@
 #include <stdint.h>
 #include <stddef.h>
 
-/* --- record layout: commitlog/format.py, "Record, version 1" ------------------------------------------ */
-#define MQ_OFFSET_TOTAL_SIZE 0
-#define MQ_OFFSET_MAGIC_CODE 4
-#define MQ_OFFSET_BODY_CRC 8
-#define MQ_OFFSET_QUEUE_ID 12
-#define MQ_OFFSET_FLAG 16
-#define MQ_OFFSET_QUEUE_OFFSET 20
-#define MQ_OFFSET_PHYSICAL_OFFSET 28
-#define MQ_OFFSET_SYS_FLAG 36
-#define MQ_OFFSET_BORN_TIMESTAMP 40
-#define MQ_OFFSET_BORN_HOST 48
-#define MQ_OFFSET_STORE_TIMESTAMP 56
-#define MQ_OFFSET_STORE_HOST 64
-#define MQ_OFFSET_RECONSUME_TIMES 72
-#define MQ_OFFSET_PREPARED_TRANSACTION_OFFSET 76
-#define MQ_OFFSET_BODY_LENGTH 84
-#define MQ_OFFSET_BODY 88
-#define MQ_HEADER_SIZE 88
-#define MQ_HOST_V4_LENGTH 8
-#define MQ_HOST_V6_LENGTH 20
-#define MQ_RECORD_SIZE_MIN (MQ_HEADER_SIZE + 1 + 1 + 2)
-#define MQ_RECORD_SIZE_FIXED (MQ_HEADER_SIZE + 1 + 2)
-#define MQ_TOPIC_LENGTH_MAX 127
-#define MQ_PROPERTIES_LENGTH_MAX 32767
-#define MQ_END_FILE_MIN_BLANK_LENGTH 8
-#define MQ_RECORD_CRC_LENGTH 20
-
-#define MQ_MESSAGE_MAGIC_CODE 0xDAA320A7u
-#define MQ_MESSAGE_MAGIC_CODE_V2 0xDAA320ABu
-#define MQ_BLANK_MAGIC_CODE 0xCBD43194u
-
-#define MQ_SYS_FLAG_BORNHOST_V6 0x10
-#define MQ_SYS_FLAG_STOREHOST_V6 0x20
-
-/* --- big-endian access; callers check bounds before every call ------------------------------------------ */
-static inline uint32_t mq_get_u32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-static inline int32_t mq_get_i32(const uint8_t *p) { return (int32_t)mq_get_u32(p); }
-static inline int64_t mq_get_i64(const uint8_t *p) {
-    return (int64_t)(((uint64_t)mq_get_u32(p) << 32) | (uint64_t)mq_get_u32(p + 4));
-}
-static inline uint16_t mq_get_u16(const uint8_t *p) { return (uint16_t)(((uint16_t)p[0] << 8) | p[1]); }
-static inline void mq_put_u32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
-}
-static inline void mq_put_i64(uint8_t *p, int64_t v) {
-    mq_put_u32(p, (uint32_t)((uint64_t)v >> 32)); mq_put_u32(p + 4, (uint32_t)v);
-}
-
-/* --- CRC-32 (zlib's polynomial; the same values as zlib.crc32): crc32.c ---------------------------------- */
-uint32_t mq_crc32(uint32_t crc, const uint8_t *data, size_t length);
+#include "mq_format.h"  /* the record layout, big-endian helpers and mq_crc32, without Python */
 
 /* --- the method tables, one per C file that exports functions ------------------------------------------- */
 extern PyMethodDef mq_codec_methods[];   /* codec.c: encode records into segments, decode them for get */
 extern PyMethodDef mq_scan_methods[];    /* scan.c: dispatch scan, recovery walk, Arrow columns */
+extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the common message shape */
+
+/* message_type.c: adds the compiled `Message` type to the module; 0, or -1 with an exception set. */
+int mq_message_init(PyObject *module);
 
 #endif

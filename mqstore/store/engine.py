@@ -171,6 +171,8 @@ class MessageStore(Reads, IndexLookups):
         if config.index_enabled:
             self._index = self._open_index()
             self._commitlog.unique_keys = None if self.read_only else UniqueKeyGenerator(born_raw[:4])
+        # The compiled prepare of the common message shape (None without the compiled core, or with UNIQ_KEYs)
+        self._prepare_common = None if self.read_only else self._commitlog.compiled_prepare()
         self._closed = False
         if self.read_only:
             return
@@ -418,7 +420,10 @@ class MessageStore(Reads, IndexLookups):
         """Store one message; it becomes visible to get() once dispatched."""
         if self._closed or self.read_only:
             self._check_writable()
-        record = self._prepare(message)
+        prepare = self._prepare_common
+        record = prepare(message) if prepare is not None else None
+        if record is None:
+            record = self._prepare(message)
         if self._disk_full:
             return _refused(PutStatus.DISK_FULL)
         writer = self._writer

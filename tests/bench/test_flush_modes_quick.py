@@ -87,3 +87,26 @@ def test_flush_modes_quick_writes_every_row(tmp_path):
         path = tmp_path / f"flush_modes_quick{suffix}"
         assert path.stat().st_size > 0, path
     assert (tmp_path / "flush_modes_quick_throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_flush_modes_sync_quick_writes_the_sync_rows_and_targets(tmp_path):
+    """--sync --quick: the raw loop, the store's SYNC cells with both flush paths, the bare group commit and ASYNC 100 B
+    (RocketMQ's rows are left out of --quick: each starts a JVM)."""
+    completed = run_quick("flush_modes.py", "--sync", "--out-dir", str(tmp_path))
+    result = json.loads((tmp_path / "flush_modes_sync_quick.json").read_text())
+    rows = {row["name"]: row for row in result["rows"]}
+    assert len(rows) == len(result["rows"]), "row names are unique"
+    for label in ("100 B", "1 KB"):
+        _positive(rows[f"pwrite+fdatasync loop, {label}"], "ops_per_s", "p50_us")
+        _positive(rows[f"bare group commit in CPython, {label}, 64 threads"], "ops_per_s", "p50_us")
+        for producers in (1, 8, 64):
+            for suffix in ("", ", pure-Python flush path"):
+                row = rows[f"SYNC {label}, {producers} producer{'s' if producers > 1 else ''}{suffix}"]
+                _positive(row, "count", "msgs_per_s", "p50_us", "p99_us", "commitlog_flushes")
+                assert row["producers"] == producers and row["other_statuses"] == {}
+    _positive(rows["ASYNC 100 B, 1 producer"], "count", "p99_us")
+    assert not [row for row in result["rows"] if row["section"] == "rocketmq"]
+    goals = result["targets"]
+    assert len(goals) == 5  # SYNC vs raw at two sizes with both flush paths, and the ASYNC p99
+    assert all(isinstance(goal["met"], bool) and goal["value"] >= 0 for goal in goals)
+    assert "## Targets" in completed.stdout

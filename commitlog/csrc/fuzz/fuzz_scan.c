@@ -1,7 +1,7 @@
 /* Fuzz target of the compiled scans (scan_core.c): libFuzzer's entry point, also driven by driver.c where
  * clang is missing. Built with AddressSanitizer and UndefinedBehaviorSanitizer by `make fuzz-scan`.
  *
- * Input: a 16-byte header, then the bytes of one segment (seeds are real segments: make_seeds.py).
+ * Input: a 16-byte header, then the bytes of one segment (seeds are real segments: make_scan_seeds.py).
  *   0..7   i64  the segment's base offset (big-endian), so that PHYSICALOFFSET checks can pass
  *   8      u8   bit 0: zeros_end, bit 1: check_crc, bit 2: record CRCs required from the segment's middle
  *   9..10  u16  records_max (0: no limit)

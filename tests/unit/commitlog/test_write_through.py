@@ -25,11 +25,33 @@ def _log(directory, *, write_through: bool) -> CommitLog:
     return log
 
 
+def _patch_pwrite(monkeypatch, writer: str, replacement) -> None:
+    """Put `replacement(fd, data, position)` where the write-through append writes: the compiled write_at
+    (which keeps the GIL) or os.pwrite (the pure-Python path, also when the core is not built)."""
+    if writer == "write_at":
+        if commitlog_module.NATIVE is None:
+            pytest.skip("the compiled core is not built or MQSTORE_NATIVE=0")
+        monkeypatch.setattr(commitlog_module, "_write_at", replacement)
+    else:
+        monkeypatch.setattr(commitlog_module, "_write_at", None)
+        monkeypatch.setattr(commitlog_module.os, "pwrite", replacement)
+
+
+def _real_pwrite(writer: str):
+    if writer == "write_at":
+        if commitlog_module.NATIVE is None:
+            pytest.skip("the compiled core is not built or MQSTORE_NATIVE=0")
+        return commitlog_module.NATIVE.write_at
+    return os.pwrite
+
+
 def _segments(directory) -> dict[str, bytes]:
     return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
 
 
-def test_appends_written_through_equal_appends_into_the_mapping_byte_for_byte(tmp_path, monkeypatch):
+@pytest.mark.parametrize("writer", ["write_at", "os.pwrite"])
+def test_appends_written_through_equal_appends_into_the_mapping_byte_for_byte(tmp_path, monkeypatch, writer):
+    _patch_pwrite(monkeypatch, writer, _real_pwrite(writer))
     clock = iter(range(1_700_000_000_000_000_000, 1 << 62, 1_000_000))
     times = [next(clock) for _ in range(400)]
     rng = random.Random(7)
@@ -54,7 +76,8 @@ def test_appends_written_through_equal_appends_into_the_mapping_byte_for_byte(tm
     assert results[True] == results[False]
 
 
-def test_a_failed_pwrite_is_a_store_io_error_and_publishes_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("writer", ["write_at", "os.pwrite"])
+def test_a_failed_pwrite_is_a_store_io_error_and_publishes_nothing(tmp_path, monkeypatch, writer):
     log = _log(tmp_path, write_through=True)
     first = log.append(log.prepare(Message("t", b"first")))
     end = log.readable_end()
@@ -62,7 +85,7 @@ def test_a_failed_pwrite_is_a_store_io_error_and_publishes_nothing(tmp_path, mon
     def failing(fd, data, position):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(commitlog_module.os, "pwrite", failing)
+    _patch_pwrite(monkeypatch, writer, failing)
     with pytest.raises(StoreIOError, match="Input/output error"):
         log.append(log.prepare(Message("t", b"second")))
     assert log.readable_end() == end and log.queue_offsets[("t", 0)] == 1
@@ -73,19 +96,20 @@ def test_a_failed_pwrite_is_a_store_io_error_and_publishes_nothing(tmp_path, mon
     log.close()
 
 
-def test_appends_during_a_flush_go_to_the_mapping(tmp_path, monkeypatch):
+@pytest.mark.parametrize("writer", ["write_at", "os.pwrite"])
+def test_appends_during_a_flush_go_to_the_mapping(tmp_path, monkeypatch, writer):
     # A pwrite waits while another thread's fdatasync of the file runs: with 64 SYNC producers, puts written
     # through during flushes made 2.8k puts/s against 21k through the mapping. So appends made while a flush
     # holds the log's flush lock are encoded in the mapping.
     log = _log(tmp_path, write_through=True)
     calls = []
-    real = os.pwrite
+    real = _real_pwrite(writer)
 
     def counting(fd, data, position):
         calls.append(position)
         return real(fd, data, position)
 
-    monkeypatch.setattr(commitlog_module.os, "pwrite", counting)
+    _patch_pwrite(monkeypatch, writer, counting)
     first = log.append(log.prepare(Message("t", b"first")))
     assert calls == [first[0]]
     with log._flush_lock:  # as CommitLog.flush holds it around the fdatasync

@@ -5,10 +5,22 @@ from __future__ import annotations
 import struct
 import threading
 
-from mqstore.flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
+import pytest
 
+import flush.services
+from flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
 from tests.conftest import small_config, wait_until
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def group_commit_kind(request, monkeypatch):
+    """Every test runs twice: callers waiting in the compiled core's FlushGate, and in the Python version."""
+    if request.param == "native" and flush.services.NATIVE is None:
+        pytest.skip("the compiled core is not built or MQSTORE_NATIVE=0 selects the pure-Python path")
+    if request.param == "python":
+        monkeypatch.setattr(flush.services, "NATIVE", None)
+    return request.param
 
 
 class SpyFlushable:
@@ -163,7 +175,7 @@ def test_a_leader_flushes_again_for_the_callers_that_parked_during_its_flush():
                                       name=f"follower-{p}") for p in (3, 4)]
         for follower in followers:
             follower.start()
-        assert wait_until(lambda: len(service._parked) == 2)
+        assert wait_until(lambda: service.parked_count() == 2)
         spy.gate.set()
         for thread in [leader, *followers]:
             thread.join(10)

@@ -10,6 +10,8 @@ from mqstore import CorruptionError, InvalidMessageError, Message, MessageStore
 from tests.unit.commitlog import handmade
 from tests.unit.mqstore.conftest import config
 
+pytestmark = pytest.mark.usefixtures("codec")  # each test with the Python and the compiled codec
+
 SEGMENT_SIZE = config().segment_size_bytes
 
 

@@ -10,6 +10,8 @@ from mqstore.commitlog.errors import CorruptionError
 from mqstore import GetStatus, Message, MessageStore
 from tests.conftest import small_config
 
+pytestmark = pytest.mark.usefixtures("codec")  # each test with the Python and the compiled codec
+
 LENGTHS = [fmt.CRC_SMALL_BYTES_MAX - 200, fmt.CRC_SMALL_BYTES_MAX - 99, fmt.CRC_SMALL_BYTES_MAX + 1, 20_000,
            300_000]
 

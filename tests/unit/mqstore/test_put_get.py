@@ -11,6 +11,8 @@ from mqstore.commitlog.format import java_string_hash
 from mqstore import FlushMode, GetStatus, InvalidMessageError, Message, MessageStore, PutStatus
 from tests.unit.mqstore.conftest import config
 
+pytestmark = pytest.mark.usefixtures("codec")  # each test with the Python and the compiled codec
+
 
 def _put_and_dispatch(store, messages):
     results = [store.put(message) for message in messages]

@@ -13,6 +13,8 @@ from tests.conftest import rocketmq_config
 from tests.unit.commitlog import handmade
 from tests.unit.mqstore.conftest import config
 
+pytestmark = pytest.mark.usefixtures("codec")  # each test with the Python and the compiled codec
+
 # Places outside the body that no other rule looks at: a bit flipped there leaves a well-formed record.
 OUTSIDE_THE_BODY = [
     ("queue id", handmade.AT_QUEUE_ID),

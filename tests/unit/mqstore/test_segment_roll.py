@@ -12,6 +12,8 @@ from tests.conftest import wait_until
 from tests.unit.commitlog import handmade
 from tests.unit.mqstore.conftest import config
 
+pytestmark = pytest.mark.usefixtures("codec")  # each test with the Python and the compiled codec
+
 SEGMENT_SIZE = config().segment_size_bytes
 
 

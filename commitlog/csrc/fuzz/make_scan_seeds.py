@@ -1,8 +1,8 @@
 """Seeds of the scan fuzzer (fuzz_scan.c): real segments with the 16-byte header the target reads.
 
-From RocketMQ 4.4.0's fixture store when it is there ($MQSTORE_ROCKETMQ_FIXTURES, else ../shared/fixtures), and
+From RocketMQ 4.4.0's fixture store when it is there ($MQSTORE_ROCKETMQ_FIXTURES, else tests/data), and
 from a small log this project's CommitLog writes (record CRCs on, tags, keys, a segment roll), so that a clone
-without the fixtures still has seeds. Usage: make_seeds.py OUT_DIRECTORY
+without the fixtures still has seeds. Usage: make_scan_seeds.py OUT_DIRECTORY
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def own_store(out: Path) -> int:
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    fixtures = Path(os.environ.get("MQSTORE_ROCKETMQ_FIXTURES", REPO.parent / "shared" / "fixtures"))
+    fixtures = Path(os.environ.get("MQSTORE_ROCKETMQ_FIXTURES", REPO / "tests" / "data"))
     count = own_store(out)
     commitlog = fixtures / "rocketmq-4.4.0-store" / "store" / "commitlog"
     if commitlog.is_dir():

@@ -1,0 +1,71 @@
+"""CRC-32 per call in C for record-sized and large inputs: zlib (linked by the build), ISA-L (the `isal` package's
+copy, loaded with dlopen from its Python extension module: it ships no library to link) and mq_crc32 (commitlog/csrc/crc32.c, the compiled core's).
+
+    .venv/bin/python bench/crc32.py            # full run (about 20 s)
+    .venv/bin/python bench/crc32.py --quick    # smoke run
+
+Compiles bench/crc32_compare.c with the machine's C compiler (-O2, as setup.py builds the module), prints a table
+of ns per call and GB/s, and writes bench/results/crc32.json (crc32_quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _libpython() -> list[str]:
+    """Linker flags for the interpreter's library: isal's extension module needs its symbols to load at all (it
+    is no library of its own), so the comparison program carries an interpreter it never starts."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    version = sysconfig.get_config_var("LDVERSION")
+    return [f"-L{libdir}", "-Wl,--no-as-needed", f"-lpython{version}", f"-Wl,-rpath,{libdir}"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a second or two")
+    args = parser.parse_args()
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        print("no C compiler", file=sys.stderr)
+        return 2
+    import isal.isal_zlib
+
+    with tempfile.TemporaryDirectory() as scratch:
+        program = os.path.join(scratch, "crc32_compare")
+        subprocess.run([compiler, "-O2", "-std=c11", "-I", os.path.join(ROOT, "commitlog", "csrc"),
+                        os.path.join(ROOT, "bench", "crc32_compare.c"),
+                        os.path.join(ROOT, "commitlog", "csrc", "crc32.c"), "-lz", "-ldl", *_libpython(), "-o", program],
+                       check=True)
+        output = subprocess.run([program, isal.isal_zlib.__file__, "0.01" if args.quick else "1"], check=True,
+                                capture_output=True, text=True).stdout
+    result = json.loads(output)
+    print(f"{'bytes':>8} {'zlib ns':>9} {'ISA-L ns':>9} {'mq_crc32 ns':>12} {'zlib GB/s':>10} {'ISA-L GB/s':>11} "
+          f"{'mq_crc32 GB/s':>14}")
+    for row in result["rows"]:
+        size = row["bytes"]
+        print(f"{size:>8} {row['zlib_ns']:>9.1f} {row['isal_ns']:>9.1f} {row['mq_crc32_ns']:>12.1f} "
+              f"{size / row['zlib_ns']:>10.2f} {size / row['isal_ns']:>11.2f} {size / row['mq_crc32_ns']:>14.2f}")
+    result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), machine=platform.processor() or platform.machine(),
+                  command="bench/crc32.py" + (" --quick" if args.quick else ""))
+    result.pop("sink", None)
+    path = os.path.join(ROOT, "bench", "results", "crc32_quick.json" if args.quick else "crc32.json")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=2)
+    print(f"wrote {os.path.relpath(path, ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
