@@ -1,5 +1,6 @@
 """CRC-32 per call in C for record-sized and large inputs: zlib (linked by the build), ISA-L (the `isal` package's
-copy, loaded with dlopen from its Python extension module: it ships no library to link) and mq_crc32 (commitlog/csrc/crc32.c, the compiled core's).
+copy, loaded with dlopen from its Python extension module: it ships no library to link) and mq_crc32
+(commitlog/csrc/crc32.c, the compiled core's).
 
     .venv/bin/python bench/crc32.py            # full run (about 20 s)
     .venv/bin/python bench/crc32.py --quick    # smoke run
@@ -46,7 +47,8 @@ def main() -> int:
         program = os.path.join(scratch, "crc32_compare")
         subprocess.run([compiler, "-O2", "-std=c11", "-I", os.path.join(ROOT, "commitlog", "csrc"),
                         os.path.join(ROOT, "bench", "crc32_compare.c"),
-                        os.path.join(ROOT, "commitlog", "csrc", "crc32.c"), "-lz", "-ldl", *_libpython(), "-o", program],
+                        os.path.join(ROOT, "commitlog", "csrc", "crc32.c"), "-lz", "-ldl", *_libpython(),
+                        "-o", program],
                        check=True)
         output = subprocess.run([program, isal.isal_zlib.__file__, "0.01" if args.quick else "1"], check=True,
                                 capture_output=True, text=True).stdout
@@ -57,7 +59,8 @@ def main() -> int:
         size = row["bytes"]
         print(f"{size:>8} {row['zlib_ns']:>9.1f} {row['isal_ns']:>9.1f} {row['mq_crc32_ns']:>12.1f} "
               f"{size / row['zlib_ns']:>10.2f} {size / row['isal_ns']:>11.2f} {size / row['mq_crc32_ns']:>14.2f}")
-    result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), machine=platform.processor() or platform.machine(),
+    result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  machine=platform.processor() or platform.machine(),
                   command="bench/crc32.py" + (" --quick" if args.quick else ""))
     result.pop("sink", None)
     path = os.path.join(ROOT, "bench", "results", "crc32_quick.json" if args.quick else "crc32.json")

@@ -70,8 +70,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import commitlog.commitlog as commitlog_module  # noqa: E402
-import flush.services  # noqa: E402
+import mqstore.commitlog.commitlog as commitlog_module  # noqa: E402
+import mqstore.flush.services  # noqa: E402
+
 from mqstore import FlushMode, Message, MessageStore, PutStatus, StoreConfig  # noqa: E402
 
 TOPIC = "orders"
@@ -313,12 +314,12 @@ def python_wait_cell(work: str, settings: dict, body_size: int, producers: int, 
     """A SYNC cell with the flush path MQSTORE_NATIVE=0 uses: callers wait in the Python group commit and the
     write-through append uses os.pwrite. The before/after of flushwait.c in one run; the rest of the store (its
     codec, dispatch) is the same in both."""
-    saved = flush.services.NATIVE, commitlog_module._write_at
-    flush.services.NATIVE = commitlog_module._write_at = None
+    saved = mqstore.flush.services.NATIVE, commitlog_module._write_at
+    mqstore.flush.services.NATIVE = commitlog_module._write_at = None
     try:
         row, latencies = matrix_cell(work, settings, FlushMode.SYNC, body_size, producers, seconds)
     finally:
-        flush.services.NATIVE, commitlog_module._write_at = saved
+        mqstore.flush.services.NATIVE, commitlog_module._write_at = saved
     row["name"] += PYTHON_WAIT_SUFFIX
     row["mode"] += PYTHON_WAIT_SUFFIX
     return row, latencies
@@ -413,7 +414,8 @@ def targets_sync(rows: list[dict]) -> list[dict]:
 
 
 def markdown_sync(rows: list[dict], goals: list[dict], header: str) -> str:
-    out = [header, "", "| row | msgs/s | MB/s | p50 us | p99 us | max us | flushes |", "|---|---:|---:|---:|---:|---:|---:|"]
+    out = [header, "", "| row | msgs/s | MB/s | p50 us | p99 us | max us | flushes |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         rate = row.get("msgs_per_s", row.get("ops_per_s"))
         out.append(f"| {row['name']} | {_n(rate)} | {_n(row.get('mb_per_s'), 2)} | {_n(row.get('p50_us'), 1)} | "

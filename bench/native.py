@@ -77,7 +77,8 @@ def worker_put_batch(root: str, count: int, body_size: int) -> dict:
     from mqstore import Message, MessageStore
 
     body = os.urandom(body_size)
-    batches = [[Message(f"topic{(start // BATCH) % TOPICS}", body, queue_id=i % QUEUES) for i in range(start, start + BATCH)]
+    batches = [[Message(f"topic{(start // BATCH) % TOPICS}", body, queue_id=i % QUEUES)
+                for i in range(start, start + BATCH)]
                for start in range(0, count, BATCH)]
     with MessageStore.open(root, _config()) as store:
         store.put(Message("topic0", b"first"))
@@ -117,7 +118,7 @@ def worker_get(root: str, count: int) -> dict:
 
 def run_worker(args) -> int:
     """One codec's rows, in this process (the parent sets MQSTORE_NATIVE); prints one JSON object."""
-    from commitlog import native
+    from mqstore.commitlog import native
 
     codec = "native" if native.NATIVE is not None else "python"
     work = tempfile.mkdtemp(prefix="mqstore-native-bench-")

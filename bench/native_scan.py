@@ -7,7 +7,7 @@ Prints a table and writes bench/results/native_scan.json (native_scan_quick.json
 
 One store is written with put_batch (100-byte bodies, 4 topics x 4 queues, TAGS and one key a message, record
 CRCs on, index off, 1 GiB segments), then, for each codec (`python`: MQSTORE_NATIVE=0's numpy path; `native`:
-commitlog._native), in the same process and on the same warm segment bytes:
+mqstore.commitlog._native), in the same process and on the same warm segment bytes:
 
     dispatch to CQ          parse_records + the ConsumeQueue dispatcher over the whole log into a fresh
                             ConsumeQueue table, 8192-record batches (dispatch_available): msgs/s

@@ -23,16 +23,16 @@ import re
 import threading
 import time
 
-from commitlog import format as fmt
-from commitlog import native
-from commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
-from commitlog.record_batch import parse_records
-from commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
-from commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
-from commitlog.message import Message, StoredMessage, decode_message, decode_records, decode_records_native
-from commitlog.native import NATIVE
-from commitlog.segments import SegmentList
-from commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog import native
+from mqstore.commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
+from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
+from mqstore.commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
+from mqstore.commitlog.message import Message, StoredMessage, decode_message, decode_records, decode_records_native
+from mqstore.commitlog.native import NATIVE
+from mqstore.commitlog.record_batch import parse_records
+from mqstore.commitlog.segments import SegmentList
+from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log

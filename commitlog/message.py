@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
 
-from commitlog import format as fmt
-from commitlog import native
-from commitlog.errors import CorruptionError
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog import native
+from mqstore.commitlog.errors import CorruptionError
 
 
 @dataclass(slots=True)
@@ -280,7 +280,7 @@ def _decode_indexed_record(segment, pos: int, offset: int, expected_size: int, r
 def decode_records_native(codec, segments, commitlog_offsets: list[int], sizes: list[int], *,
                           record_crc_from: int | None = None, queue: tuple[str, int, list[int]] | None = None
                           ) -> list[StoredMessage]:
-    """`decode_records` through the compiled codec (`codec`, commitlog._native): the same messages, the same
+    """`decode_records` through the compiled codec (`codec`, mqstore.commitlog._native): the same messages, the same
     errors. The codec decodes the records of one segment at a time; a record it does not accept (another
     version or host width, or damage) goes through `decode_records` alone, which decodes it or raises."""
     count = len(commitlog_offsets)

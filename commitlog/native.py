@@ -1,4 +1,4 @@
-"""Which codec runs the per-message byte work: the compiled core (`commitlog._native`) or the pure-Python one.
+"""Which codec runs the per-message byte work: the compiled core (`mqstore.commitlog._native`) or the pure-Python one.
 
 `NATIVE` is the extension module, or None when the pure-Python reference codec is selected: by the environment
 variable MQSTORE_NATIVE=0, or because the extension was not built. `MQSTORE_NATIVE=1` makes a missing extension

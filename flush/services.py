@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Protocol
 
-from commitlog.native import NATIVE
+from mqstore.commitlog.native import NATIVE
 
 log = logging.getLogger(__name__)
 

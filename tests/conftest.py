@@ -83,13 +83,13 @@ def step_clock():
 @pytest.fixture(params=["python", "native"])
 def codec(request, monkeypatch):
     """Each codec in turn for the stores and logs a test opens: the pure-Python reference (None) and the compiled
-    core (commitlog._native), whatever MQSTORE_NATIVE says. Use it (or pytest.mark.usefixtures("codec")) in
+    core (mqstore.commitlog._native), whatever MQSTORE_NATIVE says. Use it (or pytest.mark.usefixtures("codec")) in
     tests of reading, writing and damage, so that both codecs pass them."""
     import importlib
 
-    from commitlog import native
+    from mqstore.commitlog import native
 
-    module = importlib.import_module("commitlog._native") if request.param == "native" else None
+    module = importlib.import_module("mqstore.commitlog._native") if request.param == "native" else None
     monkeypatch.setattr(native, "NATIVE", module)
     return module
 

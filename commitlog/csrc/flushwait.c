@@ -198,7 +198,7 @@ static PyGetSetDef gate_getset[] = {
 
 static PyTypeObject FlushGateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "commitlog._native.FlushGate",
+    .tp_name = "mqstore.commitlog._native.FlushGate",
     .tp_basicsize = sizeof(FlushGate),
     .tp_dealloc = (destructor)gate_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,

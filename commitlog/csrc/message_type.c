@@ -231,7 +231,7 @@ static PyType_Slot message_slots[] = {
 };
 
 static PyType_Spec message_spec = {
-    "commitlog._native.Message", sizeof(MessageObject), 0,
+    "mqstore.commitlog._native.Message", sizeof(MessageObject), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, message_slots,
 };
 

@@ -1,4 +1,4 @@
-/* The module object of `commitlog._native`: it only gathers the method tables of the other C files. */
+/* The module object of `mqstore.commitlog._native`: it only gathers the method tables of the other C files. */
 #include "mq_native.h"
 #include "flushwait.h"
 

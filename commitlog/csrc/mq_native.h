@@ -1,4 +1,4 @@
-/* Shared declarations of the compiled core (`commitlog._native`).
+/* Shared declarations of the compiled core (`mqstore.commitlog._native`).
  *
  * The record layout is described once, in commitlog/format.py; the offsets below name the same fields and
  * cite that table (v1 record, IPv4 hosts). A test ties them to format.py's constants.

@@ -41,7 +41,7 @@ void mq_property_span(const uint8_t *data, int64_t start, int64_t end, const uin
 }
 
 int mq_locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t commitlog_offset, int required,
-              mq_layout *layout) {
+              mq_scan_layout *layout) {
     int64_t remaining = size_bytes - pos;
     if (pos < 0 || remaining < MQ_END_FILE_MIN_BLANK_LENGTH) return -1;  /* rule 1 */
     const uint8_t *p = data + pos;
@@ -108,7 +108,7 @@ int mq_locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t comm
     return 0;
 }
 
-int mq_crc_ok(const uint8_t *data, int64_t pos, const mq_layout *layout) {
+int mq_crc_ok(const uint8_t *data, int64_t pos, const mq_scan_layout *layout) {
     if (layout->has_crc) {
         uint32_t actual = mq_crc32(0, data + pos, (size_t)(layout->size - MQ_RECORD_CRC_LENGTH)) & 0x7FFFFFFFu;
         return actual == layout->crc_value;
@@ -181,7 +181,7 @@ void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, m
                 break;
             }
             int64_t offset = in->base + pos;
-            mq_layout layout;
+            mq_scan_layout layout;
             if (mq_locate(data, size_bytes, pos, offset, offset >= in->required_from, &layout) != 0) {
                 out->error = MQ_SCAN_ERR_INVALID;
                 break;

@@ -81,13 +81,13 @@ typedef struct {
     uint32_t crc_value;          /* its value when has_crc */
     int32_t sys_flag;
     uint32_t magic;
-} mq_layout;
+} mq_scan_layout;
 
 int mq_locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t commitlog_offset, int required,
-              mq_layout *layout);
+              mq_scan_layout *layout);
 
 /* Whether the record's CRC (record CRC when it has one, else BODYCRC) matches. */
-int mq_crc_ok(const uint8_t *data, int64_t pos, const mq_layout *layout);
+int mq_crc_ok(const uint8_t *data, int64_t pos, const mq_scan_layout *layout);
 
 /* The span of the first pair `name`\x01value of properties [start, end) (a pair starts at `start` or after
  * a 0x02): value_start/value_end, or -1 when none. */

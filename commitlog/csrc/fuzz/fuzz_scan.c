@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
             check(ps <= pe && pe <= at + size);
             int64_t gs = columns[MQ_COL_TAGS_START * CAPACITY + i], ge = columns[MQ_COL_TAGS_END * CAPACITY + i];
             check(gs < 0 || (ps <= gs && gs <= ge && ge <= pe));
-            mq_layout layout;
+            mq_scan_layout layout;
             check(mq_locate(segment, size_bytes, at, at + base, 0, &layout) == 0 && layout.size == size);
             int64_t vs, ve;
             mq_property_span(segment, ps, pe, (const uint8_t *)"KEYS", 4, &vs, &ve);
@@ -134,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
     }
     /* mq_locate at arbitrary positions, for records the walk never reaches */
     for (int64_t at = start; at < size_bytes && at < start + 4096; at += 97) {
-        mq_layout layout;
+        mq_scan_layout layout;
         if (mq_locate(segment, size_bytes, at, at + base, flags & 4, &layout) == 0) {
             check(at + layout.size <= size_bytes);
             (void)mq_crc_ok(segment, at, &layout);

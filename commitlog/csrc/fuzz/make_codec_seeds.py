@@ -15,7 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from commitlog import format as fmt  # noqa: E402
+from mqstore.commitlog import format as fmt  # noqa: E402
 
 SEEDS_PER_STORE = 300
 FLAG_VALUES = (0, 1, 3, 9)  # no check; CRCs checked; and the index size; and record CRCs required
@@ -40,9 +40,9 @@ def records_of(store_dir: str):
 
 def written_store(root: str) -> list[str]:
     """Two logs written by the project's CommitLog (record CRCs off and on), with records of every shape."""
-    from commitlog.commitlog import CommitLog
-    from commitlog.message import Message
-    from commitlog.unique_key import UniqueKeyGenerator
+    from mqstore.commitlog.commitlog import CommitLog
+    from mqstore.commitlog.message import Message
+    from mqstore.commitlog.unique_key import UniqueKeyGenerator
 
     stores = []
     host = fmt.encode_host("10.0.0.7", 10911)

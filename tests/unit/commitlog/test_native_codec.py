@@ -1,5 +1,5 @@
-"""The two codecs of the per-record byte work, the compiled one (commitlog._native) and the pure-Python reference:
-the same puts give byte-identical segment files, the same files give identical messages and identical
+"""The two codecs of the per-record byte work, the compiled one (mqstore.commitlog._native) and the pure-Python
+reference: the same puts give byte-identical segment files, the same files give identical messages and identical
 CorruptionErrors on damaged bytes, and the compiled code's layout constants are format.py's."""
 
 from __future__ import annotations
@@ -8,21 +8,22 @@ import os
 import random
 import shutil
 
+import mqstore.commitlog.commitlog as commitlog_module
 import numpy as np
 import pytest
+from mqstore.commitlog import (
+    _native,  # built by the package's install; MQSTORE_NATIVE=0 only changes the default
+    native,
+)
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.commitlog.message import StoredMessage
 
-import commitlog.commitlog as commitlog_module
-from commitlog import format as fmt
-from commitlog import native
-from commitlog.commitlog import CommitLog
-from commitlog.errors import CorruptionError, InvalidMessageError
-from commitlog.message import StoredMessage
 from mqstore import Message, MessageStore
 from tests.conftest import rocketmq_config
 from tests.unit.commitlog import handmade
 from tests.unit.mqstore.conftest import config
-
-from commitlog import _native  # built by the package's install; MQSTORE_NATIVE=0 only changes the default
 
 CODECS = {"python": None, "native": _native}
 SEGMENT_BYTES = 64 * 1024
@@ -37,7 +38,7 @@ def test_the_compiled_layout_is_format_py():
 
 
 class FixedClock:
-    """commitlog.commitlog._time_ns advancing 1 ms a call, so that two runs stamp the same times."""
+    """mqstore.commitlog.commitlog._time_ns advancing 1 ms a call, so that two runs stamp the same times."""
 
     def __init__(self):
         self.now_ns = 1_700_000_000_000 * 1_000_000
@@ -128,7 +129,7 @@ def _read_everything(root, codec, monkeypatch, cfg):
                     offset = result.next_offset
                 tagged = store.get(topic, queue_id, store.min_offset(topic, queue_id), max_count=32, tags="TagA")
                 found += [("tagged", tuple(m)) for m in tagged.messages]
-        for kind, message in list(found):
+        for _kind, message in list(found):
             again = store.read_at(message[6])
             found.append((type(again), tuple(again)))
     return found
@@ -232,7 +233,8 @@ def test_records_of_other_shapes_go_to_the_reference(tmp_path):
         assert _outcome(lambda: logs["native"].read(offset)) == _outcome(lambda: logs["python"].read(offset))
         assert _outcome(lambda: logs["native"].read(offset))[0] == "ok"
     sizes = [logs["python"].read(offset).size_bytes for offset in at]
-    assert _outcome(lambda: logs["native"].read_many(at, sizes)) == _outcome(lambda: logs["python"].read_many(at, sizes))
+    assert (_outcome(lambda: logs["native"].read_many(at, sizes))
+            == _outcome(lambda: logs["python"].read_many(at, sizes)))
 
 
 # --- the compiled functions refuse what does not fit -----------------------------------------------------------
@@ -280,7 +282,7 @@ def test_the_compiled_message_is_the_dataclass(monkeypatch):
     import dataclasses
     import pickle
 
-    from commitlog.message import ReferenceMessage
+    from mqstore.commitlog.message import ReferenceMessage
 
     compiled = _native.Message
     for name in ("__dataclass_fields__", "__dataclass_params__"):  # as commitlog.message sets them when it uses it
@@ -317,7 +319,8 @@ def test_the_compiled_prepare_gives_the_python_prepare_or_leaves_it(tmp_path, mo
     cases = [message("known", b"x" * n) for n in (0, 1, 1000)] + [
         message("known", b"y", queue_id=3, flag=-(2**31), born_timestamp_ms=0), message("known", b"", keys=[]),
         message("unknown", b"x"), message("known", b"x", tags="t"), message("known", b"x", keys=["k"]),
-        message("known", b"x", properties={"a": "b"}), message("known", b"x" * 1001), message("known", b"x", queue_id=4),
+        message("known", b"x", properties={"a": "b"}), message("known", b"x" * 1001),
+        message("known", b"x", queue_id=4),
         message("known", b"x", queue_id=-1), message("known", b"x", queue_id=True), message("known", bytearray(b"x")),
         message("known", b"x", flag=2**31), message("known", b"x", born_timestamp_ms=-1), message(b"known", b"x"),
         message("known", "text"), message("known", b"x", keys=None), message("known", b"x", born_timestamp_ms=1.0)]
@@ -338,7 +341,7 @@ def test_the_compiled_prepare_gives_the_python_prepare_or_leaves_it(tmp_path, mo
 
 
 def test_the_compiled_batch_prepare_gives_the_python_columns_or_leaves_them(tmp_path, monkeypatch):
-    from commitlog import batch
+    from mqstore.commitlog import batch
 
     monkeypatch.setattr(commitlog_module, "Message", _native.Message)
     monkeypatch.setattr(batch, "Message", _native.Message)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import zlib
 
-from commitlog import _native
+from mqstore.commitlog import _native
 
 
 def test_every_length_to_4096_is_zlibs():

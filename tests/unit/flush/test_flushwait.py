@@ -6,8 +6,7 @@ import os
 import threading
 
 import pytest
-
-from commitlog.native import NATIVE
+from mqstore.commitlog.native import NATIVE
 
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core is not built or MQSTORE_NATIVE=0")
 

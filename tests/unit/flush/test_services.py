@@ -5,10 +5,10 @@ from __future__ import annotations
 import struct
 import threading
 
+import mqstore.flush.services
 import pytest
+from mqstore.flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
 
-import flush.services
-from flush.services import PAGE_SIZE_BYTES, GroupCommitService, IntervalFlusher
 from mqstore import FlushMode, GetStatus, Message, MessageStore, PutStatus
 from tests.conftest import small_config, wait_until
 
@@ -16,10 +16,10 @@ from tests.conftest import small_config, wait_until
 @pytest.fixture(autouse=True, params=["native", "python"])
 def group_commit_kind(request, monkeypatch):
     """Every test runs twice: callers waiting in the compiled core's FlushGate, and in the Python version."""
-    if request.param == "native" and flush.services.NATIVE is None:
+    if request.param == "native" and mqstore.flush.services.NATIVE is None:
         pytest.skip("the compiled core is not built or MQSTORE_NATIVE=0 selects the pure-Python path")
     if request.param == "python":
-        monkeypatch.setattr(flush.services, "NATIVE", None)
+        monkeypatch.setattr(mqstore.flush.services, "NATIVE", None)
     return request.param
 
 
