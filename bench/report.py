@@ -65,6 +65,24 @@ def text(value) -> str:
     return str(value).replace("|", "\\|")
 
 
+def ratio(value) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
+def figure(value) -> str:
+    """A measurement whose unit the row names: 1.23M, 456k, 7,509, 0.085."""
+    if value is None:
+        return ""
+    if value >= 1e5:
+        return rate(value)
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def preformatted(value) -> str:
+    """A cell already formatted by its column's function (right-aligned, unlike text)."""
+    return value or ""
+
+
 def table(rows: list[dict], columns: list[tuple[str, object, object]]) -> str:
     """A Markdown table: one column per (header, key or function of the row, formatter)."""
     lines = ["| " + " | ".join(header for header, _, _ in columns) + " |",
@@ -78,12 +96,12 @@ def table(rows: list[dict], columns: list[tuple[str, object, object]]) -> str:
 # --- one block per benchmark -----------------------------------------------------------------------------------
 def when(name: str, data: dict) -> str:
     """When the result file was made: as the benchmark recorded it, else when git last committed it."""
-    recorded = data.get("date_utc") or data.get("when_utc") or (data.get("machine") or {}).get("date_utc")
+    recorded = data.get("date_utc") or data.get("when_utc") or data.get("date") or machine_of(data).get("date_utc")
     if recorded:
-        return f"{recorded} UTC"
+        return recorded if recorded.endswith("UTC") else f"{recorded} UTC"
     try:
         committed = subprocess.run(
-            ["git", "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%d %H:%M", "--",
+            ["git", "log", "-1", "--no-merges", "--format=%cd", "--date=format-local:%Y-%m-%d %H:%M", "--",
              f"results/{name}.json"], cwd=HERE, capture_output=True, text=True, check=True,
             env={**os.environ, "TZ": "UTC"}).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -91,14 +109,28 @@ def when(name: str, data: dict) -> str:
     return f"{committed} UTC (committed; the file records no date)" if committed else "date not recorded"
 
 
+def machine_of(data: dict) -> dict:
+    """The result file's machine record; some files give only the machine's name there."""
+    machine = data.get("machine")
+    return machine if isinstance(machine, dict) else {}
+
+
+# Result files a benchmark writes under another name than its script's, and the command that writes them.
+COMMANDS = {"flush_modes_sync": "bench/flush_modes.py --sync"}
+
+
+def command(name: str) -> str:
+    return f".venv/bin/python {COMMANDS.get(name, f'bench/{name}.py')}"
+
+
 def header(name: str, data: dict) -> str:
-    machine = data.get("machine") or {}
+    machine = machine_of(data)
     python = data.get("python") or machine.get("python")
-    cores = data.get("cores") or machine.get("cores") or machine.get("cpus")
+    cores = data.get("cores") or data.get("cpus") or machine.get("cores") or machine.get("cpus")
     load = data.get("load_average_1min") or data.get("load_average_1m")
     if load is None and "load_average_1min_before" in machine:
         load = [machine["load_average_1min_before"], machine["load_average_1min_after"]]
-    parts = [f"`.venv/bin/python bench/{name}.py`", when(name, data)]
+    parts = [f"`{command(name)}`", when(name, data)]
     if python:
         parts.append(f"Python {python}")
     if cores:
@@ -205,6 +237,90 @@ def report_spark_read(data: dict) -> str:
         ("case", "name", text), ("rows", "rows", number(0)), ("rows/s", "rows_per_s", rate)])
 
 
+def report_crc32(data: dict) -> str:
+    """ns per call of each implementation, and GB/s (bytes per ns)."""
+    def gbps(key):
+        return lambda row: row[key] and row["bytes"] / row[key]
+
+    intro = ("One CRC-32 call in C per input size: zlib (what the build links), ISA-L (the `isal` package's copy"
+             + ("" if data.get("isal_loaded") else "; not loaded in this run") + ") and mq_crc32 "
+             "(commitlog/csrc/crc32.c, the compiled core's).")
+    return intro + "\n\n" + table(data["rows"], [
+        ("bytes", "bytes", number(0)), ("zlib ns", "zlib_ns", number(1)), ("ISA-L ns", "isal_ns", number(1)),
+        ("mq_crc32 ns", "mq_crc32_ns", number(1)), ("zlib GB/s", gbps("zlib_ns"), number(2)),
+        ("ISA-L GB/s", gbps("isal_ns"), number(2)), ("mq_crc32 GB/s", gbps("mq_crc32_ns"), number(2)),
+        ("mq_crc32 vs zlib", lambda row: row["mq_crc32_ns"] and row["zlib_ns"] / row["mq_crc32_ns"], ratio)])
+
+
+def report_disk_reservation(data: dict) -> str:
+    def unit(row):
+        case = row["case"]
+        return case[case.rfind("(") + 1:-1] if case.endswith(")") else "msgs/s"
+
+    intro = (f"ASYNC puts, one producer, {size(data.get('segment_size_bytes'))} segments, "
+             f"{size(data.get('log_bytes_per_run'))} of log a run; median of {data.get('rounds')} interleaved "
+             "rounds, with the slowest and fastest.")
+    return intro + "\n\n" + table(data["rows"], [
+        ("case", "case", text), ("unit", unit, text), ("median", "median", figure), ("min", "min", figure),
+        ("max", "max", figure), ("disk used after the run", "disk_used_bytes", size)])
+
+
+def report_native(data: dict) -> str:
+    def part(codec, key):
+        return lambda row: (row.get(codec) or {}).get(key)
+
+    intro = (f"{data.get('messages_per_row', 0):,} messages a row; each codec in a process of its own, RocketMQ "
+             "4.4.0's store (`rmq put`) in the same run.")
+    return intro + "\n\n" + table(data["rows"], [
+        ("case", "case", text), ("compiled msgs/s", part("native", "msgs_per_s"), rate),
+        ("MB/s", part("native", "mb_per_s"), number(0)), ("pure Python msgs/s", part("python", "msgs_per_s"), rate),
+        ("MB/s", part("python", "mb_per_s"), number(0)), ("compiled vs Python", "native_vs_python", ratio),
+        ("RocketMQ msgs/s", part("rocketmq", "msgs_per_s"), rate),
+        ("compiled vs RocketMQ", "native_vs_rocketmq", ratio)])
+
+
+NATIVE_SCAN_MEASURES = (
+    ("dispatch to ConsumeQueues (msgs/s)", "dispatch_cq_msgs_per_s", rate),
+    ("dispatch to ConsumeQueues and index (msgs/s)", "dispatch_cq_index_msgs_per_s", rate),
+    ("recovery walk, CRC on (GB/s of log)", "walk_crc_gb_per_s", number(2)),
+    ("store.scan() to a Table, every column (rows/s)", "scan_rows_per_s", rate),
+    ("store.scan(), one topic, two columns (rows/s)", "scan_topic_two_columns_rows_per_s", rate),
+)
+
+
+def report_native_scan(data: dict) -> str:
+    by_codec = {row["codec"]: row for row in data["rows"]}
+    python, native = by_codec.get("python", {}), by_codec.get("native", {})
+    targets = data.get("targets") or {}
+    reference = data.get("reference") or {}
+    rocketmq = (reference.get("rocketmq_load") or {}).get("gb_per_s")
+    crc = reference.get("zlib_crc32_gb_per_s")
+    rows = [{"measure": label, "python": python.get(key), "native": native.get(key), "format": formatter,
+             "target": targets.get(key)} for label, key, formatter in NATIVE_SCAN_MEASURES]
+    intro = (f"{data.get('messages', 0):,} messages of {body(data.get('body_bytes'))} "
+             f"({size(data.get('log_bytes'))} of log), best of the run's repeats. References in the same run: "
+             f"zlib.crc32 over the log in 1 MiB chunks {number(2)(crc)} GB/s"
+             + (f"; RocketMQ 4.4.0's crash recovery (`rmq load`) {rocketmq:.2f} GB/s" if rocketmq else "")
+             + ".")
+    return intro + "\n\n" + table(rows, [
+        ("measure", "measure", text), ("pure Python", lambda row: row["format"](row["python"]), preformatted),
+        ("compiled", lambda row: row["format"](row["native"]), preformatted),
+        ("compiled vs Python", lambda row: row["python"] and row["native"] and row["native"] / row["python"], ratio),
+        ("target", lambda row: row["format"](row["target"]), preformatted)])
+
+
+def report_flush_modes_sync(data: dict) -> str:
+    parts = ["Targets (issue 21's; measured, not asserted):", table(data["targets"], [
+        ("target", "target", text), ("met", "met", text), ("measured", "detail", text)])]
+    parts += ["Every row of the run, taking turns (the raw loop and the bare group commit are the machine's "
+              "limits; RocketMQ's rows time its own putMessage):", table(data["rows"], [
+                  ("row", "name", text), ("msgs/s", lambda row: row.get("msgs_per_s", row.get("ops_per_s")), rate),
+                  ("MB/s", "mb_per_s", number(2)), ("p50 us", "p50_us", number(0)), ("p99 us", "p99_us", number(0)),
+                  ("max ms", lambda row: row.get("max_us") and row["max_us"] / 1000, number(1)),
+                  ("flushes", "commitlog_flushes", number(0))])]
+    return "\n\n".join(parts)
+
+
 BENCHMARKS = {
     "put_get": report_put_get,
     "flush_modes": report_flush_modes,
@@ -214,6 +330,11 @@ BENCHMARKS = {
     "index": report_index,
     "recovery": report_recovery,
     "spark_read": report_spark_read,
+    "crc32": report_crc32,
+    "disk_reservation": report_disk_reservation,
+    "native": report_native,
+    "native_scan": report_native_scan,
+    "flush_modes_sync": report_flush_modes_sync,
 }
 
 
@@ -229,7 +350,7 @@ def block(name: str) -> str:
     """The generated block of one benchmark, or a line saying its result file is missing."""
     path = RESULTS / f"{name}.json"
     if not path.exists():
-        return f"No result file yet: run `.venv/bin/python bench/{name}.py`."
+        return f"No result file yet: run `{command(name)}`."
     data = json.loads(path.read_text(encoding="utf-8"))
     return header(name, data) + "\n\n" + BENCHMARKS[name](data)
 
