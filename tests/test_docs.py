@@ -198,3 +198,10 @@ def test_dotted_names_resolve():
                 if not resolves(name):
                     unresolved.append(f"{page.relative_to(ROOT)} -> {name}")
     assert unresolved == []
+
+
+def test_every_decision_is_indexed():
+    index = (ROOT / "docs/decisions/README.md").read_text(encoding="utf-8")
+    records = sorted(path.name for path in (ROOT / "docs/decisions").glob("[0-9][0-9][0-9][0-9]-*.md"))
+    assert "0001-writer-lock-hand-off.md" in records
+    assert [name for name in records if f"]({name})" not in index] == [], "add it to docs/decisions/README.md"
