@@ -148,3 +148,18 @@ def test_public_api_is_locked_and_sorted():
     assert mqstore.__all__ == PUBLIC_API
     assert mqstore.__all__ == sorted(mqstore.__all__)
     assert all(hasattr(mqstore, name) for name in mqstore.__all__)
+
+
+def _scripts():
+    for folder in ("tests", "bench"):
+        yield from sorted((ROOT / folder).rglob("*.py"))
+    yield from sorted((ROOT / "commitlog" / "csrc").rglob("*.py"))
+
+
+def test_tests_and_benchmarks_import_installed_names_only():
+    """A folder name (`import commitlog`) would load a second copy of a module, and of the compiled core, whose
+    classes and state differ from the installed ones."""
+    folders = OLD_NAMES - {"bench"}
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for path in _scripts()
+             for line, target in imported_modules(path, "tests.m") if target.split(".")[0] in folders]
+    assert wrong == []
