@@ -10,8 +10,11 @@ neither loses nor duplicates keys (RocketMQ re-indexes that message in full).
 
 from __future__ import annotations
 
+import numpy as np
+
 from commitlog import format as log_format
 from commitlog.dispatch import DispatchBatch
+from commitlog.native import NATIVE
 from indexfile import format as fmt
 from indexfile.index_service import IndexService
 
@@ -51,6 +54,9 @@ class IndexDispatcher:
     def dispatch(self, batch: DispatchBatch) -> None:
         """Index the keys of every message of `batch` not indexed yet."""
         indexed = self.service.max_indexed_offset
+        if NATIVE is not None:
+            self._dispatch_native(batch, indexed)
+            return
         if len(batch) > UNIQ_KEYS_ONLY_RECORDS_MIN and self._put_uniq_keys_only(batch, indexed):
             return
         index_keys: list[bytes] = []
@@ -91,6 +97,30 @@ class IndexDispatcher:
                     add_timestamp(timestamp)
         if index_keys:
             self.service.put_keys(index_keys, offsets, timestamps)
+
+    def _dispatch_native(self, batch: DispatchBatch, indexed: int) -> None:
+        """`dispatch` with the keys hashed and placed by the compiled core (`IndexService.put_messages`): the
+        messages past the index's end in one call; the message at the end, when a replay finds it partly
+        indexed, through `put_keys` first (the rest of its keys)."""
+        count = len(batch)
+        if count == 0:
+            return
+        offsets = batch.commitlog_offsets
+        start = int(np.searchsorted(offsets, indexed, side="right"))  # offsets ascend: rows before are a replay
+        uniq_keys, keys = batch.uniq_keys, batch.keys
+        if start and int(offsets[start - 1]) == indexed and int(batch.sys_flags[start - 1]) & _TRANSACTION_MASK \
+                != _ROLLBACK:
+            at = start - 1
+            resumed = message_index_keys(self._prefix(batch.topic_names[int(batch.topic_ids[at])]), uniq_keys[at],
+                                         keys[at])
+            resumed = resumed[self.service.indexed_key_count_at(indexed):]
+            if resumed:
+                timestamp = int(batch.store_timestamps_ms[at])
+                self.service.put_keys(resumed, [indexed] * len(resumed), [timestamp] * len(resumed))
+        if start < count:
+            self.service.put_messages([self._prefix(topic) for topic in batch.topic_names], batch.topic_ids,
+                                      uniq_keys, keys, offsets, batch.store_timestamps_ms, batch.sys_flags,
+                                      _TRANSACTION_MASK, _ROLLBACK, start)
 
     def _put_uniq_keys_only(self, batch: DispatchBatch, indexed: int) -> bool:
         """The common batch of mqstore's messages without keys, in list passes instead of the per-message loop:

@@ -6,6 +6,7 @@
  * positions and kinds; the Python caller builds the CorruptionError with the Python path's own code.
  */
 #include "mq_native.h"
+#include "index_core.h"
 #include "scan_core.h"
 
 PyObject *mq_arrow_columns(PyObject *self, PyObject *args);  /* arrow.c */
@@ -166,6 +167,101 @@ static PyObject *walk_chain(PyObject *self, PyObject *args) {
     return Py_BuildValue("LL", (long long)count, (long long)following);
 }
 
+/* The (ptr, len) spans of a tuple of bytes-or-None (None: ptr NULL); -1 with TypeError for anything else. */
+static int bytes_spans(PyObject *tuple, mq_span *spans, const char *what) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        if (item == Py_None) {
+            spans[i].ptr = NULL;
+            spans[i].len = 0;
+        } else if (PyBytes_Check(item)) {
+            spans[i].ptr = (const uint8_t *)PyBytes_AS_STRING(item);
+            spans[i].len = PyBytes_GET_SIZE(item);
+        } else {
+            PyErr_Format(PyExc_TypeError, "index_place: %s holds %.80s, not bytes or None", what,
+                         Py_TYPE(item)->tp_name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *index_place(PyObject *self, PyObject *args) {
+    PyObject *map_object, *prefixes_object, *topic_ids_object, *uniq_object, *keys_object, *offsets_object,
+        *timestamps_object, *sys_flags_object;
+    long long slot_count, entry_max, skip_mask, skip_value, row, key;
+    if (!PyArg_ParseTuple(args, "OLLOOOOOOOLLLL", &map_object, &slot_count, &entry_max, &prefixes_object,
+                          &topic_ids_object, &uniq_object, &keys_object, &offsets_object, &timestamps_object,
+                          &sys_flags_object, &skip_mask, &skip_value, &row, &key))
+        return NULL;
+    PyObject *result = NULL, *prefixes = NULL, *uniq = NULL, *keys = NULL;
+    mq_span *spans = NULL;
+    Py_buffer map = {0}, topic_ids = {0}, offsets = {0}, timestamps = {0}, sys_flags = {0};
+    /* tuples: they hold their items while the GIL is let go, whatever happens to the caller's lists */
+    if ((prefixes = PySequence_Tuple(prefixes_object)) == NULL || (uniq = PySequence_Tuple(uniq_object)) == NULL ||
+        (keys = PySequence_Tuple(keys_object)) == NULL)
+        goto done;
+    if (PyObject_GetBuffer(map_object, &map, PyBUF_WRITABLE) < 0) goto done;
+    if (get_int64_array(topic_ids_object, &topic_ids, 0, "topic_ids") < 0) goto done;
+    if (get_int64_array(offsets_object, &offsets, 0, "offsets") < 0) goto done;
+    if (get_int64_array(timestamps_object, &timestamps, 0, "timestamps") < 0) goto done;
+    if (get_int64_array(sys_flags_object, &sys_flags, 0, "sys_flags") < 0) goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(uniq), prefix_count = PyTuple_GET_SIZE(prefixes);
+    if (PyTuple_GET_SIZE(keys) != n || topic_ids.len != 8 * n || offsets.len != 8 * n || timestamps.len != 8 * n ||
+        sys_flags.len != 8 * n || row < 0 || row > n || key < 0) {
+        PyErr_SetString(PyExc_ValueError, "index_place: the columns do not agree");
+        goto done;
+    }
+    const int64_t *o = offsets.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* checked before the loop lets go of the GIL */
+        if (o[i] < 0 || (i && o[i] < o[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "index_place: commitlog offsets must be >= 0 and in log order");
+            goto done;
+        }
+    }
+    spans = PyMem_Malloc(sizeof(mq_span) * (size_t)(2 * n + prefix_count + 1));
+    if (spans == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (bytes_spans(uniq, spans, "uniq_keys") < 0 || bytes_spans(keys, spans + n, "keys") < 0 ||
+        bytes_spans(prefixes, spans + 2 * n, "prefixes") < 0)
+        goto done;
+    mq_index_rows rows = {
+        .rows = n, .prefixes = spans + 2 * n, .prefix_count = prefix_count, .topic_ids = topic_ids.buf,
+        .uniq_keys = spans, .keys = spans + n, .offsets = o, .timestamps = timestamps.buf,
+        .sys_flags = sys_flags.buf, .skip_mask = skip_mask, .skip_value = skip_value,
+    };
+    mq_index_cursor cursor = {.row = row, .key = key};
+    Py_BEGIN_ALLOW_THREADS
+    mq_index_place(map.buf, map.len, slot_count, entry_max, &rows, &cursor);
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("LLLiLL", (long long)cursor.row, (long long)cursor.key, (long long)cursor.placed,
+                           cursor.status, (long long)cursor.detail, (long long)cursor.detail2);
+done:
+    PyMem_Free(spans);
+    if (sys_flags.obj) PyBuffer_Release(&sys_flags);
+    if (timestamps.obj) PyBuffer_Release(&timestamps);
+    if (offsets.obj) PyBuffer_Release(&offsets);
+    if (topic_ids.obj) PyBuffer_Release(&topic_ids);
+    if (map.obj) PyBuffer_Release(&map);
+    Py_XDECREF(keys);
+    Py_XDECREF(uniq);
+    Py_XDECREF(prefixes);
+    return result;
+}
+
+static PyObject *index_key_hash(PyObject *self, PyObject *args) {
+    Py_buffer key;
+    if (!PyArg_ParseTuple(args, "y*", &key)) return NULL;
+    int ok;
+    uint32_t h = mq_java_hash_utf8(0, key.buf, key.len, &ok);
+    PyBuffer_Release(&key);
+    if (!ok) Py_RETURN_NONE;
+    int32_t hash = (int32_t)h;
+    return PyLong_FromLong(hash == INT32_MIN ? 0 : (hash < 0 ? -hash : hash));
+}
+
 static PyObject *scan_columns(PyObject *self, PyObject *unused) { return PyLong_FromLong(MQ_SCAN_COLUMNS); }
 
 PyMethodDef mq_scan_methods[] = {
@@ -183,6 +279,12 @@ PyMethodDef mq_scan_methods[] = {
     {"walk_chain", walk_chain, METH_VARARGS,
      "walk_chain(buf, length, buf_abs, positions) -> (count, following): the TOTALSIZE chain of complete records"
      " tiling buf[:length] (commitlog.columnar._walk_python), positions written to the int64 array."},
+    {"index_place", index_place, METH_VARARGS,
+     "index_place(map, slot_count, entry_max, prefixes, topic_ids, uniq_keys, keys, offsets, timestamps, sys_flags,"
+     " skip_mask, skip_value, row, key) -> (row, key, placed, status, detail, detail2): hash the index keys of"
+     " the rows from the cursor (row, key) and place them into one IndexFile's mapping (index_core.h)."},
+    {"index_key_hash", index_key_hash, METH_VARARGS,
+     "index_key_hash(key: bytes) -> int or None: keyHash of a UTF-8 index key, None when not valid UTF-8."},
     {"scan_columns", scan_columns, METH_NOARGS, "scan_columns() -> int: how many columns scan_segment writes."},
     {NULL, NULL, 0, NULL},
 };
