@@ -260,10 +260,13 @@ class IndexService:
             return 0
         with self._lock:
             self._check_writable()
+            if bool((offsets[row + 1 :] < offsets[row:-1]).any()):
+                raise InvalidMessageError("index keys must come in commitlog order")
             self._check_order(int(offsets[row]), int(offsets[-1]))
             key = 0
+            # the newest file even when full: a new file is created only for a key that needs it (as put_keys)
+            index_file = self._files[-1] if self._files else self._writable_file()
             while True:  # bounded: every pass places a key, fills a file, or ends
-                index_file = self._writable_file()
                 row, key, placed, status = index_file.place_native(columns, row, key)
                 put += placed
                 if status == PLACE_DONE:
@@ -273,8 +276,10 @@ class IndexService:
                                          int(offsets[row]), int(columns[5][row]))
                     put += 1
                     key += 1
+                    index_file = self._files[-1]
                 else:
                     assert status == PLACE_FULL and index_file.is_full, (status, index_file)
+                    index_file = self._writable_file()
 
     def _put_python_key(self, prefix: bytes, uniq_key: bytes | None, keys: bytes | None, key: int,
                         commitlog_offset: int, store_timestamp_ms: int) -> None:
