@@ -33,14 +33,14 @@ bench: $(STAMP)
 clean-demo:
 	rm -rf demo-store
 
-# The scan fuzzer (commitlog/csrc/fuzz/fuzz_scan.c) over scan_core.c and arrow_core.c, with AddressSanitizer and UBSan, for
+# The scan fuzzer (commitlog/csrc/fuzz/fuzz_scan.c, fuzz_index.c) over scan_core.c, arrow_core.c and index_core.c, with AddressSanitizer and UBSan, for
 # SECONDS seconds, from seeds cut from real stores (make_seeds.py): libFuzzer when clang is there, else a
 # standalone mutating driver built with gcc. A crash leaves its input in $(FUZZ_DIR)/crash-input.
 SECONDS ?= 60
 FUZZ_DIR ?= build/fuzz
 FUZZ_PYTHON ?= $(BIN)/python
-FUZZ_SOURCES := commitlog/csrc/fuzz/fuzz_scan.c commitlog/csrc/scan_core.c commitlog/csrc/arrow_core.c \
-	commitlog/csrc/crc32.c
+FUZZ_SOURCES := commitlog/csrc/fuzz/fuzz_scan.c commitlog/csrc/fuzz/fuzz_index.c commitlog/csrc/scan_core.c \
+	commitlog/csrc/arrow_core.c commitlog/csrc/index_core.c commitlog/csrc/crc32.c
 FUZZ_FLAGS := -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -I$$($(FUZZ_PYTHON) -c \
 	"import sysconfig; print(sysconfig.get_paths()['include'])")
 
