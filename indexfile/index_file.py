@@ -330,17 +330,19 @@ class IndexFile:
         self._slots[sorted_slots[last]] = sorted_numbers[last]
         return put
 
-    def place_native(self, rows: tuple, row: int, key: int) -> tuple[int, int, int, int]:
+    def place_native(self, rows: tuple, row: int, key: int, *, spans: bool = False) -> tuple[int, int, int, int]:
         """Hash and place the index keys of message rows from the cursor (row `row`, its `key`-th index key) with
         the compiled core (`commitlog._native.index_place`, commitlog/csrc/index_core.c), as far as the file has
         room: the bytes `put_hashes` writes for the same keys. `rows` is (prefixes, topic_ids, uniq_keys, keys,
-        offsets, timestamps, sys_flags, skip_mask, skip_value), as `IndexService.put_messages` takes them.
+        offsets, timestamps, sys_flags, skip_mask, skip_value), as `IndexService.put_messages` takes them; with
+        `spans`, uniq_keys and keys are a buffer and its value spans (`index_place_spans`).
         Returns (row, key, placed, status): the cursor where it stopped and why (PLACE_DONE, PLACE_FULL, or
         PLACE_PYTHON_KEY: the key at the cursor is not valid UTF-8 and is the Python path's). A slot or header on
         disk that breaks rules 2 to 4 is a CorruptionError, raised before anything is written."""
         self._check_writable()
         assert NATIVE is not None
-        row, key, placed, status, detail, detail2 = NATIVE.index_place(
+        place = NATIVE.index_place_spans if spans else NATIVE.index_place
+        row, key, placed, status, detail, detail2 = place(
             self._map, self.hash_slot_count, self.index_entry_count_max, *rows, row, key)
         if placed:
             self._read_header()  # the header the core wrote (checked as any header read)

@@ -237,24 +237,27 @@ class IndexService:
                 done += put(self._writable_file(), hashes[done:], offsets[done:], timestamps[done:])
         return count
 
-    def put_messages(self, prefixes: Sequence[bytes], topic_ids: np.ndarray, uniq_keys: Sequence[bytes | None],
-                     keys: Sequence[bytes | None], commitlog_offsets: np.ndarray, store_timestamps_ms: np.ndarray,
-                     sys_flags: np.ndarray, skip_mask: int, skip_value: int, row: int = 0) -> int:
+    def put_messages(self, prefixes: Sequence[bytes], topic_ids: np.ndarray, key_columns: tuple,
+                     commitlog_offsets: np.ndarray, store_timestamps_ms: np.ndarray, sys_flags: np.ndarray,
+                     skip_mask: int, skip_value: int, row: int = 0) -> int:
         """Index the keys of messages rows[row:] with the compiled core (`IndexFile.place_native`); returns the
         keys put. Requires the extension (`commitlog.native.NATIVE`).
 
-        One row per message: `prefixes[topic_ids[i]]` is its UTF-8 `topic#`, `uniq_keys[i]` and `keys[i]` its raw
-        UNIQ_KEY and KEYS values (None when absent); a message with `sys_flag & skip_mask == skip_value` has no
-        keys. Each message's keys are UNIQ_KEY, then each non-empty space-separated KEYS word (as
-        `indexfile.dispatcher.message_index_keys`), the same entries `put_keys` writes for those keys. Python
-        keeps the policy: the core fills one file and says where it stopped; this rolls to the next file and
-        calls again, and hashes the rare key that is not valid UTF-8 itself.
+        One row per message: `prefixes[topic_ids[i]]` is its UTF-8 `topic#`; `key_columns` is (uniq_keys, keys),
+        each message's raw UNIQ_KEY and KEYS values (None when absent), or (buffer, spans), their spans in a
+        buffer as `DispatchBatch.property_span_chunks` gives them. A message with `sys_flag & skip_mask ==
+        skip_value` has no keys. Each message's keys are UNIQ_KEY, then each non-empty space-separated KEYS word
+        (as `indexfile.dispatcher.message_index_keys`): the same entries `put_keys` writes for those keys.
+        Python keeps the policy: the core fills one file and says where it stopped; this rolls to the next file
+        and calls again, and hashes the rare key that is not valid UTF-8 itself.
         """
-        count = len(uniq_keys)
         offsets = np.ascontiguousarray(commitlog_offsets, dtype=np.int64)
-        columns = (tuple(prefixes), np.ascontiguousarray(topic_ids, dtype=np.int64), uniq_keys, keys, offsets,
-                   np.ascontiguousarray(store_timestamps_ms, dtype=np.int64),
-                   np.ascontiguousarray(sys_flags, dtype=np.int64), skip_mask, skip_value)
+        count = len(offsets)
+        spans = isinstance(key_columns[1], np.ndarray)
+        timestamps = np.ascontiguousarray(store_timestamps_ms, dtype=np.int64)
+        columns = (tuple(prefixes), np.ascontiguousarray(topic_ids, dtype=np.int64), key_columns[0],
+                   np.ascontiguousarray(key_columns[1], dtype=np.int64) if spans else key_columns[1], offsets,
+                   timestamps, np.ascontiguousarray(sys_flags, dtype=np.int64), skip_mask, skip_value)
         put = 0
         if row >= count:
             return 0
@@ -267,13 +270,19 @@ class IndexService:
             # the newest file even when full: a new file is created only for a key that needs it (as put_keys)
             index_file = self._files[-1] if self._files else self._writable_file()
             while True:  # bounded: every pass places a key, fills a file, or ends
-                row, key, placed, status = index_file.place_native(columns, row, key)
+                row, key, placed, status = index_file.place_native(columns, row, key, spans=spans)
                 put += placed
                 if status == PLACE_DONE:
                     return put
                 if status == PLACE_PYTHON_KEY:
-                    self._put_python_key(prefixes[int(topic_ids[row])], uniq_keys[row], keys[row], key,
-                                         int(offsets[row]), int(columns[5][row]))
+                    if spans:
+                        buffer, found = key_columns[0], columns[3]
+                        uniq_key, keys = (bytes(buffer[found[k, row] : found[k + 1, row]]) if found[k, row] >= 0
+                                          else None for k in (0, 2))
+                    else:
+                        uniq_key, keys = key_columns[0][row], key_columns[1][row]
+                    self._put_python_key(prefixes[int(topic_ids[row])], uniq_key, keys, key, int(offsets[row]),
+                                         int(timestamps[row]))
                     put += 1
                     key += 1
                     index_file = self._files[-1]

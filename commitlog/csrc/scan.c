@@ -186,7 +186,8 @@ static int bytes_spans(PyObject *tuple, mq_span *spans, const char *what) {
     return 0;
 }
 
-static PyObject *index_place(PyObject *self, PyObject *args) {
+/* index_place and index_place_spans: the keys as tuples of bytes, or as spans of one buffer. */
+static PyObject *index_place_any(PyObject *args, int from_spans) {
     PyObject *map_object, *prefixes_object, *topic_ids_object, *uniq_object, *keys_object, *offsets_object,
         *timestamps_object, *sys_flags_object;
     long long slot_count, entry_max, skip_mask, skip_value, row, key;
@@ -196,19 +197,25 @@ static PyObject *index_place(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL, *prefixes = NULL, *uniq = NULL, *keys = NULL;
     mq_span *spans = NULL;
-    Py_buffer map = {0}, topic_ids = {0}, offsets = {0}, timestamps = {0}, sys_flags = {0};
+    Py_buffer map = {0}, topic_ids = {0}, offsets = {0}, timestamps = {0}, sys_flags = {0}, source = {0},
+              key_spans = {0};
     /* tuples: they hold their items while the GIL is let go, whatever happens to the caller's lists */
-    if ((prefixes = PySequence_Tuple(prefixes_object)) == NULL || (uniq = PySequence_Tuple(uniq_object)) == NULL ||
-        (keys = PySequence_Tuple(keys_object)) == NULL)
+    if ((prefixes = PySequence_Tuple(prefixes_object)) == NULL) goto done;
+    if (from_spans) {
+        if (PyObject_GetBuffer(uniq_object, &source, PyBUF_SIMPLE) < 0) goto done;
+        if (get_int64_array(keys_object, &key_spans, 0, "spans") < 0) goto done;
+    } else if ((uniq = PySequence_Tuple(uniq_object)) == NULL || (keys = PySequence_Tuple(keys_object)) == NULL) {
         goto done;
+    }
     if (PyObject_GetBuffer(map_object, &map, PyBUF_WRITABLE) < 0) goto done;
     if (get_int64_array(topic_ids_object, &topic_ids, 0, "topic_ids") < 0) goto done;
     if (get_int64_array(offsets_object, &offsets, 0, "offsets") < 0) goto done;
     if (get_int64_array(timestamps_object, &timestamps, 0, "timestamps") < 0) goto done;
     if (get_int64_array(sys_flags_object, &sys_flags, 0, "sys_flags") < 0) goto done;
-    Py_ssize_t n = PyTuple_GET_SIZE(uniq), prefix_count = PyTuple_GET_SIZE(prefixes);
-    if (PyTuple_GET_SIZE(keys) != n || topic_ids.len != 8 * n || offsets.len != 8 * n || timestamps.len != 8 * n ||
-        sys_flags.len != 8 * n || row < 0 || row > n || key < 0) {
+    Py_ssize_t n = offsets.len / 8, prefix_count = PyTuple_GET_SIZE(prefixes);
+    int keys_agree = from_spans ? key_spans.len == 4 * 8 * n : (PyTuple_GET_SIZE(uniq) == n && PyTuple_GET_SIZE(keys) == n);
+    if (!keys_agree || topic_ids.len != 8 * n || timestamps.len != 8 * n || sys_flags.len != 8 * n || row < 0 ||
+        row > n || key < 0) {
         PyErr_SetString(PyExc_ValueError, "index_place: the columns do not agree");
         goto done;
     }
@@ -224,9 +231,28 @@ static PyObject *index_place(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (bytes_spans(uniq, spans, "uniq_keys") < 0 || bytes_spans(keys, spans + n, "keys") < 0 ||
-        bytes_spans(prefixes, spans + 2 * n, "prefixes") < 0)
+    if (from_spans) {  /* spans[k*n + i]: start, end of UNIQ_KEY (k = 0, 1) and KEYS (k = 2, 3); -1: absent */
+        const int64_t *ks = key_spans.buf;
+        for (Py_ssize_t k = 0; k < 2; k++) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t start = ks[2 * k * n + i], end = ks[(2 * k + 1) * n + i];
+                mq_span *span = &spans[k * n + i];
+                if (start < 0) {
+                    span->ptr = NULL;
+                    span->len = 0;
+                } else if (end < start || end > source.len) {
+                    PyErr_SetString(PyExc_ValueError, "index_place_spans: a span outside the buffer");
+                    goto done;
+                } else {
+                    span->ptr = (const uint8_t *)source.buf + start;
+                    span->len = end - start;
+                }
+            }
+        }
+    } else if (bytes_spans(uniq, spans, "uniq_keys") < 0 || bytes_spans(keys, spans + n, "keys") < 0) {
         goto done;
+    }
+    if (bytes_spans(prefixes, spans + 2 * n, "prefixes") < 0) goto done;
     mq_index_rows rows = {
         .rows = n, .prefixes = spans + 2 * n, .prefix_count = prefix_count, .topic_ids = topic_ids.buf,
         .uniq_keys = spans, .keys = spans + n, .offsets = o, .timestamps = timestamps.buf,
@@ -240,6 +266,8 @@ static PyObject *index_place(PyObject *self, PyObject *args) {
                            cursor.status, (long long)cursor.detail, (long long)cursor.detail2);
 done:
     PyMem_Free(spans);
+    if (key_spans.obj) PyBuffer_Release(&key_spans);
+    if (source.obj) PyBuffer_Release(&source);
     if (sys_flags.obj) PyBuffer_Release(&sys_flags);
     if (timestamps.obj) PyBuffer_Release(&timestamps);
     if (offsets.obj) PyBuffer_Release(&offsets);
@@ -250,6 +278,10 @@ done:
     Py_XDECREF(prefixes);
     return result;
 }
+
+static PyObject *index_place(PyObject *self, PyObject *args) { return index_place_any(args, 0); }
+
+static PyObject *index_place_spans(PyObject *self, PyObject *args) { return index_place_any(args, 1); }
 
 static PyObject *index_key_hash(PyObject *self, PyObject *args) {
     Py_buffer key;
@@ -283,6 +315,10 @@ PyMethodDef mq_scan_methods[] = {
      "index_place(map, slot_count, entry_max, prefixes, topic_ids, uniq_keys, keys, offsets, timestamps, sys_flags,"
      " skip_mask, skip_value, row, key) -> (row, key, placed, status, detail, detail2): hash the index keys of"
      " the rows from the cursor (row, key) and place them into one IndexFile's mapping (index_core.h)."},
+    {"index_place_spans", index_place_spans, METH_VARARGS,
+     "index_place_spans(map, slot_count, entry_max, prefixes, topic_ids, buffer, spans, offsets, timestamps,"
+     " sys_flags, skip_mask, skip_value, row, key): index_place with each row's UNIQ_KEY and KEYS values as spans"
+     " of one buffer (property_spans' output for (UNIQ_KEY, KEYS): 4 int64 rows, start -1 when absent)."},
     {"index_key_hash", index_key_hash, METH_VARARGS,
      "index_key_hash(key: bytes) -> int or None: keyHash of a UTF-8 index key, None when not valid UTF-8."},
     {"scan_columns", scan_columns, METH_NOARGS, "scan_columns() -> int: how many columns scan_segment writes."},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from commitlog import format as log_format
@@ -123,7 +124,7 @@ def _one_file(tmp_path) -> IndexService:
 
 
 def _place(service: IndexService, offset: int):
-    return service.put_messages([b"t#"], [0], [None], [b"a b c d e f g h"], [offset], [T0], [0], 12, 12)
+    return service.put_messages([b"t#"], [0], ([None], [b"a b c d e f g h"]), [offset], [T0], [0], 12, 12)
 
 
 def test_a_slot_past_index_count_is_corruption_and_nothing_is_written(tmp_path):
@@ -160,7 +161,7 @@ def test_a_hostile_header_is_corruption_and_nothing_is_written(tmp_path, field, 
 def test_put_messages_refuses_offsets_out_of_log_order(tmp_path):
     service = _one_file(tmp_path)
     with pytest.raises(InvalidMessageError, match="commitlog order"):
-        service.put_messages([b"t#"], [0, 0], [b"u", b"v"], [None, None], [300, 200], [T0, T0], [0, 0], 12, 12)
+        service.put_messages([b"t#"], [0, 0], ([b"u", b"v"], [None, None]), [300, 200], [T0, T0], [0, 0], 12, 12)
     assert service.entry_count == 2
     service.close()
 
@@ -185,3 +186,31 @@ def test_a_store_dispatches_the_same_index_with_both_codecs(tmp_path, monkeypatc
             built.append(_files(tmp_path / f"index-{native}"))
     assert built[0] == built[1]
     assert len(built[0]) == -(-(300 + 450) // 96)  # a UNIQ_KEY each, 0+1+2+3 KEYS per 4 messages: files rolled
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_keys_as_spans_of_a_buffer_place_the_same_entries(tmp_path, seed):
+    """`put_messages` with (buffer, spans), as the dispatcher hands it a segment's values, against (uniq_keys,
+    keys) as bytes: the same files, invalid UTF-8 keys (the Python path's) included; 7 slots, 11 entries a file,
+    in two calls (rows 0-49, then from row 50 of all rows)."""
+    rows = _rows(random.Random(seed), 200)
+    buffer, spans = bytearray(), np.full((4, len(rows)), -1, dtype=np.int64)
+    for i, (_, _, keys, uniq, _, _) in enumerate(rows):
+        for k, value in ((0, uniq), (2, keys)):
+            if value is not None:
+                buffer += b"\x02junk\x01"
+                spans[k, i], spans[k + 1, i] = len(buffer), len(buffer) + len(value)
+                buffer += value
+    prefixes = [b"t#", "тема#".encode(), b"order#x#"]
+    topic_ids = [["t", "тема", "order#x"].index(row[1]) for row in rows]
+    columns = ([row[0] for row in rows], [row[5] for row in rows], [row[4] for row in rows], 0xC, ROLLBACK)
+    built = []
+    for name, key_columns in (("bytes", ([row[3] for row in rows], [row[2] for row in rows])),
+                              ("spans", (bytes(buffer), spans))):
+        service = IndexService(tmp_path / name, 7, 11, clock_ms=CLOCK)
+        head = (key_columns[0][:50], key_columns[1][:50]) if name == "bytes" else (key_columns[0], spans[:, :50].copy())
+        service.put_messages(prefixes, topic_ids[:50], head, *[column[:50] for column in columns[:3]], 0xC, ROLLBACK)
+        service.put_messages(prefixes, topic_ids, key_columns, *columns, row=50)
+        service.close()
+        built.append(_files(tmp_path / name))
+    assert built[0] == built[1] and len(built[0]) > 5
