@@ -23,6 +23,10 @@ from indexfile import format as fmt
 
 # what commitlog._native.index_place answers (commitlog/csrc/index_core.h, MQ_INDEX_*)
 PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, PLACE_BAD_SLOT, PLACE_BAD_HEADER, PLACE_BAD_INPUT = range(6)
+assert NATIVE is None or NATIVE.index_layout() == (
+    fmt.HEADER_SIZE_BYTES, fmt.SLOT_SIZE_BYTES, fmt.ENTRY_SIZE_BYTES, fmt.OFFSET_BEGIN_TIMESTAMP,
+    fmt.OFFSET_END_TIMESTAMP, fmt.OFFSET_BEGIN_PHY_OFFSET, fmt.OFFSET_END_PHY_OFFSET, fmt.OFFSET_HASH_SLOT_COUNT,
+    fmt.OFFSET_INDEX_COUNT, fmt.TIME_DIFF_MAX, PLACE_BAD_INPUT), "index_core.h disagrees with indexfile/format.py"
 TEMP_SUFFIX = ".creating"  # a file being created, linked into place once its size and header are set
 HEADER_READS_MAX = 8  # a read-only file's header is read until two reads agree, this many times at most
 SLOT_NEWER_RETRIES = 5  # a read-only file re-reads its header this often for a slot past its indexCount ...

@@ -294,6 +294,13 @@ static PyObject *index_key_hash(PyObject *self, PyObject *args) {
     return PyLong_FromLong(hash == INT32_MIN ? 0 : (hash < 0 ? -hash : hash));
 }
 
+static PyObject *index_layout(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("iiiiiiiiiii", MQ_INDEX_HEADER_SIZE, MQ_INDEX_SLOT_SIZE, MQ_INDEX_ENTRY_SIZE,
+                         MQ_INDEX_OFF_BEGIN_TIMESTAMP, MQ_INDEX_OFF_END_TIMESTAMP, MQ_INDEX_OFF_BEGIN_PHY,
+                         MQ_INDEX_OFF_END_PHY, MQ_INDEX_OFF_HASH_SLOT_COUNT, MQ_INDEX_OFF_INDEX_COUNT,
+                         MQ_INDEX_TIME_DIFF_MAX, MQ_INDEX_BAD_INPUT);
+}
+
 static PyObject *scan_columns(PyObject *self, PyObject *unused) { return PyLong_FromLong(MQ_SCAN_COLUMNS); }
 
 PyMethodDef mq_scan_methods[] = {
@@ -319,6 +326,8 @@ PyMethodDef mq_scan_methods[] = {
      "index_place_spans(map, slot_count, entry_max, prefixes, topic_ids, buffer, spans, offsets, timestamps,"
      " sys_flags, skip_mask, skip_value, row, key): index_place with each row's UNIQ_KEY and KEYS values as spans"
      " of one buffer (property_spans' output for (UNIQ_KEY, KEYS): 4 int64 rows, start -1 when absent)."},
+    {"index_layout", index_layout, METH_NOARGS,
+     "index_layout() -> the IndexFile sizes and header offsets index_core.h uses, and its last status number."},
     {"index_key_hash", index_key_hash, METH_VARARGS,
      "index_key_hash(key: bytes) -> int or None: keyHash of a UTF-8 index key, None when not valid UTF-8."},
     {"scan_columns", scan_columns, METH_NOARGS, "scan_columns() -> int: how many columns scan_segment writes."},
