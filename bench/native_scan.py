@@ -45,6 +45,7 @@ from commitlog.dispatch import DispatchService  # noqa: E402
 from commitlog.native import NATIVE  # noqa: E402
 from consumequeue.consume_queue import ConsumeQueueTable  # noqa: E402
 from consumequeue.dispatcher import ConsumeQueueDispatcher  # noqa: E402
+from indexfile import dispatcher as index_dispatcher  # noqa: E402
 from indexfile.dispatcher import IndexDispatcher  # noqa: E402
 from indexfile.index_service import IndexService  # noqa: E402
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
@@ -68,6 +69,7 @@ def use_codec(codec: str) -> None:
     module = NATIVE if codec == "native" else None
     record_batch.NATIVE = module
     columnar.NATIVE = module
+    index_dispatcher.NATIVE = module
 
 
 def best_of(repeats: int, run) -> float:
