@@ -59,8 +59,8 @@ SECONDS ?= 60
 FUZZ_DIR ?= build/fuzz
 FUZZ_PYTHON ?= $(BIN)/python
 ROCKETMQ_FIXTURE_STORE ?= tests/data/rocketmq-4.4.0-store/store
-FUZZ_SCAN_SOURCES := commitlog/csrc/fuzz/fuzz_scan.c commitlog/csrc/scan_core.c commitlog/csrc/arrow_core.c \
-	commitlog/csrc/crc32.c
+FUZZ_SCAN_SOURCES := commitlog/csrc/fuzz/fuzz_scan.c commitlog/csrc/fuzz/fuzz_index.c commitlog/csrc/scan_core.c \
+	commitlog/csrc/arrow_core.c commitlog/csrc/index_core.c commitlog/csrc/crc32.c
 FUZZ_SCAN_FLAGS := -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -I$$($(FUZZ_PYTHON) -c \
 	"import sysconfig; print(sysconfig.get_paths()['include'])")
 FUZZ_CODEC_SOURCES := commitlog/csrc/fuzz/fuzz_codec.c commitlog/csrc/record.c commitlog/csrc/crc32.c

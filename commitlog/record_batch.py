@@ -111,6 +111,25 @@ class DispatchBatch:
             self._cache[name] = values
         return values
 
+    def property_span_chunks(self, names: tuple[bytes, ...]) -> list[tuple[object, int, np.ndarray]] | None:
+        """The value spans of properties `names` without slicing them out: for each chunk of the batch (the records
+        of one segment), (its buffer, its first row, spans) with spans[2k] / spans[2k + 1] the start / end of
+        names[k]'s value in the buffer per record (-1 when absent), by the compiled property scan
+        (commitlog/csrc/scan_core.c's mq_property_span, the pairs `property_values` finds). None without the
+        extension or for a batch built from rows."""
+        if NATIVE is None or not self._chunks:
+            return None
+        found = []
+        row = 0
+        for chunk in self._chunks:
+            starts = np.ascontiguousarray(chunk.properties_start, dtype=np.int64)
+            spans = np.empty((2 * len(names), len(starts)), dtype=np.int64)
+            NATIVE.property_spans(chunk.buffer, starts, np.ascontiguousarray(chunk.properties_end, dtype=np.int64),
+                                  tuple(names), spans)
+            found.append((chunk.buffer, row, spans))
+            row += len(starts)
+        return found
+
     @property
     def keys(self) -> list[bytes | None]:
         """The raw KEYS property of every record (space-separated), or None."""

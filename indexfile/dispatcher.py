@@ -10,10 +10,13 @@ neither loses nor duplicates keys (RocketMQ re-indexes that message in full).
 
 from __future__ import annotations
 
-from mqstore.commitlog import format as log_format
-from mqstore.commitlog.dispatch import DispatchBatch
-from mqstore.indexfile import format as fmt
-from mqstore.indexfile.index_service import IndexService
+import numpy as np
+
+from commitlog import format as log_format
+from commitlog.dispatch import DispatchBatch
+from commitlog.native import NATIVE
+from indexfile import format as fmt
+from indexfile.index_service import IndexService
 
 TOPIC_PREFIX_CACHE_MAX = 4096  # distinct topics whose `topic#` bytes are kept between batches
 UNIQ_KEYS_ONLY_RECORDS_MIN = 24  # larger batches of messages with a UNIQ_KEY and no KEYS skip the per-message loop
@@ -21,6 +24,7 @@ _KEY_SEPARATOR = log_format.KEY_SEPARATOR.encode("ascii")
 _INDEX_KEY_SEPARATOR = fmt.INDEX_KEY_SEPARATOR.encode("ascii")
 _TRANSACTION_MASK = log_format.SYS_FLAG_TRANSACTION_MASK
 _ROLLBACK = log_format.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE
+_INDEX_PROPERTIES = (log_format.PROPERTY_UNIQ_KEY.encode("ascii"), log_format.PROPERTY_KEYS.encode("ascii"))
 
 
 def message_index_keys(prefix: bytes, uniq_key: bytes | None, keys: bytes | None) -> list[bytes]:
@@ -34,7 +38,11 @@ def message_index_keys(prefix: bytes, uniq_key: bytes | None, keys: bytes | None
 class IndexDispatcher:
     """A `commitlog.dispatch.Dispatcher` that feeds an `IndexService`, one `put_keys` call per batch."""
 
-    properties = (log_format.PROPERTY_UNIQ_KEY.encode("ascii"), log_format.PROPERTY_KEYS.encode("ascii"))
+    @property
+    def properties(self) -> tuple[bytes, ...]:
+        """The properties the batch decoder reads for every record (`DispatchBatch.property_values`): none for
+        the compiled placement, which reads the values' spans itself (`property_span_chunks`)."""
+        return () if NATIVE is not None else _INDEX_PROPERTIES
 
     def __init__(self, service: IndexService):
         self.service = service
@@ -51,6 +59,9 @@ class IndexDispatcher:
     def dispatch(self, batch: DispatchBatch) -> None:
         """Index the keys of every message of `batch` not indexed yet."""
         indexed = self.service.max_indexed_offset
+        if NATIVE is not None:
+            self._dispatch_native(batch, indexed)
+            return
         if len(batch) > UNIQ_KEYS_ONLY_RECORDS_MIN and self._put_uniq_keys_only(batch, indexed):
             return
         index_keys: list[bytes] = []
@@ -91,6 +102,41 @@ class IndexDispatcher:
                     add_timestamp(timestamp)
         if index_keys:
             self.service.put_keys(index_keys, offsets, timestamps)
+
+    def _dispatch_native(self, batch: DispatchBatch, indexed: int) -> None:
+        """`dispatch` with the keys hashed and placed by the compiled core (`IndexService.put_messages`), from
+        the values' spans in the log's own buffers (nothing sliced per message): the messages past the index's
+        end in one call per segment; the message at the end, when a replay finds it partly indexed, through
+        `put_keys` first (the rest of its keys)."""
+        count = len(batch)
+        if count == 0:
+            return
+        offsets = batch.commitlog_offsets
+        start = int(np.searchsorted(offsets, indexed, side="right"))  # offsets ascend: rows before are a replay
+        if start and int(offsets[start - 1]) == indexed and int(batch.sys_flags[start - 1]) & _TRANSACTION_MASK \
+                != _ROLLBACK:
+            at = start - 1
+            resumed = message_index_keys(self._prefix(batch.topic_names[int(batch.topic_ids[at])]),
+                                         batch.uniq_keys[at], batch.keys[at])
+            resumed = resumed[self.service.indexed_key_count_at(indexed):]
+            if resumed:
+                timestamp = int(batch.store_timestamps_ms[at])
+                self.service.put_keys(resumed, [indexed] * len(resumed), [timestamp] * len(resumed))
+        if start >= count:
+            return
+        prefixes = [self._prefix(topic) for topic in batch.topic_names]
+        chunks = batch.property_span_chunks(_INDEX_PROPERTIES)
+        if chunks is None:
+            self.service.put_messages(prefixes, batch.topic_ids, (batch.uniq_keys, batch.keys), offsets,
+                                      batch.store_timestamps_ms, batch.sys_flags, _TRANSACTION_MASK, _ROLLBACK, start)
+            return
+        for buffer, first, spans in chunks:  # one per segment the batch spans
+            last = first + spans.shape[1]
+            if last > start:
+                self.service.put_messages(prefixes, batch.topic_ids[first:last], (buffer, spans),
+                                          offsets[first:last], batch.store_timestamps_ms[first:last],
+                                          batch.sys_flags[first:last], _TRANSACTION_MASK, _ROLLBACK,
+                                          max(start - first, 0))
 
     def _put_uniq_keys_only(self, batch: DispatchBatch, indexed: int) -> bool:
         """The common batch of mqstore's messages without keys, in list passes instead of the per-message loop:

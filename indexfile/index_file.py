@@ -16,9 +16,17 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
-from mqstore.indexfile import format as fmt
 
+from commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from commitlog.native import NATIVE
+from indexfile import format as fmt
+
+# what commitlog._native.index_place answers (commitlog/csrc/index_core.h, MQ_INDEX_*)
+PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, PLACE_BAD_SLOT, PLACE_BAD_HEADER, PLACE_BAD_INPUT = range(6)
+assert NATIVE is None or NATIVE.index_layout() == (
+    fmt.HEADER_SIZE_BYTES, fmt.SLOT_SIZE_BYTES, fmt.ENTRY_SIZE_BYTES, fmt.OFFSET_BEGIN_TIMESTAMP,
+    fmt.OFFSET_END_TIMESTAMP, fmt.OFFSET_BEGIN_PHY_OFFSET, fmt.OFFSET_END_PHY_OFFSET, fmt.OFFSET_HASH_SLOT_COUNT,
+    fmt.OFFSET_INDEX_COUNT, fmt.TIME_DIFF_MAX, PLACE_BAD_INPUT), "index_core.h disagrees with indexfile/format.py"
 TEMP_SUFFIX = ".creating"  # a file being created, linked into place once its size and header are set
 HEADER_READS_MAX = 8  # a read-only file's header is read until two reads agree, this many times at most
 SLOT_NEWER_RETRIES = 5  # a read-only file re-reads its header this often for a slot past its indexCount ...
@@ -325,6 +333,33 @@ class IndexFile:
         self._advance_header(int(offsets[0]), int(timestamps[0]), int(offsets[-1]), int(timestamps[-1]), put)
         self._slots[sorted_slots[last]] = sorted_numbers[last]
         return put
+
+    def place_native(self, rows: tuple, row: int, key: int, *, spans: bool = False) -> tuple[int, int, int, int]:
+        """Hash and place the index keys of message rows from the cursor (row `row`, its `key`-th index key) with
+        the compiled core (`commitlog._native.index_place`, commitlog/csrc/index_core.c), as far as the file has
+        room: the bytes `put_hashes` writes for the same keys. `rows` is (prefixes, topic_ids, uniq_keys, keys,
+        offsets, timestamps, sys_flags, skip_mask, skip_value), as `IndexService.put_messages` takes them; with
+        `spans`, uniq_keys and keys are a buffer and its value spans (`index_place_spans`).
+        Returns (row, key, placed, status): the cursor where it stopped and why (PLACE_DONE, PLACE_FULL, or
+        PLACE_PYTHON_KEY: the key at the cursor is not valid UTF-8 and is the Python path's). A slot or header on
+        disk that breaks rules 2 to 4 is a CorruptionError, raised before anything is written."""
+        self._check_writable()
+        assert NATIVE is not None
+        place = NATIVE.index_place_spans if spans else NATIVE.index_place
+        row, key, placed, status, detail, detail2 = place(
+            self._map, self.hash_slot_count, self.index_entry_count_max, *rows, row, key)
+        if placed:
+            self._read_header()  # the header the core wrote (checked as any header read)
+            self._dirty = True
+        if status == PLACE_BAD_SLOT:
+            raise self._slot_corruption(detail, detail2)
+        if status == PLACE_BAD_HEADER:
+            self._read_header()  # raises the rule-2 or rule-3 CorruptionError of the header on disk
+            raise CorruptionError(f"index header changed under its writer (rule {detail}) [rule 2]", path=self.path,
+                                  offset=fmt.OFFSET_INDEX_COUNT, rule="2")
+        if status == PLACE_BAD_INPUT:
+            raise MemoryError(f"index_place: no memory for the keys of {self.path}")
+        return row, key, placed, status
 
     # --- reading -----------------------------------------------------------------------------------------
     def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:

@@ -23,13 +23,14 @@ from mqstore.commitlog.errors import (
     StoreClosedError,
     StoreIOError,
 )
-from mqstore.commitlog.mapped_file import fsync_directory
-from mqstore.indexfile import format as fmt
-from mqstore.indexfile.index_file import TEMP_SUFFIX, IndexFile
+from commitlog.mapped_file import fsync_directory
+from indexfile import format as fmt
+from indexfile.index_file import PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, TEMP_SUFFIX, IndexFile
 
 log = logging.getLogger(__name__)
 
 QUERY_COUNT_MAX = 1 << 20  # offsets one query may return (RocketMQ caps at maxMsgsNumBatch, 64 by default)
+INDEX_KEY_SEPARATOR_BYTE = b" "  # KEYS words (commitlog/format.py KEY_SEPARATOR)
 PUT_FEW_KEYS_MAX = 48  # put_keys puts this many keys or fewer one by one
 
 
@@ -239,6 +240,70 @@ class IndexService:
             while done < count:  # bounded: every pass puts at least one row (a new file has room)
                 done += put(self._writable_file(), hashes[done:], offsets[done:], timestamps[done:])
         return count
+
+    def put_messages(self, prefixes: Sequence[bytes], topic_ids: np.ndarray, key_columns: tuple,
+                     commitlog_offsets: np.ndarray, store_timestamps_ms: np.ndarray, sys_flags: np.ndarray,
+                     skip_mask: int, skip_value: int, row: int = 0) -> int:
+        """Index the keys of messages rows[row:] with the compiled core (`IndexFile.place_native`); returns the
+        keys put. Requires the extension (`commitlog.native.NATIVE`).
+
+        One row per message: `prefixes[topic_ids[i]]` is its UTF-8 `topic#`; `key_columns` is (uniq_keys, keys),
+        each message's raw UNIQ_KEY and KEYS values (None when absent), or (buffer, spans), their spans in a
+        buffer as `DispatchBatch.property_span_chunks` gives them. A message with `sys_flag & skip_mask ==
+        skip_value` has no keys. Each message's keys are UNIQ_KEY, then each non-empty space-separated KEYS word
+        (as `indexfile.dispatcher.message_index_keys`): the same entries `put_keys` writes for those keys.
+        Python keeps the policy: the core fills one file and says where it stopped; this rolls to the next file
+        and calls again, and hashes the rare key that is not valid UTF-8 itself.
+        """
+        offsets = np.ascontiguousarray(commitlog_offsets, dtype=np.int64)
+        count = len(offsets)
+        spans = isinstance(key_columns[1], np.ndarray)
+        timestamps = np.ascontiguousarray(store_timestamps_ms, dtype=np.int64)
+        columns = (tuple(prefixes), np.ascontiguousarray(topic_ids, dtype=np.int64), key_columns[0],
+                   np.ascontiguousarray(key_columns[1], dtype=np.int64) if spans else key_columns[1], offsets,
+                   timestamps, np.ascontiguousarray(sys_flags, dtype=np.int64), skip_mask, skip_value)
+        put = 0
+        if row >= count:
+            return 0
+        with self._lock:
+            self._check_writable()
+            if bool((offsets[row + 1 :] < offsets[row:-1]).any()):
+                raise InvalidMessageError("index keys must come in commitlog order")
+            self._check_order(int(offsets[row]), int(offsets[-1]))
+            key = 0
+            # the newest file even when full: a new file is created only for a key that needs it (as put_keys)
+            index_file = self._files[-1] if self._files else self._writable_file()
+            while True:  # bounded: every pass places a key, fills a file, or ends
+                row, key, placed, status = index_file.place_native(columns, row, key, spans=spans)
+                put += placed
+                if status == PLACE_DONE:
+                    return put
+                if status == PLACE_PYTHON_KEY:
+                    if spans:
+                        buffer, found = key_columns[0], columns[3]
+                        uniq_key, keys = (bytes(buffer[found[k, row] : found[k + 1, row]]) if found[k, row] >= 0
+                                          else None for k in (0, 2))
+                    else:
+                        uniq_key, keys = key_columns[0][row], key_columns[1][row]
+                    self._put_python_key(prefixes[int(topic_ids[row])], uniq_key, keys, key, int(offsets[row]),
+                                         int(timestamps[row]))
+                    put += 1
+                    key += 1
+                    index_file = self._files[-1]
+                else:
+                    assert status == PLACE_FULL and index_file.is_full, (status, index_file)
+                    index_file = self._writable_file()
+
+    def _put_python_key(self, prefix: bytes, uniq_key: bytes | None, keys: bytes | None, key: int,
+                        commitlog_offset: int, store_timestamp_ms: int) -> None:
+        """The `key`-th index key of one message (not valid UTF-8), hashed and put by the Python path."""
+        words = [] if uniq_key is None else [uniq_key]
+        if keys:
+            words.extend(word for word in keys.split(INDEX_KEY_SEPARATOR_BYTE) if word)
+        key_hash = fmt.encoded_index_key_hash(prefix + words[key])
+        if not self._writable_file().put_key(key_hash, commitlog_offset, store_timestamp_ms):
+            put = self._writable_file().put_key(key_hash, commitlog_offset, store_timestamp_ms)
+            assert put, "a file just created has room"
 
     def _check_order(self, first_offset: int, last_offset: int) -> None:
         assert first_offset <= last_offset

@@ -6,6 +6,7 @@
  * positions and kinds; the Python caller builds the CorruptionError with the Python path's own code.
  */
 #include "mq_native.h"
+#include "index_core.h"
 #include "scan_core.h"
 
 PyObject *mq_arrow_columns(PyObject *self, PyObject *args);  /* arrow.c */
@@ -166,6 +167,140 @@ static PyObject *walk_chain(PyObject *self, PyObject *args) {
     return Py_BuildValue("LL", (long long)count, (long long)following);
 }
 
+/* The (ptr, len) spans of a tuple of bytes-or-None (None: ptr NULL); -1 with TypeError for anything else. */
+static int bytes_spans(PyObject *tuple, mq_span *spans, const char *what) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        if (item == Py_None) {
+            spans[i].ptr = NULL;
+            spans[i].len = 0;
+        } else if (PyBytes_Check(item)) {
+            spans[i].ptr = (const uint8_t *)PyBytes_AS_STRING(item);
+            spans[i].len = PyBytes_GET_SIZE(item);
+        } else {
+            PyErr_Format(PyExc_TypeError, "index_place: %s holds %.80s, not bytes or None", what,
+                         Py_TYPE(item)->tp_name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* index_place and index_place_spans: the keys as tuples of bytes, or as spans of one buffer. */
+static PyObject *index_place_any(PyObject *args, int from_spans) {
+    PyObject *map_object, *prefixes_object, *topic_ids_object, *uniq_object, *keys_object, *offsets_object,
+        *timestamps_object, *sys_flags_object;
+    long long slot_count, entry_max, skip_mask, skip_value, row, key;
+    if (!PyArg_ParseTuple(args, "OLLOOOOOOOLLLL", &map_object, &slot_count, &entry_max, &prefixes_object,
+                          &topic_ids_object, &uniq_object, &keys_object, &offsets_object, &timestamps_object,
+                          &sys_flags_object, &skip_mask, &skip_value, &row, &key))
+        return NULL;
+    PyObject *result = NULL, *prefixes = NULL, *uniq = NULL, *keys = NULL;
+    mq_span *spans = NULL;
+    Py_buffer map = {0}, topic_ids = {0}, offsets = {0}, timestamps = {0}, sys_flags = {0}, source = {0},
+              key_spans = {0};
+    /* tuples: they hold their items while the GIL is let go, whatever happens to the caller's lists */
+    if ((prefixes = PySequence_Tuple(prefixes_object)) == NULL) goto done;
+    if (from_spans) {
+        if (PyObject_GetBuffer(uniq_object, &source, PyBUF_SIMPLE) < 0) goto done;
+        if (get_int64_array(keys_object, &key_spans, 0, "spans") < 0) goto done;
+    } else if ((uniq = PySequence_Tuple(uniq_object)) == NULL || (keys = PySequence_Tuple(keys_object)) == NULL) {
+        goto done;
+    }
+    if (PyObject_GetBuffer(map_object, &map, PyBUF_WRITABLE) < 0) goto done;
+    if (get_int64_array(topic_ids_object, &topic_ids, 0, "topic_ids") < 0) goto done;
+    if (get_int64_array(offsets_object, &offsets, 0, "offsets") < 0) goto done;
+    if (get_int64_array(timestamps_object, &timestamps, 0, "timestamps") < 0) goto done;
+    if (get_int64_array(sys_flags_object, &sys_flags, 0, "sys_flags") < 0) goto done;
+    Py_ssize_t n = offsets.len / 8, prefix_count = PyTuple_GET_SIZE(prefixes);
+    int keys_agree = from_spans ? key_spans.len == 4 * 8 * n : (PyTuple_GET_SIZE(uniq) == n && PyTuple_GET_SIZE(keys) == n);
+    if (!keys_agree || topic_ids.len != 8 * n || timestamps.len != 8 * n || sys_flags.len != 8 * n || row < 0 ||
+        row > n || key < 0) {
+        PyErr_SetString(PyExc_ValueError, "index_place: the columns do not agree");
+        goto done;
+    }
+    const int64_t *o = offsets.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* checked before the loop lets go of the GIL */
+        if (o[i] < 0 || (i && o[i] < o[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "index_place: commitlog offsets must be >= 0 and in log order");
+            goto done;
+        }
+    }
+    spans = PyMem_Malloc(sizeof(mq_span) * (size_t)(2 * n + prefix_count + 1));
+    if (spans == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (from_spans) {  /* spans[k*n + i]: start, end of UNIQ_KEY (k = 0, 1) and KEYS (k = 2, 3); -1: absent */
+        const int64_t *ks = key_spans.buf;
+        for (Py_ssize_t k = 0; k < 2; k++) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t start = ks[2 * k * n + i], end = ks[(2 * k + 1) * n + i];
+                mq_span *span = &spans[k * n + i];
+                if (start < 0) {
+                    span->ptr = NULL;
+                    span->len = 0;
+                } else if (end < start || end > source.len) {
+                    PyErr_SetString(PyExc_ValueError, "index_place_spans: a span outside the buffer");
+                    goto done;
+                } else {
+                    span->ptr = (const uint8_t *)source.buf + start;
+                    span->len = end - start;
+                }
+            }
+        }
+    } else if (bytes_spans(uniq, spans, "uniq_keys") < 0 || bytes_spans(keys, spans + n, "keys") < 0) {
+        goto done;
+    }
+    if (bytes_spans(prefixes, spans + 2 * n, "prefixes") < 0) goto done;
+    mq_index_rows rows = {
+        .rows = n, .prefixes = spans + 2 * n, .prefix_count = prefix_count, .topic_ids = topic_ids.buf,
+        .uniq_keys = spans, .keys = spans + n, .offsets = o, .timestamps = timestamps.buf,
+        .sys_flags = sys_flags.buf, .skip_mask = skip_mask, .skip_value = skip_value,
+    };
+    mq_index_cursor cursor = {.row = row, .key = key};
+    Py_BEGIN_ALLOW_THREADS
+    mq_index_place(map.buf, map.len, slot_count, entry_max, &rows, &cursor);
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("LLLiLL", (long long)cursor.row, (long long)cursor.key, (long long)cursor.placed,
+                           cursor.status, (long long)cursor.detail, (long long)cursor.detail2);
+done:
+    PyMem_Free(spans);
+    if (key_spans.obj) PyBuffer_Release(&key_spans);
+    if (source.obj) PyBuffer_Release(&source);
+    if (sys_flags.obj) PyBuffer_Release(&sys_flags);
+    if (timestamps.obj) PyBuffer_Release(&timestamps);
+    if (offsets.obj) PyBuffer_Release(&offsets);
+    if (topic_ids.obj) PyBuffer_Release(&topic_ids);
+    if (map.obj) PyBuffer_Release(&map);
+    Py_XDECREF(keys);
+    Py_XDECREF(uniq);
+    Py_XDECREF(prefixes);
+    return result;
+}
+
+static PyObject *index_place(PyObject *self, PyObject *args) { return index_place_any(args, 0); }
+
+static PyObject *index_place_spans(PyObject *self, PyObject *args) { return index_place_any(args, 1); }
+
+static PyObject *index_key_hash(PyObject *self, PyObject *args) {
+    Py_buffer key;
+    if (!PyArg_ParseTuple(args, "y*", &key)) return NULL;
+    int ok;
+    uint32_t h = mq_java_hash_utf8(0, key.buf, key.len, &ok);
+    PyBuffer_Release(&key);
+    if (!ok) Py_RETURN_NONE;
+    int32_t hash = (int32_t)h;
+    return PyLong_FromLong(hash == INT32_MIN ? 0 : (hash < 0 ? -hash : hash));
+}
+
+static PyObject *index_layout(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("iiiiiiiiiii", MQ_INDEX_HEADER_SIZE, MQ_INDEX_SLOT_SIZE, MQ_INDEX_ENTRY_SIZE,
+                         MQ_INDEX_OFF_BEGIN_TIMESTAMP, MQ_INDEX_OFF_END_TIMESTAMP, MQ_INDEX_OFF_BEGIN_PHY,
+                         MQ_INDEX_OFF_END_PHY, MQ_INDEX_OFF_HASH_SLOT_COUNT, MQ_INDEX_OFF_INDEX_COUNT,
+                         MQ_INDEX_TIME_DIFF_MAX, MQ_INDEX_BAD_INPUT);
+}
+
 static PyObject *scan_columns(PyObject *self, PyObject *unused) { return PyLong_FromLong(MQ_SCAN_COLUMNS); }
 
 PyMethodDef mq_scan_methods[] = {
@@ -183,6 +318,18 @@ PyMethodDef mq_scan_methods[] = {
     {"walk_chain", walk_chain, METH_VARARGS,
      "walk_chain(buf, length, buf_abs, positions) -> (count, following): the TOTALSIZE chain of complete records"
      " tiling buf[:length] (commitlog.columnar._walk_python), positions written to the int64 array."},
+    {"index_place", index_place, METH_VARARGS,
+     "index_place(map, slot_count, entry_max, prefixes, topic_ids, uniq_keys, keys, offsets, timestamps, sys_flags,"
+     " skip_mask, skip_value, row, key) -> (row, key, placed, status, detail, detail2): hash the index keys of"
+     " the rows from the cursor (row, key) and place them into one IndexFile's mapping (index_core.h)."},
+    {"index_place_spans", index_place_spans, METH_VARARGS,
+     "index_place_spans(map, slot_count, entry_max, prefixes, topic_ids, buffer, spans, offsets, timestamps,"
+     " sys_flags, skip_mask, skip_value, row, key): index_place with each row's UNIQ_KEY and KEYS values as spans"
+     " of one buffer (property_spans' output for (UNIQ_KEY, KEYS): 4 int64 rows, start -1 when absent)."},
+    {"index_layout", index_layout, METH_NOARGS,
+     "index_layout() -> the IndexFile sizes and header offsets index_core.h uses, and its last status number."},
+    {"index_key_hash", index_key_hash, METH_VARARGS,
+     "index_key_hash(key: bytes) -> int or None: keyHash of a UTF-8 index key, None when not valid UTF-8."},
     {"scan_columns", scan_columns, METH_NOARGS, "scan_columns() -> int: how many columns scan_segment writes."},
     {NULL, NULL, 0, NULL},
 };

@@ -6,7 +6,7 @@
  *   8      u8   bit 0: zeros_end, bit 1: check_crc, bit 2: record CRCs required from the segment's middle
  *   9..10  u16  records_max (0: no limit)
  *   11..13 u24  where the scan starts (taken modulo the segment's size)
- *   14..15      unused
+ *   14..15  u8   the index file fuzz_index.c places keys into (its S and N, which parts are hostile)
  * The segment is copied to a buffer of exactly its size, so any read past it is caught. Every record the
  * scan returns must lie inside the segment, and each must pass mq_locate again on its own. The Arrow decoder
  * (arrow_core.c) is run over the chain's records and over arbitrary positions, its buffers allocated to the
@@ -21,6 +21,8 @@
 #include "../scan_core.h"
 
 #define HEADER 16
+
+void fuzz_index(const uint8_t *input, size_t length, const uint8_t *segment, int64_t size_bytes);  /* fuzz_index.c */
 #define CAPACITY 4096
 
 static void check(int condition) {
@@ -140,6 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
             (void)mq_crc_ok(segment, at, &layout);
         }
     }
+    fuzz_index(input, length, segment, size_bytes);  /* index placement (index_core.c) */
     free(segment);
     return 0;
 }
