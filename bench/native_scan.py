@@ -40,14 +40,15 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from commitlog import columnar, record_batch  # noqa: E402
-from commitlog.dispatch import DispatchService  # noqa: E402
-from commitlog.native import NATIVE  # noqa: E402
-from consumequeue.consume_queue import ConsumeQueueTable  # noqa: E402
-from consumequeue.dispatcher import ConsumeQueueDispatcher  # noqa: E402
-from indexfile import dispatcher as index_dispatcher  # noqa: E402
-from indexfile.dispatcher import IndexDispatcher  # noqa: E402
-from indexfile.index_service import IndexService  # noqa: E402
+from mqstore.commitlog import columnar, record_batch  # noqa: E402
+from mqstore.commitlog.dispatch import DispatchService  # noqa: E402
+from mqstore.commitlog.native import NATIVE  # noqa: E402
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable  # noqa: E402
+from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher  # noqa: E402
+from mqstore.indexfile import dispatcher as index_dispatcher  # noqa: E402
+from mqstore.indexfile.dispatcher import IndexDispatcher  # noqa: E402
+from mqstore.indexfile.index_service import IndexService  # noqa: E402
+
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")

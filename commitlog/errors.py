@@ -4,7 +4,7 @@
 
     StoreError                      base of everything mqstore raises on purpose
      +-- InvalidMessageError        (also a ValueError) a message or argument is refused; nothing was written
-     |    +-- OversizedLineError    an input line of `mqstore put` is longer than a body may be (mqstore/cli/commands.py)
+     |    +-- OversizedLineError    an input line of `mqstore put` is longer than a body may be (mqstore/cli/)
      +-- InvalidConfigError         (also a ValueError) a StoreConfig value is out of range
      +-- ConfigMismatchError        reopening a store with format-fixing settings that differ from its own
      +-- StoreClosedError           the store (or one of its files) was used after close()

@@ -11,12 +11,11 @@ neither loses nor duplicates keys (RocketMQ re-indexes that message in full).
 from __future__ import annotations
 
 import numpy as np
-
-from commitlog import format as log_format
-from commitlog.dispatch import DispatchBatch
-from commitlog.native import NATIVE
-from indexfile import format as fmt
-from indexfile.index_service import IndexService
+from mqstore.commitlog import format as log_format
+from mqstore.commitlog.dispatch import DispatchBatch
+from mqstore.commitlog.native import NATIVE
+from mqstore.indexfile import format as fmt
+from mqstore.indexfile.index_service import IndexService
 
 TOPIC_PREFIX_CACHE_MAX = 4096  # distinct topics whose `topic#` bytes are kept between batches
 UNIQ_KEYS_ONLY_RECORDS_MIN = 24  # larger batches of messages with a UNIQ_KEY and no KEYS skip the per-message loop

@@ -16,12 +16,11 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from mqstore.commitlog.native import NATIVE
+from mqstore.indexfile import format as fmt
 
-from commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
-from commitlog.native import NATIVE
-from indexfile import format as fmt
-
-# what commitlog._native.index_place answers (commitlog/csrc/index_core.h, MQ_INDEX_*)
+# what mqstore.commitlog._native.index_place answers (commitlog/csrc/index_core.h, MQ_INDEX_*)
 PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, PLACE_BAD_SLOT, PLACE_BAD_HEADER, PLACE_BAD_INPUT = range(6)
 assert NATIVE is None or NATIVE.index_layout() == (
     fmt.HEADER_SIZE_BYTES, fmt.SLOT_SIZE_BYTES, fmt.ENTRY_SIZE_BYTES, fmt.OFFSET_BEGIN_TIMESTAMP,
@@ -336,7 +335,7 @@ class IndexFile:
 
     def place_native(self, rows: tuple, row: int, key: int, *, spans: bool = False) -> tuple[int, int, int, int]:
         """Hash and place the index keys of message rows from the cursor (row `row`, its `key`-th index key) with
-        the compiled core (`commitlog._native.index_place`, commitlog/csrc/index_core.c), as far as the file has
+        the compiled core (`mqstore.commitlog._native.index_place`, commitlog/csrc/index_core.c), as far as the file has
         room: the bytes `put_hashes` writes for the same keys. `rows` is (prefixes, topic_ids, uniq_keys, keys,
         offsets, timestamps, sys_flags, skip_mask, skip_value), as `IndexService.put_messages` takes them; with
         `spans`, uniq_keys and keys are a buffer and its value spans (`index_place_spans`).

@@ -23,9 +23,9 @@ from mqstore.commitlog.errors import (
     StoreClosedError,
     StoreIOError,
 )
-from commitlog.mapped_file import fsync_directory
-from indexfile import format as fmt
-from indexfile.index_file import PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, TEMP_SUFFIX, IndexFile
+from mqstore.commitlog.mapped_file import fsync_directory
+from mqstore.indexfile import format as fmt
+from mqstore.indexfile.index_file import PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, TEMP_SUFFIX, IndexFile
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from commitlog import format as log_format
-from commitlog.dispatch import DispatchBatch
-from commitlog.native import NATIVE
-from indexfile.dispatcher import IndexDispatcher, message_index_keys
-from indexfile.index_service import IndexService
+from mqstore.commitlog import format as log_format
+from mqstore.commitlog.dispatch import DispatchBatch
+from mqstore.commitlog.native import NATIVE
+from mqstore.indexfile.dispatcher import IndexDispatcher, message_index_keys
+from mqstore.indexfile.index_service import IndexService
 
 T0 = 1_700_000_000_000
 ALWAYS = (0, 2**62)

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mqstore.commitlog import format as log_format
+from mqstore.commitlog.dispatch import DispatchBatch, DispatchService
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.commitlog.native import NATIVE
+from mqstore.indexfile import dispatcher as index_dispatcher
+from mqstore.indexfile import format as fmt
+from mqstore.indexfile.dispatcher import IndexDispatcher
+from mqstore.indexfile.index_service import IndexService
 
-from commitlog import format as log_format
-from commitlog.dispatch import DispatchBatch, DispatchService
-from commitlog.errors import CorruptionError, InvalidMessageError
-from commitlog.native import NATIVE
-from indexfile import dispatcher as index_dispatcher
-from indexfile import format as fmt
-from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_service import IndexService
 from mqstore import Message, MessageStore
 from tests.conftest import small_config
 
