@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import mqstore.spark
+import mqstore.spark.source
 from mqstore.demo import TOPICS, run_demo
 from mqstore.spark.env import JAVA_NOT_FOUND, java_missing
 from tests.spark.conftest import REPO_ROOT
@@ -56,7 +57,7 @@ def test_the_command_the_demo_prints_reads_the_store_as_printed(spark, tmp_path,
 def test_register_points_a_running_sessions_workers_at_this_interpreter(spark, monkeypatch):
     context = spark.sparkContext
     monkeypatch.setattr(context, "pythonExec", mqstore.spark.PYSPARK_PYTHON_DEFAULT)  # as if PYSPARK_PYTHON was unset
-    monkeypatch.setattr(mqstore.spark, "_WORKER_PYTHON_CHOSEN", False)
+    monkeypatch.setattr(mqstore.spark.source, "_WORKER_PYTHON_CHOSEN", False)
     assert mqstore.spark.register(spark) is spark
     assert context.pythonExec == sys.executable
     monkeypatch.setattr(context, "pythonExec", "/opt/chosen/python")  # the user's choice is kept
