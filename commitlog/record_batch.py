@@ -620,4 +620,4 @@ def _invalid(view, pos, remaining, commitlog_offset, path, required_from: int | 
                              required=required_from is not None and commitlog_offset >= required_from)
     except CorruptionError as exc:
         return exc
-    return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset, rule="3")
+    return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset, rule="commitlog.3")

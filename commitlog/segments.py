@@ -80,7 +80,7 @@ class SegmentList:
                 if base % self.segment_size_bytes:
                     raise CorruptionError(
                         f"segment base offset {base} is not a multiple of the segment size {self.segment_size_bytes}",
-                        path=os.path.join(self.directory, name), rule="segment name")
+                        path=os.path.join(self.directory, name), rule="commitlog.segment-name")
                 bases.append(base)
             bases.sort()
             if not self.writable and bases:  # a reader: drop the segments the writer's retention deleted
@@ -93,7 +93,7 @@ class SegmentList:
             for previous, base in zip(bases, bases[1:]):
                 if base - previous != self.segment_size_bytes:
                     raise CorruptionError(f"segments are not contiguous: {fmt.segment_name(previous)} is followed "
-                                          f"by {fmt.segment_name(base)}", path=self.directory, rule="contiguous")
+                                          f"by {fmt.segment_name(base)}", path=self.directory, rule="commitlog.contiguous")
             for base in bases:
                 if base in known:
                     continue

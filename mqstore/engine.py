@@ -23,8 +23,8 @@ from commitlog import format as fmt
 from commitlog.commitlog import CommitLog
 from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
                                WRITTEN_RECORDS_KEPT, DispatchService)
-from commitlog.errors import (CorruptionError, InvalidMessageError, ReadOnlyStoreError, SegmentWriteError,
-                              StoreClosedError, StoreError, StoreIOError, StoreLockedError)
+from commitlog.errors import (CorruptionError, InvalidMessageError, QueueGapError, ReadOnlyStoreError,
+                              SegmentWriteError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
 from commitlog.handoff import HandOff
 from commitlog.message import Message, PutResult, PutStatus
 from consumequeue.consume_queue import ConsumeQueueTable
@@ -244,8 +244,8 @@ class MessageStore(Reads, IndexLookups):
         for _ in range(REBUILDS_PER_OPEN_MAX):
             try:
                 return self._dispatch.dispatch_available()
-            except CorruptionError as exc:
-                key = self._queues.key_of(exc.path) if exc.rule == "dense" else None
+            except QueueGapError as exc:
+                key = self._queues.key_of(exc.path)
                 if key is None:
                     raise
                 log.warning("rebuilding consume queue %s/%d: %s", key[0], key[1], exc)
@@ -255,7 +255,7 @@ class MessageStore(Reads, IndexLookups):
                 self._checkpoint.flush()
                 self._dispatch.dispatched_offset = self._commitlog.min_offset()
         raise CorruptionError(f"more than {REBUILDS_PER_OPEN_MAX} consume queues needed rebuilding",
-                              path=os.path.join(self.root_dir, "consumequeue"), rule="dense")
+                              path=os.path.join(self.root_dir, "consumequeue"), rule="consumequeue.dense")
 
     def _open_checkpoint(self) -> Checkpoint:
         """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log."""

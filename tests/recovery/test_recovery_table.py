@@ -66,7 +66,7 @@ def test_clean_stop_with_a_damaged_record_raises_or_is_repaired(tmp_path):
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(tmp_path, config())
     assert raised.value.path == str(path) and raised.value.offset == damaged.commitlog_offset - segment
-    assert raised.value.rule == "5"
+    assert raised.value.rule == "commitlog.5"
     with MessageStore.open(tmp_path, config(), repair=True) as store:
         report = store.recovery_report
         assert report.case == "CLEAN_CORRUPT" and report.log_end == damaged.commitlog_offset
@@ -95,10 +95,10 @@ def test_a_record_whose_topic_is_not_ascii_is_cut_with_everything_after_it(tmp_p
         handle.seek(damaged.commitlog_offset)
         handle.write(record)
     problem = verify_store(tmp_path, cfg).problems[0]
-    assert (problem.rule, problem.path, problem.offset) == ("3", str(path), damaged.commitlog_offset)
+    assert (problem.rule, problem.path, problem.offset) == ("commitlog.3", str(path), damaged.commitlog_offset)
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(tmp_path, cfg)
-    assert raised.value.rule == "3" and raised.value.offset == damaged.commitlog_offset
+    assert raised.value.rule == "commitlog.3" and raised.value.offset == damaged.commitlog_offset
     with MessageStore.open(tmp_path, cfg, repair=True) as store:
         assert store.recovery_report.log_end == damaged.commitlog_offset
         assert _bodies(store, "tt") == [b"m%d" % i for i in range(5)]
@@ -184,7 +184,7 @@ def test_crash_with_damaged_flushed_data_raises_or_is_repaired(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(crashed, config())
-    assert raised.value.offset == damaged.commitlog_offset and raised.value.rule == "5"
+    assert raised.value.offset == damaged.commitlog_offset and raised.value.rule == "commitlog.5"
     with MessageStore.open(crashed, config(), repair=True) as store:
         assert store.recovery_report.case == "CRASH_CORRUPT"
         assert len(_bodies(store)) == 10

@@ -157,14 +157,14 @@ def test_locate_names_the_rule_that_failed(change, rule):
     data = change(handmade.record(0, "abc", b"xyz", properties=b"k\x01v\x02"))
     with pytest.raises(CorruptionError) as raised:
         fmt.locate(data + bytes(64), 0, len(data), 0, path="seg")
-    assert raised.value.rule == rule
+    assert raised.value.rule == f"commitlog.{rule}"
     assert raised.value.path == "seg" and raised.value.offset == 0
 
 
 def test_locate_refuses_fewer_than_eight_bytes():
     with pytest.raises(CorruptionError) as raised:
         fmt.locate(bytes(16), 0, 7, 100)
-    assert raised.value.rule == "1" and raised.value.offset == 100
+    assert raised.value.rule == "commitlog.1" and raised.value.offset == 100
 
 
 def test_peek_reads_size_and_magic():

@@ -85,7 +85,7 @@ def test_a_queue_entry_pointing_at_another_queues_record_is_corruption(store_dir
         assert reader.get("a", 0, 0, max_count=1).messages[0].body == b"a0"
         with pytest.raises(CorruptionError) as raised:
             reader.get("a", 0, 1)
-        assert raised.value.rule == "cq-matches-log"
+        assert raised.value.rule == "consumequeue.matches-log"
     assert first.commitlog_offset == 0
 
 
@@ -162,7 +162,7 @@ def test_a_unit_damaged_under_an_open_store_is_corruption_for_every_get_that_rea
         for start, count in ((0, 32), (3, 1), (2, 2)):
             with pytest.raises(CorruptionError) as raised:
                 reader.get("q", 0, start, max_count=count)
-            assert raised.value.rule == "1" and raised.value.offset == 3 * 20 and raised.value.path == str(path)
+            assert raised.value.rule == "consumequeue.1" and raised.value.offset == 3 * 20 and raised.value.path == str(path)
 
 
 def test_a_damaged_entry_inside_a_queue_is_reported_or_repaired_never_hides_the_rest(store_dir):
@@ -206,7 +206,7 @@ def test_a_negative_entry_size_on_disk_is_reported_to_a_reader_and_rebuilt_by_a_
     _rewrite_unit(store_dir, "q", 0, 2, results[2].commitlog_offset, -results[2].size_bytes)
     with pytest.raises(CorruptionError) as raised:  # not a queue that ends at entry 2
         MessageStore.open(store_dir, config(), read_only=True)
-    assert raised.value.rule == "1"
+    assert raised.value.rule == "consumequeue.1"
     with MessageStore.open(store_dir, config()) as store:
         assert store.max_offset("q", 0) == 6
         assert [m.body for m in store.get("q", 0, 0).messages] == [b"%03d" % i for i in range(6)]
