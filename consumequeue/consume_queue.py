@@ -260,6 +260,15 @@ class ConsumeQueue:
                     self.units[index][position : position + count] = np.zeros(count, dtype=UNIT)
                     self.files[index].flush(position * cqf.UNIT_SIZE_BYTES, (position + count) * cqf.UNIT_SIZE_BYTES)
                     offset += count
+                # Files that now begin past the last entry kept hold nothing: delete them (a reopen refuses a
+                # file that is not full before the last one).
+                removed = False
+                while len(self.files) > 1 and self.files[-1].base_offset // cqf.UNIT_SIZE_BYTES > keep:
+                    self.units.pop()
+                    self.files.pop().delete()
+                    removed = True
+                if removed:
+                    fsync_directory(self.directory)
                 self.max_offset = keep
                 self.flushed_offset = min(self.flushed_offset, keep)
             return dropped
