@@ -477,7 +477,7 @@ class CommitLog:
                 position = commitlog_offset - segment.base_offset
                 if salvage is not None and segment.array[position:].any():
                     salvage.copy_segment(segment.path, f"the log was cut at its position {position} (commitlog "
-                                                       f"offset {commitlog_offset}): this is the segment before the cut")
+                                                       f"offset {commitlog_offset}): the segment before the cut")
                 segment.array[position:] = 0
                 segment.flush(position, segment.size_bytes)
             deleted = self.segments.remove_after(commitlog_offset)
@@ -486,7 +486,8 @@ class CommitLog:
                     later.delete()
                     continue
                 later.close()
-                salvage.move_segment(later.path, f"a whole segment after the cut at commitlog offset {commitlog_offset}")
+                salvage.move_segment(later.path, f"a whole segment after the cut at commitlog offset "
+                                                 f"{commitlog_offset}")
             if deleted:  # a deletion lost in a crash would bring the cut records back under new ones
                 fsync_directory(self.directory)
             self._end = commitlog_offset

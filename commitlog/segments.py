@@ -102,7 +102,8 @@ class SegmentList:
                         bases = bases[: number + 1]
                         break
                     raise CorruptionError(f"segments are not contiguous: {fmt.segment_name(previous)} is followed "
-                                          f"by {fmt.segment_name(base)}", path=self.directory, rule="commitlog.contiguous")
+                                          f"by {fmt.segment_name(base)}", path=self.directory,
+                                          rule="commitlog.contiguous")
             for base in bases:
                 if base in known:
                     continue

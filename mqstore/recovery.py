@@ -96,6 +96,7 @@ from commitlog.record_batch import parse_records
 from commitlog.errors import CorruptionError, InvalidMessageError
 from consumequeue.consume_queue import ConsumeQueueTable
 from flush.checkpoint import Checkpoint
+from mqstore.repair import count_dropped
 
 log = logging.getLogger(__name__)
 
@@ -351,25 +352,32 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
             raise error
         log.warning("repair: cutting the log at offset %d: %s", end, error)
     commitlog.set_end(end)
+    _cut_log(commitlog, queues, end, written_end, report, salvage)
+    report.log_end = end
+    checkpoint.reset_flushed_offset(end)
+
+
+def _cut_log(commitlog: CommitLog, queues: ConsumeQueueTable, end: int, written_end: int, report: RecoveryReport,
+             salvage) -> None:
+    """Cut everything written past `end` (the caller decided the log ends there), counting what leaves the log.
+
+    Bytes past the end are cut even when the walk stopped at zeros: a page written after a lost one can hold a
+    valid-looking record that a later walk would otherwise take back in."""
     if salvage is not None:
         report.dropped_bytes += salvage.moved_at_load_bytes + salvage.extra_bytes
-    if crashed or error is not None or salvage is not None:
-        # Bytes past the end are cut even when the walk stopped at zeros: a page written after a lost one
-        # can hold a valid-looking record that a later walk would otherwise take back in.
-        if written_end > end:
-            _count_dropped(commitlog, queues, end, report, salvage)
-            report.dropped_bytes += written_end - end
-            report.dropped_files += [os.path.relpath(segment.path, os.path.dirname(commitlog.directory))
-                                     for segment in commitlog.segments.segments
-                                     if segment.base_offset + segment.size_bytes > end]
-            commitlog.truncate(end, salvage)
-        elif salvage is not None and salvage.moved_at_load:
-            _count_dropped(commitlog, queues, end, report, salvage)
+    if written_end > end or (salvage is not None and salvage.moved_at_load):
+        count, first, last = count_dropped(commitlog, queues, end, salvage)
+        report.dropped_messages += count
+        report.dropped_offset_first, report.dropped_offset_last = first, last
+    if written_end > end:
+        report.dropped_bytes += written_end - end
+        report.dropped_files += [os.path.relpath(segment.path, os.path.dirname(commitlog.directory))
+                                 for segment in commitlog.segments.segments
+                                 if segment.base_offset + segment.size_bytes > end]
+        commitlog.truncate(end, salvage)
     if salvage is not None:
         report.dropped_files = list(dict.fromkeys(report.dropped_files + salvage.files))
         report.repair_dir = salvage.directory
-    report.log_end = end
-    checkpoint.reset_flushed_offset(end)
 
 
 def _note_file_cases(report: RecoveryReport, salvage, segment_size_bytes: int) -> None:
@@ -415,59 +423,6 @@ def _log_goes_on(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
     position = end - segment.base_offset
     return CorruptionError(f"the log's walk stops at commitlog offset {end}, inside the written part of the log: "
                            + "; ".join(evidence), path=segment.path, offset=position, rule="commitlog.end")
-
-
-def _count_dropped(commitlog: CommitLog, queues: ConsumeQueueTable, end: int, report: RecoveryReport,
-                   salvage) -> None:
-    """Count the valid records past the cut at `end` (before it is made): walking from the cut and from the
-    start of every later segment, the records queue entries name there, and the segments a repair moved
-    away when it found one missing."""
-    found: set[int] = set()
-    for segment in commitlog.segments.segments:
-        if segment.base_offset + segment.size_bytes <= end:
-            continue
-        position = max(0, end - segment.base_offset)
-        found.update(_valid_records(segment.view, position, segment.size_bytes, segment.base_offset))
-    for queue in list(queues.queues.values()):
-        for commitlog_offset in queue.offsets_past(end).tolist():
-            segment = commitlog.segments.segment_at(commitlog_offset)
-            if commitlog_offset >= end and segment is not None and commitlog_offset not in found:
-                position = commitlog_offset - segment.base_offset
-                found.update(_valid_records(segment.view, position, segment.size_bytes, segment.base_offset,
-                                            records_max=1))
-    if salvage is not None:
-        from commitlog.mapped_file import MappedFile
-
-        for path, base in salvage.moved_at_load:
-            moved = MappedFile.open(path, base, commitlog.segment_size_bytes, writable=False)
-            try:
-                found.update(_valid_records(moved.view, 0, moved.size_bytes, base))
-            finally:
-                moved.close()
-    report.dropped_messages += len(found)
-    if found:
-        first, last = min(found), max(found)
-        report.dropped_offset_first = first if report.dropped_offset_first is None \
-            else min(first, report.dropped_offset_first)
-        report.dropped_offset_last = max(last, report.dropped_offset_last or 0)
-
-
-def _valid_records(view, position: int, size_bytes: int, base: int, records_max: int = 1 << 40) -> list[int]:
-    """The commitlog offsets of the valid records (rules 1-6, CRCs checked) from `position` on, up to the first
-    that is not one."""
-    offsets = []
-    while position < size_bytes and len(offsets) < records_max:  # bounded: each record takes >= RECORD_SIZE_MIN
-        size, magic = fmt.peek(view, position, size_bytes - position)
-        if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2):
-            break
-        try:
-            layout = fmt.locate(view, position, size_bytes - position, base + position)
-            fmt.check_crcs(view, layout, position, base + position, required=False, check_crc=True)
-        except CorruptionError:
-            break
-        offsets.append(base + position)
-        position += size
-    return offsets
 
 
 def _first_missing_from_queues(batch, queue_ends: dict, report: RecoveryReport) -> int | None:

@@ -26,8 +26,9 @@ import time
 
 import numpy as np
 
-from commitlog.errors import StoreIOError
-from commitlog.mapped_file import fsync_directory
+from commitlog import format as fmt
+from commitlog.errors import CorruptionError, StoreIOError
+from commitlog.mapped_file import MappedFile, fsync_directory
 from mqstore.config import CONFIG_FILE_NAME
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,51 @@ class Salvage:
             handle.write("\n".join(text) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def count_dropped(commitlog, queues, end: int, salvage) -> tuple[int, int | None, int | None]:
+    """The valid records past a cut at `end` (before it is made): (count, commitlog offset of the first, of the
+    last). Found walking from the cut and from the start of every later segment, at the offsets queue entries
+    name there, and in the segments a repair moved away when it found one missing."""
+    found: set[int] = set()
+    for segment in commitlog.segments.segments:
+        if segment.base_offset + segment.size_bytes <= end:
+            continue
+        position = max(0, end - segment.base_offset)
+        found.update(_valid_records(segment.view, position, segment.size_bytes, segment.base_offset))
+    for queue in list(queues.queues.values()):
+        for commitlog_offset in queue.offsets_past(end).tolist():
+            segment = commitlog.segments.segment_at(commitlog_offset)
+            if commitlog_offset >= end and segment is not None and commitlog_offset not in found:
+                position = commitlog_offset - segment.base_offset
+                found.update(_valid_records(segment.view, position, segment.size_bytes, segment.base_offset,
+                                            records_max=1))
+    if salvage is not None:
+        for path, base in salvage.moved_at_load:
+            moved = MappedFile.open(path, base, commitlog.segment_size_bytes, writable=False)
+            try:
+                found.update(_valid_records(moved.view, 0, moved.size_bytes, base))
+            finally:
+                moved.close()
+    return len(found), (min(found) if found else None), (max(found) if found else None)
+
+
+def _valid_records(view, position: int, size_bytes: int, base: int, records_max: int = 1 << 40) -> list[int]:
+    """The commitlog offsets of the valid records (rules 1-6, CRCs checked) from `position` on, up to the first
+    that is not one."""
+    offsets = []
+    while position < size_bytes and len(offsets) < records_max:  # bounded: each record takes >= RECORD_SIZE_MIN
+        size, magic = fmt.peek(view, position, size_bytes - position)
+        if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2):
+            break
+        try:
+            layout = fmt.locate(view, position, size_bytes - position, base + position)
+            fmt.check_crcs(view, layout, position, base + position, required=False, check_crc=True)
+        except CorruptionError:
+            break
+        offsets.append(base + position)
+        position += size
+    return offsets
 
 
 def _written_bytes(path: str) -> int:
