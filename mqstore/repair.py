@@ -28,7 +28,7 @@ import numpy as np
 
 from commitlog import format as fmt
 from commitlog.errors import CorruptionError, StoreIOError
-from commitlog.mapped_file import MappedFile, fsync_directory
+from commitlog.mapped_file import fsync_directory
 from mqstore.config import CONFIG_FILE_NAME
 
 log = logging.getLogger(__name__)
@@ -185,12 +185,12 @@ def count_dropped(commitlog, queues, end: int, salvage) -> tuple[int, int | None
                 found.update(_valid_records(segment.view, position, segment.size_bytes, segment.base_offset,
                                             records_max=1))
     if salvage is not None:
-        for path, base in salvage.moved_at_load:
-            moved = MappedFile.open(path, base, commitlog.segment_size_bytes, writable=False)
-            try:
-                found.update(_valid_records(moved.view, 0, moved.size_bytes, base))
-            finally:
-                moved.close()
+        for path, base in salvage.moved_at_load:  # of any size: a moved file is not repaired
+            size_bytes = min(os.path.getsize(path), commitlog.segment_size_bytes)
+            if size_bytes:
+                data = np.memmap(path, dtype=np.uint8, mode="r", shape=(size_bytes,))
+                found.update(_valid_records(memoryview(data), 0, size_bytes, base))
+                del data
     return len(found), (min(found) if found else None), (max(found) if found else None)
 
 

@@ -219,6 +219,28 @@ def test_a_missing_middle_segment_cuts_the_log_at_the_gap(tmp_path):
     _reopens_clean_and_writable(tmp_path, kept)
 
 
+def test_segments_moved_after_a_gap_are_kept_whatever_their_size(tmp_path):
+    """SEGMENT_MISSING with a later segment cut short too (found by the corruption fuzz): the segments after
+    the gap are moved as they are, and the report still counts the valid records they hold."""
+    results = _write(tmp_path)
+    bases = _bases(tmp_path)
+    gone, short = bases[3], bases[5]
+    _segment_path(tmp_path, gone).unlink()
+    os.truncate(_segment_path(tmp_path, short), 1000)
+    with MessageStore.open(tmp_path, _config(), repair=True) as store:
+        report = store.recovery_report
+        assert report.file_cases == {f"commitlog/{gone:020d}": RecoveryCase.SEGMENT_MISSING}
+        assert report.log_end == gone
+        in_short = [r for r in results if short <= r.commitlog_offset and r.commitlog_offset + r.size_bytes
+                    <= short + 1000]
+        counted = [r for r in results if r.commitlog_offset >= gone + SEGMENT and not short <= r.commitlog_offset
+                   < short + SEGMENT]
+        assert report.dropped_messages == len(counted) + len(in_short)
+    folder = _check_repair_folder(report, tmp_path)
+    assert (folder / "commitlog" / f"{short:020d}").stat().st_size == 1000
+    _reopens_clean_and_writable(tmp_path, len([r for r in results if r.commitlog_offset < gone]))
+
+
 def test_a_missing_first_consume_queue_file_is_rebuilt_not_taken_for_retention(tmp_path):
     """QUEUE_REBUILT: the first file of a queue is gone while the log still holds its messages: the queue is
     rebuilt from the log, so none of them becomes unreachable."""
