@@ -193,6 +193,9 @@ def test_entries_past_the_end_of_a_crashed_log_are_cut_without_a_rebuild(store_d
     data[results[27].commitlog_offset:] = bytes(len(data) - results[27].commitlog_offset)
     segment.write_bytes(bytes(data))
     (store_dir / "abort").write_bytes(b"")
+    checkpoint = bytearray((store_dir / "checkpoint").read_bytes())  # which the last flush did not reach
+    checkpoint[24:32] = results[27].commitlog_offset.to_bytes(8, "big")
+    (store_dir / "checkpoint").write_bytes(bytes(checkpoint))
     with MessageStore.open(store_dir, config()) as store:
         report = store.recovery_report
         assert report.queues_rebuilt == [] and report.queue_entries_dropped == 3
