@@ -9,7 +9,7 @@ import numpy as np
 
 from commitlog import format as fmt
 from commitlog.dispatch import DispatchBatch
-from commitlog.errors import CorruptionError
+from commitlog.errors import QueueGapError
 from consumequeue import format as cqf
 from consumequeue.consume_queue import ConsumeQueueTable
 from consumequeue.mark import DispatchedMark
@@ -85,6 +85,6 @@ class ConsumeQueueDispatcher:
             self.dispatched_entries += self.table.put(names[topic_id], queue_id, first, units)
 
     @staticmethod
-    def _not_dense(topic: str, queue_id: int, batch: DispatchBatch) -> CorruptionError:
-        return CorruptionError(f"queue offsets of {topic}/{queue_id} are not consecutive in the log from commitlog "
-                               f"offset {batch.start_offset}", rule="dense")
+    def _not_dense(topic: str, queue_id: int, batch: DispatchBatch) -> QueueGapError:
+        return QueueGapError(f"queue offsets of {topic}/{queue_id} are not consecutive in the log from commitlog "
+                               f"offset {batch.start_offset}", rule="consumequeue.dense")
