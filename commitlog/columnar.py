@@ -113,7 +113,7 @@ def _classify_next(buf, length, buf_abs, at, segment_end, lenient, path) -> str:
         if lenient:
             return NEXT_END
         raise CorruptionError(f"{length - at} bytes are left at the end of the segment, less than a blank",
-                              path=path, offset=buf_abs + at, rule="1")
+                              path=path, offset=buf_abs + at, rule="commitlog.1")
     size, magic = fmt.BLANK.unpack_from(buf, at)
     offset = buf_abs + at
     if magic == fmt.BLANK_MAGIC_CODE and size == segment_end - offset:
@@ -125,9 +125,9 @@ def _classify_next(buf, length, buf_abs, at, segment_end, lenient, path) -> str:
         return NEXT_END
     if size == 0 and magic == 0:
         raise CorruptionError(f"the log ends at offset {offset}, before the end planned for this read: was the "
-                              f"store truncated or a segment replaced?", path=path, offset=offset, rule="end")
+                              f"store truncated or a segment replaced?", path=path, offset=offset, rule="commitlog.end")
     fmt.locate(buf, at, segment_end - offset, offset, path=path)  # raises with the rule that failed
-    raise CorruptionError("a record the chain check refused", path=path, offset=offset, rule="4")
+    raise CorruptionError("a record the chain check refused", path=path, offset=offset, rule="commitlog.4")
 
 
 def _walk_python(buf, length, buf_abs, segment_end, *, lenient, path) -> tuple[np.ndarray, int, str]:
@@ -216,7 +216,7 @@ class Decoder:
             if len(mismatch):
                 i = mismatch[0]
                 raise CorruptionError(f"a ConsumeQueue unit says {int(expect_sizes[i])} bytes, the record there has "
-                                      f"TOTALSIZE {int(layout.size[i])}", path=path, offset=int(offsets[i]), rule="cq")
+                                      f"TOTALSIZE {int(layout.size[i])}", path=path, offset=int(offsets[i]), rule="consumequeue.matches-log")
         fast = layout.fast
         keep_fast = np.flatnonzero(self._numeric_mask(layout.header, offsets) & fast)
         batch = None
@@ -307,13 +307,13 @@ class Decoder:
         if len(topics) and int(np.frombuffer(topics.buffers()[2], dtype=np.uint8).max(initial=0)) >= 0x80:
             bad = int(np.flatnonzero(~np.asarray(pc.string_is_ascii(topics)))[0])
             raise CorruptionError(f"topic is not ASCII: {topics[bad]}", path=path,
-                                  offset=int(header["physical_offset"][bad]), rule="3")
+                                  offset=int(header["physical_offset"][bad]), rule="commitlog.3")
         if expect_topic is not None:
             wrong = np.flatnonzero(~np.asarray(pc.equal(topics, expect_topic)))
             if len(wrong):
                 raise CorruptionError(f"a ConsumeQueue of topic {expect_topic!r} points at a record of topic "
                                       f"{topics[int(wrong[0])].as_py()!r}", path=path,
-                                      offset=int(header["physical_offset"][wrong[0]]), rule="cq")
+                                      offset=int(header["physical_offset"][wrong[0]]), rule="consumequeue.matches-log")
         if self.topic_values is not None:
             chosen = np.flatnonzero(np.asarray(pc.is_in(topics, value_set=self.topic_values)))
             if len(chosen) < len(topics):
@@ -428,7 +428,7 @@ class Decoder:
             message = decode_message(raw, position, segment_end - offset, offset, path=path)
             if expect_topic is not None and message.topic != expect_topic:
                 raise CorruptionError(f"a ConsumeQueue of topic {expect_topic!r} points at a record of topic "
-                                      f"{message.topic!r}", path=path, offset=offset, rule="cq")
+                                      f"{message.topic!r}", path=path, offset=offset, rule="consumequeue.matches-log")
             stored_us = message.store_timestamp_ms * 1000
             if ((f.topics is None or message.topic in f.topics)
                     and (f.queue_ids is None or message.queue_id in f.queue_ids)

@@ -115,7 +115,7 @@ class CommitLog:
 
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
                  max_message_size_bytes: int, max_queues_per_topic: int,
-                 born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, repair: bool = False,
+                 born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, salvage=None,
                  record_crc: bool = False, record_crc_from: int | None = None):
         assert len(born_host_raw) == len(store_host_raw) == fmt.HOST_V4_LENGTH
         assert max_message_size_bytes + fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX \
@@ -140,7 +140,7 @@ class CommitLog:
         if writable:
             os.makedirs(directory, exist_ok=True)
         self.segments = SegmentList(directory, segment_size_bytes, writable=writable, preallocate=preallocate,
-                                    repair=repair)
+                                    salvage=salvage)
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         self._topic_tails: dict[str, bytes] = {}
@@ -554,20 +554,30 @@ class CommitLog:
                               queue=queue)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
-    def truncate(self, commitlog_offset: int) -> int:
+    def truncate(self, commitlog_offset: int, salvage=None) -> int:
         """Cut the log at `commitlog_offset` (a record boundary found by recovery): zero the rest of its segment,
-        delete every later segment. Returns how many written bytes were dropped. Only before appends start."""
+        delete every later segment. With a `salvage` (mqstore.repair.Salvage) nothing is destroyed: the segment is
+        copied to it before its tail is zeroed and the later segments are moved to it. Returns how many written
+        bytes were dropped. Only before appends start."""
         assert self.writable and not self._closed
         with self.lock:
             dropped = max(0, self._end - commitlog_offset)
             segment = self.segments.segment_at(commitlog_offset)
             if segment is not None:
                 position = commitlog_offset - segment.base_offset
+                if salvage is not None and segment.array[position:].any():
+                    salvage.copy_segment(segment.path, f"the log was cut at its position {position} (commitlog "
+                                                       f"offset {commitlog_offset}): the segment before the cut")
                 segment.array[position:] = 0
                 segment.flush(position, segment.size_bytes)
             deleted = self.segments.remove_after(commitlog_offset)
             for later in deleted:
-                later.delete()
+                if salvage is None:
+                    later.delete()
+                    continue
+                later.close()
+                salvage.move_segment(later.path, f"a whole segment after the cut at commitlog offset "
+                                                 f"{commitlog_offset}")
             if deleted:  # a deletion lost in a crash would bring the cut records back under new ones
                 fsync_directory(self.directory)
             self._end = commitlog_offset

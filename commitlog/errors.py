@@ -10,7 +10,8 @@
      +-- StoreClosedError           the store (or one of its files) was used after close()
      +-- StoreLockedError           another writer holds the store's lock
      +-- ReadOnlyStoreError         a write was attempted on a store opened read_only
-     +-- CorruptionError            bytes on disk break a format rule; carries file and offset
+     +-- CorruptionError            bytes on disk break a format rule; carries file, offset and rule
+     |    +-- QueueGapError         a ConsumeQueue lacks entries the CommitLog holds (rebuild it from the log)
      +-- StoreIOError               the operating system failed a read, write, map or sync (raised from OSError)
      |    +-- SegmentWriteError     a record could not be written to its segment (a failed pwrite)
      +-- SegmentFullError           internal: a record does not fit in what is left of a segment
@@ -57,10 +58,18 @@ class CorruptionError(StoreError):
     """Bytes read from disk break a rule of their format.
 
     `path` is the file, `offset` the byte position inside it (or the absolute commitlog offset when
-    `path` is None), `rule` names the validity rule that failed.
+    `path` is None), `rule` names the format and the validity rule that failed: "<format>.<rule>", as
+    "commitlog.3" (rule 3 of commitlog/format.py) or "consumequeue.dense". Code never branches on `rule`
+    (it is for people and reports); it reads the typed flags:
+
+    `length_sound`: only a CRC failed (commitlog rules 5, 6): the record's TOTALSIZE holds, a walk of the
+    log may go on past it. `not_a_record`: no record starts at this position (commitlog rules 1, 4: no
+    magic code there, or a PHYSICALOFFSET naming another position): the caller's position, not
+    necessarily the bytes, is wrong.
     """
 
-    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None, rule: str = ""):
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None, rule: str = "",
+                 length_sound: bool = False, not_a_record: bool = False):
         where = ""
         if path is not None:
             where = f" (file {path}"
@@ -71,6 +80,12 @@ class CorruptionError(StoreError):
         self.path = path
         self.offset = offset
         self.rule = rule
+        self.length_sound = length_sound
+        self.not_a_record = not_a_record
+
+
+class QueueGapError(CorruptionError):
+    """A ConsumeQueue ends before entries the CommitLog holds for it: the owner rebuilds it from the log."""
 
 
 class StoreIOError(StoreError):

@@ -362,7 +362,14 @@ def _corrupt(rule: str, detail: str, path: str | None, commitlog_offset: int, po
             position = commitlog_offset - base if base is not None else commitlog_offset
         offset = position
     return CorruptionError(f"invalid commitlog record at commitlog offset {commitlog_offset}: {detail} "
-                           f"[rule {rule}]", path=path, offset=offset, rule=rule)
+                           f"[rule {rule}]", path=path, offset=offset, rule=f"commitlog.{rule}",
+                           **_RULE_FLAGS.get(rule, {}))
+
+
+# What a failure of a rule tells whoever catches it (CorruptionError's typed flags): rules 1 and 4 say no record
+# starts at the position, rules 5 and 6 (a CRC) leave the record's TOTALSIZE sound.
+_RULE_FLAGS = {"1": {"not_a_record": True}, "4": {"not_a_record": True},
+               "5": {"length_sound": True}, "6": {"length_sound": True}}
 
 
 def locate(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | None = None) -> RecordLayout:

@@ -112,15 +112,17 @@ class MappedFile:
         return mapped
 
     @classmethod
-    def open(cls, path: str, base_offset: int, size_bytes: int, *, writable: bool) -> "MappedFile":
-        """Map an existing file, which must be exactly `size_bytes` long."""
+    def open(cls, path: str, base_offset: int, size_bytes: int, *, writable: bool,
+             format_name: str = "commitlog") -> "MappedFile":
+        """Map an existing file, which must be exactly `size_bytes` long (else CorruptionError with the rule
+        "<format_name>.file-size")."""
         try:
             actual = os.path.getsize(path)
         except OSError as exc:
             raise StoreIOError(f"cannot stat {path}: {exc.strerror}") from exc
         if actual != size_bytes:
             raise CorruptionError(f"file is {actual} bytes, expected {size_bytes}", path=path,
-                                  offset=min(actual, size_bytes), rule="file size")
+                                  offset=min(actual, size_bytes), rule=f"{format_name}.file-size")
         try:
             array = np.memmap(path, dtype=np.uint8, mode="r+" if writable else "r", shape=(size_bytes,))
             fd = os.open(path, os.O_RDWR) if writable else None

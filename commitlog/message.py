@@ -218,7 +218,7 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
         pos = offset - segment_start
         if expected_size < _RECORD_SIZE_MIN or offset + expected_size > segment_end:
             raise CorruptionError(f"an index gives size {expected_size} for the record at offset {offset}",
-                                  path=segment.path, offset=pos, rule="cq-matches-log")
+                                  path=segment.path, offset=pos, rule="consumequeue.matches-log")
         raw = view[pos : pos + expected_size].tobytes()
         (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host, store_ts,
          store_host, reconsume, prepared, body_length) = unpack(raw)
@@ -267,13 +267,13 @@ def _decode_indexed_record(segment, pos: int, offset: int, expected_size: int, r
                              check_crc=True, record_crc_from=record_crc_from)
     if message[0] != expected_size:
         raise CorruptionError(f"an index gives size {expected_size}, the record has {message[0]}",
-                              path=segment.path, offset=pos, rule="cq-matches-log")
+                              path=segment.path, offset=pos, rule="consumequeue.matches-log")
     if queue_entry is not None and (message[16], message[3], message[5]) != queue_entry:
         topic, queue_id, queue_offset = queue_entry
         raise CorruptionError(
             f"queue entry {queue_offset} of {topic}/{queue_id} points to a record of "
             f"{message[16]}/{message[3]} entry {message[5]}", path=segment.path, offset=offset,
-            rule="cq-matches-log")
+            rule="consumequeue.matches-log")
     return message
 
 
@@ -338,7 +338,7 @@ def _decode_general(buf, pos, remaining, commitlog_offset, path, check_crc, reco
         topic = topic_raw.decode("ascii")
     except UnicodeDecodeError as exc:
         raise CorruptionError(f"topic is not ASCII: {topic_raw!r}", path=path, offset=commitlog_offset,
-                              rule="3") from exc
+                              rule="commitlog.3") from exc
     return _new_tuple(StoredMessage, (
         size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts,
         bytes(buf[born_at : born_at + born_length]), store_ts, bytes(buf[store_at : store_at + store_length]),

@@ -26,12 +26,16 @@ class SegmentList:
     """The segments of one directory, mapped; lookup by absolute offset is O(1)."""
 
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool, preallocate: bool = True,
-                 repair: bool = False):
+                 salvage=None):
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self.writable = writable
         self.preallocate = preallocate
-        self.repair = repair  # a writer told to repair extends segments cut short with zeros (recovery then cuts)
+        # A writer told to repair gets a salvage (mqstore.repair.Salvage): it keeps what the repair changes and
+        # fixes segment files of the wrong size (cut the bytes past the size, extend a short one with zeros:
+        # recovery then cuts the log there) and the segments after a missing one (moved away: the log ends at
+        # the gap), instead of refusing them.
+        self.salvage = salvage
         self.segments: list[MappedFile] = []
         self._lock = threading.Lock()
         self._listed_stamp: tuple | None = None  # the directory's (mtime, inode) when load() last listed it all
@@ -80,7 +84,7 @@ class SegmentList:
                 if base % self.segment_size_bytes:
                     raise CorruptionError(
                         f"segment base offset {base} is not a multiple of the segment size {self.segment_size_bytes}",
-                        path=os.path.join(self.directory, name), rule="segment name")
+                        path=os.path.join(self.directory, name), rule="commitlog.segment-name")
                 bases.append(base)
             bases.sort()
             if not self.writable and bases:  # a reader: drop the segments the writer's retention deleted
@@ -90,10 +94,16 @@ class SegmentList:
                     for segment in gone:
                         segment.close()
             known = {s.base_offset for s in self.segments}
-            for previous, base in zip(bases, bases[1:]):
+            for number, (previous, base) in enumerate(zip(bases, bases[1:])):
                 if base - previous != self.segment_size_bytes:
+                    if self.writable and self.salvage is not None:
+                        self.salvage.segments_after_gap([os.path.join(self.directory, fmt.segment_name(later))
+                                                         for later in bases[number + 1:]], previous)
+                        bases = bases[: number + 1]
+                        break
                     raise CorruptionError(f"segments are not contiguous: {fmt.segment_name(previous)} is followed "
-                                          f"by {fmt.segment_name(base)}", path=self.directory, rule="contiguous")
+                                          f"by {fmt.segment_name(base)}", path=self.directory,
+                                          rule="commitlog.contiguous")
             for base in bases:
                 if base in known:
                     continue
@@ -109,10 +119,8 @@ class SegmentList:
                     log.warning("removing %s: an empty last segment file (a writer died creating it)", path)
                     _remove(path)
                     break
-                if self.writable and self.repair and os.path.getsize(path) < self.segment_size_bytes:
-                    log.warning("repair: extending %s, cut short at %d bytes, with zeros", path,
-                                os.path.getsize(path))
-                    os.truncate(path, self.segment_size_bytes)
+                if self.writable and self.salvage is not None and os.path.getsize(path) != self.segment_size_bytes:
+                    self.salvage.segment_of_wrong_size(path, self.segment_size_bytes)
                 self.segments.append(MappedFile.open(path, base, self.segment_size_bytes, writable=self.writable))
             return True
 

@@ -11,10 +11,11 @@ import os
 import threading
 
 import numpy as np
-from mqstore.commitlog.commitlog import TOPIC_PATTERN
-from mqstore.commitlog.errors import CorruptionError, StoreIOError
-from mqstore.commitlog.mapped_file import MappedFile, fsync_directory
-from mqstore.consumequeue import format as cqf
+
+from commitlog.commitlog import TOPIC_PATTERN
+from commitlog.errors import CorruptionError, QueueGapError, StoreIOError
+from commitlog.mapped_file import MappedFile, fsync_directory
+from consumequeue import format as cqf
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,14 @@ class ConsumeQueue:
             byte_offset = cqf.parse_file_name(name)
             if byte_offset % self.file_size_bytes:
                 raise CorruptionError(f"queue file offset {byte_offset} is not a multiple of the file size "
-                                      f"{self.file_size_bytes}", path=path, rule="file name")
+                                      f"{self.file_size_bytes}", path=path, rule="consumequeue.file-name")
             if expected is not None and byte_offset != expected:
-                raise CorruptionError("queue files are not contiguous", path=path, rule="file name")
+                raise CorruptionError("queue files are not contiguous", path=path, rule="consumequeue.file-name")
             expected = byte_offset + self.file_size_bytes
             if not self.writable and name == names[-1] and os.path.getsize(path) == 0:
                 break  # an empty last file: a reader racing a writer creating it
-            mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=self.writable)
+            mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=self.writable,
+                                     format_name="consumequeue")
             self.files.append(mapped)
             self.units.append(mapped.array.view(np.ndarray).view(UNIT))
         if not self.files:
@@ -82,7 +84,7 @@ class ConsumeQueue:
                 if index != len(self.units) - 1:
                     raise CorruptionError(f"queue file ends after {written} entries but is not the last",
                                           path=self.files[index].path, offset=written * cqf.UNIT_SIZE_BYTES,
-                                          rule="1")
+                                          rule="consumequeue.1")
                 break
         self._check_order_across_files()
         self.flushed_offset = self.max_offset
@@ -97,7 +99,7 @@ class ConsumeQueue:
             first = int(units[0]["commitlog_offset"])
             if previous is not None and first <= previous:
                 raise CorruptionError("commitlog offsets go backwards between queue files",
-                                      path=self.files[index].path, offset=0, rule="3")
+                                      path=self.files[index].path, offset=0, rule="consumequeue.3")
             previous = int(units[count - 1]["commitlog_offset"])
 
     def refresh(self, *, list_files: bool = False) -> None:
@@ -138,7 +140,8 @@ class ConsumeQueue:
                 self.min_offset = self.max_offset = byte_offset // cqf.UNIT_SIZE_BYTES
             path = os.path.join(self.directory, name)
             try:
-                mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False)
+                mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False,
+                                         format_name="consumequeue")
             except CorruptionError:
                 break  # being created by the writer right now
             except StoreIOError:
@@ -190,9 +193,9 @@ class ConsumeQueue:
         with self.lock:
             skip = self.max_offset - first_queue_offset
             if skip < 0:
-                raise CorruptionError(
+                raise QueueGapError(
                     f"queue {self.topic}/{self.queue_id} ends at entry {self.max_offset} but the log continues "
-                    f"it at entry {first_queue_offset}", path=self.directory, rule="dense")
+                    f"it at entry {first_queue_offset}", path=self.directory, rule="consumequeue.dense")
             if skip >= len(units):
                 return 0
             if skip:
@@ -257,6 +260,15 @@ class ConsumeQueue:
                     self.units[index][position : position + count] = np.zeros(count, dtype=UNIT)
                     self.files[index].flush(position * cqf.UNIT_SIZE_BYTES, (position + count) * cqf.UNIT_SIZE_BYTES)
                     offset += count
+                # Files that now begin past the last entry kept hold nothing: delete them (a reopen refuses a
+                # file that is not full before the last one).
+                removed = False
+                while len(self.files) > 1 and self.files[-1].base_offset // cqf.UNIT_SIZE_BYTES > keep:
+                    self.units.pop()
+                    self.files.pop().delete()
+                    removed = True
+                if removed:
+                    fsync_directory(self.directory)
                 self.max_offset = keep
                 self.flushed_offset = min(self.flushed_offset, keep)
             return dropped
@@ -334,7 +346,7 @@ class ConsumeQueue:
             bad = int(np.argmax((result["size"] <= 0) | (result["commitlog_offset"] < 0)))
             index, position = self._locate(start + bad)
             raise CorruptionError(f"queue entry {start + bad} is not a valid unit", path=self.files[index].path,
-                                  offset=position * cqf.UNIT_SIZE_BYTES, rule="1")
+                                  offset=position * cqf.UNIT_SIZE_BYTES, rule="consumequeue.1")
         return result
 
     def read_lists(self, queue_offset: int, count: int) -> tuple[list[int], list[int]]:
@@ -373,13 +385,13 @@ def _check_units(units: np.ndarray, path: str, first_index: int) -> None:
     if offsets.min() < 0:
         bad = int(np.argmax(offsets < 0))
         raise CorruptionError("negative commitlog offset in a queue entry", path=path,
-                              offset=(first_index + bad) * cqf.UNIT_SIZE_BYTES, rule="2")
+                              offset=(first_index + bad) * cqf.UNIT_SIZE_BYTES, rule="consumequeue.2")
     if len(units) > 1:
         steps = np.diff(offsets.astype(np.int64))
         if steps.min() <= 0:
             bad = int(np.argmax(steps <= 0)) + 1
             raise CorruptionError("commitlog offsets do not increase", path=path,
-                                  offset=(first_index + bad) * cqf.UNIT_SIZE_BYTES, rule="3")
+                                  offset=(first_index + bad) * cqf.UNIT_SIZE_BYTES, rule="consumequeue.3")
 
 
 class ConsumeQueueTable:

@@ -69,5 +69,5 @@ def written_count(units: np.ndarray, path: str, first_index: int = 0) -> int:
         return len(units)
     if units["size"][first_free] < 0:
         raise CorruptionError(f"queue entry has size {int(units['size'][first_free])}", path=path,
-                              offset=(first_index + first_free) * UNIT_SIZE_BYTES, rule="1")
+                              offset=(first_index + first_free) * UNIT_SIZE_BYTES, rule="consumequeue.1")
     return first_free

@@ -48,7 +48,7 @@ class Checkpoint:
         for name in CHECKPOINT_DTYPE.names:
             if int(self._fields[name][0]) < 0:
                 raise CorruptionError(f"checkpoint field {name} is negative", path=mapped.path,
-                                      offset=CHECKPOINT_DTYPE.fields[name][1], rule="2")
+                                      offset=CHECKPOINT_DTYPE.fields[name][1], rule="checkpoint.2")
 
     @classmethod
     def open(cls, root_dir: str, *, writable: bool) -> "Checkpoint | None":

@@ -54,7 +54,7 @@ class IndexFile:
             if actual != size:
                 raise CorruptionError(
                     f"index file is {actual} bytes, {size} expected for {hash_slot_count} slots and "
-                    f"{index_entry_count_max} entries [rule 1]", path=path, offset=0, rule="1")
+                    f"{index_entry_count_max} entries [rule 1]", path=path, offset=0, rule="indexfile.1")
             self._map = np.memmap(path, dtype=np.uint8, mode="r" if read_only else "r+", shape=(size,))
             self._fd = None if read_only else os.open(path, os.O_RDWR)  # for flush(): see there
         except OSError as exc:
@@ -86,11 +86,11 @@ class IndexFile:
         begin_ms, end_ms, begin_phy, end_phy, put_count, index_count = fmt.HEADER_STRUCT.unpack(header)
         if not 0 <= index_count <= self.index_entry_count_max:
             raise CorruptionError(f"indexCount {index_count} outside 0..{self.index_entry_count_max} [rule 2]",
-                                  path=self.path, offset=fmt.OFFSET_INDEX_COUNT, rule="2")
+                                  path=self.path, offset=fmt.OFFSET_INDEX_COUNT, rule="indexfile.2")
         if begin_phy < 0 or end_phy < 0:
             raise CorruptionError(
                 f"negative commitlog offset in header: begin {begin_phy}, end {end_phy} [rule 3]", path=self.path,
-                offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="3")
+                offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="indexfile.3")
         (self._begin_timestamp_ms, self._end_timestamp_ms, self._begin_phy_offset, self._end_phy_offset,
          self._put_count) = begin_ms, end_ms, begin_phy, end_phy, put_count
         self._index_count = max(index_count, 1)
@@ -235,7 +235,7 @@ class IndexFile:
     def _slot_corruption(self, slot: int, value: int) -> CorruptionError:
         return CorruptionError(
             f"slot {slot} holds entry {value}, outside 0..{self._index_count - 1} [rule 4]",
-            path=self.path, offset=fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot, rule="4")
+            path=self.path, offset=fmt.slots_offset() + fmt.SLOT_SIZE_BYTES * slot, rule="indexfile.4")
 
     def put_key(self, key_hash: int, commitlog_offset: int, store_timestamp_ms: int) -> bool:
         """Append one entry (RocketMQ's putKey: entry, header, slot); False when the file is full."""
@@ -391,13 +391,13 @@ class IndexFile:
             hash_read, phy_offset, time_diff, prev = unpack(buf, at)
             if time_diff < 0:
                 raise CorruptionError(f"entry {number} has timeDiff {time_diff} [rule 6]", path=self.path,
-                                      offset=at, rule="6")
+                                      offset=at, rule="indexfile.6")
             if not 0 <= prev < number:
                 raise CorruptionError(f"entry {number} links to entry {prev} [rule 5]", path=self.path,
-                                      offset=at, rule="5")
+                                      offset=at, rule="indexfile.5")
             if hash_read < 0 or hash_read % slot_count != slot:
                 raise CorruptionError(f"entry {number}, in the chain of slot {slot}, has key hash {hash_read} "
-                                      f"[rule 9]", path=self.path, offset=at, rule="9")
+                                      f"[rule 9]", path=self.path, offset=at, rule="indexfile.9")
             stored_ms = begin_timestamp_ms + time_diff * 1000
             if hash_read == key_hash and begin_ms <= stored_ms <= end_ms:
                 out.append(phy_offset)
@@ -454,7 +454,7 @@ class IndexFile:
                 raise CorruptionError(
                     f"an empty file's header has begin {self._begin_phy_offset}/{self._begin_timestamp_ms} ms and end "
                     f"{self._end_phy_offset}/{self._end_timestamp_ms} ms, not equal [rule 7]", path=self.path,
-                    offset=fmt.OFFSET_BEGIN_TIMESTAMP, rule="7")
+                    offset=fmt.OFFSET_BEGIN_TIMESTAMP, rule="indexfile.7")
             return
         unpack = fmt.ENTRY_STRUCT.unpack_from
         last_at = self._entries_at + fmt.ENTRY_SIZE_BYTES * (count - 1)
@@ -475,7 +475,7 @@ class IndexFile:
                 != slot:
             problem = f"entry {count - 1} links to entry {prev} of another slot"
         if problem is not None:
-            raise CorruptionError(f"{problem} [rule 7]", path=self.path, offset=last_at, rule="7")
+            raise CorruptionError(f"{problem} [rule 7]", path=self.path, offset=last_at, rule="indexfile.7")
 
     def check(self) -> None:
         """Check rules (4) to (7) and (9) on every slot and every written entry at once; CorruptionError at the
@@ -496,7 +496,7 @@ class IndexFile:
                 number = int(at[0]) + 1
                 raise CorruptionError(
                     f"entry {number}: prevIndex {int(prev[at[0]])}, timeDiff {int(time_diffs[at[0]])} [rule {rule}]",
-                    path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number, rule=rule)
+                    path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number, rule=f"indexfile.{rule}")
         hashes = written["key_hash"].astype(np.int64)
         negative, linking, _linked_to, wrong_heads = self._rule_9_breaks(hashes, prev)
         broken = np.concatenate([negative, linking, wrong_heads])
@@ -506,7 +506,7 @@ class IndexFile:
             raise CorruptionError(
                 f"entry {number} (keyHash {int(hashes[index])}) is in the chain of another slot, or heads a slot its "
                 f"hash is not in [rule 9]", path=self.path, offset=self._entries_at + fmt.ENTRY_SIZE_BYTES * number,
-                rule="9")
+                rule="indexfile.9")
 
     # --- repair ------------------------------------------------------------------------------------------
     def truncate(self, commitlog_offset: int, commitlog_offset_min: int = 0) -> int:

@@ -464,9 +464,9 @@ def _rule_8(index_file: IndexFile, previous_end: int, *, newest: bool) -> Corrup
     """Rule (8) of indexfile/format.py for one file among its index's: broken (the error), or None."""
     if not newest and not index_file.is_full:
         return CorruptionError(f"index file {index_file.path} is not full but not the newest [rule 8]",
-                               path=index_file.path, offset=fmt.OFFSET_INDEX_COUNT, rule="8")
+                               path=index_file.path, offset=fmt.OFFSET_INDEX_COUNT, rule="indexfile.8")
     if index_file.entry_count and index_file.begin_phy_offset < previous_end:
         return CorruptionError(f"index file {index_file.path} begins at {index_file.begin_phy_offset}, before the "
                                f"previous file's end {previous_end} [rule 8]", path=index_file.path,
-                               offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="8")
+                               offset=fmt.OFFSET_BEGIN_PHY_OFFSET, rule="indexfile.8")
     return None

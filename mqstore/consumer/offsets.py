@@ -191,30 +191,30 @@ def decode_offsets_file(raw: bytes, path: str) -> tuple[OffsetTable, dict]:
     """(offset table, the other top-level fields) of a file's bytes, checked by the validity rule."""
     if len(raw) > OFFSETS_FILE_BYTES_MAX:
         raise CorruptionError(f"offsets file of {len(raw)} bytes is over {OFFSETS_FILE_BYTES_MAX}", path=path,
-                              rule="size")
+                              rule="offsets.size")
     try:
         document = parse_lenient_json(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise CorruptionError(f"offsets file is not UTF-8: {exc.reason}", path=path, offset=exc.start,
-                              rule="1") from exc
+                              rule="offsets.1") from exc
     except ValueError as exc:
-        raise CorruptionError(f"offsets file does not parse: {exc}", path=path, rule="1") from exc
+        raise CorruptionError(f"offsets file does not parse: {exc}", path=path, rule="offsets.1") from exc
     if not isinstance(document, dict):
-        raise CorruptionError("offsets file is not an object", path=path, rule="1")
+        raise CorruptionError("offsets file is not an object", path=path, rule="offsets.1")
     raw_table = document.get(OFFSET_TABLE_FIELD, {})
     if not isinstance(raw_table, dict):
-        raise CorruptionError(f"{OFFSET_TABLE_FIELD} is not an object", path=path, rule="2")
+        raise CorruptionError(f"{OFFSET_TABLE_FIELD} is not an object", path=path, rule="offsets.2")
     table: OffsetTable = {}
     for key, queues in raw_table.items():
         if split_offset_key(key) is None:
-            raise CorruptionError(f"offset table key {key!r} is not topic@group", path=path, rule="3")
+            raise CorruptionError(f"offset table key {key!r} is not topic@group", path=path, rule="offsets.3")
         if not isinstance(queues, dict):
-            raise CorruptionError(f"offsets of {key!r} are not an object", path=path, rule="4")
+            raise CorruptionError(f"offsets of {key!r} are not an object", path=path, rule="offsets.4")
         offsets = {}
         for queue_id, offset in queues.items():
             if not (queue_id.isascii() and queue_id.isdigit()) or type(offset) is not int or offset < 0:
                 raise CorruptionError(f"{key!r}: queue {queue_id!r} has offset {offset!r}; both must be "
-                                      "non-negative integers", path=path, rule="4")
+                                      "non-negative integers", path=path, rule="offsets.4")
             offsets[int(queue_id)] = offset
         table[key] = offsets
     others = {name: value for name, value in document.items() if name != OFFSET_TABLE_FIELD}

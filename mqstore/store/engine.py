@@ -21,44 +21,34 @@ from typing import Iterable
 
 import numpy as np
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.batch import RECORD_SIZE
-from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
-from mqstore.commitlog.dispatch import (
-    DISPATCH_TAIL_BATCH_RECORDS,
-    DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
-    WRITTEN_RECORDS_KEPT,
-    DispatchService,
-)
-from mqstore.commitlog.errors import (
-    CorruptionError,
-    InvalidMessageError,
-    ReadOnlyStoreError,
-    SegmentWriteError,
-    StoreClosedError,
-    StoreError,
-    StoreIOError,
-    StoreLockedError,
-)
-from mqstore.commitlog.handoff import HandOff
-from mqstore.commitlog.message import Message, PutResult, PutStatus
-from mqstore.commitlog.unique_key import UniqueKeyGenerator
-from mqstore.consumequeue.consume_queue import ConsumeQueueTable
-from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
-from mqstore.consumequeue.mark import DispatchedMark, mark_path
-from mqstore.flush.allocator import SegmentAllocator
-from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
-from mqstore.flush.services import GroupCommitService, IntervalFlusher
-from mqstore.indexfile.dispatcher import IndexDispatcher
-from mqstore.indexfile.index_service import IndexService
-from mqstore.store.config import RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format, save_record_crc_from
-from mqstore.store.dispatch_process import ProcessDispatch, stop_leftover
-from mqstore.store.index_queries import IndexFlushable, IndexLookups, checkpoint_logical_flush
-from mqstore.store.markers import ABORT_FILE_NAME, remove_marker, write_marker
-from mqstore.store.reads import Reads
-from mqstore.store.recovery import RecoveryReport, dispatch_start, recover
-from mqstore.store.retention import Retention
-from mqstore.store.settings import resolve_config
+from commitlog import format as fmt
+from commitlog.batch import RECORD_SIZE
+from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
+from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
+                               WRITTEN_RECORDS_KEPT, DispatchService)
+from commitlog.errors import (CorruptionError, InvalidMessageError, QueueGapError, ReadOnlyStoreError,
+                              SegmentWriteError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
+from commitlog.handoff import HandOff
+from commitlog.message import Message, PutResult, PutStatus
+from consumequeue.consume_queue import ConsumeQueueTable
+from consumequeue.dispatcher import ConsumeQueueDispatcher
+from consumequeue.mark import DispatchedMark, mark_path
+from commitlog.unique_key import UniqueKeyGenerator
+from flush.allocator import SegmentAllocator
+from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
+from flush.services import GroupCommitService, IntervalFlusher
+from indexfile.dispatcher import IndexDispatcher
+from indexfile.index_service import IndexService
+from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
+                            save_record_crc_from)
+from mqstore.dispatch_process import ProcessDispatch, stop_leftover
+from mqstore.engine_index import IndexFlushable, IndexLookups, checkpoint_logical_flush
+from mqstore.engine_read import Reads
+from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
+from mqstore.recovery import RecoveryCase, RecoveryReport, dispatch_start, note_queue_rebuilt, recover
+from mqstore.repair import Salvage
+from mqstore.retention import Retention
+from mqstore.store_settings import resolve_config
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +141,13 @@ class MessageStore(Reads, IndexLookups):
         self._settings = save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only,
                                               new_log=not _has_segments(os.path.join(root, "commitlog")))
         born_raw = fmt.encode_host(config.born_host or config.store_host, config.born_port)
+        self._salvage = Salvage(root) if self._repair and not self.read_only else None  # keeps what repair cuts
         self._commitlog = CommitLog(
             os.path.join(root, "commitlog"), config.segment_size_bytes, writable=not self.read_only,
             max_message_size_bytes=config.max_message_size_bytes, max_queues_per_topic=config.max_queues_per_topic,
             born_host_raw=born_raw,
             store_host_raw=fmt.encode_host(config.store_host, config.store_port),
-            preallocate=config.preallocate_segments, repair=self._repair and not self.read_only,
+            preallocate=config.preallocate_segments, salvage=self._salvage,
             record_crc=config.record_crc, record_crc_from=self._settings.get(RECORD_CRC_FROM_KEY))
         self._msg_id_prefix = self._commitlog.store_host_raw.hex().upper()
         self._writer = self._commitlog.lock
@@ -185,7 +176,8 @@ class MessageStore(Reads, IndexLookups):
         self._mark = DispatchedMark(mark_path(root))
         self._mark.publish(0)
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
-                         repair=self._repair, check_crc=config.check_crc_on_recover)
+                         repair=self._repair, check_crc=config.check_crc_on_recover, salvage=self._salvage)
+        self._note_engine_cases(report)
         end = report.log_end
         if config.record_crc and self._commitlog.record_crc_from is None:  # a log written without record CRCs
             self._settings = save_record_crc_from(os.path.join(root, "config"), self._settings, end)
@@ -214,7 +206,7 @@ class MessageStore(Reads, IndexLookups):
         self._commitlog.queue_offsets.update(
             {key: queue.max_offset for key, queue in self._queues.queues.items()})
         self.recovery_report = report
-        (log.warning if report.case not in ("CLEAN", "NEW_STORE") else log.info)(
+        (log.warning if report.cases() not in ([RecoveryCase.CLEAN], [RecoveryCase.NEW_STORE]) else log.info)(
             "opened %s: recovery %s", root, report.as_dict())
         for queue in self._queues.queues.values():
             queue.correct_min_offset(self._commitlog.min_offset())
@@ -257,31 +249,40 @@ class MessageStore(Reads, IndexLookups):
         self._commitlog.end_word = self._dispatch.end_word
         self._dispatch.start()
 
+    def _note_engine_cases(self, report: RecoveryReport) -> None:
+        """The recovery table's rows decided here rather than in recovery.py: INDEX_REBUILT, CHECKPOINT_REPLACED."""
+        if self.index_rebuilt_because is not None:
+            report.index_case = RecoveryCase.INDEX_REBUILT
+        if self._checkpoint_replaced:
+            report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
+
     def _redispatch(self, report: RecoveryReport) -> int:
         """Dispatch what the queues and index miss. A queue that lost entries the log still has (the log goes
         on past a hole in it) is deleted and rebuilt from the start of the log, queue by queue."""
         for _ in range(REBUILDS_PER_OPEN_MAX):
             try:
                 return self._dispatch.dispatch_available()
-            except CorruptionError as exc:
-                key = self._queues.key_of(exc.path) if exc.rule == "dense" else None
+            except QueueGapError as exc:
+                key = self._queues.key_of(exc.path)
                 if key is None:
                     raise
                 log.warning("rebuilding consume queue %s/%d: %s", key[0], key[1], exc)
                 self._queues.remove(*key)
-                report.queues_rebuilt.append(f"{key[0]}/{key[1]}")
+                note_queue_rebuilt(report, *key)
                 self._checkpoint.reset_logical_times()
                 self._checkpoint.flush()
                 self._dispatch.dispatched_offset = self._commitlog.min_offset()
         raise CorruptionError(f"more than {REBUILDS_PER_OPEN_MAX} consume queues needed rebuilding",
-                              path=os.path.join(self.root_dir, "consumequeue"), rule="dense")
+                              path=os.path.join(self.root_dir, "consumequeue"), rule="consumequeue.dense")
 
     def _open_checkpoint(self) -> Checkpoint:
         """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log."""
+        self._checkpoint_replaced = False
         try:
             return Checkpoint.open(self.root_dir, writable=True)
         except CorruptionError as exc:
             log.warning("replacing the corrupt checkpoint of %s: %s", self.root_dir, exc)
+            self._checkpoint_replaced = True
             os.unlink(os.path.join(self.root_dir, CHECKPOINT_FILE_NAME))
             return Checkpoint.open(self.root_dir, writable=True)
 

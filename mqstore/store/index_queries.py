@@ -114,7 +114,7 @@ class IndexLookups:
         except InvalidMessageError as exc:  # outside the log, or no record starts there (rules 1 and 4)
             raise CorruptionError(f"an index entry points at commitlog offset {commitlog_offset}, where no record "
                                   f"starts ({exc})", path=self._index.directory, offset=commitlog_offset,
-                                  rule="index entry") from exc
+                                  rule="indexfile.entry") from exc
 
     def get_by_msg_id(self, msg_id: str) -> StoredMessage:
         """The message with this offset message id (the record there must have the id's store host and port)."""
@@ -193,7 +193,7 @@ def _check_collision(message: StoredMessage, key_hash: int, index_directory: str
                for k in keys if k):
         raise CorruptionError(f"an index entry of key hash {key_hash} points at commitlog offset {offset}, a "
                               f"message none of whose keys has that hash", path=index_directory, offset=offset,
-                              rule="index entry")
+                              rule="indexfile.entry")
 
 
 def has_key(message: StoredMessage, topic: str, key: str) -> bool:

@@ -146,7 +146,7 @@ class Reads:
         try:
             return self._commitlog.read(commitlog_offset)
         except CorruptionError as exc:
-            if exc.rule == "4" or exc.rule == "1":
+            if exc.not_a_record:
                 raise InvalidMessageError(f"no message record starts at commitlog offset {commitlog_offset}") \
                     from exc
             raise

@@ -1,28 +1,52 @@
 """Recovery: what a writable open does to make the store consistent after any stop, as a decision table.
 
+Each row's case is a member of `RecoveryCase` (below); `RecoveryReport` names the cases that applied, and
+tests/recovery/ has a test for each row (tests/recovery/test_recovery_table.py checks that every member has one).
+
 What is observed                                         | case               | decision
 ---------------------------------------------------------|--------------------|---------------------------------------
-no `abort` marker; the last 3 segments walk cleanly       | CLEAN              | keep everything
-no `abort` marker; a record breaks the format rule        | CLEAN_CORRUPT      | CorruptionError; repair=True: cut the
-  (close flushed everything: this is damage, not a crash) |                    | log at that record
-`abort` marker; the log walks cleanly to its end          | CRASH_CLEAN_TAIL   | keep the log; cut queue and index
-  (the process died, the page cache survived)             |                    | entries past its end; re-dispatch
-`abort` marker; the first bad record lies at or past the  | CRASH_TORN_TAIL    | cut the log there (zero the rest of
-  checkpoint's flushed offset (or, for a 4.x checkpoint,  |                    | the segment, delete later segments);
+no segment file yet (a store being created)               | NEW_STORE          | nothing to recover
+no `abort` marker; the last 3 segments walk cleanly to    | CLEAN              | keep everything
+  zeros, and nothing says the log goes on past them       |                    |
+no `abort` marker; a record breaks the format rule, or    | CLEAN_CORRUPT      | CorruptionError; repair=True: cut the
+  the walk stops (zeros, a file's end) where the log goes |                    | log at that record (see Repair)
+  on: later bytes in the segment, later segments with     |                    |
+  data, the checkpoint's flushed offset, or a queue entry |                    |
+  naming a record there (close flushed everything: this   |                    |
+  is damage, not the end of the log)                      |                    |
+`abort` marker; the log walks cleanly to zeros at or past | CRASH_CLEAN_TAIL   | keep the log; cut queue and index
+  the checkpoint's flushed offset, nothing written after  |                    | entries past its end; re-dispatch
+  (the process died, the page cache survived)             |                    |
+`abort` marker; the walk stops at a bad record, or at     | CRASH_TORN_TAIL    | cut the log there (zero the rest of
+  zeros with written bytes after them, at or past the     |                    | the segment, delete later segments);
+  checkpoint's flushed offset (or, for a 4.x checkpoint,  |                    | cut queues and index; re-dispatch
   after the last message it says was flushed)             |                    |
-  (power lost before unflushed pages reached the disk)    |                    | cut queues and index; re-dispatch
-`abort` marker; the first bad record lies below the       | CRASH_CORRUPT      | CorruptionError; repair=True: cut the
-  checkpoint's flushed offset (flushed bytes are damaged) |                    | log there
+  (power lost before unflushed pages reached the disk)    |                    |
+`abort` marker; the walk stops (a bad record, zeros) below| CRASH_CORRUPT      | CorruptionError; repair=True: cut the
+  the checkpoint's flushed offset (flushed bytes damaged) |                    | log there (see Repair)
+a segment file longer than the segment size (bytes        | SEGMENT_TOO_LONG   | CorruptionError (file size);
+  appended to it)                                         |   (per file)       | repair=True: keep the extra bytes in
+                                                          |                    | the repair folder, cut them
+a segment file shorter than the segment size              | SEGMENT_TOO_SHORT  | CorruptionError (file size);
+                                                          |   (per file)       | repair=True: keep it in the folder,
+                                                          |                    | extend it with zeros: the log is cut
+                                                          |                    | where its data ends (CLEAN_CORRUPT..)
+a segment is missing between two others                   | SEGMENT_MISSING    | CorruptionError (not contiguous);
+                                                          |                    | repair=True: cut the log at the gap,
+                                                          |                    | move the later segments to the folder
 a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      | delete that queue, rebuild it from
   entry does not match the record it points to, or it has |   (per queue)      | the CommitLog
   entries past the log's end that no crash explains (any  |                    |
   after a clean stop; one whose record starts inside the  |                    |
-  log): damage, which a cut would hide the rest behind    |                    |
+  log), or dispatch finds it ends before entries the log  |                    |
+  holds, or its first file is missing while the log still |                    |
+  holds messages of it (not retention: that deletes a     |                    |
+  queue file only once all its messages are gone)         |                    |
 a ConsumeQueue has entries for records past the end of a  | QUEUE_TRUNCATED    | drop those entries
-  crashed (or repaired) log                               |                    |
+  crashed (or repaired) log                               |   (per queue)      |
 the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
-  that lost its tail)                                     |                    |
-an index file breaks its format rule (1)-(3)              | (engine)           | delete the index, rebuild it
+  that lost its tail)                                     |   (per queue)      |
+an index file breaks its format rule (1)-(3)              | INDEX_REBUILT      | delete the index, rebuild it (engine)
 `abort` marker and an index (or the log was cut)          | INDEX_CUT          | cut the index at the checkpoint's
   (index pages written after the last index flush may be  |                    | index_flushed_end: check every file
   lost, stale or torn, in any file, not only the newest)  |                    | that may hold later entries (and the
@@ -33,19 +57,26 @@ no `abort` marker; an index file's header disagrees with  | INDEX_INCONSISTENT |
   its entries or its place (rules 7, 8: a zeroed tail     |                    | at the first bad entry, delete later
   under a header counting it, an older file not full), or |                    | files; cut where no message starts;
   the index ends where no message starts                  |                    | re-dispatch the rest
-a corrupt checkpoint                                      | (engine)           | replace it with zeros: scan everything
+a corrupt checkpoint                                      | CHECKPOINT_REPLACED| replace it with zeros: scan everything
+                                                          |                    | (engine)
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
 after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
 3 s (RocketMQ's recoverAbnormally), or at the first segment when no segment qualifies, and never past the
 segment holding the checkpoint's flushed offset (store times come from a clock that can go back; that offset
 is exact). Records are checked with rules (1)-(4) and (6) of commitlog/format.py and, with
-check_crc_on_recover, their CRCs (rules 5 and 6).
+check_crc_on_recover, their CRCs (rules 5 and 6). After a crash a ConsumeQueue may run ahead of the durable
+log (it is flushed on its own schedule), so only the checkpoint's flushed offset says the log goes on there.
 
-Repair policy: repair=True walks the whole log (a segment cut short is first extended with zeros) and cuts the
-log at the first bad record, dropping everything after it (reported in
-the report's `dropped_bytes` and queue entry counts); records are never skipped, so the log stays a valid
-chain that RocketMQ could read. Bad bytes are never returned as a message.
+Repair: repair=True walks the whole log (a segment cut short is first extended with zeros) and cuts the log at
+the first bad record, dropping everything after it; records are never skipped, so the log stays a valid chain
+that RocketMQ could read. Nothing cut is destroyed: the segment it cuts is copied, and every later segment (and
+a segment's extra bytes, and the segments after a missing one) moved, into `repair-<time>/` inside the store's
+directory (mqstore/repair.py). The report says what left the log: `dropped_messages` (the valid records found
+past the cut, walking from the cut and from the start of each later segment, and named by queue entries),
+`dropped_bytes` (to the last non-zero byte), `dropped_files`, `dropped_offset_first` and
+`dropped_offset_last` (commitlog offsets of the first and last dropped message), and `repair_dir`. A plain
+open after it finds case CLEAN. Bad bytes are never returned as a message.
 """
 
 from __future__ import annotations
@@ -55,15 +86,17 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
-from mqstore.commitlog import format as fmt
-from mqstore.commitlog.commitlog import CommitLog
-from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
-from mqstore.commitlog.record_batch import parse_records
-from mqstore.consumequeue.consume_queue import ConsumeQueueTable
-from mqstore.flush.checkpoint import Checkpoint
+from commitlog import format as fmt
+from commitlog.commitlog import CommitLog
+from commitlog.record_batch import parse_records
+from commitlog.errors import CorruptionError, InvalidMessageError
+from consumequeue.consume_queue import ConsumeQueueTable
+from flush.checkpoint import Checkpoint
+from mqstore.repair import count_dropped
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +106,35 @@ INDEX_RESUME_CHECKS_MAX = 16  # cuts of the index at an end where no message sta
 SCAN_CHUNK_BYTES = 1 << 20  # bytes looked at per step when searching a segment's tail for data
 
 
+class RecoveryCase(StrEnum):
+    """The rows of the recovery table (this module's docstring); a str, so `case == "CLEAN"` holds too."""
+
+    NEW_STORE = "NEW_STORE"  # no segment yet: nothing to recover
+    CLEAN = "CLEAN"
+    CLEAN_CORRUPT = "CLEAN_CORRUPT"
+    CRASH_CLEAN_TAIL = "CRASH_CLEAN_TAIL"
+    CRASH_TORN_TAIL = "CRASH_TORN_TAIL"
+    CRASH_CORRUPT = "CRASH_CORRUPT"
+    SEGMENT_TOO_LONG = "SEGMENT_TOO_LONG"
+    SEGMENT_TOO_SHORT = "SEGMENT_TOO_SHORT"
+    SEGMENT_MISSING = "SEGMENT_MISSING"
+    QUEUE_REBUILT = "QUEUE_REBUILT"
+    QUEUE_TRUNCATED = "QUEUE_TRUNCATED"
+    QUEUE_REPLAYED = "QUEUE_REPLAYED"
+    INDEX_REBUILT = "INDEX_REBUILT"
+    INDEX_CUT = "INDEX_CUT"
+    INDEX_INCONSISTENT = "INDEX_INCONSISTENT"
+    CHECKPOINT_REPLACED = "CHECKPOINT_REPLACED"
+
+
 @dataclass
 class RecoveryReport:
-    """What open() found and did; `MessageStore.recovery_report`."""
+    """What open() found and did; `MessageStore.recovery_report`.
 
-    case: str = "NEW_STORE"
+    `case` is the log's row; `file_cases` ("commitlog/<segment>" -> SEGMENT_*), `queue_cases` ("topic/queue_id"
+    -> QUEUE_*), `index_case` and `checkpoint_case` the other rows that applied. `cases()` lists them all."""
+
+    case: RecoveryCase = RecoveryCase.NEW_STORE
     crashed: bool = False
     log_end: int = 0
     scan_start: int = 0
@@ -90,23 +147,55 @@ class RecoveryReport:
     messages_redispatched: int = 0
     seconds: float = 0.0
     replay_from: int | None = None  # the first scanned message a ConsumeQueue lacks (dispatch must start there)
-    index_case: str | None = None  # INDEX_CUT, INDEX_INCONSISTENT, or None (the index was kept as it was)
+    index_case: RecoveryCase | None = None  # INDEX_REBUILT, INDEX_CUT, INDEX_INCONSISTENT, or None (kept as it was)
     index_damage: list[str] = field(default_factory=list)  # index rules (7), (8) found broken
+    checkpoint_case: RecoveryCase | None = None  # CHECKPOINT_REPLACED, or None
+    file_cases: dict[str, RecoveryCase] = field(default_factory=dict)
+    queue_cases: dict[str, RecoveryCase] = field(default_factory=dict)
+    # What left the log (a cut, or a repair): the valid records found past the cut, and where they were.
+    dropped_messages: int = 0
+    dropped_offset_first: int | None = None
+    dropped_offset_last: int | None = None
+    dropped_files: list[str] = field(default_factory=list)  # the store's files cut, moved or resized
+    repair_dir: str | None = None  # where repair kept what it cut (mqstore/repair.py), or None
+
+    def cases(self) -> list[RecoveryCase]:
+        """Every row of the table that applied, the log's first."""
+        found = [self.case, *self.file_cases.values(), *self.queue_cases.values(), self.index_case,
+                 self.checkpoint_case]
+        return list(dict.fromkeys(case for case in found if case is not None))
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Plain data (cases as their names), for JSON and the command line."""
+        return asdict(self, dict_factory=lambda items: {name: _plain(value) for name, value in items})
+
+
+def _plain(value):
+    if isinstance(value, RecoveryCase):
+        return value.value
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def note_queue_rebuilt(report: RecoveryReport, topic: str, queue_id: int) -> None:
+    """Row QUEUE_REBUILT for one queue (recovery's, or the engine's when dispatch finds a queue's gap)."""
+    name = f"{topic}/{queue_id}"
+    report.queues_rebuilt.append(name)
+    report.queue_cases[name] = RecoveryCase.QUEUE_REBUILT
 
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
-            repair: bool, check_crc: bool) -> RecoveryReport:
+            repair: bool, check_crc: bool, salvage=None) -> RecoveryReport:
     """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's, from
-    `dispatch_start(report, ...)`."""
+    `dispatch_start(report, ...)`. `salvage` (mqstore.repair.Salvage, with repair) keeps what a cut drops."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
     ends = {key: queue.max_offset for key, queue in queues.queues.items()}
-    _recover_log(commitlog, checkpoint, report, crashed=crashed, repair=repair, check_crc=check_crc,
-                 with_index=index is not None, queue_ends=ends)
+    _recover_log(commitlog, checkpoint, queues, report, crashed=crashed, repair=repair, check_crc=check_crc,
+                 with_index=index is not None, queue_ends=ends, salvage=salvage)
     _recover_queues(commitlog, queues, report, crashed=crashed)
+    _rebuild_queues_missing_first_files(commitlog, queues, report)
     if report.queues_rebuilt:
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
         checkpoint.reset_logical_times()
@@ -179,9 +268,9 @@ def _recover_index(commitlog: CommitLog, index, checkpoint: Checkpoint, report: 
     else:
         report.index_entries_dropped += index.truncate(0, crashed=False)  # rebuild it all
     if crashed or report.dropped_bytes:
-        report.index_case = "INDEX_CUT"
+        report.index_case = RecoveryCase.INDEX_CUT
     elif report.index_damage:
-        report.index_case = "INDEX_INCONSISTENT"
+        report.index_case = RecoveryCase.INDEX_INCONSISTENT
     if report.index_entries_dropped or report.index_damage:
         # What the re-dispatch adds back is not on disk before the next index flush: a second crash must cut there.
         checkpoint.lower_index_flushed_end(index.max_indexed_offset)
@@ -233,11 +322,13 @@ def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, 
     return start
 
 
-def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryReport, *, crashed: bool,
-                 repair: bool, check_crc: bool, with_index: bool, queue_ends: dict) -> None:
+def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQueueTable, report: RecoveryReport, *,
+                 crashed: bool, repair: bool, check_crc: bool, with_index: bool, queue_ends: dict, salvage) -> None:
+    if salvage is not None:
+        _note_file_cases(report, salvage, commitlog.segment_size_bytes)
     last = commitlog.segments.last()
     if last is None:
-        report.case = "NEW_STORE"
+        report.case = RecoveryCase.NEW_STORE
         return
     # repair walks the whole log: damage anywhere is cut, not only in the segments a normal open checks
     start = commitlog.min_offset() if repair else _scan_start(commitlog, checkpoint, crashed=crashed,
@@ -253,7 +344,7 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryR
         if len(batch):
             last_valid_time = int(batch.store_timestamps_ms[-1])
             if report.replay_from is None:
-                report.replay_from = _first_missing_from_queues(batch, queue_ends)
+                report.replay_from = _first_missing_from_queues(batch, queue_ends, report)
         if batch.error is not None:
             error = batch.error
             offset = batch.end_offset
@@ -263,33 +354,101 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, report: RecoveryR
         offset = batch.end_offset
     end = offset
     report.bytes_scanned = end - start
+    written_end = _written_end(commitlog, end)
     if error is None:
-        report.case = "CRASH_CLEAN_TAIL" if crashed else "CLEAN"
+        error = _log_goes_on(commitlog, checkpoint, queues, end, written_end, crashed=crashed,
+                             last_valid_time=last_valid_time,
+                             gap_after=salvage.gap_after if salvage is not None else None)
+    if error is None:
+        report.case = RecoveryCase.CRASH_CLEAN_TAIL if crashed else RecoveryCase.CLEAN
     elif crashed and _after_durable_point(checkpoint, end, last_valid_time):
-        report.case = "CRASH_TORN_TAIL"
+        report.case = RecoveryCase.CRASH_TORN_TAIL
         report.corruption = str(error)
     else:
-        report.case = "CRASH_CORRUPT" if crashed else "CLEAN_CORRUPT"
+        report.case = RecoveryCase.CRASH_CORRUPT if crashed else RecoveryCase.CLEAN_CORRUPT
         report.corruption = str(error)
         if not repair:
             raise error
         log.warning("repair: cutting the log at offset %d: %s", end, error)
     commitlog.set_end(end)
-    if crashed or error is not None:
-        # Bytes past the end are cut even when the walk stopped at zeros: a page written after a lost one
-        # can hold a valid-looking record that a later walk would otherwise take back in.
-        written_end = _written_end(commitlog, end)
-        if written_end > end:
-            report.dropped_bytes = written_end - end
-            commitlog.truncate(end)
+    _cut_log(commitlog, queues, end, written_end, report, salvage)
     report.log_end = end
     checkpoint.reset_flushed_offset(end)
 
 
-def _first_missing_from_queues(batch, queue_ends: dict) -> int | None:
+def _cut_log(commitlog: CommitLog, queues: ConsumeQueueTable, end: int, written_end: int, report: RecoveryReport,
+             salvage) -> None:
+    """Cut everything written past `end` (the caller decided the log ends there), counting what leaves the log.
+
+    Bytes past the end are cut even when the walk stopped at zeros: a page written after a lost one can hold a
+    valid-looking record that a later walk would otherwise take back in."""
+    if salvage is not None:
+        report.dropped_bytes += salvage.moved_at_load_bytes + salvage.extra_bytes
+    if written_end > end or (salvage is not None and salvage.moved_at_load):
+        count, first, last = count_dropped(commitlog, queues, end, salvage)
+        report.dropped_messages += count
+        report.dropped_offset_first, report.dropped_offset_last = first, last
+    if written_end > end:
+        report.dropped_bytes += written_end - end
+        report.dropped_files += [os.path.relpath(segment.path, os.path.dirname(commitlog.directory))
+                                 for segment in commitlog.segments.segments
+                                 if segment.base_offset + segment.size_bytes > end]
+        commitlog.truncate(end, salvage)
+    if salvage is not None:
+        report.dropped_files = list(dict.fromkeys(report.dropped_files + salvage.files))
+        report.repair_dir = salvage.directory
+
+
+def _note_file_cases(report: RecoveryReport, salvage, segment_size_bytes: int) -> None:
+    """Rows SEGMENT_TOO_LONG, SEGMENT_TOO_SHORT and SEGMENT_MISSING: what loading the segments repaired (the
+    missing segment is named by the one after the last kept)."""
+    for name, size in salvage.wrong_size.items():
+        report.file_cases[f"commitlog/{name}"] = (RecoveryCase.SEGMENT_TOO_LONG if size > segment_size_bytes
+                                                  else RecoveryCase.SEGMENT_TOO_SHORT)
+    if salvage.gap_after is not None:
+        missing = fmt.segment_name(salvage.gap_after + segment_size_bytes)
+        report.file_cases[f"commitlog/{missing}"] = RecoveryCase.SEGMENT_MISSING
+
+
+def _log_goes_on(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQueueTable, end: int,
+                 written_end: int, *, crashed: bool, last_valid_time: int, gap_after) -> CorruptionError | None:
+    """When the walk stopped at zeros (or at the last segment's end) where the log goes on, the damage that
+    stopped it: an error for the table's CLEAN_CORRUPT / CRASH_* rows, else None (the end of the log).
+
+    After a clean stop, close flushed everything: written bytes after the end, the checkpoint's flushed offset
+    past it, or a queue entry naming a record at it, each say so. After a crash only the checkpoint's flushed
+    offset is exact (unflushed pages can be lost with later ones kept, and queues flushed ahead of the log);
+    bytes written after the end then make a torn tail, which the caller tells from damage by that offset."""
+    evidence = []
+    if written_end > end:
+        evidence.append(f"bytes are written after it, up to commitlog offset {written_end}")
+    if gap_after is not None:
+        evidence.append(f"a segment is missing after {fmt.segment_name(gap_after)}")
+    if crashed:
+        if not evidence and _after_durable_point(checkpoint, end, last_valid_time):
+            return None
+        if not evidence:
+            evidence.append(f"the checkpoint says the log was flushed to {checkpoint.physic_flushed_offset}")
+    else:
+        if checkpoint.physic_flushed_offset > end:
+            evidence.append(f"the checkpoint says the log was flushed to {checkpoint.physic_flushed_offset}")
+        named = [f"{topic}/{queue_id}" for (topic, queue_id), queue in list(queues.queues.items())
+                 if bool(np.any(queue.offsets_past(end) == end))]
+        if named:
+            evidence.append(f"ConsumeQueue {named[0]} has an entry for a record there")
+    if not evidence:
+        return None
+    segment = commitlog.segments.segment_at(end) or commitlog.segments.last()
+    position = end - segment.base_offset
+    return CorruptionError(f"the log's walk stops at commitlog offset {end}, inside the written part of the log: "
+                           + "; ".join(evidence), path=segment.path, offset=position, rule="commitlog.end")
+
+
+def _first_missing_from_queues(batch, queue_ends: dict, report: RecoveryReport) -> int | None:
     """The commitlog offset of the first message in `batch` whose queue entry is missing (its queue offset is at
-    or past its queue's end, or its queue does not exist), or None. Transaction-prepared and rolled-back
-    messages never get an entry and are passed over. Vectorised: one comparison per distinct queue."""
+    or past its queue's end, or its queue does not exist), or None; row QUEUE_REPLAYED for each existing queue
+    that lacks one. Transaction-prepared and rolled-back messages never get an entry and are passed over.
+    Vectorised: one comparison per distinct queue."""
     if not len(batch):
         return None
     transaction = batch.sys_flags & fmt.SYS_FLAG_TRANSACTION_MASK
@@ -301,6 +460,10 @@ def _first_missing_from_queues(batch, queue_ends: dict) -> int | None:
     ends = np.array([queue_ends.get((names[int(key >> 32)], int(key & 0xFFFFFFFF)), 0) for key in distinct.tolist()],
                     dtype=np.int64)
     missing = np.flatnonzero(counted & (batch.queue_offsets >= ends[inverse.ravel()]))
+    for key in np.unique(keys[missing]).tolist():
+        name = (names[key >> 32], key & 0xFFFFFFFF)
+        if name in queue_ends:  # a queue that lost its tail (not a new one: none to replay into)
+            report.queue_cases.setdefault(f"{name[0]}/{name[1]}", RecoveryCase.QUEUE_REPLAYED)
     return int(batch.commitlog_offsets[missing[0]]) if len(missing) else None
 
 
@@ -373,7 +536,7 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
     for (topic, queue_id), error in list(queues.corrupt.items()):
         log.warning("rebuilding consume queue %s/%d from the CommitLog: %s", topic, queue_id, error)
         queues.remove(topic, queue_id)
-        report.queues_rebuilt.append(f"{topic}/{queue_id}")
+        note_queue_rebuilt(report, topic, queue_id)
     end = report.log_end
     for (topic, queue_id), queue in list(queues.queues.items()):
         past = queue.offsets_past(end)
@@ -383,13 +546,16 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
             log.warning("rebuilding consume queue %s/%d: %d entries from one pointing at %d do not end by the "
                         "log's end %d", topic, queue_id, len(past), int(past[0]), end)
             queues.remove(topic, queue_id)
-            report.queues_rebuilt.append(f"{topic}/{queue_id}")
+            note_queue_rebuilt(report, topic, queue_id)
             continue
-        report.queue_entries_dropped += queue.truncate_past(end)
+        dropped = queue.truncate_past(end)
+        if dropped:
+            report.queue_entries_dropped += dropped
+            report.queue_cases[f"{topic}/{queue_id}"] = RecoveryCase.QUEUE_TRUNCATED
         if crashed and queue.max_offset > queue.min_offset and not _last_entry_matches(commitlog, queue):
             log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)
             queues.remove(topic, queue_id)
-            report.queues_rebuilt.append(f"{topic}/{queue_id}")
+            note_queue_rebuilt(report, topic, queue_id)
 
 
 def _last_entry_matches(commitlog: CommitLog, queue) -> bool:
@@ -405,3 +571,40 @@ def _last_entry_matches(commitlog: CommitLog, queue) -> bool:
         return False
     return (message.size_bytes == size and message.topic == queue.topic and message.queue_id == queue.queue_id
             and message.queue_offset == queue.max_offset - 1)
+
+
+def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQueueTable,
+                                        report: RecoveryReport) -> None:
+    """Row QUEUE_REBUILT for a queue whose first file is missing while the log still holds its messages.
+
+    Retention deletes a queue file only once every message it names is below the log's start, so a queue whose
+    first remaining entry names a record above the log's start while the log holds an earlier message of that
+    queue lost a file to damage: its entries for those messages would be unreachable. The log is read once,
+    from its start to the furthest such first entry (only when a queue's first file is not its file 0)."""
+    log_min = commitlog.min_offset()
+    candidates: dict[tuple[str, int], int] = {}
+    for key, queue in list(queues.queues.items()):
+        if queue.max_offset <= queue.min_offset or not queue.files or queue.files[0].base_offset == 0:
+            continue
+        unit = queue.read(queue.min_offset, 1)
+        if len(unit) and int(unit["commitlog_offset"][0]) > log_min:
+            candidates[key] = int(unit["commitlog_offset"][0])
+    if not candidates:
+        return
+    limit = min(max(candidates.values()), report.log_end)
+    offset = log_min
+    while offset < limit and candidates:
+        batch = parse_records(commitlog, offset, limit, records_max=RECOVERY_BATCH_RECORDS, zeros_end=True)
+        names = batch.topic_names
+        for topic_id, queue_id, commitlog_offset in zip(batch.topic_ids.tolist(), batch.queue_ids.tolist(),
+                                                        batch.commitlog_offsets.tolist()):
+            key = (names[topic_id], queue_id)
+            if key in candidates and commitlog_offset < candidates[key]:
+                del candidates[key]
+                log.warning("rebuilding consume queue %s/%d: its first file is missing, the log still holds "
+                            "message %d of it", key[0], key[1], commitlog_offset)
+                queues.remove(*key)
+                note_queue_rebuilt(report, *key)
+        if batch.error is not None or batch.end_offset == offset:
+            break
+        offset = batch.end_offset

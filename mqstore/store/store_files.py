@@ -100,11 +100,11 @@ def list_segments(root: str) -> Segments:
     for base in bases:
         if sizes[base] != size or size <= 0:
             raise CorruptionError(f"segment is {sizes[base]} bytes, the store's segments are {size}",
-                                  path=os.path.join(directory, fmt.segment_name(base)), rule="segment size")
+                                  path=os.path.join(directory, fmt.segment_name(base)), rule="commitlog.segment-size")
     for previous, base in zip(bases, bases[1:]):
         if base - previous != size:
             raise CorruptionError(f"segments are not contiguous: {fmt.segment_name(previous)} is followed by "
-                                  f"{fmt.segment_name(base)}", path=directory, rule="contiguous")
+                                  f"{fmt.segment_name(base)}", path=directory, rule="commitlog.contiguous")
     return Segments(directory, size, tuple(bases))
 
 

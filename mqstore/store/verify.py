@@ -115,7 +115,7 @@ def _walk_segment(segment, pos: int, *, check_crc: bool, report: VerifyReport | 
                 if report is None:
                     raise
                 report.add(exc)
-                if exc.rule not in ("5", "6"):
+                if not exc.length_sound:
                     return records, pos, "corrupt"
             records += 1
             pos += size
@@ -126,7 +126,7 @@ def _walk_segment(segment, pos: int, *, check_crc: bool, report: VerifyReport | 
         else:
             problem = CorruptionError(f"neither a record, a blank nor the end of data: TOTALSIZE {size}, "
                                       f"MAGICCODE 0x{magic & 0xFFFFFFFF:08X} at commitlog offset {base + pos}",
-                                      path=segment.path, offset=pos, rule="1")
+                                      path=segment.path, offset=pos, rule="commitlog.1")
             if report is None:
                 raise problem
             report.add(problem)
@@ -161,7 +161,7 @@ def _check_log(segments: SegmentList, report: VerifyReport, make_progress,
             if gap is not None:
                 report.add(CorruptionError(f"the log ends here but segment {os.path.basename(segment.path)} "
                                            "after it holds records: an end-of-segment blank is missing",
-                                           path=gap[0].path, offset=gap[1], rule="blank"))
+                                           path=gap[0].path, offset=gap[1], rule="commitlog.blank"))
                 gap = None
             records, stop, why = _walk_segment(segment, 0, check_crc=True, report=report,
                                                record_crc_from=record_crc_from)
@@ -266,7 +266,7 @@ def _check_queue(queue: ConsumeQueue, segments: SegmentList, report: VerifyRepor
             if wrong is not None:
                 path, position = _entry_location(queue, entry)
                 report.add(CorruptionError(f"queue {queue.topic}/{queue.queue_id} entry {entry} {wrong}",
-                                           path=path, offset=position, rule="cq-matches-log"))
+                                           path=path, offset=position, rule="consumequeue.matches-log"))
         progress.update(len(units))
         offset += len(units)
 

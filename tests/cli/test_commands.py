@@ -259,11 +259,11 @@ def test_verify_reports_a_flipped_body_byte(mqstore, store_dir, tmp_path):
     run = mqstore("verify", copy)
     assert run.code == 1
     assert run.lines[-1] == "CORRUPTION: 1 problems"
-    assert [line for line in run.lines if line.startswith("CORRUPT [5]")] == [
+    assert [line for line in run.lines if line.startswith("CORRUPT [commitlog.5]")] == [
         line for line in run.lines if f"offset {message.commitlog_offset})" in line]
     report = mqstore("verify", copy, "--json").json()
     assert report["ok"] is False and report["records"] == 13  # the walk went on past the bad CRC
-    assert [(p["rule"], p["offset"]) for p in report["problems"]] == [("5", message.commitlog_offset)]
+    assert [(p["rule"], p["offset"]) for p in report["problems"]] == [("commitlog.5", message.commitlog_offset)]
     assert mqstore("verify", store_dir).code == 0  # the original is untouched
 
 
@@ -276,7 +276,7 @@ def test_verify_reports_a_queue_entry_pointing_at_the_wrong_record(mqstore, stor
     report = mqstore("verify", store_dir, "--json").json()
     assert report["ok"] is False
     [problem] = report["problems"]
-    assert (problem["rule"], problem["path"], problem["offset"]) == ("cq-matches-log", str(queue_file), 40)
+    assert (problem["rule"], problem["path"], problem["offset"]) == ("consumequeue.matches-log", str(queue_file), 40)
     assert "queue orders/1 entry 2 points to the record at" in problem["message"]
 
 
@@ -290,7 +290,7 @@ def test_verify_reports_a_missing_segment_blank(mqstore, tmp_path):
     data[blank_at:] = bytes(len(data) - blank_at)
     first.write_bytes(bytes(data))
     report = mqstore("verify", root, "--json").json()
-    assert [(p["rule"], p["offset"]) for p in report["problems"]] == [("blank", blank_at)]
+    assert [(p["rule"], p["offset"]) for p in report["problems"]] == [("commitlog.blank", blank_at)]
     assert mqstore("verify", root).code == 1
 
 
@@ -313,4 +313,4 @@ def test_verify_checks_the_index_when_it_knows_its_sizes(mqstore, tmp_path):
         handle.seek(40)  # slot 0
         handle.write((10_000).to_bytes(4, "big"))
     run = mqstore("verify", root, *sized)
-    assert run.code == 1 and any(line.startswith("CORRUPT [4]") for line in run.lines)
+    assert run.code == 1 and any(line.startswith("CORRUPT [indexfile.4]") for line in run.lines)

@@ -219,7 +219,7 @@ def verify_reopened(root: str, config: StoreConfig, must_have: list[Acked], *, l
     kind = "log"
     try:
         report = store.recovery_report
-        outcome.case, outcome.log_end, outcome.report = report.case, report.log_end, report.as_dict()
+        outcome.case, outcome.log_end, outcome.report = str(report.case), report.log_end, report.as_dict()
         segments = read_segments(root)
         walk = walk_log(segments)
         outcome.records, outcome.walk = len(walk.records), walk

@@ -40,6 +40,9 @@ from tests.crash.checks import RETENTION_OFF, body_seq, planned_message, read_se
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
 TRIALS = 300 if LONG else 12  # per (target, damage, store) test
+LONG_SWEEP_TIMEOUT_S = 3 * 3600  # a test's 300 trials may take longer than pytest's 600 s on a busy machine
+
+pytestmark = pytest.mark.timeout(LONG_SWEEP_TIMEOUT_S if LONG else 600)
 MESSAGE_COUNT = 360
 IN_WRITTEN_PART_PROBABILITY = 0.85
 GET_CHUNK_ENTRIES = 500

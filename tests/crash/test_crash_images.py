@@ -43,13 +43,17 @@ from tests.crash.checks import (
 from tests.crash.simulator import PAGE_SIZE_BYTES, POLICIES, FlushRecorder, ImageStats, image_files, write_tree
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
-RUNS = 40 if LONG else 2  # per scenario
+RUNS = 9 if LONG else 2  # per scenario: the long sweep makes about 11,000 images (4 x 9 x 20 points x 8 x 2 rounds)
+IMAGES_LONG_MIN = 10_000  # what the long sweep must reach
 OPS_PER_RUN = 600 if LONG else 320  # puts (or batches) over both producers
 POINTS_PER_RUN = 20 if LONG else 6
 EXTRA_MIXED_IMAGES = 4 if LONG else 1  # more "mixed" images per point, each its own random choices
 FAILING_IMAGES_KEPT = 5
 CLOCK_STEPS_MS = (0, 20, 100, 400)  # 0: the real clock
 SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20240601"))
+LONG_SWEEP_TIMEOUT_S = 3 * 3600  # the sweep's fixture runs inside the first test: pytest's 600 s is for one test
+
+pytestmark = pytest.mark.timeout(LONG_SWEEP_TIMEOUT_S if LONG else 600)
 
 
 class Workload:
@@ -266,6 +270,8 @@ def test_the_sweep_ran(sweeps):
     print(f"[crash images] total: {sum(s.runs for s in sweeps)} runs, {sum(s.points for s in sweeps)} crash points, "
           f"{total} images, {sum(s.must_have for s in sweeps)} acknowledged messages checked")
     assert total >= len(SCENARIOS) * RUNS * POINTS_PER_RUN
+    if LONG:
+        assert total >= IMAGES_LONG_MIN
     assert all(sweep.cases.get("CRASH_TORN_TAIL") for sweep in sweeps)  # the images do tear the log
 
 

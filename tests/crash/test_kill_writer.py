@@ -42,7 +42,10 @@ from tests.crash.checks import Acked, body_seq, lost_messages, verify_reopened
 from tests.crash.writer_process import GENERATION_SEQ_STRIDE, THREAD_SEQ_STRIDE, kill_config
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
-TRIALS_PER_MODE = 150 if LONG else 10
+TRIALS_PER_MODE = 200 if LONG else 10  # 5 series: the long sweep makes 1,000 kills
+LONG_SWEEP_TIMEOUT_S = 3 * 3600  # the series run in a fixture, inside the first test: pytest's 600 s is for one test
+
+pytestmark = pytest.mark.timeout(LONG_SWEEP_TIMEOUT_S if LONG else 600)
 KILL_STORE_TRIALS = 10  # trials on one store before a fresh one
 ACKS_BEFORE_KILL_MAX = 400
 EARLY_KILL_PROBABILITY = 0.2  # kill at a random time after spawn (start-up, recovery), not after acks
@@ -216,6 +219,8 @@ def _assert_none(failures):
 
 
 def test_the_kills_ran(kill_series):
+    print(f"[kill -9] total: {sum(s.trials for s in kill_series)} trials, "
+          f"{sum(s.acked_checked for s in kill_series)} acknowledged messages checked")
     for series in kill_series:
         assert series.trials == TRIALS_PER_MODE and series.acks > 0
 

@@ -14,7 +14,8 @@ import struct
 import pytest
 
 from mqstore import CorruptionError, GetStatus, Message, MessageStore
-from mqstore.store.verify import verify_store
+from mqstore.recovery import RecoveryCase
+from mqstore.verify import verify_store
 from tests.conftest import rocketmq_config, rocketmq_manifest, small_config
 
 
@@ -48,7 +49,7 @@ def test_clean_stop_keeps_everything(tmp_path):
     assert not (tmp_path / "abort").exists()
     with MessageStore.open(tmp_path, config()) as store:
         report = store.recovery_report
-        assert report.case == "CLEAN" and not report.crashed and report.dropped_bytes == 0
+        assert report.cases() == [RecoveryCase.CLEAN] and not report.crashed and report.dropped_bytes == 0
         assert report.messages_redispatched == 0
         assert len(_bodies(store)) == 300
 
@@ -67,7 +68,7 @@ def test_clean_stop_with_a_damaged_record_raises_or_is_repaired(tmp_path):
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(tmp_path, config())
     assert raised.value.path == str(path) and raised.value.offset == damaged.commitlog_offset - segment
-    assert raised.value.rule == "5"
+    assert raised.value.rule == "commitlog.5"
     with MessageStore.open(tmp_path, config(), repair=True) as store:
         report = store.recovery_report
         assert report.case == "CLEAN_CORRUPT" and report.log_end == damaged.commitlog_offset
@@ -96,10 +97,10 @@ def test_a_record_whose_topic_is_not_ascii_is_cut_with_everything_after_it(tmp_p
         handle.seek(damaged.commitlog_offset)
         handle.write(record)
     problem = verify_store(tmp_path, cfg).problems[0]
-    assert (problem.rule, problem.path, problem.offset) == ("3", str(path), damaged.commitlog_offset)
+    assert (problem.rule, problem.path, problem.offset) == ("commitlog.3", str(path), damaged.commitlog_offset)
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(tmp_path, cfg)
-    assert raised.value.rule == "3" and raised.value.offset == damaged.commitlog_offset
+    assert raised.value.rule == "commitlog.3" and raised.value.offset == damaged.commitlog_offset
     with MessageStore.open(tmp_path, cfg, repair=True) as store:
         assert store.recovery_report.log_end == damaged.commitlog_offset
         assert _bodies(store, "tt") == [b"m%d" % i for i in range(5)]
@@ -116,7 +117,8 @@ def test_crash_with_an_intact_log_re_dispatches_what_the_queues_missed(tmp_path)
     queue_file.write_bytes(bytes(data))
     with MessageStore.open(crashed, config()) as store:
         report = store.recovery_report
-        assert report.case == "CRASH_CLEAN_TAIL" and report.crashed and report.dropped_bytes == 0
+        assert report.case is RecoveryCase.CRASH_CLEAN_TAIL and report.crashed and report.dropped_bytes == 0
+        assert report.queue_cases == {"t/0": RecoveryCase.QUEUE_REPLAYED}
         assert report.messages_redispatched >= 100 - (64 + 10)
         assert [len(_bodies(store, queue_id=q)) for q in (0, 1)] == [100, 100]
         assert store.put(Message("t", b"next", queue_id=0)).queue_offset == 100
@@ -142,8 +144,10 @@ def test_crash_with_a_torn_tail_cuts_the_log_and_the_queues(tmp_path):
     checkpoint.write_bytes(bytes(raw))
     with MessageStore.open(crashed, config()) as store:
         report = store.recovery_report
-        assert report.case == "CRASH_TORN_TAIL" and report.log_end == torn.commitlog_offset
+        assert report.case is RecoveryCase.CRASH_TORN_TAIL and report.log_end == torn.commitlog_offset
         assert report.queue_entries_dropped == 20 and report.dropped_bytes > 0
+        assert report.queue_cases == {"t/0": RecoveryCase.QUEUE_TRUNCATED}
+        assert report.dropped_messages == 19 and report.dropped_offset_last == results[-1].commitlog_offset
         assert _bodies(store) == [b"%05d" % i + b"." * 500 for i in range(100)]
         assert store.get("t", 0, 100).status is GetStatus.OFFSET_OVERFLOW_ONE
         assert store.put(Message("t", b"new")).queue_offset == 100
@@ -185,7 +189,7 @@ def test_crash_with_damaged_flushed_data_raises_or_is_repaired(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(crashed, config())
-    assert raised.value.offset == damaged.commitlog_offset and raised.value.rule == "5"
+    assert raised.value.offset == damaged.commitlog_offset and raised.value.rule == "commitlog.5"
     with MessageStore.open(crashed, config(), repair=True) as store:
         assert store.recovery_report.case == "CRASH_CORRUPT"
         assert len(_bodies(store)) == 10
@@ -203,6 +207,7 @@ def test_a_corrupt_consume_queue_is_rebuilt_from_the_log(tmp_path):
     queue_file.write_bytes(bytes(data))
     with MessageStore.open(tmp_path, config()) as store:
         assert store.recovery_report.queues_rebuilt == ["t/1"]
+        assert store.recovery_report.queue_cases == {"t/1": RecoveryCase.QUEUE_REBUILT}
         assert [_bodies(store, queue_id=q) for q in range(3)] == before
 
 
@@ -214,6 +219,7 @@ def test_a_corrupt_checkpoint_is_replaced_and_the_whole_log_scanned(tmp_path):
     with MessageStore.open(crashed, config()) as store:
         report = store.recovery_report
         assert report.case == "CRASH_CLEAN_TAIL" and report.scan_start == 0
+        assert report.checkpoint_case is RecoveryCase.CHECKPOINT_REPLACED
         assert len(_bodies(store)) == 200
 
 
@@ -272,7 +278,7 @@ def test_a_crash_cuts_lost_index_pages_in_an_older_file_not_only_the_newest(tmp_
     files[2].write_bytes(bytes(files[2].stat().st_size))  # nor was the new file
     with MessageStore.open(crashed, index_config) as store:
         report = store.recovery_report
-        assert report.index_case == "INDEX_CUT" and report.index_entries_dropped > 0
+        assert report.index_case is RecoveryCase.INDEX_CUT and report.index_entries_dropped > 0
         assert all(len(store.query("t", f"k{i}")) == 1 for i in range(80))
 
 
@@ -288,7 +294,7 @@ def test_an_index_file_whose_tail_was_zeroed_is_cut_and_re_dispatched(tmp_path):
     _zero_entries_from(files[0], 50)
     with MessageStore.open(tmp_path, index_config) as store:
         report = store.recovery_report
-        assert report.case == "CLEAN" and report.index_case == "INDEX_INCONSISTENT"
+        assert report.case == "CLEAN" and report.index_case is RecoveryCase.INDEX_INCONSISTENT
         assert "rule 7" in report.index_damage[0] and report.index_entries_dropped > 0
         assert all(len(store.query("t", f"k{i}")) == 1 for i in range(80))
         store.put(Message("t", b"after", keys=("k-after",)))

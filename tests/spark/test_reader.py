@@ -307,7 +307,7 @@ def test_a_queue_entry_with_a_negative_size_is_corruption_not_the_queues_end(tmp
         handle.write((-1).to_bytes(4, "big", signed=True))
     with pytest.raises(CorruptionError) as caught:
         read_rows(root, topic="t")
-    assert caught.value.rule == "1" and caught.value.path == str(path)
+    assert caught.value.rule == "consumequeue.1" and caught.value.path == str(path)
     assert caught.value.offset == 5 * cqfmt.UNIT_SIZE_BYTES
 
 

@@ -134,7 +134,7 @@ def test_read_outside_the_log_or_not_at_a_record_is_refused(tmp_path):
         log.read(-1)
     with pytest.raises(CorruptionError) as raised:
         log.read(offset + 4)
-    assert raised.value.rule == "1" and raised.value.offset == offset + 4
+    assert raised.value.rule == "commitlog.1" and raised.value.offset == offset + 4
     log.close()
 
 

@@ -175,7 +175,7 @@ def test_a_bad_body_crc_is_reported_only_when_checked(tmp_path):
     assert parse_records(segments, 0, writer.end).error is None
     checked = parse_records(segments, 0, writer.end, check_crc=True)
     assert checked.commitlog_offsets.tolist() == writer.offsets[:1]
-    assert checked.error.rule == "5" and checked.error.offset == writer.offsets[1]
+    assert checked.error.rule == "commitlog.5" and checked.error.offset == writer.offsets[1]
 
 
 def test_a_blank_of_the_wrong_size_is_corruption(tmp_path):
@@ -186,7 +186,7 @@ def test_a_blank_of_the_wrong_size_is_corruption(tmp_path):
         handle.seek(writer.end)
         handle.write(handmade.blank(16)[:8])  # a blank, but not reaching the segment's end
     batch = parse_records(_segments(tmp_path), 0, SEGMENT_SIZE)
-    assert len(batch) == 1 and batch.error.rule == "blank" and batch.error.offset == writer.end
+    assert len(batch) == 1 and batch.error.rule == "commitlog.blank" and batch.error.offset == writer.end
 
 
 def test_from_rows_builds_columns():
@@ -316,7 +316,7 @@ def test_a_topic_that_is_not_ascii_ends_the_batch_before_its_record(tmp_path):
     batch = parse_records(_segments(tmp_path), 0, writer.end)
     assert batch.commitlog_offsets.tolist() == writer.offsets[:1] and batch.topics == ["a"]
     assert batch.end_offset == writer.offsets[1]
-    assert batch.error.rule == "3" and "not ASCII" in str(batch.error)
+    assert batch.error.rule == "commitlog.3" and "not ASCII" in str(batch.error)
     assert batch.error.path == writer.path(0) and batch.error.offset == writer.offsets[1]
 
 

@@ -157,14 +157,25 @@ def test_locate_names_the_rule_that_failed(change, rule):
     data = change(handmade.record(0, "abc", b"xyz", properties=b"k\x01v\x02"))
     with pytest.raises(CorruptionError) as raised:
         fmt.locate(data + bytes(64), 0, len(data), 0, path="seg")
-    assert raised.value.rule == rule
+    assert raised.value.rule == f"commitlog.{rule}"
     assert raised.value.path == "seg" and raised.value.offset == 0
+    # what a caller may do next is a typed flag, not a rule string: rules 1 and 4 say no record starts here
+    assert (raised.value.not_a_record, raised.value.length_sound) == (rule in ("1", "4"), False)
+
+
+def test_a_crc_failure_leaves_the_length_sound():
+    data = bytearray(handmade.record(0, "abc", b"xyz"))
+    data[88] ^= 0x01  # a body byte
+    layout = fmt.locate(bytes(data), 0, len(data), 0)
+    with pytest.raises(CorruptionError) as raised:
+        fmt.check_crcs(bytes(data), layout, 0, 0, required=False, check_crc=True)
+    assert raised.value.rule == "commitlog.5" and raised.value.length_sound and not raised.value.not_a_record
 
 
 def test_locate_refuses_fewer_than_eight_bytes():
     with pytest.raises(CorruptionError) as raised:
         fmt.locate(bytes(16), 0, 7, 100)
-    assert raised.value.rule == "1" and raised.value.offset == 100
+    assert raised.value.rule == "commitlog.1" and raised.value.offset == 100
 
 
 def test_peek_reads_size_and_magic():

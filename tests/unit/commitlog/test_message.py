@@ -71,7 +71,7 @@ def test_body_crc_is_checked_only_when_asked():
     assert _decode(data).body == b"body"
     with pytest.raises(CorruptionError) as raised:
         _decode(data, check_crc=True)
-    assert raised.value.rule == "5"
+    assert raised.value.rule == "commitlog.5"
     v2 = handmade.record(0, "t", b"body", body_crc=12345, v2=True)
     with pytest.raises(CorruptionError):
         _decode(v2, check_crc=True)

@@ -65,7 +65,7 @@ def test_a_put_that_would_leave_a_hole_is_refused(tmp_path):
     queue.put(0, _units(0, 2))
     with pytest.raises(CorruptionError) as raised:
         queue.put(3, _units(300, 1))
-    assert raised.value.rule == "dense" and queue.max_offset == 2
+    assert raised.value.rule == "consumequeue.dense" and queue.max_offset == 2
     queue.close()
 
 
@@ -95,14 +95,14 @@ def test_decreasing_commitlog_offsets_on_disk_are_corruption(tmp_path):
     path = _write_unit_file(tmp_path, 0, [(100, 10, 0), (50, 10, 0)])
     with pytest.raises(CorruptionError) as raised:
         _queue(tmp_path)
-    assert raised.value.rule == "3" and raised.value.path == path and raised.value.offset == 20
+    assert raised.value.rule == "consumequeue.3" and raised.value.path == path and raised.value.offset == 20
 
 
 def test_a_negative_commitlog_offset_on_disk_is_corruption(tmp_path):
     _write_unit_file(tmp_path, 0, [(0, 10, 0), (-5, 10, 0)])
     with pytest.raises(CorruptionError) as raised:
         _queue(tmp_path)
-    assert raised.value.rule == "2"
+    assert raised.value.rule == "consumequeue.2"
 
 
 def test_a_short_file_followed_by_another_is_corruption(tmp_path):
@@ -110,7 +110,7 @@ def test_a_short_file_followed_by_another_is_corruption(tmp_path):
     _write_unit_file(tmp_path, PER_FILE, [(100, 10, 0)])
     with pytest.raises(CorruptionError) as raised:
         _queue(tmp_path)
-    assert raised.value.rule == "1"
+    assert raised.value.rule == "consumequeue.1"
 
 
 def test_offsets_going_backwards_between_files_are_corruption(tmp_path):
@@ -141,7 +141,7 @@ def test_a_zeroed_unit_read_inside_the_written_range_is_corruption(tmp_path):
     queue.units[0][1]["size"] = 0
     with pytest.raises(CorruptionError) as raised:
         queue.read(0, 3)
-    assert raised.value.offset == 20 and raised.value.rule == "1"
+    assert raised.value.offset == 20 and raised.value.rule == "consumequeue.1"
     queue.close()
 
 
@@ -163,7 +163,7 @@ def test_read_lists_refuses_a_bad_unit_as_read_does(tmp_path, field, value, star
     queue.units[0][1][field] = value
     with pytest.raises(CorruptionError) as raised:
         queue.read_lists(start, count)
-    assert raised.value.offset == 20 and raised.value.rule == "1"
+    assert raised.value.offset == 20 and raised.value.rule == "consumequeue.1"
     assert raised.value.path == os.path.join(str(tmp_path), cqf.file_name(0))
     queue.close()
 
@@ -239,7 +239,7 @@ def test_a_negative_size_is_damage_not_the_end_of_the_queue(tmp_path, writable):
     _write_unit_file(tmp_path, 0, [(0, 10, 0), (10, -10, 0), (20, 10, 0)])
     with pytest.raises(CorruptionError) as raised:
         _queue(tmp_path, writable=writable)
-    assert raised.value.rule == "1" and raised.value.offset == 20
+    assert raised.value.rule == "consumequeue.1" and raised.value.offset == 20
     _write_unit_file(tmp_path, 0, [(0, 10, 0), (10, 0, 0), (20, 10, 0)])
     queue = _queue(tmp_path, writable=writable)
     assert queue.max_offset == 1  # a zero size is where the written part ends
@@ -254,7 +254,7 @@ def test_a_reader_refresh_reports_a_negative_size_past_what_it_has_seen(tmp_path
     writer.units[1][1]["size"] = -1  # entry 5: in the second file, past the reader's end
     with pytest.raises(CorruptionError) as raised:
         reader.refresh()
-    assert raised.value.rule == "1" and raised.value.offset == 20
+    assert raised.value.rule == "consumequeue.1" and raised.value.offset == 20
     assert raised.value.path == os.path.join(str(tmp_path), cqf.file_name(PER_FILE))
     writer.close()
     reader.close()

@@ -79,7 +79,7 @@ def test_queue_offsets_that_are_not_consecutive_are_corruption(tmp_path, queue_o
     with pytest.raises(CorruptionError) as raised:
         ConsumeQueueDispatcher(table).dispatch(_batch([(i * 100, "t", 0, q, 0, 0)
                                                       for i, q in enumerate(queue_offsets)]))
-    assert raised.value.rule == "dense"
+    assert raised.value.rule == "consumequeue.dense"
     table.close()
 
 

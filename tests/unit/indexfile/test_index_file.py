@@ -215,7 +215,7 @@ def test_slot_out_of_range_is_corruption(tmp_path, value):
     index_file = IndexFile.open(path, 1, 8)
     with pytest.raises(CorruptionError) as caught:
         _select(index_file, 7)
-    assert caught.value.path == path and caught.value.offset == 40 and caught.value.rule == "4"
+    assert caught.value.path == path and caught.value.offset == 40 and caught.value.rule == "indexfile.4"
     with pytest.raises(CorruptionError):
         index_file.put_key(7, 99, T0)
     with pytest.raises(CorruptionError):
@@ -238,7 +238,7 @@ def test_bad_prev_link_is_corruption_not_a_loop(tmp_path, entry, prev):
     index_file = IndexFile.open(path, 1, 8)
     with pytest.raises(CorruptionError) as caught:
         _select(index_file, 7)
-    assert caught.value.rule == "5" and caught.value.offset == entry_at and caught.value.path == path
+    assert caught.value.rule == "indexfile.5" and caught.value.offset == entry_at and caught.value.path == path
     with pytest.raises(CorruptionError):
         index_file.check()
 
@@ -248,7 +248,7 @@ def test_negative_time_diff_is_corruption(tmp_path):
     _poke(path, fmt.entries_offset(1) + 20 * 4 + fmt.OFFSET_TIME_DIFF, ">i", -1)
     with pytest.raises(CorruptionError) as caught:
         _select(IndexFile.open(path, 1, 8), 7)
-    assert caught.value.rule == "6"
+    assert caught.value.rule == "indexfile.6"
 
 
 @pytest.mark.parametrize("entry, field, value, reported", [
@@ -270,7 +270,7 @@ def test_check_finds_entries_in_the_chain_of_another_slot(tmp_path, entry, field
     damaged = IndexFile.open(path, 3, 12, read_only=True)
     with pytest.raises(CorruptionError) as caught:
         damaged.check()
-    assert caught.value.rule == "9" and caught.value.path == path
+    assert caught.value.rule == "indexfile.9" and caught.value.path == path
     assert (caught.value.offset - fmt.entries_offset(3)) // 20 in reported
     damaged.close()
 
@@ -279,16 +279,16 @@ def test_bad_header_and_size_are_corruption(tmp_path):
     path = _filled(tmp_path)
     with pytest.raises(CorruptionError) as caught:
         IndexFile.open(path, 2, 8)  # another slot count: another size
-    assert caught.value.rule == "1"
+    assert caught.value.rule == "indexfile.1"
     _poke(path, fmt.OFFSET_INDEX_COUNT, ">i", 9)
     with pytest.raises(CorruptionError) as caught:
         IndexFile.open(path, 1, 8)
-    assert caught.value.rule == "2" and caught.value.offset == fmt.OFFSET_INDEX_COUNT
+    assert caught.value.rule == "indexfile.2" and caught.value.offset == fmt.OFFSET_INDEX_COUNT
     _poke(path, fmt.OFFSET_INDEX_COUNT, ">i", 5)
     _poke(path, fmt.OFFSET_END_PHY_OFFSET, ">q", -1)
     with pytest.raises(CorruptionError) as caught:
         IndexFile.open(path, 1, 8, read_only=True)
-    assert caught.value.rule == "3"
+    assert caught.value.rule == "indexfile.3"
 
 
 def test_zero_index_count_reads_as_empty(tmp_path):
@@ -336,7 +336,7 @@ def test_check_tail_reports_a_header_that_disagrees_with_its_entries(tmp_path, d
         struct.pack_into(">i", index_file._buf, entries_at + 20 * 10 + fmt.OFFSET_PREV_INDEX, 4)
     with pytest.raises(CorruptionError) as raised:
         index_file.check_tail()
-    assert raised.value.rule == "7" and raised.value.path == index_file.path
+    assert raised.value.rule == "indexfile.7" and raised.value.path == index_file.path
 
 
 def test_truncate_drops_the_entry_a_zeroed_tail_begins_in(tmp_path):
@@ -386,5 +386,5 @@ def test_a_slot_out_of_range_is_corruption_for_a_read_only_file_too(tmp_path, va
     reader = IndexFile.open(path, 1, 8, read_only=True)
     with pytest.raises(CorruptionError) as caught:
         _select(reader, 7)
-    assert caught.value.path == path and caught.value.offset == 40 and caught.value.rule == "4"
+    assert caught.value.path == path and caught.value.offset == 40 and caught.value.rule == "indexfile.4"
     reader.close()

@@ -255,7 +255,7 @@ def test_check_reports_files_out_of_place(tmp_path):
     service = _service(tmp_path, slots=4, entries=5)
     with pytest.raises(CorruptionError) as raised:
         service.check()
-    assert raised.value.rule == "8"
+    assert raised.value.rule == "indexfile.8"
 
 
 @pytest.mark.parametrize("seed", range(6))

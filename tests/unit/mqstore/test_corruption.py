@@ -87,7 +87,7 @@ def test_a_queue_entry_pointing_at_another_queues_record_is_corruption(store_dir
         assert reader.get("a", 0, 0, max_count=1).messages[0].body == b"a0"
         with pytest.raises(CorruptionError) as raised:
             reader.get("a", 0, 1)
-        assert raised.value.rule == "cq-matches-log"
+        assert raised.value.rule == "consumequeue.matches-log"
     assert first.commitlog_offset == 0
 
 
@@ -164,7 +164,7 @@ def test_a_unit_damaged_under_an_open_store_is_corruption_for_every_get_that_rea
         for start, count in ((0, 32), (3, 1), (2, 2)):
             with pytest.raises(CorruptionError) as raised:
                 reader.get("q", 0, start, max_count=count)
-            assert raised.value.rule == "1" and raised.value.offset == 3 * 20 and raised.value.path == str(path)
+            assert raised.value.rule == "consumequeue.1" and raised.value.offset == 3 * 20 and raised.value.path == str(path)
 
 
 def test_a_damaged_entry_inside_a_queue_is_reported_or_repaired_never_hides_the_rest(store_dir):
@@ -195,6 +195,9 @@ def test_entries_past_the_end_of_a_crashed_log_are_cut_without_a_rebuild(store_d
     data[results[27].commitlog_offset:] = bytes(len(data) - results[27].commitlog_offset)
     segment.write_bytes(bytes(data))
     (store_dir / "abort").write_bytes(b"")
+    checkpoint = bytearray((store_dir / "checkpoint").read_bytes())  # which the last flush did not reach
+    checkpoint[24:32] = results[27].commitlog_offset.to_bytes(8, "big")
+    (store_dir / "checkpoint").write_bytes(bytes(checkpoint))
     with MessageStore.open(store_dir, config()) as store:
         report = store.recovery_report
         assert report.queues_rebuilt == [] and report.queue_entries_dropped == 3
@@ -208,7 +211,7 @@ def test_a_negative_entry_size_on_disk_is_reported_to_a_reader_and_rebuilt_by_a_
     _rewrite_unit(store_dir, "q", 0, 2, results[2].commitlog_offset, -results[2].size_bytes)
     with pytest.raises(CorruptionError) as raised:  # not a queue that ends at entry 2
         MessageStore.open(store_dir, config(), read_only=True)
-    assert raised.value.rule == "1"
+    assert raised.value.rule == "consumequeue.1"
     with MessageStore.open(store_dir, config()) as store:
         assert store.max_offset("q", 0) == 6
         assert [m.body for m in store.get("q", 0, 0).messages] == [b"%03d" % i for i in range(6)]

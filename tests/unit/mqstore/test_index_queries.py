@@ -181,7 +181,7 @@ def test_an_index_entry_pointing_where_no_record_starts_is_corruption_not_anothe
     with MessageStore.open(tmp_path, config(), read_only=True) as reader:
         with pytest.raises(CorruptionError) as raised:
             reader.query("t", "k1", max_count=100)
-        assert raised.value.path == str(tmp_path / "index") and raised.value.rule == "index entry"
+        assert raised.value.path == str(tmp_path / "index") and raised.value.rule == "indexfile.entry"
 
 
 def test_a_read_only_store_finds_keys_a_writer_indexes_after_it_opened(tmp_path):

@@ -102,7 +102,7 @@ def test_invalid_files_are_reported_as_corruption(tmp_path, raw, rule):
     path.write_bytes(raw)
     with pytest.raises(CorruptionError) as caught:
         ConsumerOffsets(str(path)).table()
-    assert caught.value.rule == rule and caught.value.path == str(path)
+    assert caught.value.rule == f"offsets.{rule}" and caught.value.path == str(path)
 
 
 def test_a_file_without_an_offset_table_is_empty_and_its_fields_are_kept(tmp_path):

@@ -112,12 +112,14 @@ def test_statuses_around_the_ends_of_a_queue(store):
 def test_statuses_when_the_first_queue_file_is_gone(store_dir):
     with MessageStore.open(store_dir, config()) as store:
         _put_and_dispatch(store, [Message("t", b"%d" % i) for i in range(100)])
-    os.remove(store_dir / "consumequeue" / "t" / "0" / "00000000000000000000")  # entries 0..63, as retention does
-    with MessageStore.open(store_dir, config()) as store:
+    os.remove(store_dir / "consumequeue" / "t" / "0" / "00000000000000000000")  # entries 0..63, their messages kept
+    with MessageStore.open(store_dir, config(), read_only=True) as store:  # a reader takes the queue as it is
         assert (store.min_offset("t", 0), store.max_offset("t", 0)) == (64, 100)
         assert store.get("t", 0, 10) == (GetStatus.OFFSET_TOO_SMALL, [], 64, 64, 100)
         assert store.get("t", 0, 200) == (GetStatus.OFFSET_OVERFLOW_BADLY, [], 100, 64, 100)  # min > 0: the end
         assert store.get("t", 0, 64, max_count=1).messages[0].body == b"64"
+    with MessageStore.open(store_dir, config()) as store:  # the log still holds entries 0..63: rebuilt (recovery)
+        assert (store.min_offset("t", 0), store.max_offset("t", 0)) == (0, 100)
         assert store.put(Message("t", b"next")).queue_offset == 100
 
 

@@ -45,7 +45,7 @@ def test_a_flip_outside_the_body_is_found_by_reads(store_dir, field, at):
         _flip(store_dir, results[2], at, bit=1)  # under the open store: recovery has run
         with pytest.raises(CorruptionError) as raised:
             store.get("t", 0, 0, max_count=32)
-        assert raised.value.rule == "6"
+        assert raised.value.rule == "commitlog.6"
         with pytest.raises(CorruptionError):
             store.read_at(results[2].commitlog_offset)
         assert [m.body for m in store.get("t", 0, 3, max_count=32).messages] == [b"body-%d" % i for i in (3, 4, 5)]
@@ -56,11 +56,11 @@ def test_a_flip_outside_the_body_fails_open_and_verify_and_repair_cuts_there(sto
     results = _put_tagged(store_dir)
     _flip(store_dir, results[2], at, bit=1)
     report = verify_store(store_dir, config())
-    assert (report.problems[0].rule, report.problems[0].offset) == ("6", results[2].commitlog_offset)
-    assert {p.rule for p in report.problems[1:]} <= {"cq-matches-log"}  # a queue entry may disagree with it too
+    assert (report.problems[0].rule, report.problems[0].offset) == ("commitlog.6", results[2].commitlog_offset)
+    assert {p.rule for p in report.problems[1:]} <= {"consumequeue.matches-log"}  # a queue entry may disagree with it too
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(store_dir, config())
-    assert raised.value.rule == "6" and raised.value.offset == results[2].commitlog_offset
+    assert raised.value.rule == "commitlog.6" and raised.value.offset == results[2].commitlog_offset
     with MessageStore.open(store_dir, config(), repair=True) as store:
         assert store.recovery_report.case == "CLEAN_CORRUPT"
         assert store.recovery_report.log_end == results[2].commitlog_offset
@@ -72,7 +72,7 @@ def test_a_flipped_body_byte_is_still_named_as_the_body(store_dir):
     _flip(store_dir, results[1], fmt.OFFSET_BODY + 1)
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(store_dir, config())
-    assert raised.value.rule == "5"
+    assert raised.value.rule == "commitlog.5"
 
 
 def test_a_record_without_its_crc_pair_is_corrupt_where_the_store_requires_one(store_dir):
@@ -80,7 +80,7 @@ def test_a_record_without_its_crc_pair_is_corrupt_where_the_store_requires_one(s
     _flip(store_dir, results[3], -20 + 2, bit=0)  # '__CRC32#' becomes '__BRC32#': no pair any more
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(store_dir, config())
-    assert raised.value.rule == "6" and "no record-CRC property" in str(raised.value)
+    assert raised.value.rule == "commitlog.6" and "no record-CRC property" in str(raised.value)
 
 
 def test_properties_hide_the_pair_and_records_without_it_still_read(store_dir):

@@ -51,8 +51,8 @@ def test_a_damaged_index_is_reported_with_its_file_and_rule(store_dir):
     report = verify_store(store_dir, settings)
     assert not report.ok and report.problem_count == 1
     [problem] = report.problems
-    assert (problem.path, problem.rule, problem.offset) == (path, "4", index_format.slots_offset() + 4 * slot)
-    assert report.as_dict()["problems"][0]["rule"] == "4"
+    assert (problem.path, problem.rule, problem.offset) == (path, "indexfile.4", index_format.slots_offset() + 4 * slot)
+    assert report.as_dict()["problems"][0]["rule"] == "indexfile.4"
 
 
 def test_index_files_of_other_sizes_or_a_disabled_index_are_not_checked_and_the_report_says_so(store_dir):
@@ -86,4 +86,4 @@ def test_every_damaged_index_file_is_reported(store_dir):
     report = verify_store(store_dir, settings)
     assert report.index_files == len(paths)
     assert [(p.path, p.rule, p.offset) for p in report.problems] == [
-        (path, "4", index_format.slots_offset() + 4 * slot) for path, slot in damaged]
+        (path, "indexfile.4", index_format.slots_offset() + 4 * slot) for path, slot in damaged]
