@@ -216,7 +216,8 @@ class Decoder:
             if len(mismatch):
                 i = mismatch[0]
                 raise CorruptionError(f"a ConsumeQueue unit says {int(expect_sizes[i])} bytes, the record there has "
-                                      f"TOTALSIZE {int(layout.size[i])}", path=path, offset=int(offsets[i]), rule="consumequeue.matches-log")
+                                      f"TOTALSIZE {int(layout.size[i])}", path=path, offset=int(offsets[i]),
+                                      rule="consumequeue.matches-log")
         fast = layout.fast
         keep_fast = np.flatnonzero(self._numeric_mask(layout.header, offsets) & fast)
         batch = None

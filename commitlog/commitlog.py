@@ -556,7 +556,7 @@ class CommitLog:
     # --- durability and lifecycle --------------------------------------------------------------------------
     def truncate(self, commitlog_offset: int, salvage=None) -> int:
         """Cut the log at `commitlog_offset` (a record boundary found by recovery): zero the rest of its segment,
-        delete every later segment. With a `salvage` (mqstore.repair.Salvage) nothing is destroyed: the segment is
+        delete every later segment. With a `salvage` (mqstore.store.repair.Salvage) nothing is destroyed: the segment is
         copied to it before its tail is zeroed and the later segments are moved to it. Returns how many written
         bytes were dropped. Only before appends start."""
         assert self.writable and not self._closed

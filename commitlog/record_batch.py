@@ -708,7 +708,8 @@ def _invalid(view, pos, remaining, commitlog_offset, path, required_from: int | 
                              required=required_from is not None and commitlog_offset >= required_from)
     except CorruptionError as exc:
         return exc
-    return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset, rule="commitlog.3")
+    return CorruptionError("record refused by the batch decoder", path=path, offset=commitlog_offset,
+                           rule="commitlog.3")
 
 
 # --- the compiled scan (commitlog/csrc/scan_core.c, bound in scan.c) --------------------------------------------

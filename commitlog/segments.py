@@ -31,7 +31,7 @@ class SegmentList:
         self.segment_size_bytes = segment_size_bytes
         self.writable = writable
         self.preallocate = preallocate
-        # A writer told to repair gets a salvage (mqstore.repair.Salvage): it keeps what the repair changes and
+        # A writer told to repair gets a salvage (mqstore.store.repair.Salvage): it keeps what the repair changes and
         # fixes segment files of the wrong size (cut the bytes past the size, extend a short one with zeros:
         # recovery then cuts the log there) and the segments after a missing one (moved away: the log ends at
         # the gap), instead of refusing them.

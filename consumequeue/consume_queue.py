@@ -11,11 +11,10 @@ import os
 import threading
 
 import numpy as np
-
-from commitlog.commitlog import TOPIC_PATTERN
-from commitlog.errors import CorruptionError, QueueGapError, StoreIOError
-from commitlog.mapped_file import MappedFile, fsync_directory
-from consumequeue import format as cqf
+from mqstore.commitlog.commitlog import TOPIC_PATTERN
+from mqstore.commitlog.errors import CorruptionError, QueueGapError, StoreIOError
+from mqstore.commitlog.mapped_file import MappedFile, fsync_directory
+from mqstore.consumequeue import format as cqf
 
 log = logging.getLogger(__name__)
 

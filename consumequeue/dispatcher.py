@@ -6,13 +6,12 @@ Transaction-prepared and rolled-back messages get no entry, as in RocketMQ: they
 from __future__ import annotations
 
 import numpy as np
-
-from commitlog import format as fmt
-from commitlog.dispatch import DispatchBatch
-from commitlog.errors import QueueGapError
-from consumequeue import format as cqf
-from consumequeue.consume_queue import ConsumeQueueTable
-from consumequeue.mark import DispatchedMark
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.dispatch import DispatchBatch
+from mqstore.commitlog.errors import QueueGapError
+from mqstore.consumequeue import format as cqf
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.consumequeue.mark import DispatchedMark
 
 _HIDDEN_TRANSACTION_TYPES = (fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE, fmt.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE)
 DISPATCH_FEW_RECORDS_MAX = 24  # batches up to this size are grouped in plain Python, larger ones with numpy

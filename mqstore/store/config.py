@@ -274,7 +274,8 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
         if not isinstance(saved, dict):
             raise ValueError("not an object")
     except ValueError as exc:
-        raise CorruptionError(f"store settings file is not a JSON object: {exc}", path=path, rule="config.json") from exc
+        raise CorruptionError(f"store settings file is not a JSON object: {exc}", path=path,
+                              rule="config.json") from exc
     if saved.get("format_version") != CONFIG_FORMAT_VERSION:
         raise ConfigMismatchError(f"{path}: format_version {saved.get('format_version')!r} is not "
                                   f"{CONFIG_FORMAT_VERSION}")

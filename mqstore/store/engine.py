@@ -21,33 +21,45 @@ from typing import Iterable
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.batch import RECORD_SIZE
-from commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
-from commitlog.dispatch import (DISPATCH_TAIL_BATCH_RECORDS, DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
-                               WRITTEN_RECORDS_KEPT, DispatchService)
-from commitlog.errors import (CorruptionError, InvalidMessageError, QueueGapError, ReadOnlyStoreError,
-                              SegmentWriteError, StoreClosedError, StoreError, StoreIOError, StoreLockedError)
-from commitlog.handoff import HandOff
-from commitlog.message import Message, PutResult, PutStatus
-from consumequeue.consume_queue import ConsumeQueueTable
-from consumequeue.dispatcher import ConsumeQueueDispatcher
-from consumequeue.mark import DispatchedMark, mark_path
-from commitlog.unique_key import UniqueKeyGenerator
-from flush.allocator import SegmentAllocator
-from flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
-from flush.services import GroupCommitService, IntervalFlusher
-from indexfile.dispatcher import IndexDispatcher
-from indexfile.index_service import IndexService
-from mqstore.config import (RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format,
-                            save_record_crc_from)
-from mqstore.dispatch_process import ProcessDispatch, stop_leftover
-from mqstore.engine_index import IndexFlushable, IndexLookups, checkpoint_logical_flush
-from mqstore.engine_read import Reads
-from mqstore.markers import ABORT_FILE_NAME, remove_marker, write_marker
-from mqstore.recovery import RecoveryCase, RecoveryReport, dispatch_start, note_queue_rebuilt, recover
-from mqstore.repair import Salvage
-from mqstore.retention import Retention
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.batch import RECORD_SIZE
+from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
+from mqstore.commitlog.dispatch import (
+    DISPATCH_TAIL_BATCH_RECORDS,
+    DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
+    WRITTEN_RECORDS_KEPT,
+    DispatchService,
+)
+from mqstore.commitlog.errors import (
+    CorruptionError,
+    InvalidMessageError,
+    QueueGapError,
+    ReadOnlyStoreError,
+    SegmentWriteError,
+    StoreClosedError,
+    StoreError,
+    StoreIOError,
+    StoreLockedError,
+)
+from mqstore.commitlog.handoff import HandOff
+from mqstore.commitlog.message import Message, PutResult, PutStatus
+from mqstore.commitlog.unique_key import UniqueKeyGenerator
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
+from mqstore.consumequeue.mark import DispatchedMark, mark_path
+from mqstore.flush.allocator import SegmentAllocator
+from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
+from mqstore.flush.services import GroupCommitService, IntervalFlusher
+from mqstore.indexfile.dispatcher import IndexDispatcher
+from mqstore.indexfile.index_service import IndexService
+from mqstore.store.config import RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format, save_record_crc_from
+from mqstore.store.dispatch_process import ProcessDispatch, stop_leftover
+from mqstore.store.index_queries import IndexFlushable, IndexLookups, checkpoint_logical_flush
+from mqstore.store.markers import ABORT_FILE_NAME, remove_marker, write_marker
+from mqstore.store.reads import Reads
+from mqstore.store.recovery import RecoveryCase, RecoveryReport, dispatch_start, note_queue_rebuilt, recover
+from mqstore.store.repair import Salvage
+from mqstore.store.retention import Retention
 from mqstore.store_settings import resolve_config
 
 log = logging.getLogger(__name__)

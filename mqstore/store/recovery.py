@@ -72,7 +72,7 @@ Repair: repair=True walks the whole log (a segment cut short is first extended w
 the first bad record, dropping everything after it; records are never skipped, so the log stays a valid chain
 that RocketMQ could read. Nothing cut is destroyed: the segment it cuts is copied, and every later segment (and
 a segment's extra bytes, and the segments after a missing one) moved, into `repair-<time>/` inside the store's
-directory (mqstore/repair.py). The report says what left the log: `dropped_messages` (the valid records found
+directory (mqstore/store/repair.py). The report says what left the log: `dropped_messages` (the valid records found
 past the cut, walking from the cut and from the start of each later segment, and named by queue entries),
 `dropped_bytes` (to the last non-zero byte), `dropped_files`, `dropped_offset_first` and
 `dropped_offset_last` (commitlog offsets of the first and last dropped message), and `repair_dir`. A plain
@@ -90,13 +90,13 @@ from enum import StrEnum
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.commitlog import CommitLog
-from commitlog.record_batch import parse_records
-from commitlog.errors import CorruptionError, InvalidMessageError
-from consumequeue.consume_queue import ConsumeQueueTable
-from flush.checkpoint import Checkpoint
-from mqstore.repair import count_dropped
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.commitlog.record_batch import parse_records
+from mqstore.consumequeue.consume_queue import ConsumeQueueTable
+from mqstore.flush.checkpoint import Checkpoint
+from mqstore.store.repair import count_dropped
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class RecoveryReport:
     dropped_offset_first: int | None = None
     dropped_offset_last: int | None = None
     dropped_files: list[str] = field(default_factory=list)  # the store's files cut, moved or resized
-    repair_dir: str | None = None  # where repair kept what it cut (mqstore/repair.py), or None
+    repair_dir: str | None = None  # where repair kept what it cut (mqstore/store/repair.py), or None
 
     def cases(self) -> list[RecoveryCase]:
         """Every row of the table that applied, the log's first."""
@@ -188,7 +188,7 @@ def note_queue_rebuilt(report: RecoveryReport, topic: str, queue_id: int) -> Non
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
             repair: bool, check_crc: bool, salvage=None) -> RecoveryReport:
     """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's, from
-    `dispatch_start(report, ...)`. `salvage` (mqstore.repair.Salvage, with repair) keeps what a cut drops."""
+    `dispatch_start(report, ...)`. `salvage` (mqstore.store.repair.Salvage, with repair) keeps what a cut drops."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
     ends = {key: queue.max_offset for key, queue in queues.queues.items()}

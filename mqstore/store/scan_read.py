@@ -109,7 +109,8 @@ def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piec
                 size = _record_size(buf, want, following)
                 if position + following + max(size, fmt.END_FILE_MIN_BLANK_LENGTH) > piece.end:
                     raise CorruptionError(f"the record at {position + following} runs past the end {piece.end} "
-                                          f"planned for this read", path=path, offset=position + following, rule="commitlog.2")
+                                          f"planned for this read", path=path, offset=position + following,
+                                          rule="commitlog.2")
                 if following == 0:
                     assert size > want, (size, want)  # else locate_records would have returned the record
                     want_min = size
@@ -160,7 +161,8 @@ def _read_queue_range(queue_dir: str, first: int, count: int) -> np.ndarray:
         got = QueueIndex.read_units(path, number - file_first, take)
         if len(got) < take:
             raise CorruptionError(f"ConsumeQueue holds {len(got)} of the {take} units planned from entry {number}",
-                                  path=path, offset=(number - file_first) * cqfmt.UNIT_SIZE_BYTES, rule="consumequeue.matches-log")
+                                  path=path, offset=(number - file_first) * cqfmt.UNIT_SIZE_BYTES,
+                                  rule="consumequeue.matches-log")
         parts.append(got)
         number += take
         left -= take
@@ -174,7 +176,8 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
     if np.any(sizes < fmt.RECORD_SIZE_MIN) or np.any(offsets + sizes > base + segment_size):
         bad = int(np.flatnonzero((sizes < fmt.RECORD_SIZE_MIN) | (offsets + sizes > base + segment_size))[0])
         raise CorruptionError(f"a ConsumeQueue unit of topic {topic!r} says {int(sizes[bad])} bytes at "
-                              f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]), rule="consumequeue.matches-log")
+                              f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]),
+                              rule="consumequeue.matches-log")
     fd = open_segment(path)
     try:
         at = 0

@@ -28,7 +28,7 @@ import shutil
 import pytest
 
 from mqstore import Message, MessageStore, StoreError
-from mqstore.recovery import RecoveryCase
+from mqstore.store.recovery import RecoveryCase
 from tests.conftest import small_config
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"

@@ -14,8 +14,8 @@ import struct
 import pytest
 
 from mqstore import CorruptionError, GetStatus, Message, MessageStore
-from mqstore.recovery import RecoveryCase
-from mqstore.verify import verify_store
+from mqstore.store.recovery import RecoveryCase
+from mqstore.store.verify import verify_store
 from tests.conftest import rocketmq_config, rocketmq_manifest, small_config
 
 

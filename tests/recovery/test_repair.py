@@ -1,5 +1,5 @@
 """The recovery table's rows about damage that looks like the end of the log, files of the wrong size or missing,
-and what repair does with what it cuts (mqstore/recovery.py, mqstore/repair.py): one test per row, plus the
+and what repair does with what it cuts (mqstore/store/recovery.py, mqstore/store/repair.py): one test per row, plus the
 check that every row of the table is a `RecoveryCase` produced by the code and named by a test here."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from mqstore import CorruptionError, Message, MessageStore
 from mqstore.cli import main as cli_main
-from mqstore.recovery import RecoveryCase
+from mqstore.store.recovery import RecoveryCase
 from tests.conftest import small_config
 
 SEGMENT = 64 * 1024
@@ -84,7 +84,6 @@ def test_damage_at_a_record_start_where_the_log_goes_on_raises_and_repair_keeps_
     checkpoint and the queues all say the log goes on."""
     results = _write(tmp_path)
     base = _bases(tmp_path)[-3]  # the last one is empty (made ahead): two segments with data from here
-    first = _in_segment(results, base)[0]
     path = _segment_path(tmp_path, base)
     original = {b: _segment_path(tmp_path, b).read_bytes() for b in _bases(tmp_path)}
     data = bytearray(path.read_bytes())
@@ -274,7 +273,7 @@ def test_an_index_file_that_breaks_its_format_is_rebuilt(tmp_path):
 def test_every_row_of_the_table_is_a_case_produced_by_code_and_named_by_a_test():
     import inspect
 
-    import mqstore.recovery as recovery
+    import mqstore.store.recovery as recovery
 
     table = recovery.__doc__
     code = "".join(p.read_text() for p in pathlib.Path(recovery.__file__).parent.glob("*.py"))

@@ -164,7 +164,8 @@ def test_a_unit_damaged_under_an_open_store_is_corruption_for_every_get_that_rea
         for start, count in ((0, 32), (3, 1), (2, 2)):
             with pytest.raises(CorruptionError) as raised:
                 reader.get("q", 0, start, max_count=count)
-            assert raised.value.rule == "consumequeue.1" and raised.value.offset == 3 * 20 and raised.value.path == str(path)
+            assert (raised.value.rule == "consumequeue.1" and raised.value.offset == 3 * 20
+                    and raised.value.path == str(path))
 
 
 def test_a_damaged_entry_inside_a_queue_is_reported_or_repaired_never_hides_the_rest(store_dir):

@@ -57,7 +57,8 @@ def test_a_flip_outside_the_body_fails_open_and_verify_and_repair_cuts_there(sto
     _flip(store_dir, results[2], at, bit=1)
     report = verify_store(store_dir, config())
     assert (report.problems[0].rule, report.problems[0].offset) == ("commitlog.6", results[2].commitlog_offset)
-    assert {p.rule for p in report.problems[1:]} <= {"consumequeue.matches-log"}  # a queue entry may disagree with it too
+    # a queue entry may disagree with it too
+    assert {p.rule for p in report.problems[1:]} <= {"consumequeue.matches-log"}
     with pytest.raises(CorruptionError) as raised:
         MessageStore.open(store_dir, config())
     assert raised.value.rule == "commitlog.6" and raised.value.offset == results[2].commitlog_offset

@@ -26,10 +26,10 @@ import time
 
 import numpy as np
 
-from commitlog import format as fmt
-from commitlog.errors import CorruptionError, StoreIOError
-from commitlog.mapped_file import fsync_directory
-from mqstore.config import CONFIG_FILE_NAME
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError, StoreIOError
+from mqstore.commitlog.mapped_file import fsync_directory
+from mqstore.store.config import CONFIG_FILE_NAME
 
 log = logging.getLogger(__name__)
 
