@@ -55,7 +55,7 @@ def _wait_dispatched_past(store, after_offset: int, timeout_s: float) -> int | N
         if timeout_s > 0:
             time.sleep(min(timeout_s, READ_ONLY_POLL_INTERVAL_S))
         return None
-    return store.wait_for_dispatch(after_offset, timeout_s)
+    return store.wait_dispatched_past(after_offset, timeout_s)
 
 
 def open_consumer(store, group: str | None, topic: str, queue_ids=None, *, tags=None,

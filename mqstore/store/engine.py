@@ -60,7 +60,7 @@ from mqstore.store.reads import Reads
 from mqstore.store.recovery import RecoveryCase, RecoveryReport, dispatch_start, note_queue_rebuilt, recover
 from mqstore.store.repair import Salvage
 from mqstore.store.retention import Retention
-from mqstore.store_settings import resolve_config
+from mqstore.store.settings import resolve_config
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,18 @@ class MessageStore(Reads, IndexLookups):
         return store
 
     def _open(self) -> None:
+        """Open the store's files; a writer then recovers them, dispatches what the queues miss and starts its
+        threads. Each step is a method of its own, in this order."""
+        self._open_files()
+        self._closed = False
+        if self.read_only:
+            return
+        report = self._recover()
+        written = self._start_dispatch(report)
+        self._start_services(written)
+
+    def _open_files(self) -> None:
+        """The config resolved against the store, the lock, the CommitLog, ConsumeQueues and index, opened."""
         # The format settings not passed explicitly are the store's (mqstore/store/settings.py).
         self.config = config = resolve_config(self.root_dir, self.config, read_only=self.read_only)
         root = self.root_dir
@@ -176,9 +188,10 @@ class MessageStore(Reads, IndexLookups):
             self._commitlog.unique_keys = None if self.read_only else UniqueKeyGenerator(born_raw[:4])
         # The compiled prepare of the common message shape (None without the compiled core, or with UNIQ_KEYs)
         self._prepare_common = None if self.read_only else self._commitlog.compiled_prepare()
-        self._closed = False
-        if self.read_only:
-            return
+
+    def _recover(self) -> RecoveryReport:
+        """The abort marker, the checkpoint, then recovery's decisions applied (mqstore/store/recovery.py)."""
+        config, root = self.config, self.root_dir
         abort_path = os.path.join(root, ABORT_FILE_NAME)
         crashed = os.path.exists(abort_path)
         write_marker(abort_path)
@@ -197,6 +210,12 @@ class MessageStore(Reads, IndexLookups):
         self._commitlog.set_end(end)
         self._commitlog.flushed_position = end
         self._commitlog.write_through = self._sync_flush  # see CommitLog.write_through
+        return report
+
+    def _start_dispatch(self, report: RecoveryReport):
+        """Dispatch from where recovery says the queues and index stop; returns the deque of records described to
+        the dispatch thread as they are written (SYNC), or None."""
+        config, root, crashed = self.config, self.root_dir, report.crashed
         dispatchers = [ConsumeQueueDispatcher(self._queues, self._mark)]
         if self._index is not None:
             dispatchers.append(IndexDispatcher(self._index))
@@ -222,6 +241,11 @@ class MessageStore(Reads, IndexLookups):
             "opened %s: recovery %s", root, report.as_dict())
         for queue in self._queues.queues.values():
             queue.correct_min_offset(self._commitlog.min_offset())
+        return written
+
+    def _start_services(self, written) -> None:
+        """The dispatch thread or process, the flush services and retention."""
+        config = self.config
         if config.dispatch_process:
             self._start_dispatch_process()
         else:
@@ -546,7 +570,7 @@ class MessageStore(Reads, IndexLookups):
         self._check_writable()
         return self._retention.run_once(manual=True).as_dict()
 
-    def wait_for_dispatch(self, after_offset: int, timeout_s: float) -> int | None:
+    def wait_dispatched_past(self, after_offset: int, timeout_s: float) -> int | None:
         """Block until dispatch passes commitlog offset `after_offset` or `timeout_s` ends; returns the dispatched
         offset. None for a read_only store (its writer dispatches in another process). Raises StoreError when
         dispatch stopped on an error."""
@@ -554,6 +578,8 @@ class MessageStore(Reads, IndexLookups):
         if self._dispatch is None:
             return None
         return self._dispatch.wait_past(after_offset, timeout_s)
+
+    wait_for_dispatch = wait_dispatched_past  # its earlier name, kept so that callers keep working
 
     @property
     def dispatched_offset(self) -> int | None:

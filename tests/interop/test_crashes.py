@@ -134,6 +134,14 @@ def _blank_last(base: Path) -> tuple[Trial, Path]:
     for path in (root / "commitlog").iterdir():
         if int(path.name) >= segment_bytes:
             path.unlink()
+    # The writer died before the next segment existed, so nothing past the blank was ever flushed: the
+    # checkpoint's flushed offsets (flush/checkpoint.py, offsets 24 and 40) say no more than the first segment.
+    with open(root / "checkpoint", "r+b") as checkpoint:
+        for at in (24, 40):
+            checkpoint.seek(at)
+            flushed = struct.unpack(">q", checkpoint.read(8))[0]
+            checkpoint.seek(at)
+            checkpoint.write(struct.pack(">q", min(flushed, segment_bytes)))
     (root / "abort").write_bytes(b"")
     ours, theirs = _two_copies(root, base, "blank-last")
     _recover_with_mqstore(trial, ours)

@@ -175,7 +175,7 @@ def test_a_killed_dispatch_process_is_reported_and_the_next_open_dispatches_what
         with pytest.raises(StoreError, match="dispatch process"):
             store.flush()
         with pytest.raises(StoreError, match="dispatch stopped"):
-            store.wait_for_dispatch(late[-1].commitlog_offset, 1)
+            store.wait_dispatched_past(late[-1].commitlog_offset, 1)
     with MessageStore.open(tmp_path, _config(dispatch_process=False)) as store:
         assert store.wait_dispatched(30)
         for queue_id in range(4):
