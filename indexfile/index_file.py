@@ -355,7 +355,7 @@ class IndexFile:
         if status == PLACE_BAD_HEADER:
             self._read_header()  # raises the rule-2 or rule-3 CorruptionError of the header on disk
             raise CorruptionError(f"index header changed under its writer (rule {detail}) [rule 2]", path=self.path,
-                                  offset=fmt.OFFSET_INDEX_COUNT, rule="2")
+                                  offset=fmt.OFFSET_INDEX_COUNT, rule="indexfile.2")
         if status == PLACE_BAD_INPUT:
             raise MemoryError(f"index_place: no memory for the keys of {self.path}")
         return row, key, placed, status

@@ -135,14 +135,15 @@ def test_a_slot_past_index_count_is_corruption_and_nothing_is_written(tmp_path):
     before = bytes(index_file._buf)
     with pytest.raises(CorruptionError) as error:
         _place(service, 200)
-    assert error.value.rule == "4" and error.value.offset == fmt.slots_offset() + 4 * slot
+    assert error.value.rule == "indexfile.4" and error.value.offset == fmt.slots_offset() + 4 * slot
     assert bytes(index_file._buf) == before
     service.close()
 
 
 @pytest.mark.parametrize("field, value, rule", [
-    (fmt.OFFSET_INDEX_COUNT, 33, "2"), (fmt.OFFSET_INDEX_COUNT, -1, "2"), (fmt.OFFSET_INDEX_COUNT, 2**31 - 1, "2"),
-    (fmt.OFFSET_BEGIN_PHY_OFFSET, -5, "3"), (fmt.OFFSET_END_PHY_OFFSET, -(2**63), "3")])
+    (fmt.OFFSET_INDEX_COUNT, 33, "indexfile.2"), (fmt.OFFSET_INDEX_COUNT, -1, "indexfile.2"),
+    (fmt.OFFSET_INDEX_COUNT, 2**31 - 1, "indexfile.2"), (fmt.OFFSET_BEGIN_PHY_OFFSET, -5, "indexfile.3"),
+    (fmt.OFFSET_END_PHY_OFFSET, -(2**63), "indexfile.3")])
 def test_a_hostile_header_is_corruption_and_nothing_is_written(tmp_path, field, value, rule):
     service = _one_file(tmp_path)
     index_file = service.files[0]
