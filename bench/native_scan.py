@@ -40,7 +40,7 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mqstore.commitlog import columnar, record_batch  # noqa: E402
+from mqstore.commitlog import arrow_decode, dispatch_batch  # noqa: E402
 from mqstore.commitlog.dispatch import DispatchService  # noqa: E402
 from mqstore.commitlog.native import NATIVE  # noqa: E402
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable  # noqa: E402
@@ -68,8 +68,8 @@ def write_store(root: str, count: int) -> None:
 
 def use_codec(codec: str) -> None:
     module = NATIVE if codec == "native" else None
-    record_batch.NATIVE = module
-    columnar.NATIVE = module
+    dispatch_batch.NATIVE = module
+    arrow_decode.NATIVE = module
     index_dispatcher.NATIVE = module
 
 
@@ -102,7 +102,7 @@ def walk_seconds(store: MessageStore) -> tuple[float, int]:
     offset, end = log.min_offset(), log.readable_end()
     started = time.perf_counter()
     while offset < end:
-        batch = record_batch.parse_records(log, offset, end, records_max=65_536, zeros_end=True, check_crc=True)
+        batch = dispatch_batch.parse_records(log, offset, end, records_max=65_536, zeros_end=True, check_crc=True)
         assert batch.error is None, batch.error
         if batch.end_offset == offset:
             break

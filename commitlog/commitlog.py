@@ -25,14 +25,14 @@ import time
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog import native
-from mqstore.commitlog.batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
+from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from mqstore.commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
 from mqstore.commitlog.message import Message, StoredMessage, decode_message, decode_records, decode_records_native
 from mqstore.commitlog.native import NATIVE
-from mqstore.commitlog.record_batch import parse_records
 from mqstore.commitlog.segments import SegmentList
 from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
+from mqstore.commitlog.write_batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
 
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
@@ -409,8 +409,8 @@ class CommitLog:
         return _time_ns() // 1_000_000
 
     def prepare_batch(self, messages: list[Message]) -> Columns:
-        """Check and encode a batch as columns (commitlog/batch.py); InvalidMessageError for the first bad message,
-        as `prepare` gives it. Nothing is written."""
+        """Check and encode a batch as columns (commitlog/write_batch.py); InvalidMessageError for the first bad
+        message, as `prepare` gives it. Nothing is written."""
         return prepare_columns(self, messages)
 
     def append_columns_holding_lock(self, columns: Columns) -> tuple:

@@ -14,8 +14,7 @@ import time
 from typing import Protocol
 
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.errors import StoreError
-from mqstore.commitlog.record_batch import (
+from mqstore.commitlog.dispatch_batch import (
     DISPATCH_BATCH_RECORDS_MAX,
     HEADER_DTYPE,
     DispatchBatch,
@@ -23,6 +22,7 @@ from mqstore.commitlog.record_batch import (
     batch_from_written,
     parse_records,
 )
+from mqstore.commitlog.errors import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,21 @@ log = logging.getLogger(__name__)
 RECENT_CHANGE_NS = 2_000_000_000
 
 
+
+def first_gap(bases: list[int], segment_size_bytes: int) -> int | None:
+    """The index in `bases` (sorted segment base offsets) of the first segment that does not start where the one
+    before it ends, or None when they are contiguous."""
+    for number in range(1, len(bases)):
+        if bases[number] - bases[number - 1] != segment_size_bytes:
+            return number
+    return None
+
+
+def gap_error(directory: str, bases: list[int], gap: int) -> CorruptionError:
+    """The error for segments that are not contiguous at `bases[gap]` (first_gap's answer)."""
+    return CorruptionError(f"segments are not contiguous: {fmt.segment_name(bases[gap - 1])} is followed by "
+                           f"{fmt.segment_name(bases[gap])}", path=directory, rule="commitlog.contiguous")
+
 class SegmentList:
     """The segments of one directory, mapped; lookup by absolute offset is O(1)."""
 
@@ -94,16 +109,13 @@ class SegmentList:
                     for segment in gone:
                         segment.close()
             known = {s.base_offset for s in self.segments}
-            for number, (previous, base) in enumerate(zip(bases, bases[1:])):
-                if base - previous != self.segment_size_bytes:
-                    if self.writable and self.salvage is not None:
-                        self.salvage.segments_after_gap([os.path.join(self.directory, fmt.segment_name(later))
-                                                         for later in bases[number + 1:]], previous)
-                        bases = bases[: number + 1]
-                        break
-                    raise CorruptionError(f"segments are not contiguous: {fmt.segment_name(previous)} is followed "
-                                          f"by {fmt.segment_name(base)}", path=self.directory,
-                                          rule="commitlog.contiguous")
+            gap = first_gap(bases, self.segment_size_bytes)
+            if gap is not None:
+                if not (self.writable and self.salvage is not None):
+                    raise gap_error(self.directory, bases, gap)
+                self.salvage.segments_after_gap([os.path.join(self.directory, fmt.segment_name(later))
+                                                 for later in bases[gap:]], bases[gap - 1])
+                bases = bases[:gap]
             for base in bases:
                 if base in known:
                     continue

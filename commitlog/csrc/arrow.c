@@ -1,5 +1,5 @@
 /* The Arrow decoder's common case bound to Python (arrow_core.c does the work): the buffers of every column
- * of commitlog.columnar.Decoder's schema, as bytearrays the caller wraps with pyarrow (no copy, no Python object
+ * of commitlog.arrow_decode.Decoder's schema, as bytearrays the caller wraps with pyarrow (no copy, no Python object
  * per row). The record buffer is held through the buffer protocol and the GIL let go while measuring and
  * filling. None means: decode these records with the Python decoder (see arrow_core.h). Exported through
  * scan.c's method table. */

@@ -1,5 +1,5 @@
-/* Arrow columns of located records in plain C: see arrow_core.h. The checks are columnar.FastLayout's and
- * Decoder._properties' (commitlog/columnar.py); every position is checked against the buffer first. */
+/* Arrow columns of located records in plain C: see arrow_core.h. The checks are arrow_decode.FastLayout's and
+ * Decoder._properties' (commitlog/arrow_decode.py); every position is checked against the buffer first. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,7 +110,7 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
         const uint8_t *p = buf + pos;
         int64_t size = mq_get_i32(p);
         if (f->expect_sizes != NULL && size != f->expect_sizes[i]) return MQ_ARROW_FALLBACK;
-        /* columnar.FastLayout: v1, IPv4 hosts, the parts adding up to TOTALSIZE, PHYSICALOFFSET right */
+        /* arrow_decode.FastLayout: v1, IPv4 hosts, the parts adding up to TOTALSIZE, PHYSICALOFFSET right */
         int64_t body_length = mq_get_i32(p + MQ_OFFSET_BODY_LENGTH);
         if (mq_get_u32(p + MQ_OFFSET_MAGIC_CODE) != MQ_MESSAGE_MAGIC_CODE ||
             (mq_get_i32(p + MQ_OFFSET_SYS_FLAG) & (MQ_SYS_FLAG_BORNHOST_V6 | MQ_SYS_FLAG_STOREHOST_V6)) ||
@@ -128,7 +128,7 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
         if (properties_length >= MQ_RECORD_CRC_LENGTH && memcmp(p + at, CRC_NAME, sizeof CRC_NAME) == 0 &&
             p[size - 1] == 0x02 && (at == properties_start || p[at - 1] == 0x02))
             properties_length -= MQ_RECORD_CRC_LENGTH;
-        /* the row filter (columnar.Decoder._numeric_mask) */
+        /* the row filter (arrow_decode.Decoder._numeric_mask) */
         if (f->queue_ids != NULL && !queue_kept(f, mq_get_i32(p + MQ_OFFSET_QUEUE_ID))) continue;
         if (f->has_offset_lo && offsets[i] < f->offset_lo) continue;
         if (f->has_offset_hi && offsets[i] >= f->offset_hi) continue;

@@ -1,8 +1,8 @@
-/* Arrow columns of located records, in plain C (no Python API): the buffers of commitlog/columnar.py's
+/* Arrow columns of located records, in plain C (no Python API): the buffers of commitlog/arrow_decode.py's
  * Decoder._fast_batch, built in two passes (measure, then fill the buffers the caller allocated).
  *
  * Only the common case is decoded here: every record a version-1 record with IPv4 hosts passing
- * columnar.FastLayout's checks, ASCII topics, properties all 'name\x01value\x02' pairs of ASCII text. For
+ * arrow_decode.FastLayout's checks, ASCII topics, properties all 'name\x01value\x02' pairs of ASCII text. For
  * anything else mq_arrow_measure answers MQ_ARROW_FALLBACK and the caller runs the Python decoder on the same
  * records, which gives the rows (or the CorruptionError) the format defines: both codecs give the same table.
  */

@@ -151,7 +151,7 @@ static PyObject *encode_blank(PyObject *self, PyObject *const *args, Py_ssize_t 
 PyDoc_STRVAR(encode_run_doc,
 "encode_run(target, position, commitlog_offsets, sizes, body_crcs, queue_ids, flags, queue_offsets, born_ms,\n"
 "           store_timestamp_ms, born_host, store_host, bodies, tails, first, record_crc) -> int\n\n"
-"Write a run of records of a batch (commitlog/batch.py's Columns) one after the other from target[position]:\n"
+"Write a run of records of a batch (commitlog/write_batch.py's Columns) one after the other from target[position]:\n"
 "record i of the run is bodies[first + i] and tails[first + i] with the i-th item of each int64 array\n"
 "(born_ms -1: the store timestamp). The commitlog offsets must follow each other by the sizes. Every argument\n"
 "is checked before a byte is written; returns the bytes written.");

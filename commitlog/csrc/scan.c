@@ -314,10 +314,10 @@ PyMethodDef mq_scan_methods[] = {
     {"arrow_columns", mq_arrow_columns, METH_VARARGS,
      "arrow_columns(buf, positions, offsets, queue_ids, offset_lo, offset_hi, time_lo_us, time_hi_us, topics,"
      " expect_topic, expect_sizes) -> None or (rows, tags_nulls, keys, pairs, buffers): the Arrow buffers of"
-     " columnar.Decoder's columns for the records at `positions` (None: use the Python decoder)."},
+     " arrow_decode.Decoder's columns for the records at `positions` (None: use the Python decoder)."},
     {"walk_chain", walk_chain, METH_VARARGS,
      "walk_chain(buf, length, buf_abs, positions) -> (count, following): the TOTALSIZE chain of complete records"
-     " tiling buf[:length] (commitlog.columnar._walk_python), positions written to the int64 array."},
+     " tiling buf[:length] (commitlog.arrow_decode._walk_python), positions written to the int64 array."},
     {"index_place", index_place, METH_VARARGS,
      "index_place(map, slot_count, entry_max, prefixes, topic_ids, uniq_keys, keys, offsets, timestamps, sys_flags,"
      " skip_mask, skip_value, row, key) -> (row, key, placed, status, detail, detail2): hash the index keys of"

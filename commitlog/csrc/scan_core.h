@@ -67,7 +67,7 @@ typedef struct {
     int64_t tags_non_ascii;  /* rows whose TAGS are not ASCII: their tag code is left 0 for the caller */
 } mq_scan_out;
 
-/* Walk and check the records of [in->pos, in->limit) of one segment, as commitlog.record_batch.parse_records
+/* Walk and check the records of [in->pos, in->limit) of one segment, as commitlog.dispatch_batch.parse_records
  * does for one segment, writing MQ_SCAN_COLUMNS columns of `capacity` rows at `columns`. */
 void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, mq_scan_out *out);
 
@@ -95,7 +95,7 @@ void mq_property_span(const uint8_t *data, int64_t start, int64_t end, const uin
                       int64_t *value_start, int64_t *value_end);
 
 /* The TOTALSIZE chain of complete message records tiling buf[0:length] from 0 (buf[0] at commitlog offset
- * buf_abs), as commitlog.columnar._walk_python: magic code, RECORD_SIZE_MIN <= TOTALSIZE, the record inside
+ * buf_abs), as commitlog.arrow_decode._walk_python: magic code, RECORD_SIZE_MIN <= TOTALSIZE, the record inside
  * buf[0:length], PHYSICALOFFSET right. Writes at most `capacity` positions; returns their count and sets
  * *following to the position after the last. */
 int64_t mq_walk_chain(const uint8_t *buf, int64_t length, int64_t buf_abs, int64_t *positions, int64_t capacity,

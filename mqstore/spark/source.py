@@ -56,7 +56,7 @@ between the stores with new records; a micro-batch always takes at least one rec
 reads up to each store's written end when the query starts. Records deleted by retention before a query read
 them raise StoreIOError.
 
-Decoding (numpy and Arrow, many records at once; a per-record path for rare kinds): see commitlog/columnar.py.
+Decoding (numpy and Arrow, many records at once; a per-record path for rare kinds): see commitlog/arrow_decode.py.
 
 Caveat: the ConsumeQueue path sees what RocketMQ dispatches. A record with a transaction-prepared or
 rolled-back SYSFLAG is never put in a ConsumeQueue, so a topic filter does not return it while a full scan
@@ -71,7 +71,7 @@ The modules, each importing only those below it:
     mqstore/store/store_files.py    segment files and ConsumeQueue files, read without a lock
     mqstore/store/scan_options.py  schema, options, filter pushdown
     mqstore/store/scan_errors.py   CommitLogSourceError, the source's one error (shared with store.scan())
-    commitlog/columnar.py     locating records and decoding them into Arrow columns (knows nothing of Spark)
+    commitlog/arrow_decode.py     locating records and decoding them into Arrow columns (knows nothing of Spark)
 """
 
 from __future__ import annotations

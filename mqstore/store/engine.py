@@ -22,7 +22,6 @@ from typing import Iterable
 import numpy as np
 
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.batch import RECORD_SIZE
 from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
 from mqstore.commitlog.dispatch import (
     DISPATCH_TAIL_BATCH_RECORDS,
@@ -44,6 +43,7 @@ from mqstore.commitlog.errors import (
 from mqstore.commitlog.handoff import HandOff
 from mqstore.commitlog.message import Message, PutResult, PutStatus
 from mqstore.commitlog.unique_key import UniqueKeyGenerator
+from mqstore.commitlog.write_batch import RECORD_SIZE
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
 from mqstore.consumequeue.mark import DispatchedMark, mark_path

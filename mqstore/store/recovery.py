@@ -92,8 +92,8 @@ import numpy as np
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
-from mqstore.commitlog.record_batch import parse_records
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.flush.checkpoint import Checkpoint
 from mqstore.store.repair import count_dropped

@@ -8,7 +8,7 @@ One row per message record, with the Spark source's columns (SCAN_SCHEMA; docs i
 filters: topics, queue ids, commitlog offsets [start_offset, end_offset), store times [start_time, end_time).
 A scan is planned once (mqstore/store/scan_plan.py: each store up to its written end when `scan` is called; a topic
 filter reads through the ConsumeQueues, a time range skips whole segments) and read lazily, one RecordBatch of
-at most commitlog.columnar.BATCH_RECORDS_MAX rows at a time (commitlog/columnar.py decodes; its record walk is
+at most commitlog.arrow_decode.BATCH_RECORDS_MAX rows at a time (commitlog/arrow_decode.py decodes; its record walk is
 the compiled scan when the extension is built). Bytes that break the format raise CorruptionError (file,
 offset, rule) from the reader; a segment deleted under a running scan raises StoreIOError. pyspark is not needed.
 """
@@ -21,7 +21,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from mqstore.commitlog.columnar import STORE_COLUMN
+from mqstore.commitlog.arrow_decode import STORE_COLUMN
 from mqstore.commitlog.errors import InvalidConfigError
 from mqstore.store.scan_options import RowFilter, StoreRef, _datetime_us
 from mqstore.store.scan_plan import plan_batch

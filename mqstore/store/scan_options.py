@@ -2,7 +2,7 @@
 
 `parse_options` checks what a load() was given and resolves its paths to stores; `RowFilter` is the AND of
 the row conditions (the options and the filters Spark pushed), which planning uses to skip what provably holds
-no match and the decoder (commitlog.columnar) applies to every record. A bad path or option raises
+no match and the decoder (commitlog.arrow_decode) applies to every record. A bad path or option raises
 CommitLogSourceError naming it.
 """
 
@@ -42,7 +42,7 @@ try:  # pyspark (the `spark` extra) is needed by the Spark source only; RowFilte
 except ImportError:  # pragma: no cover - exercised by a test in a subprocess without pyspark
     StructField = None
 
-from mqstore.commitlog.columnar import STORE_COLUMN
+from mqstore.commitlog.arrow_decode import STORE_COLUMN
 from mqstore.store.scan_errors import CommitLogSourceError
 
 FORMAT_NAME = "commitlog"

@@ -5,7 +5,7 @@ records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned);
 ConsumeQueue slices whose records are gathered with one pread per run of close records, and each record must
 be the size and topic its unit says. `written_end` finds where the last written segment's records end (the
 snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
-commitlog.columnar's; files are read through mqstore.store.store_files.
+commitlog.arrow_decode's; files are read through mqstore.store.store_files.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - exercised by a test in a subprocess wi
     InputPartition = object
 
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.columnar import (
+from mqstore.commitlog.arrow_decode import (
     BUFFER_PAD_BYTES,
     NEXT_BLANK,
     NEXT_END,

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.columnar import BUFFER_PAD_BYTES
+from mqstore.commitlog.arrow_decode import BUFFER_PAD_BYTES
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
+from mqstore.commitlog.segments import first_gap, gap_error
 from mqstore.consumequeue import format as cqfmt
 from mqstore.store.scan_errors import CommitLogSourceError
 
@@ -101,10 +102,9 @@ def list_segments(root: str) -> Segments:
         if sizes[base] != size or size <= 0:
             raise CorruptionError(f"segment is {sizes[base]} bytes, the store's segments are {size}",
                                   path=os.path.join(directory, fmt.segment_name(base)), rule="commitlog.segment-size")
-    for previous, base in zip(bases, bases[1:]):
-        if base - previous != size:
-            raise CorruptionError(f"segments are not contiguous: {fmt.segment_name(previous)} is followed by "
-                                  f"{fmt.segment_name(base)}", path=directory, rule="commitlog.contiguous")
+    gap = first_gap(bases, size)
+    if gap is not None:
+        raise gap_error(directory, bases, gap)
     return Segments(directory, size, tuple(bases))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mqstore.commitlog import columnar
+from mqstore.commitlog import arrow_decode
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.message import decode_message
@@ -89,12 +89,12 @@ def test_a_body_holding_a_record_header_does_not_fool_the_reader(tmp_path, monke
         second = writer.put("a", fake + b"tail")
         third = writer.put("a", b"after")
     walks = []
-    walk = columnar._walk_python
-    monkeypatch.setattr(columnar, "_walk_python", lambda *a, **k: walks.append(a[2]) or walk(*a, **k))
+    walk = arrow_decode._walk_python
+    monkeypatch.setattr(arrow_decode, "_walk_python", lambda *a, **k: walks.append(a[2]) or walk(*a, **k))
     rows = read_rows(root)
     assert [r["commitlog_offset"] for r in rows] == [first, second, third]
     assert rows[1]["body"] == fake + b"tail"
-    if columnar.NATIVE is None:  # the compiled walk (mq_walk_chain) follows the chain record by record anyway
+    if arrow_decode.NATIVE is None:  # the compiled walk (mq_walk_chain) follows the chain record by record anyway
         assert walks  # the chain check saw the planted header and handed over to the record-by-record walk
 
 
@@ -119,7 +119,7 @@ def test_a_split_that_is_not_a_record_start_is_refused(tmp_path):
     with StoreWriter(root, segment_size_bytes=SEGMENT) as writer:
         offsets = [writer.put("a", b"y" * 50) for _ in range(20)]
     schema = spark_options.arrow_schema(spark_options.commitlog_schema())
-    decoder = columnar.Decoder(schema, spark_options.RowFilter(), None)
+    decoder = arrow_decode.Decoder(schema, spark_options.RowFilter(), None)
     piece = spark_scan.Piece(0, 0, offsets[5] + 7)
     with pytest.raises(CorruptionError, match="runs past the end"):
         list(spark_scan._read_piece(decoder, str(root / "commitlog"), SEGMENT, piece))
@@ -386,5 +386,5 @@ def test_slices_in_any_order_and_overlapping():
     buf = np.frombuffer(b"hello world, a longer string than twelve", dtype=np.uint8)
     starts, lengths = np.array([6, 0, 13, 0, 40]), np.array([5, 5, 27, 40, 0])
     expected = [bytes(buf[a:a + n]) for a, n in zip(starts, lengths)]
-    assert columnar._slices(pa.binary(), buf, starts, lengths).to_pylist() == expected
-    assert columnar._slices(pa.binary(), buf, starts[:3:2], lengths[:3:2]).to_pylist() == expected[:3:2]
+    assert arrow_decode._slices(pa.binary(), buf, starts, lengths).to_pylist() == expected
+    assert arrow_decode._slices(pa.binary(), buf, starts[:3:2], lengths[:3:2]).to_pylist() == expected[:3:2]

@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
         if (out.error != MQ_SCAN_OK || out.blank || out.stop == pos) break;
         pos = out.stop;
     }
-    /* the chain walk of a read buffer (columnar.locate_records), from `start` */
+    /* the chain walk of a read buffer (arrow_decode.locate_records), from `start` */
     int64_t following;
     int64_t chain = mq_walk_chain(segment + start, size_bytes - start, base + start, columns, CAPACITY, &following);
     check(chain >= 0 && chain <= CAPACITY && following >= 0 && following <= size_bytes - start);

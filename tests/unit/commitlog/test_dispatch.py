@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from mqstore.commitlog import dispatch_batch
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog import record_batch
 from mqstore.commitlog.commitlog import CommitLog
 from mqstore.commitlog.dispatch import DispatchBatch, DispatchService, parse_records
 from mqstore.commitlog.errors import CorruptionError
@@ -21,7 +21,7 @@ SEGMENT_SIZE = 4096
 def decoder(request, monkeypatch):
     """Every test runs with each of parse_records' two decoders: numpy over the whole run of records, and
     record by record (what it uses for a few records)."""
-    monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", 0 if request.param == "vector" else 1 << 30)
+    monkeypatch.setattr(dispatch_batch, "DECODE_FEW_RECORDS_MAX", 0 if request.param == "vector" else 1 << 30)
     return request.param
 
 

@@ -341,10 +341,10 @@ def test_the_compiled_prepare_gives_the_python_prepare_or_leaves_it(tmp_path, mo
 
 
 def test_the_compiled_batch_prepare_gives_the_python_columns_or_leaves_them(tmp_path, monkeypatch):
-    from mqstore.commitlog import batch
+    from mqstore.commitlog import write_batch
 
     monkeypatch.setattr(commitlog_module, "Message", _native.Message)
-    monkeypatch.setattr(batch, "Message", _native.Message)
+    monkeypatch.setattr(write_batch, "Message", _native.Message)
     log = CommitLog(str(tmp_path / "commitlog"), SEGMENT_BYTES, writable=True, max_message_size_bytes=1000,
                     max_queues_per_topic=4, born_host_raw=bytes(8), store_host_raw=bytes(8), record_crc=True)
     log.codec = _native
@@ -354,8 +354,8 @@ def test_the_compiled_batch_prepare_gives_the_python_columns_or_leaves_them(tmp_
     rng = random.Random(7)
     good = [message(rng.choice("ab"), rng.randbytes(rng.choice([0, 10, 1000])), queue_id=rng.randrange(4),
                     flag=rng.randrange(-5, 5), born_timestamp_ms=rng.choice([None, 5])) for _ in range(300)]
-    compiled = batch._prepare_compiled(log, good)
-    reference = batch._prepare_common(log, good)
+    compiled = write_batch._prepare_compiled(log, good)
+    reference = write_batch._prepare_common(log, good)
     assert compiled is not None and reference is not None
     for name in ("queue_keys", "bodies", "tails"):
         assert getattr(compiled, name) == getattr(reference, name), name
@@ -363,5 +363,5 @@ def test_the_compiled_batch_prepare_gives_the_python_columns_or_leaves_them(tmp_
         assert np.array_equal(getattr(compiled, name), getattr(reference, name)), name
     for odd in (message("a", b"x", tags="t"), message("c", b"x"), message("a", b"x" * 1001), message("a", b"x", 4),
                 message("a", b"x", keys=["k"]), message("a", bytearray(b"x")), message("a", b"x", flag=2**31)):
-        assert batch._prepare_compiled(log, good[:5] + [odd] + good[5:9]) is None, odd
+        assert write_batch._prepare_compiled(log, good[:5] + [odd] + good[5:9]) is None, odd
     log.close()

@@ -13,11 +13,11 @@ import zlib
 
 import numpy as np
 import pytest
+from mqstore.commitlog import dispatch_batch
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog import record_batch
+from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.commitlog.native import NATIVE
-from mqstore.commitlog.record_batch import parse_records
 from mqstore.commitlog.segments import SegmentList
 
 from tests.unit.commitlog import handmade
@@ -91,16 +91,16 @@ def _write(directory, seed: int, topics: int = 5, count: int = 400, segment_size
 
 
 def _compare(log, start, end, monkeypatch, **options) -> tuple:
-    monkeypatch.setattr(record_batch, "NATIVE", None)
+    monkeypatch.setattr(dispatch_batch, "NATIVE", None)
     expected = _outcome(parse_records(log, start, end, properties=(b"KEYS", b"UNIQ_KEY"), **options))
-    monkeypatch.setattr(record_batch, "NATIVE", NATIVE)
+    monkeypatch.setattr(dispatch_batch, "NATIVE", NATIVE)
     actual = _outcome(parse_records(log, start, end, properties=(b"KEYS", b"UNIQ_KEY"), **options))
     assert actual == expected
     return expected
 
 
 def test_the_scan_writes_the_columns_python_names():
-    assert NATIVE.scan_columns() == len(record_batch.NATIVE_COLUMNS)
+    assert NATIVE.scan_columns() == len(dispatch_batch.NATIVE_COLUMNS)
 
 
 @pytest.mark.parametrize("topics, segment_size", [(5, SEGMENT_SIZE), (300, 1 << 20)])  # 300 in one segment: more
@@ -191,8 +191,8 @@ def test_the_scan_holds_the_segment_and_checks_its_arguments(tmp_path):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_both_codecs_locate_the_same_records_in_a_read_buffer(tmp_path, monkeypatch, seed):
-    """columnar.locate_records (the Spark source's and store.scan()'s record walk over a pread buffer)."""
-    from mqstore.commitlog import columnar
+    """arrow_decode.locate_records (the Spark source's and store.scan()'s record walk over a pread buffer)."""
+    from mqstore.commitlog import arrow_decode
 
     writer = _write(tmp_path / "log", seed)
     rng = random.Random(seed)
@@ -205,12 +205,12 @@ def test_both_codecs_locate_the_same_records_in_a_read_buffer(tmp_path, monkeypa
             data[at : at + 4] = rng.choice([rng.randbytes(4), b"\x00\x00\x00\x5c", bytes(4), b"\xda\xa3\x20\xa7"])
         start = rng.choice([0] + [o - base for o in writer.offsets if base <= o < base + SEGMENT_SIZE])
         length = rng.randrange(0, SEGMENT_SIZE - start + 1)
-        buf = np.frombuffer(bytes(data[start : start + length]) + bytes(columnar.BUFFER_PAD_BYTES), dtype=np.uint8)
+        buf = np.frombuffer(bytes(data[start : start + length]) + bytes(arrow_decode.BUFFER_PAD_BYTES), dtype=np.uint8)
         results = []
         for module in (None, NATIVE):
-            monkeypatch.setattr(columnar, "NATIVE", module)
+            monkeypatch.setattr(arrow_decode, "NATIVE", module)
             try:
-                positions, following, state = columnar.locate_records(
+                positions, following, state = arrow_decode.locate_records(
                     buf, length, base + start, base + SEGMENT_SIZE, lenient=trial % 2 == 0, path="seg")
                 results.append((positions.tolist(), following, state))
             except CorruptionError as exc:

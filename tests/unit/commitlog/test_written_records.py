@@ -10,8 +10,8 @@ import pytest
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.commitlog import DESCRIBED_TAIL_BYTES_MAX, CommitLog
 from mqstore.commitlog.dispatch import DispatchService, parse_records
+from mqstore.commitlog.dispatch_batch import batch_from_written
 from mqstore.commitlog.message import Message
-from mqstore.commitlog.record_batch import batch_from_written
 from mqstore.commitlog.unique_key import UniqueKeyGenerator
 
 BORN_HOST = bytes([10, 0, 0, 1]) + (4321).to_bytes(4, "big")

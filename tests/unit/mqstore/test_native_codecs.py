@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from mqstore.commitlog import columnar, record_batch
+from mqstore.commitlog import arrow_decode, dispatch_batch
 from mqstore.commitlog.dispatch import DispatchService
 from mqstore.commitlog.errors import CorruptionError
 from mqstore.commitlog.native import NATIVE
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(NATIVE is None, reason="MQSTORE_NATIVE=0: only t
 
 
 def _codec(monkeypatch, native: bool) -> None:
-    monkeypatch.setattr(record_batch, "NATIVE", NATIVE if native else None)
-    monkeypatch.setattr(columnar, "NATIVE", NATIVE if native else None)
+    monkeypatch.setattr(dispatch_batch, "NATIVE", NATIVE if native else None)
+    monkeypatch.setattr(arrow_decode, "NATIVE", NATIVE if native else None)
 
 
 def _config():

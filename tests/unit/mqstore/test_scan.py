@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from mqstore.commitlog import columnar, record_batch
+from mqstore.commitlog import arrow_decode, dispatch_batch
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError, InvalidConfigError
 from mqstore.commitlog.native import NATIVE
@@ -29,8 +29,8 @@ CODECS = ["python"] + (["native"] if NATIVE is not None else [])
 
 def _codec(monkeypatch, codec: str) -> None:
     module = NATIVE if codec == "native" else None
-    monkeypatch.setattr(columnar, "NATIVE", module)
-    monkeypatch.setattr(record_batch, "NATIVE", module)
+    monkeypatch.setattr(arrow_decode, "NATIVE", module)
+    monkeypatch.setattr(dispatch_batch, "NATIVE", module)
 
 
 @pytest.fixture

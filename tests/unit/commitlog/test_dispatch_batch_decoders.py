@@ -8,11 +8,11 @@ import shutil
 
 import numpy as np
 import pytest
+from mqstore.commitlog import dispatch_batch
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog import record_batch
 from mqstore.commitlog.commitlog import CommitLog
+from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.message import Message
-from mqstore.commitlog.record_batch import parse_records
 from mqstore.commitlog.segments import SegmentList
 
 from tests.unit.commitlog import handmade
@@ -65,17 +65,17 @@ def _both(log, start: int, end: int, check_crc: bool, monkeypatch, zeros_end: bo
     """The outcome of each Python decoder; each is also checked against itself with the index's properties read
     in the decoding pass (not on demand). When the compiled scan is built, its outcome must be the numpy
     decoder's, both ways (the two codecs: MQSTORE_NATIVE)."""
-    native = record_batch.NATIVE
-    monkeypatch.setattr(record_batch, "NATIVE", None)
+    native = dispatch_batch.NATIVE
+    monkeypatch.setattr(dispatch_batch, "NATIVE", None)
     outcomes = []
     for threshold in (0, 1 << 30):
-        monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
+        monkeypatch.setattr(dispatch_batch, "DECODE_FEW_RECORDS_MAX", threshold)
         outcomes.append(_outcome(parse_records(log, start, end, check_crc=check_crc, zeros_end=zeros_end)))
         eager = parse_records(log, start, end, check_crc=check_crc, properties=_INDEX_PROPERTIES, zeros_end=zeros_end)
         assert set(eager._cache) == set(_INDEX_PROPERTIES)  # read in the pass, before any lookup
         assert _outcome(eager) == outcomes[-1]
     if native is not None:
-        monkeypatch.setattr(record_batch, "NATIVE", native)
+        monkeypatch.setattr(dispatch_batch, "NATIVE", native)
         assert _outcome(parse_records(log, start, end, check_crc=check_crc, zeros_end=zeros_end)) == outcomes[0]
         eager = parse_records(log, start, end, check_crc=check_crc, properties=_INDEX_PROPERTIES, zeros_end=zeros_end)
         assert _outcome(eager) == outcomes[0]
@@ -128,9 +128,9 @@ def test_both_property_scans_find_what_property_value_finds(seed, chunk_bytes, m
     cut by the record's end, repeated names, empty values, no separators): the record-by-record scan and the
     numpy scan both find, for every record, the value `format.property_value` finds in that record's bytes.
     The numpy scan takes the records in chunks of any size, down to one record each."""
-    monkeypatch.setattr(record_batch, "PROPERTY_SCAN_CHUNK_BYTES", chunk_bytes)
-    native = record_batch.NATIVE
-    monkeypatch.setattr(record_batch, "NATIVE", None)  # the Python scans first; the compiled one at the end
+    monkeypatch.setattr(dispatch_batch, "PROPERTY_SCAN_CHUNK_BYTES", chunk_bytes)
+    native = dispatch_batch.NATIVE
+    monkeypatch.setattr(dispatch_batch, "NATIVE", None)  # the Python scans first; the compiled one at the end
     rng = random.Random(seed)
     names = (b"TAGS", b"KEYS", b"UNIQ_KEY")
     data, starts, ends, blobs = bytearray(), [], [], []
@@ -148,16 +148,17 @@ def test_both_property_scans_find_what_property_value_finds(seed, chunk_bytes, m
     assert all(10 < len(column) < len(blobs) for column in expected)
     assert sum(blob.count(b"\x02TAGS\x01") > 1 for blob in blobs) > 5  # a name repeated: the first one counts
     chunks = []
-    scan = record_batch._scan_properties
-    monkeypatch.setattr(record_batch, "_scan_properties", lambda data, rows, starts, lengths, *rest: (
+    scan = dispatch_batch._scan_properties
+    monkeypatch.setattr(dispatch_batch, "_scan_properties", lambda data, rows, starts, lengths, *rest: (
         chunks.append(lengths.tolist()), scan(data, rows, starts, lengths, *rest)))
     for threshold in (0, 1 << 30):  # 0: the numpy scan; otherwise record by record
-        monkeypatch.setattr(record_batch, "DECODE_FEW_RECORDS_MAX", threshold)
-        chunk = record_batch._Chunk(buffer, np.frombuffer(buffer, dtype=np.uint8), np.asarray(starts), np.asarray(ends))
-        found = record_batch._found_properties(chunk, names)
+        monkeypatch.setattr(dispatch_batch, "DECODE_FEW_RECORDS_MAX", threshold)
+        chunk = dispatch_batch._Chunk(buffer, np.frombuffer(buffer, dtype=np.uint8), np.asarray(starts),
+                                      np.asarray(ends))
+        found = dispatch_batch._found_properties(chunk, names)
         assert found == expected
     assert sum(map(len, chunks)) == sum(1 for blob in blobs if blob)  # every record with properties, once
     assert all(sum(chunk) <= chunk_bytes or len(chunk) == 1 for chunk in chunks)
     if native is not None:
-        monkeypatch.setattr(record_batch, "NATIVE", native)
-        assert record_batch._found_properties_native(buffer, np.asarray(starts), np.asarray(ends), names) == expected
+        monkeypatch.setattr(dispatch_batch, "NATIVE", native)
+        assert dispatch_batch._found_properties_native(buffer, np.asarray(starts), np.asarray(ends), names) == expected

@@ -1,4 +1,4 @@
-"""put_batch's numpy path (commitlog/batch.py) writes exactly the bytes one put per message writes."""
+"""put_batch's numpy path (commitlog/write_batch.py) writes exactly the bytes one put per message writes."""
 
 from __future__ import annotations
 
