@@ -21,7 +21,7 @@ from mqstore.commitlog.native import NATIVE
 from mqstore.commitlog.segments import SegmentList
 
 from tests.unit.commitlog import handmade
-from tests.unit.commitlog.test_record_batch_decoders import _outcome
+from tests.unit.commitlog.test_dispatch_batch_decoders import _outcome
 
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="MQSTORE_NATIVE=0: the pure-Python codec alone is tested")
 
