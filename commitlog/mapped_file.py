@@ -27,7 +27,35 @@ PAGE_SIZE_BYTES = mmap.PAGESIZE
 MADV_NORMAL = 0  # linux/mman.h
 MADV_RANDOM = 1
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
-CREATING_SUFFIX = ".creating"  # a file being made; one left behind by a crash is removed by its directory's owner
+CREATING_SUFFIX = ".creating"  # a file being made where the filesystem has no O_TMPFILE; removed after a crash
+
+
+def create_unnamed(path: str) -> tuple[int, str | None]:
+    """A new, empty file for `path` that no directory listing shows until `link_into_place` names it: (its
+    descriptor, None) for an O_TMPFILE inode in the same directory, which a crash leaves nowhere; where the
+    filesystem has none, (its descriptor, its temporary name `<path>.<pid>.creating`), which a crash leaves
+    behind for the directory's owner to remove. RocketMQ parses every name in its CommitLog and ConsumeQueue
+    directories as a number and loads every file in its index directory, so a crash of a writer must not
+    leave a temporary name there when it can be helped."""
+    try:
+        return os.open(os.path.dirname(path) or ".", os.O_TMPFILE | os.O_RDWR, 0o644), None
+    except (AttributeError, IsADirectoryError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+    temporary = f"{path}.{os.getpid()}{CREATING_SUFFIX}"
+    return os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644), temporary
+
+
+def link_into_place(fd: int, temporary: str | None, path: str) -> None:
+    """Give the file `create_unnamed` made its name `path` (FileExistsError when `path` exists)."""
+    if temporary is not None:
+        os.link(temporary, path)
+        return
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:  # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N: open(2)'s way to name an O_TMPFILE inode
+        os.link(f"/proc/self/fd/{fd}", os.path.basename(path), src_dir_fd=directory, dst_dir_fd=directory)
+    finally:
+        os.close(directory)
 
 
 def remove_leftovers(directory: str, names: list[str]) -> list[str]:
@@ -83,30 +111,30 @@ class MappedFile:
         """Create a new zero-filled file of `size_bytes` (never over an existing one) and map it read-write.
 
         With `preallocate`, disk blocks are reserved for its first `reserve_bytes` (all of it when None); the
-        rest stays a hole until written or reserved (`reserve`). The file is made and sized under a temporary
-        name, then linked into place, so a reader listing the directory never sees it half made.
+        rest stays a hole until written or reserved (`reserve`). The file is made and sized unnamed
+        (`create_unnamed`), then linked into place, so a reader listing the directory never sees it half made.
         """
         assert size_bytes > 0
         reserve_bytes = size_bytes if reserve_bytes is None or not preallocate else min(reserve_bytes, size_bytes)
-        temporary = f"{path}.{os.getpid()}{CREATING_SUFFIX}"
         try:
-            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd, temporary = create_unnamed(path)
         except OSError as exc:
-            raise StoreIOError(f"cannot create {temporary}: {exc.strerror}") from exc
+            raise StoreIOError(f"cannot create a file beside {path}: {exc.strerror}") from exc
         try:
             try:
                 os.ftruncate(fd, size_bytes)
                 if preallocate:
                     _reserve(fd, 0, reserve_bytes)
+                link_into_place(fd, temporary, path)
             finally:
                 os.close(fd)
-            os.link(temporary, path)
         except FileExistsError as exc:
             raise StoreIOError(f"refusing to create {path}: it already exists") from exc
         except OSError as exc:
             raise StoreIOError(f"cannot create {path} of {size_bytes} bytes: {exc.strerror}") from exc
         finally:
-            _unlink_quietly(temporary)
+            if temporary is not None:
+                _unlink_quietly(temporary)
         mapped = cls.open(path, base_offset, size_bytes, writable=True)
         mapped.reserved_bytes = reserve_bytes if preallocate else 0
         return mapped

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from mqstore.commitlog.mapped_file import create_unnamed, link_into_place
 from mqstore.commitlog.native import NATIVE
 from mqstore.indexfile import format as fmt
 
@@ -26,7 +27,6 @@ assert NATIVE is None or NATIVE.index_layout() == (
     fmt.HEADER_SIZE_BYTES, fmt.SLOT_SIZE_BYTES, fmt.ENTRY_SIZE_BYTES, fmt.OFFSET_BEGIN_TIMESTAMP,
     fmt.OFFSET_END_TIMESTAMP, fmt.OFFSET_BEGIN_PHY_OFFSET, fmt.OFFSET_END_PHY_OFFSET, fmt.OFFSET_HASH_SLOT_COUNT,
     fmt.OFFSET_INDEX_COUNT, fmt.TIME_DIFF_MAX, PLACE_BAD_INPUT), "index_core.h disagrees with indexfile/format.py"
-TEMP_SUFFIX = ".creating"  # a file being created, linked into place once its size and header are set
 HEADER_READS_MAX = 8  # a read-only file's header is read until two reads agree, this many times at most
 SLOT_NEWER_RETRIES = 5  # a read-only file re-reads its header this often for a slot past its indexCount ...
 SLOT_NEWER_WAIT_S = 0.001  # ... waiting this long between reads (then the slot is corrupt: rule 4)
@@ -116,16 +116,21 @@ class IndexFile:
         assert size <= fmt.FILE_SIZE_BYTES_MAX
         begin_end_phy = end_phy_offset if end_phy_offset > 0 else 0
         begin_end_timestamp = end_timestamp_ms if end_timestamp_ms > 0 else 0
-        temp = path + TEMP_SUFFIX
+        temporary = None
         try:
-            with open(temp, "wb") as handle:
-                handle.truncate(size)
-                handle.write(fmt.HEADER_STRUCT.pack(begin_end_timestamp, begin_end_timestamp, begin_end_phy,
-                                                    begin_end_phy, 0, 0))
-            os.link(temp, path)
-            os.unlink(temp)
+            fd, temporary = create_unnamed(path)  # linked into place once its size and header are set
+            try:
+                os.ftruncate(fd, size)
+                os.pwrite(fd, fmt.HEADER_STRUCT.pack(begin_end_timestamp, begin_end_timestamp, begin_end_phy,
+                                                     begin_end_phy, 0, 0), 0)
+                link_into_place(fd, temporary, path)
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise StoreIOError(f"cannot create index file {path}: {exc}") from exc
+        finally:
+            if temporary is not None and os.path.exists(temporary):
+                os.unlink(temporary)
         return cls(path, hash_slot_count, index_entry_count_max, read_only=False)
 
     @classmethod

@@ -23,9 +23,9 @@ from mqstore.commitlog.errors import (
     StoreClosedError,
     StoreIOError,
 )
-from mqstore.commitlog.mapped_file import fsync_directory
+from mqstore.commitlog.mapped_file import CREATING_SUFFIX, fsync_directory
 from mqstore.indexfile import format as fmt
-from mqstore.indexfile.index_file import PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, TEMP_SUFFIX, IndexFile
+from mqstore.indexfile.index_file import PLACE_DONE, PLACE_FULL, PLACE_PYTHON_KEY, IndexFile
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class IndexService:
         try:
             for name in names:
                 path = os.path.join(self.directory, name)
-                if name.endswith(TEMP_SUFFIX) and not self.read_only:
+                if name.endswith(CREATING_SUFFIX) and not self.read_only:
                     log.warning("removing %s: a file whose creation was cut short", path)
                     os.unlink(path)
                     continue

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
+from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
-from mqstore.commitlog.mapped_file import MappedFile
+from mqstore.commitlog.mapped_file import MappedFile, create_unnamed, link_into_place
 
 
 @pytest.mark.parametrize("preallocate", [True, False])
@@ -161,3 +164,31 @@ def test_reserve_on_a_full_disk_raises_store_io_error_from_the_os_error(tmp_path
         assert raised.value.__cause__.errno == errno.ENOSPC and mapped.reserved_bytes == 0
     finally:
         mapped.close()
+
+
+def test_a_file_being_made_has_no_name_until_it_is_linked(tmp_path):
+    """RocketMQ parses every name in its CommitLog and ConsumeQueue directories as a number: a file being made
+    is unnamed (O_TMPFILE) where the filesystem allows, so a writer killed meanwhile leaves no foreign name."""
+    path = str(tmp_path / fmt.segment_name(0))
+    fd, temporary = create_unnamed(path)
+    try:
+        assert os.listdir(tmp_path) == ([] if temporary is None else [os.path.basename(temporary)])
+        os.ftruncate(fd, 4096)
+        link_into_place(fd, temporary, path)
+        with pytest.raises(FileExistsError):
+            link_into_place(fd, temporary, path)
+    finally:
+        os.close(fd)
+    if temporary is not None:
+        os.unlink(temporary)
+    assert os.listdir(tmp_path) == [fmt.segment_name(0)] and os.path.getsize(path) == 4096
+
+
+def test_a_writer_killed_while_making_a_file_leaves_no_name_where_o_tmpfile_exists(tmp_path):
+    code = ("import os, sys; from mqstore.commitlog.mapped_file import create_unnamed; "
+            "fd, temporary = create_unnamed(sys.argv[1]); os.ftruncate(fd, 1 << 20); "
+            "print(temporary is None, flush=True); os._exit(9)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / fmt.segment_name(0))], capture_output=True,
+                          text=True, timeout=60)
+    unnamed = done.stdout.strip() == "True"
+    assert done.returncode == 9 and (os.listdir(tmp_path) == [] if unnamed else len(os.listdir(tmp_path)) == 1)
