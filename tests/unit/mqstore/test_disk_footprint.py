@@ -4,12 +4,8 @@ made when the writer nears the end of the current one, not at open or at the fir
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from mqstore.commitlog import format as fmt
@@ -18,6 +14,7 @@ from mqstore.consumequeue import format as cqf
 
 from mqstore import GetStatus, Message, MessageStore, StoreConfig
 from tests.conftest import small_config
+from tests.rocketmq import require_rmq
 
 MIB = 1 << 20
 SLACK_BYTES = 1 * MIB  # checkpoint, settings, the pages of the index file that were written, directories
@@ -91,20 +88,8 @@ def test_the_next_segment_is_made_when_the_writer_nears_the_end_of_its_segment(t
         assert store._allocator.created_in_background == 1
 
 
-def _rmq_command():
-    """RocketMQ 4.4.0's own store (../shared/rocketmq-4.4.0/rmq, or $MQSTORE_ROCKETMQ_HOME), or a skip reason."""
-    home = os.environ.get("MQSTORE_ROCKETMQ_HOME") or str(Path(__file__).resolve().parents[3] / ".." / "shared"
-                                                          / "rocketmq-4.4.0")
-    command = os.path.join(home, "rmq")
-    if not os.path.isfile(command):
-        pytest.skip(f"RocketMQ 4.4.0's jars are not here ({home}; set MQSTORE_ROCKETMQ_HOME)")
-    if shutil.which("java") is None or shutil.which("javac") is None:
-        pytest.skip("Java 17 not found (set JAVA_HOME): RocketMQ's own store cannot run")
-    return command
-
-
 def test_rocketmq_reads_a_store_whose_segments_are_sparse(tmp_path):
-    rmq = _rmq_command()
+    rmq = require_rmq()  # RocketMQ 4.4.0's own store, or a skip with the reason it cannot run here
     config = small_config(preallocate_segments=True, index_enabled=True)
     root = tmp_path / "store"
     bodies = [os.urandom(100 + (i * 37) % 2900) for i in range(90)]  # about 140 KB: three 64 KiB segments
@@ -114,14 +99,6 @@ def test_rocketmq_reads_a_store_whose_segments_are_sparse(tmp_path):
     assert len(_segment_names(root)) >= 3
     assert all(os.path.getsize(root / "commitlog" / name) == config.segment_size_bytes
                for name in _segment_names(root))
-    copy = tmp_path / "copy"  # RocketMQ's load() writes to the store it opens
-    shutil.copytree(root, copy)
-    out = tmp_path / "read.jsonl"
-    completed = subprocess.run([rmq, "read", str(copy), str(config.segment_size_bytes),
-                                str(config.consume_queue_entries_per_file), str(config.index_slot_count),
-                                str(config.index_entry_count_max), str(out)],
-                               capture_output=True, text=True, timeout=600)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    read = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    read = rmq.read(root, config, tmp_path / "rocketmq").entries  # RocketMQ's load() runs on a copy
     got = {(m["queue_id"], m["queue_offset"]): m["body_hex"] for m in read if m["topic"] == "orders"}
     assert got == {(i % 2, i // 2): body.hex() for i, body in enumerate(bodies)}
