@@ -178,6 +178,25 @@ class GroupCommitService:
             if remaining <= 0:
                 return gate.durable >= position
 
+    def _flush_once(self) -> int | None:
+        """One flush by the leader, timed and recorded: the position now durable, or None when the flush failed
+        (the error is kept in stats and reported to every waiter from now on)."""
+        started = time.perf_counter()
+        try:
+            durable = self._flushable.flush()
+            if self._on_flushed is not None:
+                self._on_flushed()
+        except Exception as exc:  # noqa: BLE001 - reported to every waiter from now on
+            log.exception("group commit flush failed")
+            self.stats.error = exc
+            return None
+        elapsed = time.perf_counter() - started
+        self.stats.record(elapsed)
+        self._last_flush_s = elapsed
+        if durable > self.durable_position:
+            self.durable_position = durable
+        return durable
+
     def _lead_gate(self) -> None:
         """Holding the gate's lead: flush, wake the callers it made durable, and flush again while callers wait
         (at most LEADER_FLUSH_ROUNDS_MAX flushes, as `_lead`); then let go of the lead."""
@@ -185,22 +204,11 @@ class GroupCommitService:
         holding = True
         try:
             for round_ in range(1, LEADER_FLUSH_ROUNDS_MAX + 1):
-                started = time.perf_counter()
-                try:
-                    durable = self._flushable.flush()
-                    if self._on_flushed is not None:
-                        self._on_flushed()
-                except Exception as exc:  # noqa: BLE001 - reported to every waiter from now on
-                    log.exception("group commit flush failed")
-                    self.stats.error = exc
+                durable = self._flush_once()
+                if durable is None:
                     holding = False
                     gate.close()
                     return
-                elapsed = time.perf_counter() - started
-                self.stats.record(elapsed)
-                self._last_flush_s = elapsed
-                if durable > self.durable_position:
-                    self.durable_position = durable
                 if not gate.advance(durable, round_ < LEADER_FLUSH_ROUNDS_MAX):
                     holding = False
                     return
@@ -228,20 +236,8 @@ class GroupCommitService:
             for round_ in range(LEADER_FLUSH_ROUNDS_MAX):
                 if self.durable_position >= position or self.stats.error is not None:
                     break
-                started = time.perf_counter()
-                try:
-                    durable = self._flushable.flush()
-                    if self._on_flushed is not None:
-                        self._on_flushed()
-                except Exception as exc:  # noqa: BLE001 - reported to every waiter from now on
-                    log.exception("group commit flush failed")
-                    self.stats.error = exc
+                if self._flush_once() is None:
                     break
-                elapsed = time.perf_counter() - started
-                self.stats.record(elapsed)
-                self._last_flush_s = elapsed
-                if durable > self.durable_position:
-                    self.durable_position = durable
                 if self._parked and round_ + 1 < LEADER_FLUSH_ROUNDS_MAX:
                     position = self._wake_parked(choose_leader=False)
         finally:

@@ -6,17 +6,6 @@
 #include "mq_native.h"
 #include "arrow_core.h"
 
-static int int64_view(PyObject *object, Py_buffer *view, const char *what) {
-    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-    if (view->itemsize != 8 || view->format == NULL || (view->format[0] != 'q' && view->format[0] != 'l') ||
-        view->format[1] != '\0') {
-        PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 static int optional_int64(PyObject *object, int *has, int64_t *value) {
     *has = object != Py_None;
     if (!*has) return 0;
@@ -70,9 +59,9 @@ PyObject *mq_arrow_columns(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(buf_object, &buf, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
     int have_positions = 0, have_offsets = 0, have_queues = 0, have_sizes = 0;
-    if (int64_view(positions_object, &positions, "positions") < 0) goto done;
+    if (mq_int64_buffer(positions_object, &positions, 0, "positions") < 0) goto done;
     have_positions = 1;
-    if (int64_view(offsets_object, &offsets, "offsets") < 0) goto done;
+    if (mq_int64_buffer(offsets_object, &offsets, 0, "offsets") < 0) goto done;
     have_offsets = 1;
     int64_t count = positions.len / 8;
     if (offsets.len != positions.len) {
@@ -80,13 +69,13 @@ PyObject *mq_arrow_columns(PyObject *self, PyObject *args) {
         goto done;
     }
     if (queue_object != Py_None) {
-        if (int64_view(queue_object, &queues, "queue_ids") < 0) goto done;
+        if (mq_int64_buffer(queue_object, &queues, 0, "queue_ids") < 0) goto done;
         have_queues = 1;
         filter.queue_ids = queues.buf;
         filter.queue_count = queues.len / 8;
     }
     if (expect_sizes_object != Py_None) {
-        if (int64_view(expect_sizes_object, &sizes_view, "expect_sizes") < 0) goto done;
+        if (mq_int64_buffer(expect_sizes_object, &sizes_view, 0, "expect_sizes") < 0) goto done;
         have_sizes = 1;
         if (sizes_view.len != positions.len) {
             PyErr_SetString(PyExc_ValueError, "arrow_columns: expect_sizes and positions differ in length");

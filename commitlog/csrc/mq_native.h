@@ -16,6 +16,10 @@
 
 #include "mq_format.h"  /* the record layout, big-endian helpers and mq_crc32, without Python */
 
+/* --- buffers passed from Python: scan.c --------------------------------------------------------------- */
+/* A C-contiguous int64 buffer (numpy int64) held in `view` (writable when asked), or -1 with TypeError. */
+int mq_int64_buffer(PyObject *object, Py_buffer *view, int writable, const char *what);
+
 /* --- the method tables, one per C file that exports functions ------------------------------------------- */
 extern PyMethodDef mq_codec_methods[];   /* codec.c: encode records into segments, decode them for get */
 extern PyMethodDef mq_scan_methods[];    /* scan.c: dispatch scan, recovery walk, Arrow columns */

@@ -11,7 +11,7 @@
 
 PyObject *mq_arrow_columns(PyObject *self, PyObject *args);  /* arrow.c */
 
-static int get_int64_array(PyObject *object, Py_buffer *view, int writable, const char *what) {
+int mq_int64_buffer(PyObject *object, Py_buffer *view, int writable, const char *what) {
     if (PyObject_GetBuffer(object, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
     if (view->itemsize != 8 || view->format == NULL || (view->format[0] != 'q' && view->format[0] != 'l') ||
@@ -33,7 +33,7 @@ static PyObject *scan_segment(PyObject *self, PyObject *args) {
         return NULL;
     Py_buffer segment, columns;
     if (PyObject_GetBuffer(segment_object, &segment, PyBUF_SIMPLE) < 0) return NULL;
-    if (get_int64_array(columns_object, &columns, 1, "columns") < 0) {
+    if (mq_int64_buffer(columns_object, &columns, 1, "columns") < 0) {
         PyBuffer_Release(&segment);
         return NULL;
     }
@@ -102,9 +102,9 @@ static PyObject *property_spans(PyObject *self, PyObject *args) {
     }
     Py_buffer data, starts, ends, out;
     if (PyObject_GetBuffer(data_object, &data, PyBUF_SIMPLE) < 0) return NULL;
-    if (get_int64_array(starts_object, &starts, 0, "starts") < 0) goto fail_data;
-    if (get_int64_array(ends_object, &ends, 0, "ends") < 0) goto fail_starts;
-    if (get_int64_array(out_object, &out, 1, "out") < 0) goto fail_ends;
+    if (mq_int64_buffer(starts_object, &starts, 0, "starts") < 0) goto fail_data;
+    if (mq_int64_buffer(ends_object, &ends, 0, "ends") < 0) goto fail_starts;
+    if (mq_int64_buffer(out_object, &out, 1, "out") < 0) goto fail_ends;
     Py_ssize_t n = starts.len / 8;
     if (ends.len != starts.len || out.len < (Py_ssize_t)(2 * name_count * n * 8)) {
         PyErr_SetString(PyExc_ValueError, "property_spans: starts, ends and out do not agree");
@@ -148,7 +148,7 @@ static PyObject *walk_chain(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OLLO", &buf_object, &length, &buf_abs, &out_object)) return NULL;
     Py_buffer buf, out;
     if (PyObject_GetBuffer(buf_object, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (get_int64_array(out_object, &out, 1, "positions") < 0) {
+    if (mq_int64_buffer(out_object, &out, 1, "positions") < 0) {
         PyBuffer_Release(&buf);
         return NULL;
     }
@@ -203,15 +203,15 @@ static PyObject *index_place_any(PyObject *args, int from_spans) {
     if ((prefixes = PySequence_Tuple(prefixes_object)) == NULL) goto done;
     if (from_spans) {
         if (PyObject_GetBuffer(uniq_object, &source, PyBUF_SIMPLE) < 0) goto done;
-        if (get_int64_array(keys_object, &key_spans, 0, "spans") < 0) goto done;
+        if (mq_int64_buffer(keys_object, &key_spans, 0, "spans") < 0) goto done;
     } else if ((uniq = PySequence_Tuple(uniq_object)) == NULL || (keys = PySequence_Tuple(keys_object)) == NULL) {
         goto done;
     }
     if (PyObject_GetBuffer(map_object, &map, PyBUF_WRITABLE) < 0) goto done;
-    if (get_int64_array(topic_ids_object, &topic_ids, 0, "topic_ids") < 0) goto done;
-    if (get_int64_array(offsets_object, &offsets, 0, "offsets") < 0) goto done;
-    if (get_int64_array(timestamps_object, &timestamps, 0, "timestamps") < 0) goto done;
-    if (get_int64_array(sys_flags_object, &sys_flags, 0, "sys_flags") < 0) goto done;
+    if (mq_int64_buffer(topic_ids_object, &topic_ids, 0, "topic_ids") < 0) goto done;
+    if (mq_int64_buffer(offsets_object, &offsets, 0, "offsets") < 0) goto done;
+    if (mq_int64_buffer(timestamps_object, &timestamps, 0, "timestamps") < 0) goto done;
+    if (mq_int64_buffer(sys_flags_object, &sys_flags, 0, "sys_flags") < 0) goto done;
     Py_ssize_t n = offsets.len / 8, prefix_count = PyTuple_GET_SIZE(prefixes);
     int keys_agree = from_spans ? key_spans.len == 4 * 8 * n : (PyTuple_GET_SIZE(uniq) == n && PyTuple_GET_SIZE(keys) == n);
     if (!keys_agree || topic_ids.len != 8 * n || timestamps.len != 8 * n || sys_flags.len != 8 * n || row < 0 ||
