@@ -1131,7 +1131,8 @@ def main_sync(args, settings: dict) -> int:
     with open(stem + ".md", "w", encoding="utf-8") as handle:
         handle.write(text)
     with open(stem + ".json", "w", encoding="utf-8") as handle:
-        json.dump({"command": command, "quick": args.quick, "machine": info, "settings": settings,
+        json.dump({"command": command, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick,
+                   "machine": info, "settings": settings,
                    "seconds": time.perf_counter() - began, "rows": rows, "targets": goals}, handle, indent=1)
     print(text)
     print(f"results written to {stem}.json, .md")
