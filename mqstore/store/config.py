@@ -61,7 +61,8 @@ class StoreConfig:
     a header, topic or properties is found, not only damage to the body (which BODYCRC covers)."""
 
     index_enabled: bool = True
-    """build IndexFiles (find by key, msg id or UNIQ_KEY); every message gets a UNIQ_KEY (RocketMQ's default)."""
+    """build IndexFiles (find by key, msg id or UNIQ_KEY); every message gets a UNIQ_KEY (RocketMQ's default).
+    Saved in the store: an open that does not pass it keeps the store's choice; a writer passing it saves it."""
 
     index_slot_count: int = 5_000_000
     """format of index files (checked against them). hash slots per IndexFile (RocketMQ's maxHashSlotNum)."""
@@ -243,6 +244,9 @@ RECORD_CRC_FROM_KEY = "record_crc_from_offset"
 # Saved too, for a later open that is not given them; not checked here (see above): store_settings.py takes
 # them as one candidate for the index files' sizes.
 INDEX_SIZES_SAVED = ("index_slot_count", "index_entry_count_max")
+# Whether the store keeps an index: saved too, so that a later open not given it keeps the store as it was made
+# (with the index on, every new message also gets a UNIQ_KEY). A writer given it explicitly saves the new choice.
+INDEX_ENABLED_KEY = "index_enabled"
 assert set(FORMAT_FIELDS) <= {f.name for f in fields(StoreConfig)}
 
 
@@ -261,7 +265,8 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
             raw = handle.read()
     except FileNotFoundError:
         settings = {"format_version": CONFIG_FORMAT_VERSION, **config.format_fields(),
-                    **{name: getattr(config, name) for name in INDEX_SIZES_SAVED}}
+                    **{name: getattr(config, name) for name in INDEX_SIZES_SAVED},
+                    INDEX_ENABLED_KEY: config.index_enabled}
         if writable:
             if config.record_crc and new_log:
                 settings[RECORD_CRC_FROM_KEY] = 0
@@ -287,6 +292,10 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
     start = saved.get(RECORD_CRC_FROM_KEY)
     if start is not None and (type(start) is not int or start < 0):
         raise CorruptionError(f"{RECORD_CRC_FROM_KEY} must be an offset, got {start!r}", path=path, rule="config.json")
+    chosen = INDEX_ENABLED_KEY in config.explicit_fields
+    if writable and chosen and saved.get(INDEX_ENABLED_KEY) != config.index_enabled:
+        saved = {**saved, INDEX_ENABLED_KEY: config.index_enabled}  # the caller's new choice is the store's now
+        _write_atomically(path, json.dumps(saved, indent=2).encode())
     return saved
 
 

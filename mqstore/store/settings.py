@@ -1,7 +1,7 @@
 """The format settings a store is opened with: the ones its caller passed, else the store's own.
 
 A StoreConfig remembers which fields its caller passed (`StoreConfig.explicit_fields`). Opening a store
-resolves each format setting (config.FORMAT_FIELDS and the two index sizes) in this order:
+resolves each format setting (config.FORMAT_FIELDS, the two index sizes and index_enabled) in this order:
 
   1. passed explicitly: used as given, and checked against the store (ConfigMismatchError naming the setting);
   2. else saved in the store's `config/mqstore.json` (mqstore writes it when it creates a store);
@@ -31,7 +31,7 @@ from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import ConfigMismatchError
 from mqstore.consumequeue import format as cqf
 from mqstore.indexfile import format as index_format
-from mqstore.store.config import CONFIG_FILE_NAME, MESSAGE_OVERHEAD_MAX_BYTES, StoreConfig
+from mqstore.store.config import CONFIG_FILE_NAME, INDEX_ENABLED_KEY, MESSAGE_OVERHEAD_MAX_BYTES, StoreConfig
 
 INDEX_SIZE_FIELDS = ("index_slot_count", "index_entry_count_max")
 
@@ -58,6 +58,8 @@ def resolve_config(root: str, config: StoreConfig, *, read_only: bool) -> StoreC
             values["consume_queue_entries_per_file"] = found
     if "record_crc" not in explicit and isinstance(saved.get("record_crc"), bool):
         values["record_crc"] = saved["record_crc"]
+    if INDEX_ENABLED_KEY not in explicit and isinstance(saved.get(INDEX_ENABLED_KEY), bool):
+        values[INDEX_ENABLED_KEY] = saved[INDEX_ENABLED_KEY]
     if not explicit & set(INDEX_SIZE_FIELDS):
         values.update(_index_sizes(root, saved, read_only=read_only))
     segment = values.get("segment_size_bytes", config.segment_size_bytes)

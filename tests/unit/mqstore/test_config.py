@@ -53,14 +53,15 @@ def test_invalid_config_error_is_a_value_error():
         small_config(segment_size_bytes=0)
 
 
-def test_only_the_format_fields_are_saved(tmp_path):
+def test_only_the_format_fields_and_the_index_choice_are_saved(tmp_path):
     config = small_config()
     MessageStore.open(tmp_path, config).close()
     saved = json.loads((tmp_path / "config" / "mqstore.json").read_text())
     assert {"segment_size_bytes", "consume_queue_entries_per_file"} <= set(FORMAT_FIELDS)
     assert "max_message_size_bytes" not in FORMAT_FIELDS and "flush_mode" not in FORMAT_FIELDS
     assert saved == {"format_version": 1, **{name: getattr(config, name) for name in FORMAT_FIELDS},
-                     "record_crc_from_offset": 0, "index_slot_count": 64, "index_entry_count_max": 256}
+                     "record_crc_from_offset": 0, "index_slot_count": 64, "index_entry_count_max": 256,
+                     "index_enabled": config.index_enabled}
     assert (saved["segment_size_bytes"], saved["consume_queue_entries_per_file"]) == (65536, 64)
     assert config_as_dict(config)["flush_mode"] == "ASYNC"
 

@@ -94,3 +94,20 @@ def test_the_command_line_queries_the_rocketmq_store_with_its_own_index_sizes(tm
     assert "index_enabled=False" not in err
     offsets = sorted(json.loads(line)["commitlog_offset"] for line in out.splitlines() if line.startswith("{"))
     assert offsets == query["commitlog_offsets"]
+
+
+def test_a_store_made_without_the_index_keeps_it_off_until_a_writer_passes_it(tmp_path):
+    with MessageStore.open(tmp_path, StoreConfig(index_enabled=False, store_host="10.0.0.7")) as store:
+        store.put(Message("t", b"no index"))
+    with MessageStore.open(tmp_path) as store:  # the CLI's `recover` and a later writer open it like this
+        assert store.config.index_enabled is False
+        store.put(Message("t", b"still none"))
+        assert all("UNIQ_KEY" not in m.properties for m in store.get("t", 0, 0).messages)
+    assert not os.path.isdir(tmp_path / "index") or not os.listdir(tmp_path / "index")
+    with MessageStore.open(tmp_path, StoreConfig(index_enabled=True)) as store:  # a writer's explicit choice is saved
+        store.put(Message("t", b"keyed", keys=("k1",)))
+        store.wait_dispatched()
+        assert [m.body for m in store.query("t", "k1")] == [b"keyed"]
+    with MessageStore.open(tmp_path, read_only=True) as store:
+        assert store.config.index_enabled is True
+        assert [m.body for m in store.query("t", "k1")] == [b"keyed"]
