@@ -85,7 +85,12 @@ class CorruptionError(StoreError):
 
 
 class QueueGapError(CorruptionError):
-    """A ConsumeQueue ends before entries the CommitLog holds for it: the owner rebuilds it from the log."""
+    """A ConsumeQueue ends before entries the CommitLog holds for it: the owner rebuilds it from the log.
+    `continues_at`: the entry the log goes on with (None when the gap is inside the log's own records)."""
+
+    def __init__(self, message: str, *, continues_at: int | None = None, **where):
+        super().__init__(message, **where)
+        self.continues_at = continues_at
 
 
 class StoreIOError(StoreError):

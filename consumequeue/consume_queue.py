@@ -77,7 +77,9 @@ class ConsumeQueue:
         self.max_offset = self.min_offset
         for index, units in enumerate(self.units):
             written = cqf.written_count(units, self.files[index].path)
-            _check_units(units[:written], self.files[index].path, 0)
+            fillers = cqf.leading_fillers(units[:written]) if index == 0 else 0
+            self.min_offset += fillers
+            _check_units(units[fillers:written], self.files[index].path, fillers)
             self.max_offset = self.files[index].base_offset // cqf.UNIT_SIZE_BYTES + written
             if written < self.entries_per_file:
                 if index != len(self.units) - 1:
@@ -113,6 +115,15 @@ class ConsumeQueue:
             if list_files or not self.files or self.max_offset >= self._end_of_last_file():
                 self._list_files()
                 self._count_new_entries()
+                self._skip_fillers()
+
+    def _skip_fillers(self) -> None:
+        """A reader that just mapped a queue's first file: `min_offset` past the fillers at its start."""
+        if not self.files or self.min_offset != self.files[0].base_offset // cqf.UNIT_SIZE_BYTES:
+            return
+        units = self.units[0]
+        if int(units[0]["size"]) == cqf.FILLER_SIZE:
+            self.min_offset += cqf.leading_fillers(units[: self.max_offset - self.min_offset])
 
     def _end_of_last_file(self) -> int:
         return self.files[-1].base_offset // cqf.UNIT_SIZE_BYTES + self.entries_per_file
@@ -194,7 +205,8 @@ class ConsumeQueue:
             if skip < 0:
                 raise QueueGapError(
                     f"queue {self.topic}/{self.queue_id} ends at entry {self.max_offset} but the log continues "
-                    f"it at entry {first_queue_offset}", path=self.directory, rule="consumequeue.dense")
+                    f"it at entry {first_queue_offset}", path=self.directory, rule="consumequeue.dense",
+                    continues_at=first_queue_offset)
             if skip >= len(units):
                 return 0
             if skip:
@@ -209,6 +221,21 @@ class ConsumeQueue:
                 written += count
                 self.max_offset += count
             return written
+
+    def start_at(self, first_queue_offset: int) -> None:
+        """Make an empty queue start at entry `first_queue_offset`: the file holding it is made, with filler units
+        before it (consumequeue/format.py). For a queue built from a log whose first segments are deleted."""
+        assert self.writable
+        with self.lock:
+            if self.files:
+                raise QueueGapError(f"queue {self.topic}/{self.queue_id} is not empty", path=self.directory,
+                                    rule="consumequeue.dense")
+            file_first = first_queue_offset - first_queue_offset % self.entries_per_file
+            self._create_file(file_first)
+            count = first_queue_offset - file_first
+            self.units[0][:count] = cqf.filler_units(count)
+            self.flushed_offset = file_first  # the next flush writes the fillers too
+            self.min_offset = self.max_offset = first_queue_offset
 
     def _create_file(self, first_queue_offset: int) -> None:
         if not self.files:
@@ -460,11 +487,15 @@ class ConsumeQueueTable:
             raise StoreIOError(f"cannot remove {directory}: {exc.strerror}") from exc
 
     def key_of(self, directory: str | None) -> tuple[str, int] | None:
-        """The (topic, queue_id) whose directory is `directory`, or None."""
+        """The (topic, queue_id) whose directory is `directory` (a queue of the table, or one about to join it),
+        or None."""
         for key, queue in list(self.queues.items()):
             if queue.directory == directory:
                 return key
-        return None
+        if directory is None or os.path.dirname(os.path.dirname(directory)) != self.directory:
+            return None
+        topic, queue_id = os.path.basename(os.path.dirname(directory)), os.path.basename(directory)
+        return (topic, int(queue_id)) if queue_id.isdigit() else None
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))

@@ -17,6 +17,12 @@ have size 0, so a zero-filled unit is free space. A negative size is damage wher
 any size <= 0 for the end; mqstore reports it instead of hiding the entries after it). (3) Entries hold
 strictly increasing commitlog offsets.
 
+Filler units. A queue that starts after entry 0 (its earlier messages were in CommitLog segments already deleted
+when it was built) starts in the file that holds its first entry, and the units before it in that file are
+fillers: commitlog_offset 0, size 2^31-1, tags_code 0 (RocketMQ's pre-fill of a queue's first file). Fillers
+are only at the start of a queue's first file; the queue's `min_offset` is the first unit after them. RocketMQ
+reads them as entries pointing below the log's start, which its minimum-offset correction skips.
+
 Files: `consumequeue/<topic>/<queue_id>/<name>`, each holding `consume_queue_entries_per_file` units
 (default 300 000, 6 000 000 bytes), named by the logical byte offset of their first unit as 20 zero-padded
 decimal digits: the second default file is 00000000000006000000.
@@ -33,6 +39,26 @@ FILE_NAME_DIGITS = 20
 
 assert CONSUME_QUEUE_UNIT.itemsize == UNIT_SIZE_BYTES
 assert CONSUME_QUEUE_UNIT.fields["size"][1] == 8 and CONSUME_QUEUE_UNIT.fields["tags_code"][1] == 12
+
+
+FILLER_COMMITLOG_OFFSET = 0
+FILLER_SIZE = 0x7FFFFFFF
+FILLER_TAGS_CODE = 0
+
+
+def filler_units(count: int) -> np.ndarray:
+    """`count` filler units (module docstring)."""
+    return make_units(np.full(count, FILLER_COMMITLOG_OFFSET), np.full(count, FILLER_SIZE),
+                      np.full(count, FILLER_TAGS_CODE))
+
+
+def leading_fillers(units: np.ndarray) -> int:
+    """How many of `units` (the written units of a queue's first file) are fillers, from the first on."""
+    if not len(units) or int(units[0]["size"]) != FILLER_SIZE:
+        return 0
+    filler = ((units["commitlog_offset"] == FILLER_COMMITLOG_OFFSET) & (units["size"] == FILLER_SIZE)
+              & (units["tags_code"] == FILLER_TAGS_CODE))
+    return len(units) if filler.all() else int(np.argmin(filler))
 
 
 def file_name(first_queue_offset: int) -> str:

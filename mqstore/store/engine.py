@@ -294,7 +294,8 @@ class MessageStore(Reads, IndexLookups):
 
     def _redispatch(self, report: RecoveryReport) -> int:
         """Dispatch what the queues and index miss. A queue that lost entries the log still has (the log goes
-        on past a hole in it) is deleted and rebuilt from the start of the log, queue by queue."""
+        on past a hole in it) is deleted and rebuilt from the start of the log, queue by queue; an empty one
+        whose first messages were in deleted segments starts at the first entry the log holds."""
         for _ in range(REBUILDS_PER_OPEN_MAX):
             try:
                 return self._dispatch.dispatch_available()
@@ -302,6 +303,18 @@ class MessageStore(Reads, IndexLookups):
                 key = self._queues.key_of(exc.path)
                 if key is None:
                     raise
+                queue = self._queues.get(*key)
+                if (queue is None or not queue.files) and exc.continues_at and self._commitlog.min_offset() > 0:
+                    # Its first messages were in segments deleted since: it starts where the log does (fillers).
+                    log.warning("consume queue %s/%d starts at entry %d, the first the log still holds", key[0],
+                                key[1], exc.continues_at)
+                    self._queues.get_or_create(*key).start_at(exc.continues_at)
+                    if f"{key[0]}/{key[1]}" not in report.queues_rebuilt:
+                        note_queue_rebuilt(report, *key)
+                    continue
+                if f"{key[0]}/{key[1]}" in report.queues_rebuilt:  # rebuilt from the log's start, gap again
+                    raise QueueGapError(f"the CommitLog itself lacks entries of queue {key[0]}/{key[1]}: {exc}",
+                                        path=exc.path, rule="consumequeue.dense") from exc
                 log.warning("rebuilding consume queue %s/%d: %s", key[0], key[1], exc)
                 self._queues.remove(*key)
                 note_queue_rebuilt(report, *key)

@@ -219,6 +219,8 @@ class QueueIndex:
             units = self.read_units(path)
             offsets = units["commitlog_offset"]
             a, b = np.searchsorted(offsets, lo), np.searchsorted(offsets, hi)
+            if len(units) and int(units["size"][0]) == cqfmt.FILLER_SIZE:  # a queue that starts late: not entries
+                a = max(int(a), cqfmt.leading_fillers(units))
             if a < b:
                 if first_number is None:
                     first_number = number + int(a)
