@@ -12,6 +12,7 @@
      +-- ReadOnlyStoreError         a write was attempted on a store opened read_only
      +-- CorruptionError            bytes on disk break a format rule; carries file, offset and rule
      |    +-- QueueGapError         a ConsumeQueue lacks entries the CommitLog holds (rebuild it from the log)
+     |    +-- SettingsFileError     the store's settings file (config/mqstore.json) is damaged (repair rewrites it)
      +-- StoreIOError               the operating system failed a read, write, map or sync (raised from OSError)
      |    +-- SegmentWriteError     a record could not be written to its segment (a failed pwrite)
      +-- SegmentFullError           internal: a record does not fit in what is left of a segment
@@ -91,6 +92,11 @@ class QueueGapError(CorruptionError):
     def __init__(self, message: str, *, continues_at: int | None = None, **where):
         super().__init__(message, **where)
         self.continues_at = continues_at
+
+
+class SettingsFileError(CorruptionError):
+    """The store's settings file (config/mqstore.json) is not what mqstore writes. `repair=True` keeps it in the
+    repair folder and writes the settings read from the store's own files (mqstore/store/settings.py)."""
 
 
 class StoreIOError(StoreError):

@@ -14,7 +14,7 @@ import socket
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError, InvalidConfigError, StoreIOError
+from mqstore.commitlog.errors import ConfigMismatchError, InvalidConfigError, SettingsFileError, StoreIOError
 from mqstore.flush.modes import FlushMode
 
 GIB = 1 << 30
@@ -279,8 +279,8 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
         if not isinstance(saved, dict):
             raise ValueError("not an object")
     except ValueError as exc:
-        raise CorruptionError(f"store settings file is not a JSON object: {exc}", path=path,
-                              rule="config.json") from exc
+        raise SettingsFileError(f"store settings file is not a JSON object: {exc}", path=path,
+                                rule="config.json") from exc
     if saved.get("format_version") != CONFIG_FORMAT_VERSION:
         raise ConfigMismatchError(f"{path}: format_version {saved.get('format_version')!r} is not "
                                   f"{CONFIG_FORMAT_VERSION}")
@@ -291,7 +291,8 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
                                   "settings: " + "; ".join(differences))
     start = saved.get(RECORD_CRC_FROM_KEY)
     if start is not None and (type(start) is not int or start < 0):
-        raise CorruptionError(f"{RECORD_CRC_FROM_KEY} must be an offset, got {start!r}", path=path, rule="config.json")
+        raise SettingsFileError(f"{RECORD_CRC_FROM_KEY} must be an offset, got {start!r}", path=path,
+                                rule="config.json")
     chosen = INDEX_ENABLED_KEY in config.explicit_fields
     if writable and chosen and saved.get(INDEX_ENABLED_KEY) != config.index_enabled:
         saved = {**saved, INDEX_ENABLED_KEY: config.index_enabled}  # the caller's new choice is the store's now

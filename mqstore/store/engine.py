@@ -52,7 +52,14 @@ from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from mqstore.flush.services import GroupCommitService, IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
 from mqstore.indexfile.index_service import IndexService
-from mqstore.store.config import RECORD_CRC_FROM_KEY, FlushMode, StoreConfig, save_or_check_format, save_record_crc_from
+from mqstore.store.config import (
+    CONFIG_FILE_NAME,
+    RECORD_CRC_FROM_KEY,
+    FlushMode,
+    StoreConfig,
+    save_or_check_format,
+    save_record_crc_from,
+)
 from mqstore.store.dispatch_process import ProcessDispatch, stop_leftover
 from mqstore.store.index_queries import IndexFlushable, IndexLookups, checkpoint_logical_flush
 from mqstore.store.markers import ABORT_FILE_NAME, remove_marker, write_marker
@@ -60,7 +67,7 @@ from mqstore.store.reads import Reads
 from mqstore.store.recovery import RecoveryCase, RecoveryReport, dispatch_start, note_queue_rebuilt, recover
 from mqstore.store.repair import Salvage
 from mqstore.store.retention import Retention
-from mqstore.store.settings import resolve_config
+from mqstore.store.settings import resolve_config, saved_settings_damage
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +155,10 @@ class MessageStore(Reads, IndexLookups):
 
     def _open_files(self) -> None:
         """The config resolved against the store, the lock, the CommitLog, ConsumeQueues and index, opened."""
+        root, passed = self.root_dir, self.config
+        self._salvage = Salvage(root) if self._repair and not self.read_only else None  # keeps what repair cuts
         # The format settings not passed explicitly are the store's (mqstore/store/settings.py).
-        self.config = config = resolve_config(self.root_dir, self.config, read_only=self.read_only)
-        root = self.root_dir
+        self.config = config = resolve_config(root, passed, read_only=self.read_only)
         if self.read_only:
             if not os.path.isdir(os.path.join(root, "commitlog")):
                 raise StoreIOError(f"{root} is not a store: it has no commitlog directory")
@@ -162,10 +170,12 @@ class MessageStore(Reads, IndexLookups):
                 raise StoreIOError(f"cannot create the store at {root}: {exc.strerror}") from exc
             self._take_lock()
             stop_leftover(root)  # a killed writer's dispatch process must not write the queues recovery works on
+            if self._salvage is not None and (damage := saved_settings_damage(root)) is not None:
+                self._salvage.settings_damaged(os.path.join(root, "config", CONFIG_FILE_NAME), damage)
+                self.config = config = resolve_config(root, passed, read_only=False)  # now from the files
         self._settings = save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only,
                                               new_log=not _has_segments(os.path.join(root, "commitlog")))
         born_raw = fmt.encode_host(config.born_host or config.store_host, config.born_port)
-        self._salvage = Salvage(root) if self._repair and not self.read_only else None  # keeps what repair cuts
         self._commitlog = CommitLog(
             os.path.join(root, "commitlog"), config.segment_size_bytes, writable=not self.read_only,
             max_message_size_bytes=config.max_message_size_bytes, max_queues_per_topic=config.max_queues_per_topic,
@@ -203,6 +213,10 @@ class MessageStore(Reads, IndexLookups):
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
                          repair=self._repair, check_crc=config.check_crc_on_recover, salvage=self._salvage)
         self._note_engine_cases(report)
+        salvage = self._salvage
+        if salvage is not None and salvage.directory is not None:  # also when only the settings file was set aside
+            report.repair_dir = salvage.directory
+            report.dropped_files = list(dict.fromkeys(report.dropped_files + salvage.files))
         end = report.log_end
         if config.record_crc and self._commitlog.record_crc_from is None:  # a log written without record CRCs
             self._settings = save_record_crc_from(os.path.join(root, "config"), self._settings, end)

@@ -89,6 +89,24 @@ class Salvage:
         log.warning("repair: a segment is missing after %020d; moved %d later segments to %s", last_kept_base,
                     len(paths), self.directory)
 
+    def settings_damaged(self, path: str, why: str) -> None:
+        """Set a damaged settings file aside, as other/<name>.damaged (the opener then takes the settings from the
+        store's files and writes them anew). It leaves the store first, so that the folder does not take it
+        for its own settings."""
+        name = os.path.basename(path)
+        aside = path + ".damaged"
+        try:
+            os.replace(path, aside)
+            target = self._path("other", name + ".damaged")
+            os.replace(aside, target)
+            fsync_directory(os.path.dirname(path))
+            fsync_directory(os.path.dirname(target))
+        except OSError as exc:
+            raise StoreIOError(f"repair cannot move {path} aside: {exc.strerror}") from exc
+        self._note(path, f"other/{name}.damaged: {self._relative(path)} as found ({why}); the settings were read "
+                         "again from the store's files and saved anew")
+        log.warning("repair: the settings file %s is damaged (%s); set aside in %s", path, why, self.directory)
+
     def copy_segment(self, path: str, why: str) -> None:
         """Keep a copy of a segment before the repair changes it (the first state only)."""
         name = os.path.basename(path)

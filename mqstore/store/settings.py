@@ -23,6 +23,7 @@ index (derived data) with the defaults.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import struct
@@ -31,9 +32,16 @@ from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import ConfigMismatchError
 from mqstore.consumequeue import format as cqf
 from mqstore.indexfile import format as index_format
-from mqstore.store.config import CONFIG_FILE_NAME, INDEX_ENABLED_KEY, MESSAGE_OVERHEAD_MAX_BYTES, StoreConfig
+from mqstore.store.config import (
+    CONFIG_FILE_NAME,
+    INDEX_ENABLED_KEY,
+    MESSAGE_OVERHEAD_MAX_BYTES,
+    RECORD_CRC_FROM_KEY,
+    StoreConfig,
+)
 
 INDEX_SIZE_FIELDS = ("index_slot_count", "index_entry_count_max")
+SEGMENTS_SAMPLED_MAX = 64  # segments whose lengths decide the log's segment size
 
 
 def resolve_config(root: str, config: StoreConfig, *, read_only: bool) -> StoreConfig:
@@ -42,8 +50,7 @@ def resolve_config(root: str, config: StoreConfig, *, read_only: bool) -> StoreC
     explicit = config.explicit_fields
     saved = read_saved_settings(root)
     values = {}
-    segment_file = _first_file(os.path.join(root, "commitlog"), fmt.parse_segment_name)
-    segment_length = _length(segment_file)
+    segment_file, segment_length = _segment_length(root)
     if "segment_size_bytes" not in explicit:
         found = saved.get("segment_size_bytes") or segment_length
         if isinstance(found, int) and found > 0:
@@ -68,6 +75,55 @@ def resolve_config(root: str, config: StoreConfig, *, read_only: bool) -> StoreC
                                                       segment - MESSAGE_OVERHEAD_MAX_BYTES))
     values = {name: value for name, value in values.items() if getattr(config, name) != value}
     return config.adopting(**values) if values else config
+
+
+def saved_settings_damage(root: str) -> str | None:
+    """Why the store's settings file cannot be one mqstore wrote for this store, or None (also without one): not
+    a JSON object, a value of the wrong type, or a saved size the store's own files contradict (the length most
+    of its segments have, of its ConsumeQueue files). For `repair=True`, which then sets the file aside."""
+    path = os.path.join(root, "config", CONFIG_FILE_NAME)
+    try:
+        with open(path, "rb") as handle:
+            saved = json.loads(handle.read())
+    except OSError:
+        return None  # none, or unreadable: the open reports that itself
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    if not isinstance(saved, dict) or type(saved.get("format_version")) is not int:
+        return "not a settings object with a format_version"
+    for name in ("segment_size_bytes", "consume_queue_entries_per_file", *INDEX_SIZE_FIELDS):
+        if name in saved and (type(saved[name]) is not int or saved[name] <= 0):
+            return f"{name} is {saved[name]!r}"
+    for name in ("record_crc", INDEX_ENABLED_KEY):
+        if name in saved and type(saved[name]) is not bool:
+            return f"{name} is {saved[name]!r}"
+    start = saved.get(RECORD_CRC_FROM_KEY)
+    if start is not None and (type(start) is not int or start < 0):
+        return f"{RECORD_CRC_FROM_KEY} is {start!r}"
+    _, segment_length = _segment_length(root)
+    if segment_length and saved.get("segment_size_bytes", segment_length) != segment_length:
+        return f"segment_size_bytes is {saved['segment_size_bytes']}, the segments are {segment_length} bytes"
+    entries = _consume_queue_entries(root)
+    if entries and saved.get("consume_queue_entries_per_file", entries) != entries:
+        return (f"consume_queue_entries_per_file is {saved['consume_queue_entries_per_file']}, the queue files "
+                f"hold {entries}")
+    return None
+
+
+def _segment_length(root: str) -> tuple[str | None, int | None]:
+    """(a segment, its length): the length most of the log's segments have (one cut short or grown by damage
+    does not decide it), the first such segment; (None, None) without segments."""
+    directory = os.path.join(root, "commitlog")
+    try:
+        names = sorted(name for name in os.listdir(directory) if fmt.parse_segment_name(name) is not None)
+    except OSError:
+        return None, None
+    paths = [os.path.join(directory, name) for name in names[:SEGMENTS_SAMPLED_MAX]]
+    found = [(length, path) for path in paths if (length := _length(path))]
+    if not found:
+        return (paths[0] if paths else None), None
+    common = collections.Counter(length for length, _ in found).most_common(1)[0][0]
+    return next(path for length, path in found if length == common), common
 
 
 def read_saved_settings(root: str) -> dict:

@@ -293,3 +293,53 @@ def test_a_new_store_has_nothing_to_recover_and_its_report_is_plain_data(tmp_pat
         assert report.cases() == [RecoveryCase.NEW_STORE]
     plain = report.as_dict()
     assert type(plain["case"]) is str and plain["case"] == "NEW_STORE" and json.loads(json.dumps(plain)) == plain
+
+
+SETTINGS_DAMAGE = {
+    # name: (how the file is damaged, the error a plain open raises with the test's explicit config)
+    "not JSON": (lambda text: text[: len(text) // 2], "SettingsFileError"),
+    "segment size digit": (lambda text: text.replace('"segment_size_bytes": 65536', '"segment_size_bytes": 85536'),
+                           "ConfigMismatchError"),
+    "entries digit": (lambda text: text.replace('"consume_queue_entries_per_file": 64',
+                                                '"consume_queue_entries_per_file": 84'), "ConfigMismatchError"),
+    "crc start": (lambda text: text.replace('"record_crc_from_offset": 0', '"record_crc_from_offset": -8'),
+                  "SettingsFileError"),
+}
+
+
+@pytest.mark.parametrize("damage", SETTINGS_DAMAGE)
+def test_a_damaged_settings_file_is_refused_then_repaired_from_the_store_s_files(tmp_path, damage):
+    _write(tmp_path)
+    settings = tmp_path / "config" / "mqstore.json"
+    original = json.loads(settings.read_text())
+    change, refusal = SETTINGS_DAMAGE[damage]
+    damaged = change(settings.read_text())
+    assert damaged != settings.read_text()
+    settings.write_text(damaged)
+    with pytest.raises(Exception) as caught:
+        MessageStore.open(tmp_path, _config()).close()
+    assert type(caught.value).__name__ == refusal
+    with MessageStore.open(tmp_path, _config(), repair=True) as store:
+        report = store.recovery_report
+        assert len(_all_bodies(store)) == COUNT
+        assert report.dropped_messages == 0 and "config/mqstore.json" in report.dropped_files
+    folder = _check_repair_folder(report, tmp_path)
+    assert (folder / "other" / "mqstore.json.damaged").read_text() == damaged
+    saved = json.loads(settings.read_text())
+    for name in ("segment_size_bytes", "consume_queue_entries_per_file", "record_crc"):
+        assert saved[name] == original[name]
+    assert saved["record_crc_from_offset"] > 0  # record CRCs are trusted from the repair's log end on
+    _reopens_clean_and_writable(tmp_path, COUNT)
+
+
+def test_a_segment_of_the_wrong_length_does_not_make_sound_settings_look_damaged(tmp_path):
+    from mqstore.store.settings import saved_settings_damage
+
+    _write(tmp_path)
+    assert saved_settings_damage(str(tmp_path)) is None
+    with open(_segment_path(tmp_path, 0), "ab") as handle:
+        handle.write(b"\x01" * 100)
+    assert saved_settings_damage(str(tmp_path)) is None  # the other segments have the saved length
+    settings = tmp_path / "config" / "mqstore.json"
+    settings.write_text(settings.read_text().replace('"segment_size_bytes": 65536', '"segment_size_bytes": 65636'))
+    assert "the segments are 65536 bytes" in saved_settings_damage(str(tmp_path))
