@@ -28,7 +28,15 @@ from mqstore.commitlog import native
 from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from mqstore.commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
-from mqstore.commitlog.message import Message, StoredMessage, decode_message, decode_records, decode_records_native
+from mqstore.commitlog.message import (
+    Message,
+    PutResult,
+    PutStatus,
+    StoredMessage,
+    decode_message,
+    decode_records,
+    decode_records_native,
+)
 from mqstore.commitlog.native import NATIVE
 from mqstore.commitlog.segments import SegmentList
 from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
@@ -290,6 +298,18 @@ class CommitLog:
             return None
         return functools.partial(self.codec.prepare_message, self._topic_tails, self.max_queues_per_topic,
                                  self.max_message_size_bytes)
+
+    def compiled_put(self):
+        """The single-message put of the common shape in compiled code (commitlog/csrc/put.c): a callable that,
+        for a caller holding `self.lock`, does `prepare` + `append_holding_lock` for a compiled Message without
+        tags, keys or properties, of a topic seen before, and returns its PutResult (PUT_OK); None, with nothing
+        written, for anything else (then the caller runs those two). None when there is no compiled codec or
+        the log adds UNIQ_KEYs. The writer's state stays here: the callable reads and writes this object's
+        attributes (`_end`, `queue_offsets`, ...) on every call."""
+        if self.codec is None or self.unique_keys is not None or not hasattr(self.codec, "Appender") \
+                or not self.writable or _write_at is None:
+            return None
+        return self.codec.Appender(self, globals(), time.time_ns, _write_at, PutResult, PutStatus.PUT_OK).put
 
     def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes, bytes]:
         """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by PROPERTIES without user
