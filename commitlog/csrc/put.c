@@ -7,11 +7,14 @@
  * the write-through scratch and pwrite), the queue offset assigned and advanced, the record described in
  * `written_records`, `last_store_timestamp_ms`, the end moved and published in `end_word`, and the PutResult.
  *
- * The CommitLog stays the one owner of the writer's state: every call reads `_end`, `_append_limit`,
- * `_segment_base`, `_view`, `_scratch`, `_segment_fd`, `queue_offsets`, `written_records`, `end_word`, `codec` and
- * `unique_keys` from the log's __dict__ and writes `_end`, `last_store_timestamp_ms` and `queue_offsets` back
- * there, so that a roll, set_end, truncate, recovery or close (which set them in Python, under the same lock) can
- * never leave a copy here out of step. The mapping is held (buffer protocol) while the record is written.
+ * The CommitLog stays the one owner of the writer's state. What changes once a segment or less (`_view`,
+ * `_segment_base`, `_append_limit`, `_segment_fd`, `_scratch`, `_flush_lock`, `written_records`, `end_word`, and
+ * whether `codec` is compiled and `unique_keys` unset) is copied here by `refresh()`, which the CommitLog calls
+ * after each change of them (`_use_segment`, `_make_room`, the `write_through`, `written_records` and `end_word`
+ * setters); what changes every put (`_end`, `queue_offsets`, `last_store_timestamp_ms`) is read from and written
+ * to the log's __dict__ on every call, so that set_end, truncate, recovery and put_batch (which set them in
+ * Python, under the same lock) are seen at once. The mapping is held (buffer protocol) while a record is written;
+ * a close or a roll refreshes the copy before the old view could be written again.
  *
  * Anything else returns None before a byte is written or a number moves: a message of another shape, a topic not
  * seen yet, a record that does not fit before `_append_limit` (a roll, a disk reservation step, the near-end
@@ -35,10 +38,17 @@ enum {
 };
 static const char *key_names[K_COUNT] = {
     "_end", "_append_limit", "_segment_base", "_view", "_scratch", "_segment_fd", "_flush_lock", "queue_offsets",
-    "written_records", "end_word", "codec", "unique_keys", "last_store_timestamp_ms", "_time_ns", "_write_at", "locked",
+    "_written_records", "_end_word", "codec", "unique_keys", "last_store_timestamp_ms", "_time_ns", "_write_at", "locked",
     "append"};
 static PyObject *keys[K_COUNT];
 static PyObject *zero_index = NULL;
+
+/* The writer's state that changes once a segment or less, as refresh() read it (held references). */
+typedef struct {
+    int64_t append_limit, segment_base;
+    int segment_fd;  /* -1: none */
+    PyObject *view, *scratch, *flush_lock, *written, *end_word;  /* NULL: None */
+} writer_state;
 
 typedef struct {
     PyObject_HEAD
@@ -53,7 +63,11 @@ typedef struct {
     int record_crc;
     uint8_t born_host[MQ_HOST_V4_LENGTH], store_host[MQ_HOST_V4_LENGTH];
     char msg_id_prefix[2 * MQ_HOST_V4_LENGTH];  /* the store host's 8 bytes in upper-case hex */
+    int usable;               /* refresh() found a state this path writes in (else every put returns None) */
+    writer_state cached;      /* what refresh() read; its objects are held (strong references) */
 } AppenderObject;
+
+static void forget_state(AppenderObject *self);
 
 static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->state);
@@ -63,6 +77,11 @@ static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->topic_tails);
     Py_VISIT(self->result_type);
     Py_VISIT(self->ok_status);
+    Py_VISIT(self->cached.view);
+    Py_VISIT(self->cached.scratch);
+    Py_VISIT(self->cached.flush_lock);
+    Py_VISIT(self->cached.written);
+    Py_VISIT(self->cached.end_word);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -75,6 +94,7 @@ static int appender_clear(AppenderObject *self) {
     Py_CLEAR(self->topic_tails);
     Py_CLEAR(self->result_type);
     Py_CLEAR(self->ok_status);
+    forget_state(self);
     return 0;
 }
 
@@ -125,6 +145,8 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->write_at = Py_NewRef(write_at);
     self->result_type = Py_NewRef(result_type);
     self->ok_status = Py_NewRef(ok_status);
+    self->cached.segment_fd = -1;
+    self->cached.append_limit = -1;
     PyObject *record_crc = self->state == NULL ? NULL : PyObject_GetAttrString(log, "record_crc");
     if (self->topic_tails == NULL || record_crc == NULL || !PyDict_Check(self->topic_tails) ||
         (self->record_crc = PyObject_IsTrue(record_crc)) < 0 ||
@@ -146,41 +168,64 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     return (PyObject *)self;
 }
 
-/* The writer's state as this call sees it (borrowed from the log's __dict__). */
-typedef struct {
-    int64_t end, append_limit, segment_base;
-    PyObject *view, *scratch, *segment_fd, *flush_lock, *queue_offsets, *written, *end_word;
-} writer_state;
 
-/* 1 with `out` filled when the log is in a state this path writes in, 0 when not (None: the Python path). */
-static int read_state(PyObject *state, writer_state *out) {
-    PyObject *item[K_END_WORD + 1];
-    for (int k = 0; k <= K_UNIQUE_KEYS; k++) {
-        PyObject *value = PyDict_GetItemWithError(state, keys[k]);
-        if (value == NULL) return 0;  /* the caller checks PyErr_Occurred */
-        if (k <= K_END_WORD) item[k] = value;
-        else if (k == K_CODEC && value == Py_None) return 0;  /* the pure-Python codec */
-        else if (k == K_UNIQUE_KEYS && value != Py_None) return 0;  /* UNIQ_KEYs are added by prepare */
+static void forget_state(AppenderObject *self) {
+    writer_state *c = &self->cached;
+    self->usable = 0;
+    Py_CLEAR(c->view);
+    Py_CLEAR(c->scratch);
+    Py_CLEAR(c->flush_lock);
+    Py_CLEAR(c->written);
+    Py_CLEAR(c->end_word);
+    c->append_limit = -1;
+    c->segment_base = 0;
+    c->segment_fd = -1;
+}
+
+static PyObject *held(PyObject *value) { return value == Py_None ? NULL : Py_NewRef(value); }
+
+/* Read the state from the log's __dict__ into `cached`: 1 when it is one this path writes in, 0 when not (every
+ * put then returns None until the next refresh), -1 with an error. */
+static int read_state(AppenderObject *self) {
+    forget_state(self);
+    PyObject *item[K_UNIQUE_KEYS + 1];
+    for (int k = K_APPEND_LIMIT; k <= K_UNIQUE_KEYS; k++) {
+        if (k == K_QUEUE_OFFSETS) continue;  /* read on every put */
+        item[k] = PyDict_GetItemWithError(self->state, keys[k]);
+        if (item[k] == NULL) return PyErr_Occurred() ? -1 : 0;
     }
+    if (item[K_CODEC] == Py_None || item[K_UNIQUE_KEYS] != Py_None) return 0;  /* the pure-Python codec; UNIQ_KEYs */
+    if (item[K_VIEW] == Py_None || !PyLong_CheckExact(item[K_APPEND_LIMIT]) ||
+        !PyLong_CheckExact(item[K_SEGMENT_BASE]))
+        return 0;  /* no segment (before the first append, closed, truncated) */
+    writer_state *c = &self->cached;
     int overflow = 0;
-    if (!PyLong_CheckExact(item[K_END]) || !PyLong_CheckExact(item[K_APPEND_LIMIT]) ||
-        !PyLong_CheckExact(item[K_SEGMENT_BASE]) || !PyDict_CheckExact(item[K_QUEUE_OFFSETS]) ||
-        item[K_VIEW] == Py_None)
-        return 0;
-    out->end = PyLong_AsLongLongAndOverflow(item[K_END], &overflow);
+    c->append_limit = PyLong_AsLongLongAndOverflow(item[K_APPEND_LIMIT], &overflow);
     if (overflow) return 0;
-    out->append_limit = PyLong_AsLongLongAndOverflow(item[K_APPEND_LIMIT], &overflow);
+    c->segment_base = PyLong_AsLongLongAndOverflow(item[K_SEGMENT_BASE], &overflow);
     if (overflow) return 0;
-    out->segment_base = PyLong_AsLongLongAndOverflow(item[K_SEGMENT_BASE], &overflow);
-    if (overflow) return 0;
-    out->view = item[K_VIEW];
-    out->scratch = item[K_SCRATCH] == Py_None ? NULL : item[K_SCRATCH];
-    out->segment_fd = item[K_SEGMENT_FD];
-    out->flush_lock = item[K_FLUSH_LOCK];
-    out->queue_offsets = item[K_QUEUE_OFFSETS];
-    out->written = item[K_WRITTEN] == Py_None ? NULL : item[K_WRITTEN];
-    out->end_word = item[K_END_WORD] == Py_None ? NULL : item[K_END_WORD];
+    if (PyLong_CheckExact(item[K_SEGMENT_FD])) {
+        long fd = PyLong_AsLongAndOverflow(item[K_SEGMENT_FD], &overflow);
+        c->segment_fd = overflow || fd < 0 || fd > INT32_MAX ? -1 : (int)fd;
+    }
+    c->view = Py_NewRef(item[K_VIEW]);
+    c->scratch = held(item[K_SCRATCH]);
+    c->flush_lock = held(item[K_FLUSH_LOCK]);
+    c->written = held(item[K_WRITTEN]);
+    c->end_word = held(item[K_END_WORD]);
+    self->usable = 1;
     return 1;
+}
+
+PyDoc_STRVAR(appender_refresh_doc,
+"refresh() -> bool\n\n"
+"Copy the writer's state that changes once a segment or less from the log (see commitlog/csrc/put.c); the log\n"
+"calls it after each change of it. False when puts must take the Python path until the next refresh.");
+
+static PyObject *appender_refresh(AppenderObject *self, PyObject *unused) {
+    int usable = read_state(self);
+    if (usable < 0) return NULL;
+    return PyBool_FromLong(usable);
 }
 
 /* The store clock in ms, as `_time_ns() // 1_000_000` in commitlog.py; 0 with *ms set, or -1 with an error. */
@@ -291,14 +336,15 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
 
 /* After the record is written: the queue offset advanced, the store time, the description for dispatch, the
  * end moved and published (in append_holding_lock's order); then the PutResult. */
-static PyObject *publish(AppenderObject *self, const writer_state *s, const mq_common_parts *m, PyObject *queue_key,
+static PyObject *publish(AppenderObject *self, PyObject *queue_offsets, const mq_common_parts *m, PyObject *queue_key,
                          int64_t offset, int64_t queue_offset, int64_t store_ts, int64_t size) {
+    const writer_state *s = &self->cached;
     PyObject *queue_value = PyLong_FromLongLong(queue_offset), *next_value = PyLong_FromLongLong(queue_offset + 1);
     PyObject *store_value = PyLong_FromLongLong(store_ts), *offset_value = PyLong_FromLongLong(offset);
     PyObject *end_value = PyLong_FromLongLong(offset + size);
     int failed = queue_value == NULL || next_value == NULL || store_value == NULL || offset_value == NULL ||
                  end_value == NULL;
-    if (!failed) failed = PyDict_SetItem(s->queue_offsets, queue_key, next_value) < 0 ||
+    if (!failed) failed = PyDict_SetItem(queue_offsets, queue_key, next_value) < 0 ||
                           PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0;
     if (!failed && s->written != NULL && PyBytes_GET_SIZE(m->tail) <= DESCRIBED_TAIL_BYTES_MAX) {
         PyObject *size_value = PyLong_FromLongLong(size);
@@ -329,34 +375,41 @@ PyDoc_STRVAR(appender_put_doc,
 "holds the writer lock: PutResult(PUT_OK, ...). None, with nothing written and nothing moved, for anything else:\n"
 "the caller then runs prepare and append_holding_lock.");
 
+/* The log's end and its queue offset table, read from its __dict__ on every put: 1, 0 (None: the Python path)
+ * or -1 with an error. */
+static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets) {
+    PyObject *value = PyDict_GetItemWithError(self->state, keys[K_END]);
+    PyObject *table = value == NULL ? NULL : PyDict_GetItemWithError(self->state, keys[K_QUEUE_OFFSETS]);
+    if (table == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyLong_CheckExact(value) || !PyDict_CheckExact(table)) return 0;
+    int overflow;
+    *end = PyLong_AsLongLongAndOverflow(value, &overflow);
+    *queue_offsets = table;
+    return !overflow && *end >= 0;
+}
+
 static PyObject *appender_put(AppenderObject *self, PyObject *message) {
     mq_common_parts m;
-    writer_state s;
-    if (!mq_common_message(message, self->topic_tails, self->queues_max, self->body_max, &m) ||
-        !read_state(self->state, &s)) {
-        if (PyErr_Occurred()) return NULL;
+    int64_t offset;
+    PyObject *queue_offsets;
+    const writer_state *s = &self->cached;
+    int ready = self->usable ? read_end(self, &offset, &queue_offsets) : 0;
+    if (ready <= 0 || !mq_common_message(message, self->topic_tails, self->queues_max, self->body_max, &m)) {
+        if (ready < 0 || PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
     int64_t body_length = PyBytes_GET_SIZE(m.body), tail_length = PyBytes_GET_SIZE(m.tail);
-    int64_t size = MQ_HEADER_SIZE + body_length + tail_length, offset = s.end;
-    if (offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s.append_limit) Py_RETURN_NONE;  /* _roll's work */
-    int through = writes_through(self, &s, size);
+    int64_t size = MQ_HEADER_SIZE + body_length + tail_length;
+    if (offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s->append_limit || offset < s->segment_base)
+        Py_RETURN_NONE;  /* _roll's work (and _make_room's) */
+    int through = writes_through(self, s, size);
     if (through < 0) return NULL;
-    if (through == 2) Py_RETURN_NONE;
-    int fd = -1;
-    if (through) {
-        if (!PyLong_CheckExact(s.segment_fd)) Py_RETURN_NONE;
-        fd = (int)PyLong_AsLong(s.segment_fd);
-        if (fd < 0) {
-            if (PyErr_Occurred()) return NULL;
-            Py_RETURN_NONE;
-        }
-    }
+    if (through == 2 || (through && s->segment_fd < 0)) Py_RETURN_NONE;
     PyObject *queue_key = PyTuple_Pack(2, m.topic, m.queue_id);
     if (queue_key == NULL) return NULL;
     PyObject *result = NULL;
     int64_t queue_offset = 0, store_ts;
-    PyObject *found = PyDict_GetItemWithError(s.queue_offsets, queue_key);
+    PyObject *found = PyDict_GetItemWithError(queue_offsets, queue_key);
     if (found != NULL) {
         queue_offset = PyLong_AsLongLong(found);
         if (queue_offset == -1 && PyErr_Occurred()) goto done;
@@ -375,14 +428,15 @@ static PyObject *appender_put(AppenderObject *self, PyObject *message) {
         PyErr_SetString(PyExc_ValueError, problem);
         goto done;
     }
-    int written = write_record(through ? s.scratch : s.view, through ? 0 : offset - s.segment_base, &r,
-                               self->born_host, self->store_host, self->record_crc, fd, offset - s.segment_base);
+    int64_t position = offset - s->segment_base;
+    int written = write_record(through ? s->scratch : s->view, through ? 0 : position, &r, self->born_host,
+                               self->store_host, self->record_crc, through ? s->segment_fd : -1, position);
     if (written < 0) goto done;
     if (written == 0) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = publish(self, &s, &m, queue_key, offset, queue_offset, store_ts, size);
+    result = publish(self, queue_offsets, &m, queue_key, offset, queue_offset, store_ts, size);
 done:
     Py_DECREF(queue_key);
     return result;
@@ -390,6 +444,7 @@ done:
 
 static PyMethodDef appender_methods[] = {
     {"put", (PyCFunction)appender_put, METH_O, appender_put_doc},
+    {"refresh", (PyCFunction)appender_refresh, METH_NOARGS, appender_refresh_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -460,7 +460,8 @@ class MessageStore(Reads, IndexLookups):
         """Store one message; it becomes visible to get() once dispatched."""
         if self._closed or self.read_only:
             self._check_writable()
-        if self._put_common is None or self._disk_full:
+        put_common = self._put_common
+        if put_common is None or self._disk_full:
             return self._put_prepared(message)
         # The compiled put (commitlog/csrc/put.c) checks, encodes and appends the common message shape in one call
         # under the writer lock; what it leaves (another shape, a roll, ...) `_put_holding_lock` prepares and
@@ -469,7 +470,9 @@ class MessageStore(Reads, IndexLookups):
         try:
             if writer.acquire(False):
                 try:
-                    result = self._put_holding_lock(message)
+                    result = put_common(message)
+                    if result is None:
+                        result = self._append_message_holding_lock(message)
                 finally:
                     writer.release()  # HandOff.release, inlined: the put path
                     if self._parked:
@@ -487,8 +490,10 @@ class MessageStore(Reads, IndexLookups):
         """For a caller holding the writer lock: the compiled put, else prepare and append (an invalid message
         raises InvalidMessageError with nothing written)."""
         result = self._put_common(message)
-        if result is not None:
-            return result
+        return result if result is not None else self._append_message_holding_lock(message)
+
+    def _append_message_holding_lock(self, message: Message) -> PutResult:
+        """The Python path of `_put_holding_lock`: prepare, then append."""
         prepare = self._prepare_common
         record = prepare(message) if prepare is not None else None
         if record is None:

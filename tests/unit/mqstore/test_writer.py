@@ -82,8 +82,8 @@ def test_a_put_appends_the_puts_and_batches_parked_while_it_appended(tmp_path, m
     monkeypatch.setattr(handoff, "HAND_IN_POLL_S", 60.0)  # only the holding put's release can append them
     with MessageStore.open(tmp_path, small_config()) as store:
         inside, go_on = threading.Event(), threading.Event()
-        # What a put runs under the writer lock: the compiled put's step when there is one, else the append
-        name = "_put_holding_lock" if store._put_common is not None else "_append_holding_lock"
+        # What a put runs under the writer lock: the compiled put when there is one, else the append
+        name = "_put_common" if store._put_common is not None else "_append_holding_lock"
         append = getattr(store, name)
         appended_on = []
 
