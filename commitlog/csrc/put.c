@@ -38,8 +38,8 @@ enum {
 };
 static const char *key_names[K_COUNT] = {
     "_end", "_append_limit", "_segment_base", "_view", "_scratch", "_segment_fd", "_flush_lock", "queue_offsets",
-    "_written_records", "_end_word", "codec", "unique_keys", "last_store_timestamp_ms", "_time_ns", "_write_at", "locked",
-    "append"};
+    "_written_records", "_end_word", "codec", "unique_keys", "last_store_timestamp_ms", "_time_ns", "_write_at",
+    "locked", "append"};
 static PyObject *keys[K_COUNT];
 static PyObject *zero_index = NULL;
 
@@ -336,9 +336,8 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
 
 /* After the record is written: the queue offset advanced, the store time, the description for dispatch, the
  * end moved and published (in append_holding_lock's order); then the PutResult. */
-static PyObject *publish(AppenderObject *self, PyObject *queue_offsets, const mq_common_parts *m, PyObject *queue_key,
-                         int64_t offset, int64_t queue_offset, int64_t store_ts, int64_t size) {
-    const writer_state *s = &self->cached;
+static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *queue_offsets, const mq_common_parts *m,
+                         PyObject *queue_key, int64_t offset, int64_t queue_offset, int64_t store_ts, int64_t size) {
     PyObject *queue_value = PyLong_FromLongLong(queue_offset), *next_value = PyLong_FromLongLong(queue_offset + 1);
     PyObject *store_value = PyLong_FromLongLong(store_ts), *offset_value = PyLong_FromLongLong(offset);
     PyObject *end_value = PyLong_FromLongLong(offset + size);
@@ -388,12 +387,12 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
     return !overflow && *end >= 0;
 }
 
-static PyObject *appender_put(AppenderObject *self, PyObject *message) {
+/* The put, with `s` a copy of the cached state whose objects the caller holds. */
+static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
     mq_common_parts m;
     int64_t offset;
     PyObject *queue_offsets;
-    const writer_state *s = &self->cached;
-    int ready = self->usable ? read_end(self, &offset, &queue_offsets) : 0;
+    int ready = read_end(self, &offset, &queue_offsets);
     if (ready <= 0 || !mq_common_message(message, self->topic_tails, self->queues_max, self->body_max, &m)) {
         if (ready < 0 || PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
@@ -436,9 +435,28 @@ static PyObject *appender_put(AppenderObject *self, PyObject *message) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = publish(self, queue_offsets, &m, queue_key, offset, queue_offset, store_ts, size);
+    result = publish(self, s, queue_offsets, &m, queue_key, offset, queue_offset, store_ts, size);
 done:
     Py_DECREF(queue_key);
+    return result;
+}
+
+static void hold_state(writer_state *s, int hold) {
+    PyObject *objects[] = {s->view, s->scratch, s->flush_lock, s->written, s->end_word};
+    for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
+        if (hold) Py_XINCREF(objects[i]);
+        else Py_XDECREF(objects[i]);
+    }
+}
+
+static PyObject *appender_put(AppenderObject *self, PyObject *message) {
+    if (!self->usable) Py_RETURN_NONE;
+    /* A copy whose objects this call holds: a refresh() while Python code runs inside the call (a test's clock, a
+     * collection's finalizer letting another thread in) cannot free what is being written. */
+    writer_state s = self->cached;
+    hold_state(&s, 1);
+    PyObject *result = put_with(self, &s, message);
+    hold_state(&s, 0);
     return result;
 }
 
