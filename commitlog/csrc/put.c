@@ -28,8 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DESCRIBED_TAIL_BYTES_MAX 4096          /* commitlog.py: tails above it are not described */
-#define WRITE_THROUGH_RECORD_BYTES_MAX (64 * 1024)  /* commitlog.py: larger records are encoded in the mapping */
 
 enum {
     K_END, K_APPEND_LIMIT, K_SEGMENT_BASE, K_VIEW, K_SCRATCH, K_SEGMENT_FD, K_FLUSH_LOCK, K_QUEUE_OFFSETS,
@@ -53,13 +51,15 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *state;          /* the CommitLog's __dict__: the writer's state, read and written on every call */
-    PyObject *clock_globals;  /* commitlog.py's module dict: `_time_ns` and `_write_at` (tests replace them) */
+    PyObject *clock_globals;  /* commitlog.py's module dict: `_time_ns`, `_write_at` (tests replace them), limits */
     PyObject *time_ns;        /* time.time_ns: when `_time_ns` is it, the clock is read here directly */
     PyObject *write_at;       /* the compiled write_at: when `_write_at` is another, write-through is left to Python */
     PyObject *topic_tails;    /* CommitLog._topic_tails */
     PyObject *result_type;    /* PutResult */
     PyObject *ok_status;      /* PutStatus.PUT_OK */
     long long queues_max, body_max;
+    long long described_tail_max;  /* commitlog.py's DESCRIBED_TAIL_BYTES_MAX: longer tails are not described */
+    long long write_through_max;   /* its WRITE_THROUGH_RECORD_BYTES_MAX: larger records go to the mapping */
     int record_crc;
     uint8_t born_host[MQ_HOST_V4_LENGTH], store_host[MQ_HOST_V4_LENGTH];
     char msg_id_prefix[2 * MQ_HOST_V4_LENGTH];  /* the store host's 8 bytes in upper-case hex */
@@ -114,6 +114,17 @@ static int attribute_int(PyObject *log, const char *name, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* An int of commitlog.py's module dict (its named limits, read once: one definition of each). */
+static int module_int(PyObject *globals, const char *name, long long *out) {
+    PyObject *value = PyDict_GetItemString(globals, name);
+    if (value == NULL || !PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "the module dict has no int %s", name);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
 static int attribute_host(PyObject *log, const char *name, uint8_t *out) {
     PyObject *value = PyObject_GetAttrString(log, name);
     if (value == NULL) return -1;
@@ -153,7 +164,9 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
         attribute_int(log, "max_queues_per_topic", &self->queues_max) < 0 ||
         attribute_int(log, "max_message_size_bytes", &self->body_max) < 0 ||
         attribute_host(log, "born_host_raw", self->born_host) < 0 ||
-        attribute_host(log, "store_host_raw", self->store_host) < 0) {
+        attribute_host(log, "store_host_raw", self->store_host) < 0 ||
+        module_int(clock_globals, "DESCRIBED_TAIL_BYTES_MAX", &self->described_tail_max) < 0 ||
+        module_int(clock_globals, "WRITE_THROUGH_RECORD_BYTES_MAX", &self->write_through_max) < 0) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the log's _topic_tails must be a dict");
         Py_XDECREF(record_crc);
         Py_DECREF(self);
@@ -256,7 +269,7 @@ static int store_clock_ms(AppenderObject *self, int64_t *ms) {
 /* Whether the record goes through the scratch and pwrite (CommitLog.write_through): 1, 0, 2 when `_write_at` is
  * not the compiled one (a test's fault injection: the Python path writes), or -1 on error. */
 static int writes_through(AppenderObject *self, const writer_state *s, int64_t size) {
-    if (s->scratch == NULL || size > WRITE_THROUGH_RECORD_BYTES_MAX) return 0;
+    if (s->scratch == NULL || size > self->write_through_max) return 0;
     PyObject *write_at = PyDict_GetItemWithError(self->clock_globals, keys[K_WRITE_AT]);
     if (write_at != self->write_at) return PyErr_Occurred() ? -1 : 2;
     PyObject *locked = PyObject_CallMethodNoArgs(s->flush_lock, keys[K_LOCKED]);
@@ -345,7 +358,7 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
                  end_value == NULL;
     if (!failed) failed = PyDict_SetItem(queue_offsets, queue_key, next_value) < 0 ||
                           PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0;
-    if (!failed && s->written != NULL && PyBytes_GET_SIZE(m->tail) <= DESCRIBED_TAIL_BYTES_MAX) {
+    if (!failed && s->written != NULL && PyBytes_GET_SIZE(m->tail) <= self->described_tail_max) {
         PyObject *size_value = PyLong_FromLongLong(size);
         PyObject *described = size_value == NULL ? NULL : PyTuple_Pack(6, offset_value, size_value, queue_key,
                                                                        queue_value, store_value, m->tail);

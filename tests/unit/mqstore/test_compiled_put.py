@@ -284,3 +284,24 @@ def test_a_close_during_puts_stores_every_put_that_returned(tmp_path):
         for queue_id, queue_offset, body in stored:
             got = reopened.get("t", queue_id, queue_offset, max_count=1)
             assert got.messages[0].body == body
+
+
+class SlowDispatch:
+    """A dispatcher that takes a millisecond per batch: dispatch falls behind the puts."""
+
+    def dispatch(self, batch):
+        threading.Event().wait(0.001)
+
+
+def test_compiled_puts_keep_to_the_dispatch_lag_bound(tmp_path):
+    limit = 16 * 1024
+    with MessageStore.open(tmp_path, config(max_dispatch_lag_bytes=limit)) as store:
+        counting = store._put_common = Counting(store._put_common)
+        store._dispatch._dispatchers.append(SlowDispatch())
+        lags = []
+        for _ in range(200):
+            result = store.put(Message("t", b"b" * 1000))
+            lags.append(result.commitlog_offset + result.size_bytes - store.dispatched_offset)
+        assert counting.done >= 190
+        assert max(lags) <= limit  # a put past the bound waited until dispatch was within three quarters of it
+        assert max(lags) > limit // 2  # dispatch did fall behind
