@@ -18,6 +18,7 @@ from mqstore.commitlog import _native, native
 from mqstore.commitlog.commitlog import CommitLog
 
 from mqstore import FlushMode, InvalidMessageError, Message, MessageStore, PutStatus, StoreClosedError
+from tests.conftest import wait_until
 from tests.unit.commitlog.test_native_codec import FixedClock
 from tests.unit.mqstore.conftest import config
 
@@ -273,8 +274,7 @@ def test_a_close_during_puts_stores_every_put_that_returned(tmp_path):
     for thread in threads:
         thread.start()
     started.wait(10)
-    while len(stored) < 2000:
-        threading.Event().wait(0.001)
+    assert wait_until(lambda: len(stored) >= 2000 or len(refused) > 0, 60)
     store.close()
     for thread in threads:
         thread.join(30)
