@@ -28,7 +28,15 @@ from mqstore.commitlog import native
 from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
 from mqstore.commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
-from mqstore.commitlog.message import Message, StoredMessage, decode_message, decode_records, decode_records_native
+from mqstore.commitlog.message import (
+    Message,
+    PutResult,
+    PutStatus,
+    StoredMessage,
+    decode_message,
+    decode_records,
+    decode_records_native,
+)
 from mqstore.commitlog.native import NATIVE
 from mqstore.commitlog.segments import SegmentList
 from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
@@ -118,6 +126,7 @@ class CommitLog:
                  born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, salvage=None,
                  record_crc: bool = False, record_crc_from: int | None = None):
         assert len(born_host_raw) == len(store_host_raw) == fmt.HOST_V4_LENGTH
+        self._appender = None  # the compiled put's copy of the writer's segment state (compiled_put), or None
         assert max_message_size_bytes + fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX \
             + fmt.END_FILE_MIN_BLANK_LENGTH <= segment_size_bytes
         self.directory = directory
@@ -155,7 +164,7 @@ class CommitLog:
         # (commitlog.dispatch): a bounded deque that drops its oldest entries. A record whose topic and properties
         # take over DESCRIBED_TAIL_BYTES_MAX is not described (dispatch parses it): the deque keeps what it holds
         # alive.
-        self.written_records = None
+        self._written_records = None
         self.segment_source = None  # optional callable(base_offset) -> MappedFile | None made ahead of need
         # Optional callable(MappedFile) given each segment the writer leaves at a roll, which must advise it for
         # reading again (MappedFile.advise_appending) in a thread of its own; without one the roll does it.
@@ -168,7 +177,7 @@ class CommitLog:
         self.flushed_position = 0  # everything below is on disk
         # When set (an int64 array shared with another process): the writer stores the readable end in its
         # element 0 each time the end moves, after the bytes below it are written (one aligned 8-byte store).
-        self.end_word = None
+        self._end_word = None
         self.flushed_timestamp_ms = 0  # store time of the newest record below flushed_position
         self._flush_lock = threading.Lock()
 
@@ -291,6 +300,47 @@ class CommitLog:
         return functools.partial(self.codec.prepare_message, self._topic_tails, self.max_queues_per_topic,
                                  self.max_message_size_bytes)
 
+    def compiled_put(self):
+        """The single-message put of the common shape in compiled code (commitlog/csrc/put.c): a callable that,
+        for a caller holding `self.lock`, does `prepare` + `append_holding_lock` for a compiled Message without
+        tags, keys or properties, of a topic seen before, and returns its PutResult (PUT_OK); None, with nothing
+        written, for anything else (then the caller runs those two). None when there is no compiled codec or
+        the log adds UNIQ_KEYs. The writer's state stays here: the callable reads and writes this object's
+        attributes (`_end`, `queue_offsets`, ...) on every call."""
+        if self.codec is None or self.unique_keys is not None or not hasattr(self.codec, "Appender") \
+                or not self.writable or _write_at is None:
+            return None
+        self._appender = self.codec.Appender(self, globals(), time.time_ns, _write_at, PutResult, PutStatus.PUT_OK)
+        self._appender.refresh()
+        return self._appender.put
+
+    def _refresh_appender(self) -> None:
+        """Tell the compiled put (compiled_put) that the state it copies changed: the segment written, its
+        `_append_limit`, `write_through`, `written_records`, `end_word`. Called after every change of them."""
+        if self._appender is not None:
+            self._appender.refresh()
+
+    @property
+    def written_records(self):
+        """When the owner sets a deque here, appends describe each record they write to the dispatch thread
+        (see __init__); None: they do not."""
+        return self._written_records
+
+    @written_records.setter
+    def written_records(self, deque) -> None:
+        self._written_records = deque
+        self._refresh_appender()
+
+    @property
+    def end_word(self):
+        """An int64 array shared with another process, or None: see __init__."""
+        return self._end_word
+
+    @end_word.setter
+    def end_word(self, words) -> None:
+        self._end_word = words
+        self._refresh_appender()
+
     def _topic_tail(self, topic) -> tuple[bytes, bytes, bytes, bytes]:
         """For a topic, checked and cached: TOPICLENGTH + TOPIC; the same followed by PROPERTIES without user
         properties (only the record-CRC placeholder, when written); the same followed by the start of PROPERTIES
@@ -390,6 +440,7 @@ class CommitLog:
     @write_through.setter
     def write_through(self, on: bool) -> None:
         self._scratch = memoryview(bytearray(WRITE_THROUGH_RECORD_BYTES_MAX)) if on else None
+        self._refresh_appender()
 
     def append_records(self, records: list[PreparedRecord]
                      ) -> tuple[list[tuple[int, int]], int, StoreIOError | None]:
@@ -441,6 +492,7 @@ class CommitLog:
             self._segment_base = segment.base_offset
             self._segment_end = segment.base_offset + segment.size_bytes
             self._append_limit = -1  # the next append takes the slow path, which sets it
+        self._refresh_appender()
 
     def _make_room(self, needed_end: int) -> None:
         """The slow path of an append that ends (with room for a blank after it) at `needed_end`, inside the
@@ -466,6 +518,7 @@ class CommitLog:
                 limit = min(limit, lead_start)
         assert needed_end <= limit
         self._append_limit = limit
+        self._refresh_appender()
 
     def _roll(self, offset: int, size: int) -> int:
         """Called under the lock when a record of `size` bytes may not fit the current segment.

@@ -308,9 +308,10 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     return record;
 }
 
-/* The checks prepare_message makes, for one message of a batch; 1 when it is of the common shape and valid. */
-static int common_shape(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
-                        PyObject **tail_out) {
+/* The checks prepare_message makes, for one message: 1 when it is a compiled Message of the common shape and valid
+ * (its parts in `out`, borrowed), 0 when not (or a lookup failed: PyErr_Occurred tells). put.c uses it too. */
+int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                      mq_common_parts *out) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
     PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY], *queue_id = message->fields[F_QUEUE_ID],
@@ -330,16 +331,23 @@ static int common_shape(PyObject *object, PyObject *tails_table, long long queue
     if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 || !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
         return 0;
     int overflow;
-    long long value = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
-    if (overflow || value < 0 || value >= queues_max) return 0;
-    value = PyLong_AsLongLongAndOverflow(flag, &overflow);
-    if (overflow || value < INT32_MIN || value > INT32_MAX) return 0;
+    long long queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
+    if (overflow || queue < 0 || queue >= queues_max) return 0;
+    long long flag_value = PyLong_AsLongLongAndOverflow(flag, &overflow);
+    if (overflow || flag_value < INT32_MIN || flag_value > INT32_MAX) return 0;
+    long long born_value = -1;
     if (born != Py_None) {
-        value = PyLong_AsLongLongAndOverflow(born, &overflow);
-        if (overflow || value < 0) return 0;
+        born_value = PyLong_AsLongLongAndOverflow(born, &overflow);
+        if (overflow || born_value < 0) return 0;
     }
     if (PyBytes_GET_SIZE(body) > body_max) return 0;
-    *tail_out = PyTuple_GET_ITEM(tails, 1);
+    out->topic = topic;
+    out->body = body;
+    out->queue_id = queue_id;
+    out->tail = PyTuple_GET_ITEM(tails, 1);
+    out->queue_id_value = queue;
+    out->flag = flag_value;
+    out->born_timestamp_ms = born_value;
     return 1;
 }
 
@@ -361,8 +369,8 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(messages);
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *tail;
-        if (!common_shape(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &tail)) {
+        mq_common_parts common;
+        if (!mq_common_message(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &common)) {
             if (PyErr_Occurred()) return NULL;
             Py_RETURN_NONE;
         }

@@ -25,6 +25,18 @@ extern PyMethodDef mq_codec_methods[];   /* codec.c: encode records into segment
 extern PyMethodDef mq_scan_methods[];    /* scan.c: dispatch scan, recovery walk, Arrow columns */
 extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the common message shape */
 
+/* message_type.c: a compiled Message of the common shape (no tags, keys or properties; a topic in the log's
+ * topic tails), checked as CommitLog.prepare checks it; the objects are borrowed from the message. */
+typedef struct {
+    PyObject *topic, *body, *queue_id, *tail;  /* tail: the topic's TOPICLENGTH..PROPERTIES bytes */
+    int64_t queue_id_value, flag, born_timestamp_ms;  /* born -1: None (the store timestamp) */
+} mq_common_parts;
+int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                      mq_common_parts *out);
+
+/* put.c: adds the `Appender` type (the single-message put of the common shape) to the module. */
+int mq_put_init(PyObject *module);
+
 /* message_type.c: adds the compiled `Message` type to the module; 0, or -1 with an exception set. */
 int mq_message_init(PyObject *module);
 

@@ -113,6 +113,7 @@ class MessageStore(Reads, IndexLookups):
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
         self._checkpoint: Checkpoint | None = None
         self._writer = threading.Lock()  # one put or put_batch appends at a time (the CommitLog's lock once open)
+        self._put_common = None  # the compiled put, once open (CommitLog.compiled_put)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
@@ -198,6 +199,8 @@ class MessageStore(Reads, IndexLookups):
             self._commitlog.unique_keys = None if self.read_only else UniqueKeyGenerator(born_raw[:4])
         # The compiled prepare of the common message shape (None without the compiled core, or with UNIQ_KEYs)
         self._prepare_common = None if self.read_only else self._commitlog.compiled_prepare()
+        # The compiled single-message put under the writer lock (None: every put takes _put_prepared)
+        self._put_common = None if self.read_only else self._commitlog.compiled_put()
 
     def _recover(self) -> RecoveryReport:
         """The abort marker, the checkpoint, then recovery's decisions applied (mqstore/store/recovery.py)."""
@@ -484,6 +487,60 @@ class MessageStore(Reads, IndexLookups):
         """Store one message; it becomes visible to get() once dispatched."""
         if self._closed or self.read_only:
             self._check_writable()
+        put_common = self._put_common
+        if put_common is None or self._disk_full:
+            return self._put_prepared(message)
+        # The compiled put (commitlog/csrc/put.c) checks, encodes and appends the common message shape in one call
+        # under the writer lock; what it leaves (another shape, a roll, ...) `_put_holding_lock` prepares and
+        # appends there through the Python path. A busy lock's holder runs it for this put (HandOff), in order.
+        writer = self._writer
+        try:
+            if writer.acquire(False):
+                try:
+                    result = put_common(message)
+                    if result is None:
+                        result = self._append_message_holding_lock(message)
+                finally:
+                    writer.release()  # HandOff.release, inlined: the put path
+                    if self._parked:
+                        self._handoff.drain()
+            else:
+                result = self._handoff.hand_in(self._put_holding_lock, message)
+        except StoreIOError as exc:  # as in _put_prepared: nothing of this message is published
+            log.error("put refused: %s", exc)
+            return _refused(_refusal_status(exc))
+        if self._lag_limit or self._sync_flush:
+            return self._after_append(result)
+        return result
+
+    def _put_holding_lock(self, message: Message) -> PutResult:
+        """For a caller holding the writer lock: the compiled put, else prepare and append (an invalid message
+        raises InvalidMessageError with nothing written)."""
+        result = self._put_common(message)
+        return result if result is not None else self._append_message_holding_lock(message)
+
+    def _append_message_holding_lock(self, message: Message) -> PutResult:
+        """The Python path of `_put_holding_lock`: prepare, then append."""
+        prepare = self._prepare_common
+        record = prepare(message) if prepare is not None else None
+        if record is None:
+            record = self._prepare(message)
+        offset, queue_offset, store_ts = self._append_holding_lock(record)
+        return _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[RECORD_SIZE], store_ts,
+                                      self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
+
+    def _after_append(self, result: PutResult) -> PutResult:
+        """max_dispatch_lag_bytes and the SYNC wait, after a put's append (`put`)."""
+        end = result[1] + result[3]
+        if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
+            self._wait_for_lag_under_bound(end)
+        if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
+            return _new_tuple(PutResult, (PutStatus.FLUSH_DISK_TIMEOUT, *result[1:]))
+        return result
+
+    def _put_prepared(self, message: Message) -> PutResult:
+        """`put` through the Python path: prepared before the writer lock (without the compiled put, with UNIQ_KEYs,
+        while the disk is full)."""
         prepare = self._prepare_common
         record = prepare(message) if prepare is not None else None
         if record is None:

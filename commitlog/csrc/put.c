@@ -1,0 +1,510 @@
+/* The single-message put of the common message shape, as one call made while the writer lock is held.
+ *
+ * `Appender(log, clock_globals, time_ns, write_at, result_type, ok_status)` is made once per writable CommitLog
+ * (CommitLog.compiled_put). Its `put(message)` does, for a compiled Message without tags, keys or properties, of
+ * a topic the log has seen, what `prepare` + `append_holding_lock` + the PutResult of MessageStore.put do:
+ * the checks of prepare (mq_common_message), the body CRC, the record encoded into the mapped segment (or into
+ * the write-through scratch and pwrite), the queue offset assigned and advanced, the record described in
+ * `written_records`, `last_store_timestamp_ms`, the end moved and published in `end_word`, and the PutResult.
+ *
+ * The CommitLog stays the one owner of the writer's state. What changes once a segment or less (`_view`,
+ * `_segment_base`, `_append_limit`, `_segment_fd`, `_scratch`, `_flush_lock`, `written_records`, `end_word`, and
+ * whether `codec` is compiled and `unique_keys` unset) is copied here by `refresh()`, which the CommitLog calls
+ * after each change of them (`_use_segment`, `_make_room`, the `write_through`, `written_records` and `end_word`
+ * setters); what changes every put (`_end`, `queue_offsets`, `last_store_timestamp_ms`) is read from and written
+ * to the log's __dict__ on every call, so that set_end, truncate, recovery and put_batch (which set them in
+ * Python, under the same lock) are seen at once. The mapping is held (buffer protocol) while a record is written;
+ * a close or a roll refreshes the copy before the old view could be written again.
+ *
+ * Anything else returns None before a byte is written or a number moves: a message of another shape, a topic not
+ * seen yet, a record that does not fit before `_append_limit` (a roll, a disk reservation step, the near-end
+ * notice), a closed log, UNIQ_KEYs, the pure-Python codec, a failed pwrite. The caller then runs the Python path
+ * (the reference), which handles it and raises its errors. Nothing here decides policy: no lock, no thread, no
+ * wait, no file opened.
+ */
+#include "mq_native.h"
+
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+
+
+enum {
+    K_END, K_APPEND_LIMIT, K_SEGMENT_BASE, K_VIEW, K_SCRATCH, K_SEGMENT_FD, K_FLUSH_LOCK, K_QUEUE_OFFSETS,
+    K_WRITTEN, K_END_WORD, K_CODEC, K_UNIQUE_KEYS, K_LAST_STORE_TS, K_TIME_NS, K_WRITE_AT, K_LOCKED, K_APPEND,
+    K_COUNT
+};
+static const char *key_names[K_COUNT] = {
+    "_end", "_append_limit", "_segment_base", "_view", "_scratch", "_segment_fd", "_flush_lock", "queue_offsets",
+    "_written_records", "_end_word", "codec", "unique_keys", "last_store_timestamp_ms", "_time_ns", "_write_at",
+    "locked", "append"};
+static PyObject *keys[K_COUNT];
+static PyObject *zero_index = NULL;
+
+/* The writer's state that changes once a segment or less, as refresh() read it (held references). */
+typedef struct {
+    int64_t append_limit, segment_base;
+    int segment_fd;  /* -1: none */
+    PyObject *view, *scratch, *flush_lock, *written, *end_word;  /* NULL: None */
+} writer_state;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *state;          /* the CommitLog's __dict__: the writer's state, read and written on every call */
+    PyObject *clock_globals;  /* commitlog.py's module dict: `_time_ns`, `_write_at` (tests replace them), limits */
+    PyObject *time_ns;        /* time.time_ns: when `_time_ns` is it, the clock is read here directly */
+    PyObject *write_at;       /* the compiled write_at: when `_write_at` is another, write-through is left to Python */
+    PyObject *topic_tails;    /* CommitLog._topic_tails */
+    PyObject *result_type;    /* PutResult */
+    PyObject *ok_status;      /* PutStatus.PUT_OK */
+    long long queues_max, body_max;
+    long long described_tail_max;  /* commitlog.py's DESCRIBED_TAIL_BYTES_MAX: longer tails are not described */
+    long long write_through_max;   /* its WRITE_THROUGH_RECORD_BYTES_MAX: larger records go to the mapping */
+    int record_crc;
+    uint8_t born_host[MQ_HOST_V4_LENGTH], store_host[MQ_HOST_V4_LENGTH];
+    char msg_id_prefix[2 * MQ_HOST_V4_LENGTH];  /* the store host's 8 bytes in upper-case hex */
+    int usable;               /* refresh() found a state this path writes in (else every put returns None) */
+    writer_state cached;      /* what refresh() read; its objects are held (strong references) */
+} AppenderObject;
+
+static void forget_state(AppenderObject *self);
+
+static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->state);
+    Py_VISIT(self->clock_globals);
+    Py_VISIT(self->time_ns);
+    Py_VISIT(self->write_at);
+    Py_VISIT(self->topic_tails);
+    Py_VISIT(self->result_type);
+    Py_VISIT(self->ok_status);
+    Py_VISIT(self->cached.view);
+    Py_VISIT(self->cached.scratch);
+    Py_VISIT(self->cached.flush_lock);
+    Py_VISIT(self->cached.written);
+    Py_VISIT(self->cached.end_word);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int appender_clear(AppenderObject *self) {
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->clock_globals);
+    Py_CLEAR(self->time_ns);
+    Py_CLEAR(self->write_at);
+    Py_CLEAR(self->topic_tails);
+    Py_CLEAR(self->result_type);
+    Py_CLEAR(self->ok_status);
+    forget_state(self);
+    return 0;
+}
+
+static void appender_dealloc(AppenderObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    appender_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static int attribute_int(PyObject *log, const char *name, long long *out) {
+    PyObject *value = PyObject_GetAttrString(log, name);
+    if (value == NULL) return -1;
+    *out = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* An int of commitlog.py's module dict (its named limits, read once: one definition of each). */
+static int module_int(PyObject *globals, const char *name, long long *out) {
+    PyObject *value = PyDict_GetItemString(globals, name);
+    if (value == NULL || !PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "the module dict has no int %s", name);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int attribute_host(PyObject *log, const char *name, uint8_t *out) {
+    PyObject *value = PyObject_GetAttrString(log, name);
+    if (value == NULL) return -1;
+    if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) != MQ_HOST_V4_LENGTH) {
+        Py_DECREF(value);
+        PyErr_Format(PyExc_ValueError, "%s must be 8 bytes (an IPv4 host)", name);
+        return -1;
+    }
+    memcpy(out, PyBytes_AS_STRING(value), MQ_HOST_V4_LENGTH);
+    Py_DECREF(value);
+    return 0;
+}
+
+static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *log, *clock_globals, *time_ns, *write_at, *result_type, *ok_status;
+    if (!PyArg_ParseTuple(args, "OO!OOO!O:Appender", &log, &PyDict_Type, &clock_globals, &time_ns, &write_at,
+                          &PyType_Type, &result_type, &ok_status))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)result_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "result_type must be a tuple type (PutResult)");
+        return NULL;
+    }
+    AppenderObject *self = (AppenderObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->state = PyObject_GenericGetDict(log, NULL);
+    self->topic_tails = PyObject_GetAttrString(log, "_topic_tails");
+    self->clock_globals = Py_NewRef(clock_globals);
+    self->time_ns = Py_NewRef(time_ns);
+    self->write_at = Py_NewRef(write_at);
+    self->result_type = Py_NewRef(result_type);
+    self->ok_status = Py_NewRef(ok_status);
+    self->cached.segment_fd = -1;
+    self->cached.append_limit = -1;
+    PyObject *record_crc = self->state == NULL ? NULL : PyObject_GetAttrString(log, "record_crc");
+    if (self->topic_tails == NULL || record_crc == NULL || !PyDict_Check(self->topic_tails) ||
+        (self->record_crc = PyObject_IsTrue(record_crc)) < 0 ||
+        attribute_int(log, "max_queues_per_topic", &self->queues_max) < 0 ||
+        attribute_int(log, "max_message_size_bytes", &self->body_max) < 0 ||
+        attribute_host(log, "born_host_raw", self->born_host) < 0 ||
+        attribute_host(log, "store_host_raw", self->store_host) < 0 ||
+        module_int(clock_globals, "DESCRIBED_TAIL_BYTES_MAX", &self->described_tail_max) < 0 ||
+        module_int(clock_globals, "WRITE_THROUGH_RECORD_BYTES_MAX", &self->write_through_max) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the log's _topic_tails must be a dict");
+        Py_XDECREF(record_crc);
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_DECREF(record_crc);
+    static const char hex[] = "0123456789ABCDEF";
+    for (int i = 0; i < MQ_HOST_V4_LENGTH; i++) {
+        self->msg_id_prefix[2 * i] = hex[self->store_host[i] >> 4];
+        self->msg_id_prefix[2 * i + 1] = hex[self->store_host[i] & 15];
+    }
+    return (PyObject *)self;
+}
+
+
+static void forget_state(AppenderObject *self) {
+    writer_state *c = &self->cached;
+    self->usable = 0;
+    Py_CLEAR(c->view);
+    Py_CLEAR(c->scratch);
+    Py_CLEAR(c->flush_lock);
+    Py_CLEAR(c->written);
+    Py_CLEAR(c->end_word);
+    c->append_limit = -1;
+    c->segment_base = 0;
+    c->segment_fd = -1;
+}
+
+static PyObject *held(PyObject *value) { return value == Py_None ? NULL : Py_NewRef(value); }
+
+/* Read the state from the log's __dict__ into `cached`: 1 when it is one this path writes in, 0 when not (every
+ * put then returns None until the next refresh), -1 with an error. */
+static int read_state(AppenderObject *self) {
+    forget_state(self);
+    PyObject *item[K_UNIQUE_KEYS + 1];
+    for (int k = K_APPEND_LIMIT; k <= K_UNIQUE_KEYS; k++) {
+        if (k == K_QUEUE_OFFSETS) continue;  /* read on every put */
+        item[k] = PyDict_GetItemWithError(self->state, keys[k]);
+        if (item[k] == NULL) return PyErr_Occurred() ? -1 : 0;
+    }
+    if (item[K_CODEC] == Py_None || item[K_UNIQUE_KEYS] != Py_None) return 0;  /* the pure-Python codec; UNIQ_KEYs */
+    if (item[K_VIEW] == Py_None || !PyLong_CheckExact(item[K_APPEND_LIMIT]) ||
+        !PyLong_CheckExact(item[K_SEGMENT_BASE]))
+        return 0;  /* no segment (before the first append, closed, truncated) */
+    writer_state *c = &self->cached;
+    int overflow = 0;
+    c->append_limit = PyLong_AsLongLongAndOverflow(item[K_APPEND_LIMIT], &overflow);
+    if (overflow) return 0;
+    c->segment_base = PyLong_AsLongLongAndOverflow(item[K_SEGMENT_BASE], &overflow);
+    if (overflow) return 0;
+    if (PyLong_CheckExact(item[K_SEGMENT_FD])) {
+        long fd = PyLong_AsLongAndOverflow(item[K_SEGMENT_FD], &overflow);
+        c->segment_fd = overflow || fd < 0 || fd > INT32_MAX ? -1 : (int)fd;
+    }
+    c->view = Py_NewRef(item[K_VIEW]);
+    c->scratch = held(item[K_SCRATCH]);
+    c->flush_lock = held(item[K_FLUSH_LOCK]);
+    c->written = held(item[K_WRITTEN]);
+    c->end_word = held(item[K_END_WORD]);
+    self->usable = 1;
+    return 1;
+}
+
+PyDoc_STRVAR(appender_refresh_doc,
+"refresh() -> bool\n\n"
+"Copy the writer's state that changes once a segment or less from the log (see commitlog/csrc/put.c); the log\n"
+"calls it after each change of it. False when puts must take the Python path until the next refresh.");
+
+static PyObject *appender_refresh(AppenderObject *self, PyObject *unused) {
+    int usable = read_state(self);
+    if (usable < 0) return NULL;
+    return PyBool_FromLong(usable);
+}
+
+/* The store clock in ms, as `_time_ns() // 1_000_000` in commitlog.py; 0 with *ms set, or -1 with an error. */
+static int store_clock_ms(AppenderObject *self, int64_t *ms) {
+    PyObject *clock = PyDict_GetItemWithError(self->clock_globals, keys[K_TIME_NS]);
+    if (clock == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "commitlog._time_ns is missing");
+        return -1;
+    }
+    if (clock == self->time_ns) {  /* time.time_ns is clock_gettime(CLOCK_REALTIME) */
+        struct timespec now;
+        if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        *ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        return 0;
+    }
+    PyObject *value = PyObject_CallNoArgs(clock);  /* a test's clock */
+    if (value == NULL) return -1;
+    long long ns = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if (ns == -1 && PyErr_Occurred()) return -1;
+    *ms = ns >= 0 ? ns / 1000000 : -((-ns + 999999) / 1000000);  /* floor division, as Python's // */
+    return 0;
+}
+
+/* Whether the record goes through the scratch and pwrite (CommitLog.write_through): 1, 0, 2 when `_write_at` is
+ * not the compiled one (a test's fault injection: the Python path writes), or -1 on error. */
+static int writes_through(AppenderObject *self, const writer_state *s, int64_t size) {
+    if (s->scratch == NULL || size > self->write_through_max) return 0;
+    PyObject *write_at = PyDict_GetItemWithError(self->clock_globals, keys[K_WRITE_AT]);
+    if (write_at != self->write_at) return PyErr_Occurred() ? -1 : 2;
+    PyObject *locked = PyObject_CallMethodNoArgs(s->flush_lock, keys[K_LOCKED]);
+    if (locked == NULL) return -1;
+    int held = PyObject_IsTrue(locked);
+    Py_DECREF(locked);
+    return held < 0 ? -1 : !held;
+}
+
+/* pwrite all of `data` at `position` of the segment's file, keeping the GIL (as flushwait.c's write_at): 0, or -1
+ * with errno set (nothing is published then; the Python path writes the record again and reports the error). */
+static int write_all(int fd, const uint8_t *data, int64_t length, int64_t position) {
+    while (length > 0) {
+        ssize_t written = pwrite(fd, data, (size_t)length, (off_t)position);
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (written == 0) {
+            errno = EIO;
+            return -1;
+        }
+        data += written;
+        length -= written;
+        position += written;
+    }
+    return 0;
+}
+
+/* Encode the record into `target` at `at` (bounds checked here) and, with `fd` >= 0, pwrite it at `file_pos`:
+ * 1 written, 0 not (a failed pwrite: the Python path), -1 with an error. */
+static int write_record(PyObject *target, int64_t at, const mq_record *r, const uint8_t *born_host,
+                        const uint8_t *store_host, int record_crc, int fd, int64_t file_pos) {
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(target, &buffer, PyBUF_WRITABLE) < 0) return -1;  /* held while writing */
+    if (at < 0 || at > (int64_t)buffer.len || r->size > (int64_t)buffer.len - at) {
+        PyErr_Format(PyExc_ValueError, "a record of %lld bytes at %lld does not fit a buffer of %zd",
+                     (long long)r->size, (long long)at, buffer.len);
+        PyBuffer_Release(&buffer);
+        return -1;
+    }
+    uint8_t *start = (uint8_t *)buffer.buf + at;
+    mq_write_record(start, r, born_host, store_host, record_crc);
+    int written = fd < 0 || write_all(fd, start, r->size, file_pos) == 0;
+    PyBuffer_Release(&buffer);
+    return written;
+}
+
+/* The PutResult: (PUT_OK, offset, queue_offset, size, store_ts, msg_id), msg_id the store host and the offset in
+ * upper-case hex (format.py's offset message id). Steals the three ints. */
+static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offset_value, PyObject *queue_offset,
+                            PyObject *store_ts, int64_t size) {
+    static const char hex[] = "0123456789ABCDEF";
+    PyObject *msg_id = PyUnicode_New(4 * MQ_HOST_V4_LENGTH, 127);
+    PyObject *size_value = PyLong_FromLongLong(size);
+    PyObject *result = ((PyTypeObject *)self->result_type)->tp_alloc((PyTypeObject *)self->result_type, 6);
+    if (msg_id == NULL || size_value == NULL || result == NULL) {
+        Py_XDECREF(msg_id);
+        Py_XDECREF(size_value);
+        Py_XDECREF(result);
+        Py_DECREF(offset_value);
+        Py_DECREF(queue_offset);
+        Py_DECREF(store_ts);
+        return NULL;
+    }
+    char *digits = (char *)PyUnicode_1BYTE_DATA(msg_id);
+    memcpy(digits, self->msg_id_prefix, sizeof self->msg_id_prefix);
+    for (int i = 0; i < 16; i++) digits[2 * MQ_HOST_V4_LENGTH + i] = hex[((uint64_t)offset >> (60 - 4 * i)) & 15];
+    PyTuple_SET_ITEM(result, 0, Py_NewRef(self->ok_status));
+    PyTuple_SET_ITEM(result, 1, offset_value);
+    PyTuple_SET_ITEM(result, 2, queue_offset);
+    PyTuple_SET_ITEM(result, 3, size_value);
+    PyTuple_SET_ITEM(result, 4, store_ts);
+    PyTuple_SET_ITEM(result, 5, msg_id);
+    return result;
+}
+
+/* After the record is written: the queue offset advanced, the store time, the description for dispatch, the
+ * end moved and published (in append_holding_lock's order); then the PutResult. */
+static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *queue_offsets, const mq_common_parts *m,
+                         PyObject *queue_key, int64_t offset, int64_t queue_offset, int64_t store_ts, int64_t size) {
+    PyObject *queue_value = PyLong_FromLongLong(queue_offset), *next_value = PyLong_FromLongLong(queue_offset + 1);
+    PyObject *store_value = PyLong_FromLongLong(store_ts), *offset_value = PyLong_FromLongLong(offset);
+    PyObject *end_value = PyLong_FromLongLong(offset + size);
+    int failed = queue_value == NULL || next_value == NULL || store_value == NULL || offset_value == NULL ||
+                 end_value == NULL;
+    if (!failed) failed = PyDict_SetItem(queue_offsets, queue_key, next_value) < 0 ||
+                          PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0;
+    if (!failed && s->written != NULL && PyBytes_GET_SIZE(m->tail) <= self->described_tail_max) {
+        PyObject *size_value = PyLong_FromLongLong(size);
+        PyObject *described = size_value == NULL ? NULL : PyTuple_Pack(6, offset_value, size_value, queue_key,
+                                                                       queue_value, store_value, m->tail);
+        Py_XDECREF(size_value);
+        PyObject *done = described == NULL ? NULL : PyObject_CallMethodOneArg(s->written, keys[K_APPEND], described);
+        Py_XDECREF(described);
+        failed = done == NULL;
+        Py_XDECREF(done);
+    }
+    if (!failed) failed = PyDict_SetItem(self->state, keys[K_END], end_value) < 0;
+    if (!failed && s->end_word != NULL) failed = PyObject_SetItem(s->end_word, zero_index, end_value) < 0;
+    Py_XDECREF(next_value);
+    Py_XDECREF(end_value);
+    if (failed) {
+        Py_XDECREF(queue_value);
+        Py_XDECREF(store_value);
+        Py_XDECREF(offset_value);
+        return NULL;
+    }
+    return put_result(self, offset, offset_value, queue_value, store_value, size);
+}
+
+PyDoc_STRVAR(appender_put_doc,
+"put(message) -> PutResult or None\n\n"
+"Append a compiled Message of the common shape (see the module doc of commitlog/csrc/put.c) for a caller that\n"
+"holds the writer lock: PutResult(PUT_OK, ...). None, with nothing written and nothing moved, for anything else:\n"
+"the caller then runs prepare and append_holding_lock.");
+
+/* The log's end and its queue offset table, read from its __dict__ on every put: 1, 0 (None: the Python path)
+ * or -1 with an error. */
+static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets) {
+    PyObject *value = PyDict_GetItemWithError(self->state, keys[K_END]);
+    PyObject *table = value == NULL ? NULL : PyDict_GetItemWithError(self->state, keys[K_QUEUE_OFFSETS]);
+    if (table == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyLong_CheckExact(value) || !PyDict_CheckExact(table)) return 0;
+    int overflow;
+    *end = PyLong_AsLongLongAndOverflow(value, &overflow);
+    *queue_offsets = table;
+    return !overflow && *end >= 0;
+}
+
+/* The put, with `s` a copy of the cached state whose objects the caller holds. */
+static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
+    mq_common_parts m;
+    int64_t offset;
+    PyObject *queue_offsets;
+    int ready = read_end(self, &offset, &queue_offsets);
+    if (ready <= 0 || !mq_common_message(message, self->topic_tails, self->queues_max, self->body_max, &m)) {
+        if (ready < 0 || PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    int64_t body_length = PyBytes_GET_SIZE(m.body), tail_length = PyBytes_GET_SIZE(m.tail);
+    int64_t size = MQ_HEADER_SIZE + body_length + tail_length;
+    if (offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s->append_limit || offset < s->segment_base)
+        Py_RETURN_NONE;  /* _roll's work (and _make_room's) */
+    int through = writes_through(self, s, size);
+    if (through < 0) return NULL;
+    if (through == 2 || (through && s->segment_fd < 0)) Py_RETURN_NONE;
+    PyObject *queue_key = PyTuple_Pack(2, m.topic, m.queue_id);
+    if (queue_key == NULL) return NULL;
+    PyObject *result = NULL;
+    int64_t queue_offset = 0, store_ts;
+    PyObject *found = PyDict_GetItemWithError(queue_offsets, queue_key);
+    if (found != NULL) {
+        queue_offset = PyLong_AsLongLong(found);
+        if (queue_offset == -1 && PyErr_Occurred()) goto done;
+    } else if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (store_clock_ms(self, &store_ts) < 0) goto done;
+    mq_record r = {
+        .size = size, .queue_id = m.queue_id_value, .flag = m.flag, .queue_offset = queue_offset,
+        .physical_offset = offset, .born_timestamp = m.born_timestamp_ms < 0 ? store_ts : m.born_timestamp_ms,
+        .store_timestamp = store_ts, .body = (const uint8_t *)PyBytes_AS_STRING(m.body), .body_length = body_length,
+        .tail = (const uint8_t *)PyBytes_AS_STRING(m.tail), .tail_length = tail_length};
+    r.body_crc = mq_crc32(0, r.body, (size_t)body_length) & 0x7FFFFFFFu;
+    const char *problem = mq_check_record(&r, self->record_crc);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
+        goto done;
+    }
+    int64_t position = offset - s->segment_base;
+    int written = write_record(through ? s->scratch : s->view, through ? 0 : position, &r, self->born_host,
+                               self->store_host, self->record_crc, through ? s->segment_fd : -1, position);
+    if (written < 0) goto done;
+    if (written == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = publish(self, s, queue_offsets, &m, queue_key, offset, queue_offset, store_ts, size);
+done:
+    Py_DECREF(queue_key);
+    return result;
+}
+
+static void hold_state(writer_state *s, int hold) {
+    PyObject *objects[] = {s->view, s->scratch, s->flush_lock, s->written, s->end_word};
+    for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
+        if (hold) Py_XINCREF(objects[i]);
+        else Py_XDECREF(objects[i]);
+    }
+}
+
+static PyObject *appender_put(AppenderObject *self, PyObject *message) {
+    if (!self->usable) Py_RETURN_NONE;
+    /* A copy whose objects this call holds: a refresh() while Python code runs inside the call (a test's clock, a
+     * collection's finalizer letting another thread in) cannot free what is being written. */
+    writer_state s = self->cached;
+    hold_state(&s, 1);
+    PyObject *result = put_with(self, &s, message);
+    hold_state(&s, 0);
+    return result;
+}
+
+static PyMethodDef appender_methods[] = {
+    {"put", (PyCFunction)appender_put, METH_O, appender_put_doc},
+    {"refresh", (PyCFunction)appender_refresh, METH_NOARGS, appender_refresh_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot appender_slots[] = {
+    {Py_tp_doc, "Appender(log, clock_globals, time_ns, write_at, result_type, ok_status): the compiled "
+                "single-message put of a CommitLog (commitlog/csrc/put.c)."},
+    {Py_tp_new, appender_new},
+    {Py_tp_dealloc, appender_dealloc},
+    {Py_tp_traverse, appender_traverse},
+    {Py_tp_clear, appender_clear},
+    {Py_tp_methods, appender_methods},
+    {0, NULL},
+};
+
+static PyType_Spec appender_spec = {
+    "mqstore.commitlog._native.Appender", sizeof(AppenderObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    appender_slots,
+};
+
+int mq_put_init(PyObject *module) {
+    for (int k = 0; k < K_COUNT; k++) {
+        keys[k] = PyUnicode_InternFromString(key_names[k]);
+        if (keys[k] == NULL) return -1;
+    }
+    zero_index = PyLong_FromLong(0);
+    if (zero_index == NULL) return -1;
+    PyObject *type = PyType_FromModuleAndSpec(module, &appender_spec, NULL);
+    if (type == NULL) return -1;
+    int added = PyModule_AddObjectRef(module, "Appender", type);
+    Py_DECREF(type);
+    return added;
+}
