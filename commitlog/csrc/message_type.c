@@ -308,9 +308,25 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     return record;
 }
 
+/* Two topic strs of equal value (the same object, or the same characters). */
+static int same_text(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return length == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b) &&
+           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * (size_t)kind) == 0;
+}
+
+/* A batch's topics as prepare_batch meets them: the last topic and its entry of the log's topic table, so that a
+ * batch of one topic (the common batch) looks the table up once, not once per message. */
+typedef struct {
+    PyObject *topic;  /* borrowed from the batch's messages */
+    PyObject *tail;   /* borrowed from the topic table */
+} topic_cache;
+
 /* The checks prepare_message makes, for one message of a batch; 1 when it is of the common shape and valid. */
 static int common_shape(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
-                        PyObject **tail_out) {
+                        PyObject **tail_out, topic_cache *cache) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
     PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY], *queue_id = message->fields[F_QUEUE_ID],
@@ -326,9 +342,14 @@ static int common_shape(PyObject *object, PyObject *tails_table, long long queue
     if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
         !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)))
         return 0;
-    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
-    if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 || !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
-        return 0;
+    if (cache->topic == NULL || !same_text(cache->topic, topic)) {
+        PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
+        if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
+            return 0;
+        cache->topic = topic;
+        cache->tail = PyTuple_GET_ITEM(tails, 1);
+    }
     int overflow;
     long long value = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
     if (overflow || value < 0 || value >= queues_max) return 0;
@@ -339,8 +360,75 @@ static int common_shape(PyObject *object, PyObject *tails_table, long long queue
         if (overflow || value < 0) return 0;
     }
     if (PyBytes_GET_SIZE(body) > body_max) return 0;
-    *tail_out = PyTuple_GET_ITEM(tails, 1);
+    *tail_out = cache->tail;
     return 1;
+}
+
+/* The distinct (topic, queue_id) of a batch, numbered in the order first seen: up to KEYS_SEARCHED are found
+ * by comparing values (no tuple made per message), more through a dict of (topic, queue_id) tuples. */
+#define KEYS_SEARCHED 64
+typedef struct {
+    PyObject *keys;     /* list of (topic, queue_id), the result's queue_keys */
+    PyObject *numbers;  /* dict (topic, queue_id) -> number, once there are over KEYS_SEARCHED keys */
+    PyObject *topics[KEYS_SEARCHED];  /* borrowed from `keys` */
+    int64_t queue_ids[KEYS_SEARCHED];
+    Py_ssize_t last;    /* the key of the message before */
+} key_table;
+
+/* The number of (topic, queue_id), added when new; -1 with an exception set. */
+static Py_ssize_t key_number(key_table *table, PyObject *topic, PyObject *queue_object, int64_t queue_id) {
+    Py_ssize_t known = PyList_GET_SIZE(table->keys);
+    Py_ssize_t last = table->last;
+    if (last >= 0 && last < KEYS_SEARCHED && table->queue_ids[last] == queue_id && same_text(table->topics[last], topic))
+        return last;
+    Py_ssize_t searched = known < KEYS_SEARCHED ? known : KEYS_SEARCHED;
+    for (Py_ssize_t k = 0; k < searched; k++)
+        if (table->queue_ids[k] == queue_id && same_text(table->topics[k], topic)) return table->last = k;
+    PyObject *key = PyTuple_Pack(2, topic, queue_object);
+    if (key == NULL) return -1;
+    if (known >= KEYS_SEARCHED) {  /* many queues in one batch: the dict */
+        PyObject *number = PyDict_GetItemWithError(table->numbers, key);
+        if (number != NULL) {
+            Py_DECREF(key);
+            return table->last = PyLong_AsSsize_t(number);
+        }
+        if (PyErr_Occurred() || (number = PyLong_FromSsize_t(known)) == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        int failed = PyDict_SetItem(table->numbers, key, number);
+        Py_DECREF(number);
+        if (failed < 0) {
+            Py_DECREF(key);
+            return -1;
+        }
+    } else {
+        table->topics[known] = topic;
+        table->queue_ids[known] = queue_id;
+        if (known == KEYS_SEARCHED - 1) {  /* the dict takes over after this one: give it every key so far */
+            for (Py_ssize_t k = 0; k < known; k++) {
+                PyObject *number = PyLong_FromSsize_t(k);
+                if (number == NULL || PyDict_SetItem(table->numbers, PyList_GET_ITEM(table->keys, k), number) < 0) {
+                    Py_XDECREF(number);
+                    Py_DECREF(key);
+                    return -1;
+                }
+                Py_DECREF(number);
+            }
+            PyObject *number = PyLong_FromSsize_t(known);
+            if (number == NULL || PyDict_SetItem(table->numbers, key, number) < 0) {
+                Py_XDECREF(number);
+                Py_DECREF(key);
+                return -1;
+            }
+            Py_DECREF(number);
+        }
+    }
+    int failed = PyList_Append(table->keys, key);
+    Py_DECREF(key);
+    if (failed < 0) return -1;
+    if (known < KEYS_SEARCHED) table->topics[known] = PyTuple_GET_ITEM(PyList_GET_ITEM(table->keys, known), 0);
+    return table->last = known;
 }
 
 PyDoc_STRVAR(prepare_batch_doc,
@@ -360,65 +448,52 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     long long queues_max = PyLong_AsLongLong(args[1]), body_max = PyLong_AsLongLong(args[2]);
     if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(messages);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *tail;
-        if (!common_shape(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &tail)) {
-            if (PyErr_Occurred()) return NULL;
-            Py_RETURN_NONE;
-        }
-    }
     enum { C_KEY, C_QUEUE, C_FLAG, C_BORN, C_LENGTH, C_CRC, C_SIZE, C_COUNT };
     PyObject *columns[C_COUNT] = {NULL};
-    PyObject *keys = PyList_New(0), *key_numbers = PyDict_New(), *bodies = PyList_New(count), *tails = PyList_New(count);
+    key_table table = {.keys = PyList_New(0), .numbers = PyDict_New(), .last = -1};
+    PyObject *bodies = PyList_New(count), *tails = PyList_New(count);
     PyObject *result = NULL;
-    if (keys == NULL || key_numbers == NULL || bodies == NULL || tails == NULL) goto done;
+    if (table.keys == NULL || table.numbers == NULL || bodies == NULL || tails == NULL) goto done;
+    topic_cache cache = {NULL, NULL};
+    /* The checks first, for every message: no column is made for a batch the Python path must take. The tails
+     * found are kept in `tails` (nothing runs Python code between here and their use: the topics are exact
+     * strs, the queue ids exact ints). */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *tail;
+        if (!common_shape(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &tail, &cache)) {
+            if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+            goto done;
+        }
+        PyList_SET_ITEM(tails, i, Py_NewRef(tail));
+    }
     for (int c = 0; c < C_COUNT; c++) {
         columns[c] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
         if (columns[c] == NULL) goto done;
     }
     int64_t *column[C_COUNT];
     for (int c = 0; c < C_COUNT; c++) column[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
-    PyObject *last_topic = NULL, *last_queue = NULL;
-    int64_t last_key = -1;
     for (Py_ssize_t i = 0; i < count; i++) {
         MessageObject *message = (MessageObject *)PyList_GET_ITEM(messages, i);
         PyObject *topic = message->fields[F_TOPIC], *queue_id = message->fields[F_QUEUE_ID],
                  *body = message->fields[F_BODY], *born = message->fields[F_BORN];
-        PyObject *tail = PyTuple_GET_ITEM(PyDict_GetItem(tails_table, topic), 1);
-        if (topic != last_topic || queue_id != last_queue) {  /* the distinct (topic, queue_id), first seen first */
-            PyObject *key = PyTuple_Pack(2, topic, queue_id);
-            if (key == NULL) goto done;
-            PyObject *number = PyDict_GetItemWithError(key_numbers, key);
-            if (number == NULL) {
-                if (PyErr_Occurred() || (number = PyLong_FromSsize_t(PyList_GET_SIZE(keys))) == NULL ||
-                    PyDict_SetItem(key_numbers, key, number) < 0 || PyList_Append(keys, key) < 0) {
-                    Py_XDECREF(number);
-                    Py_DECREF(key);
-                    goto done;
-                }
-                Py_DECREF(number);
-            }
-            last_key = PyLong_AsLongLong(number);
-            Py_DECREF(key);
-            last_topic = topic;
-            last_queue = queue_id;
-        }
+        int64_t queue = PyLong_AsLongLong(queue_id);  /* checked above: in range */
+        Py_ssize_t key = key_number(&table, topic, queue_id, queue);
+        if (key < 0) goto done;
         Py_ssize_t length = PyBytes_GET_SIZE(body);
-        column[C_KEY][i] = last_key;
-        column[C_QUEUE][i] = PyLong_AsLongLong(queue_id);
+        column[C_KEY][i] = key;
+        column[C_QUEUE][i] = queue;
         column[C_FLAG][i] = PyLong_AsLongLong(message->fields[F_FLAG]);
         column[C_BORN][i] = born == Py_None ? -1 : PyLong_AsLongLong(born);
         column[C_LENGTH][i] = length;
         column[C_CRC][i] = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(body), (size_t)length) & 0x7FFFFFFFu;
-        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(tail);
+        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(PyList_GET_ITEM(tails, i));
         PyList_SET_ITEM(bodies, i, Py_NewRef(body));
-        PyList_SET_ITEM(tails, i, Py_NewRef(tail));
     }
-    result = Py_BuildValue("(OOOOOOOOOO)", keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG], columns[C_BORN],
-                           bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
+    result = Py_BuildValue("(OOOOOOOOOO)", table.keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG],
+                           columns[C_BORN], bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
 done:
-    Py_XDECREF(keys);
-    Py_XDECREF(key_numbers);
+    Py_XDECREF(table.keys);
+    Py_XDECREF(table.numbers);
     Py_XDECREF(bodies);
     Py_XDECREF(tails);
     for (int c = 0; c < C_COUNT; c++) Py_XDECREF(columns[c]);

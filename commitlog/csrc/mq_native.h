@@ -24,6 +24,7 @@ int mq_int64_buffer(PyObject *object, Py_buffer *view, int writable, const char 
 extern PyMethodDef mq_codec_methods[];   /* codec.c: encode records into segments, decode them for get */
 extern PyMethodDef mq_scan_methods[];    /* scan.c: dispatch scan, recovery walk, Arrow columns */
 extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the common message shape */
+extern PyMethodDef mq_batch_methods[];   /* batch.c: put_batch's PutResults */
 
 /* message_type.c: adds the compiled `Message` type to the module; 0, or -1 with an exception set. */
 int mq_message_init(PyObject *module);
