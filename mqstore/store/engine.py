@@ -335,6 +335,8 @@ class MessageStore(Reads, IndexLookups):
         log_.segment_source = allocator.take
         log_.segment_retirer = allocator.retire
         log_.advise_random_appends = not config.write_fault_readahead
+        # pwrite, unless the pages ahead of the writer are pre-faulted (decision 0024)
+        log_.batch_write_through = self._sync_flush or not config.warm_segments
         # The next segment is made ahead of need once the writer nears the end of its segment (not at open, nor at
         # a roll: a store takes the disk its data needs).
         log_.near_end_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
