@@ -8,10 +8,10 @@ own, so that each runs with its own `Message` type):
   - put of 100 B and 1 KB bodies, ASYNC, one producer thread, 4 topics x 4 queues, the Message built in the loop
     (record CRCs on, as the default config; no index);
   - put_batch of 1 KB bodies, 1000 a call (from a pool of 64 batches built beforehand), GB/s of records:
-    warm: every page the row writes pre-faulted with MADV_POPULATE_WRITE before the clock starts (what
-    `warm_segments` does ahead of the writer), so the row stays inside the first 1 GiB segment (at most
-    WARM_MESSAGES_MAX messages); cold: fresh pages, the default config, all the messages (a 3M run spans 4
-    segments, each page's first write a page fault);
+    warm: `warm_segments=True` (batches copied into the mapping), and every page the row writes pre-faulted
+    with MADV_POPULATE_WRITE before the clock starts (what `warm_segments` does ahead of the writer), so the row
+    stays inside the first 1 GiB segment (at most WARM_MESSAGES_MAX messages); cold: fresh pages, the default
+    config (batches written with pwrite), all the messages (a 3M run spans 4 segments);
   - get of 100 B messages, 32 a call, every queue from its start.
 The put_batch rows also give the producer thread's own CPU time (`cpu_mb_per_s`: the rate were that thread never
 to wait for the interpreter or a core), and the limits of the same run: memcpy of the same 1.1 MB batches into a
@@ -48,10 +48,10 @@ WARM_MESSAGES_MAX = 900_000  # the warm put_batch row stays inside the first seg
 LIMIT_BYTES_MAX = 256 << 20  # the memcpy limits copy this much at most (fresh pages take 0.5 s a 256 MiB here)
 
 
-def _config(record_crc: bool = True):
+def _config(record_crc: bool = True, warm_segments: bool = False):
     from mqstore import StoreConfig
 
-    return StoreConfig(store_host="10.0.0.1", index_enabled=False, record_crc=record_crc)
+    return StoreConfig(store_host="10.0.0.1", index_enabled=False, record_crc=record_crc, warm_segments=warm_segments)
 
 
 def _record_bytes(body: int, topic: str = "topic0", record_crc: bool = True) -> int:
@@ -96,7 +96,7 @@ def worker_put_batch(root: str, count: int, body_size: int, warm: bool) -> dict:
             for number in range(BATCH_POOL)]
     batches = count // BATCH
     record_bytes = _record_bytes(body_size)
-    with MessageStore.open(root, _config()) as store:
+    with MessageStore.open(root, _config(warm_segments=warm)) as store:
         for topic in range(TOPICS):
             store.put(Message(f"topic{topic}", b"first"))
         if warm:
