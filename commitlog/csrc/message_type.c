@@ -308,25 +308,9 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     return record;
 }
 
-/* Two topic strs of equal value (the same object, or the same characters). */
-static int same_text(PyObject *a, PyObject *b) {
-    if (a == b) return 1;
-    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
-    int kind = PyUnicode_KIND(a);
-    return length == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b) &&
-           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * (size_t)kind) == 0;
-}
-
-/* A batch's topics as prepare_batch meets them: the last topic and its entry of the log's topic table, so that a
- * batch of one topic (the common batch) looks the table up once, not once per message. */
-typedef struct {
-    PyObject *topic;  /* borrowed from the batch's messages */
-    PyObject *tail;   /* borrowed from the topic table */
-} topic_cache;
-
 /* The checks prepare_message makes, for one message of a batch; 1 when it is of the common shape and valid. */
 static int common_shape(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
-                        PyObject **tail_out, topic_cache *cache) {
+                        PyObject **tail_out) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
     PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY], *queue_id = message->fields[F_QUEUE_ID],
@@ -342,14 +326,9 @@ static int common_shape(PyObject *object, PyObject *tails_table, long long queue
     if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
         !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)))
         return 0;
-    if (cache->topic == NULL || !same_text(cache->topic, topic)) {
-        PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
-        if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
-            return 0;
-        cache->topic = topic;
-        cache->tail = PyTuple_GET_ITEM(tails, 1);
-    }
+    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
+    if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 || !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
+        return 0;
     int overflow;
     long long value = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
     if (overflow || value < 0 || value >= queues_max) return 0;
@@ -360,8 +339,17 @@ static int common_shape(PyObject *object, PyObject *tails_table, long long queue
         if (overflow || value < 0) return 0;
     }
     if (PyBytes_GET_SIZE(body) > body_max) return 0;
-    *tail_out = cache->tail;
+    *tail_out = PyTuple_GET_ITEM(tails, 1);
     return 1;
+}
+
+/* Two topic strs of equal value (the same object, or the same characters). */
+static int same_text(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return length == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b) &&
+           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * (size_t)kind) == 0;
 }
 
 /* The distinct (topic, queue_id) of a batch, numbered in the order first seen: up to KEYS_SEARCHED are found
@@ -379,7 +367,8 @@ typedef struct {
 static Py_ssize_t key_number(key_table *table, PyObject *topic, PyObject *queue_object, int64_t queue_id) {
     Py_ssize_t known = PyList_GET_SIZE(table->keys);
     Py_ssize_t last = table->last;
-    if (last >= 0 && last < KEYS_SEARCHED && table->queue_ids[last] == queue_id && same_text(table->topics[last], topic))
+    if (last >= 0 && last < KEYS_SEARCHED && table->queue_ids[last] == queue_id &&
+        same_text(table->topics[last], topic))
         return last;
     Py_ssize_t searched = known < KEYS_SEARCHED ? known : KEYS_SEARCHED;
     for (Py_ssize_t k = 0; k < searched; k++)
@@ -448,34 +437,34 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     long long queues_max = PyLong_AsLongLong(args[1]), body_max = PyLong_AsLongLong(args[2]);
     if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(messages);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *tail;
+        if (!common_shape(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &tail)) {
+            if (PyErr_Occurred()) return NULL;
+            Py_RETURN_NONE;
+        }
+    }
     enum { C_KEY, C_QUEUE, C_FLAG, C_BORN, C_LENGTH, C_CRC, C_SIZE, C_COUNT };
     PyObject *columns[C_COUNT] = {NULL};
     key_table table = {.keys = PyList_New(0), .numbers = PyDict_New(), .last = -1};
     PyObject *bodies = PyList_New(count), *tails = PyList_New(count);
     PyObject *result = NULL;
     if (table.keys == NULL || table.numbers == NULL || bodies == NULL || tails == NULL) goto done;
-    topic_cache cache = {NULL, NULL};
-    /* The checks first, for every message: no column is made for a batch the Python path must take. The tails
-     * found are kept in `tails` (nothing runs Python code between here and their use: the topics are exact
-     * strs, the queue ids exact ints). */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *tail;
-        if (!common_shape(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &tail, &cache)) {
-            if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
-            goto done;
-        }
-        PyList_SET_ITEM(tails, i, Py_NewRef(tail));
-    }
     for (int c = 0; c < C_COUNT; c++) {
         columns[c] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
         if (columns[c] == NULL) goto done;
     }
     int64_t *column[C_COUNT];
     for (int c = 0; c < C_COUNT; c++) column[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
+    PyObject *last_topic = NULL, *tail = NULL;  /* the topic table is looked up again only when the topic changes */
     for (Py_ssize_t i = 0; i < count; i++) {
         MessageObject *message = (MessageObject *)PyList_GET_ITEM(messages, i);
         PyObject *topic = message->fields[F_TOPIC], *queue_id = message->fields[F_QUEUE_ID],
                  *body = message->fields[F_BODY], *born = message->fields[F_BORN];
+        if (last_topic == NULL || !same_text(last_topic, topic)) {
+            tail = PyTuple_GET_ITEM(PyDict_GetItem(tails_table, topic), 1);  /* checked above: there */
+            last_topic = topic;
+        }
         int64_t queue = PyLong_AsLongLong(queue_id);  /* checked above: in range */
         Py_ssize_t key = key_number(&table, topic, queue_id, queue);
         if (key < 0) goto done;
@@ -486,8 +475,9 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
         column[C_BORN][i] = born == Py_None ? -1 : PyLong_AsLongLong(born);
         column[C_LENGTH][i] = length;
         column[C_CRC][i] = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(body), (size_t)length) & 0x7FFFFFFFu;
-        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(PyList_GET_ITEM(tails, i));
+        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(tail);
         PyList_SET_ITEM(bodies, i, Py_NewRef(body));
+        PyList_SET_ITEM(tails, i, Py_NewRef(tail));
     }
     result = Py_BuildValue("(OOOOOOOOOO)", table.keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG],
                            columns[C_BORN], bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
