@@ -18,8 +18,10 @@ def test_native_quick_writes_every_row(tmp_path):
         assert row["native"]["msgs_per_s"] > 0 and row["python"]["msgs_per_s"] > 0, row
         if row["case"].startswith("put "):
             assert "rocketmq" in row or row["rocketmq_missing"], row
-    for row in result["rows"][2:4]:  # put_batch: the producer thread's CPU rate beside the wall-clock one
-        assert row["native"]["cpu_mb_per_s"] >= row["native"]["mb_per_s"] * 0.5, row
+    for row in result["rows"][2:4]:  # put_batch: the producer thread's CPU rate beside the wall-clock one, which
+        for codec in ("native", "python"):  # it can only exceed (the thread's CPU time is within the elapsed time)
+            assert row[codec]["cpu_mb_per_s"] >= row[codec]["mb_per_s"] * 0.99, row
+        assert row["native"]["messages"] == (5_000 // 1000) * 1000, row
     limits = result["limits"]
     assert limits["memcpy_prefaulted_gb_per_s"] > 0 and limits["memcpy_fresh_pages_gb_per_s"] > 0, limits
     assert "native msgs/s" in completed.stdout and "pre-faulted pages" in completed.stdout
