@@ -5,6 +5,8 @@ physical limits and the embedded stores a Python user would pick instead, at equ
     .venv/bin/python bench/flush_modes.py --quick          # smoke run (a few seconds)
     .venv/bin/python bench/flush_modes.py --out-dir DIR    # write the results elsewhere
     .venv/bin/python bench/flush_modes.py --sync           # only the SYNC targets of issue 21 (about 2 minutes)
+    .venv/bin/python bench/flush_modes.py --peers          # only SYNC batches of 1000 x 1 KB: mqstore's put_batch
+                                                           # and the peers', beside pwrite+fdatasync (under 1 minute)
 
 `--sync` measures the raw pwrite+fdatasync loop, the store's SYNC puts from 1, 8 and 64 producers (with the
 compiled flush path of commitlog/csrc/flushwait.c, and with the pure-Python one MQSTORE_NATIVE=0 uses), the bare
@@ -846,6 +848,45 @@ def plan(work: str, settings: dict) -> list[tuple[str, callable]]:
     return tasks
 
 
+def plan_peers(work: str, settings: dict) -> list[tuple[str, callable]]:
+    """--peers: issue 21's SYNC put_batch target, 1000 messages of 1 KB a batch, each engine at the durability of
+    a SYNC put (an fdatasync per batch), beside the raw pwrite+fdatasync loop of the batch's bodies, taking turns."""
+    batch_bytes = PEER_BATCH_COUNT * PEER_BODY_BYTES
+    group = [lambda rounds: sync_loop(work, batch_bytes, settings["peer_s"] / rounds)]
+    group += [lambda rounds, e=engine: peer_row(work, e, True, PEER_BATCH_COUNT, settings["peer_s"] / rounds)
+              for engine in PEERS]
+    return [("SYNC batches", lambda: interleaved(group, settings))]
+
+
+def main_peers(args, settings: dict) -> int:
+    began = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    rows, _ = run(settings, plan_peers)
+    load_after = os.getloadavg()[0]
+    command = "bench/flush_modes.py --peers" + (" --quick" if args.quick else "")
+    raw = rows[0]
+    mqstore = find(rows, f"mqstore SYNC, {PEER_BATCH_COUNT} msgs/put_batch")
+    print(f"`{command}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {settings['peer_s']} s a row in "
+          f"{settings['rounds']} turns; load {load_before:.1f} before, {load_after:.1f} after")
+    print(f"{'row':<58} {'msgs/s':>10} {'MB/s':>8} {'p99 ms':>8} {'mqstore vs':>11}")
+    for row in rows:
+        messages = row["msgs_per_s"] if "msgs_per_s" in row else row["ops_per_s"] * PEER_BATCH_COUNT
+        print(f"{row['name']:<58} {messages:>10,.0f} {row['mb_per_s']:>8,.0f} {row['p99_us'] / 1000:>8.1f} "
+              f"{mqstore['mb_per_s'] / row['mb_per_s']:>10.2f}x")
+    os.makedirs(args.out_dir, exist_ok=True)
+    stem = os.path.join(args.out_dir, "flush_modes_peers_quick" if args.quick else "flush_modes_peers")
+    with open(stem + ".json", "w", encoding="utf-8") as handle:
+        json.dump({"command": command, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick,
+                   "machine": {**machine(), "load_average_1min_before": load_before,
+                               "load_average_1min_after": load_after},
+                   "settings": settings, "seconds": time.perf_counter() - began, "rows": rows,
+                   "mqstore_vs": {row["name"]: mqstore["mb_per_s"] / row["mb_per_s"] for row in rows
+                                  if row is not mqstore and row is not raw},
+                   "mqstore_vs_raw_loop": mqstore["mb_per_s"] / raw["mb_per_s"]}, handle, indent=1)
+    print(f"results written to {stem}.json")
+    return 0
+
+
 def settle(settings: dict) -> None:
     """Between measurements: write back what the last one left dirty and let ext4 issue the discards of the
     files it deleted (mounted with `discard`, they are sent at the next journal commit), outside any timing."""
@@ -1078,10 +1119,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"), help="where results go")
     parser.add_argument("--sync", action="store_true", help="only the SYNC targets of issue 21 and RocketMQ's rows")
+    parser.add_argument("--peers", action="store_true", help="only SYNC batches of 1000 x 1 KB against the peers")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
     if args.sync:
         return main_sync(args, settings)
+    if args.peers:
+        return main_peers(args, settings)
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     rows, latencies = run(settings)

@@ -172,6 +172,11 @@ class CommitLog:
         # When True, the segment appends go to is advised for random access (MappedFile.advise_appending): a
         # put's page fault then fills that page only, not the kernel's read-around of several MiB.
         self.advise_random_appends = False
+        # When True (the owner sets it where segments are not pre-faulted), batches (write_batch.append_columns)
+        # are encoded into `batch_scratch` and written with pwrite, not copied into the mapping: a fresh page's
+        # first write through a mapping is a page fault. See docs/decisions/0024-batches-written-with-pwrite.md.
+        self.batch_write_through = False
+        self.batch_scratch: bytearray | None = None
         self.unique_keys: UniqueKeyGenerator | None = None  # when set, messages without a UNIQ_KEY get one
         self.last_store_timestamp_ms = 0  # store time of the newest appended record
         self.flushed_position = 0  # everything below is on disk

@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.errors import InvalidMessageError, StoreIOError
+from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreIOError
 from mqstore.commitlog.message import Message
 from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS
 
 _DIGIT_SPAN = np.arange(fmt.RECORD_CRC_DIGITS, dtype=np.int64)
+# With `batch_write_through`, a run is encoded and written (pwrite) this many bytes at most at a time, each piece
+# published before the next (a record over it goes alone): the scratch buffer stays small.
+WRITE_THROUGH_PIECE_BYTES = 4 * 1024 * 1024
 _UNIQUE_KEY_START = b"UNIQ_KEY\x01"
 
 # A record prepared one by one (`CommitLog.prepare`): a plain tuple, read by these indices. A NamedTuple would
@@ -190,8 +193,9 @@ def _tails(log, topics: list[str], tags: list, tag_values: set) -> list[bytes] |
 
 def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, int, StoreIOError | None]:
     """Append a prepared batch; the caller holds `log.lock` (the writer lock). Returns (commitlog offsets, queue
-    offsets, records placed, store timestamp, error). When a segment cannot be created part way, the records
-    before it stay stored and the StoreIOError is returned with them (the rest are not written)."""
+    offsets, records placed, store timestamp, error). When a segment cannot be created part way, or a piece
+    written through cannot be written, the records before it stay stored and the StoreIOError is returned with
+    them (the rest are not published)."""
     count = len(columns)
     offsets = np.zeros(count, dtype=np.int64)
     queue_offsets = np.zeros(count, dtype=np.int64)
@@ -207,7 +211,8 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
             queue_offsets[rows] = table.get(key, 0) + np.arange(len(rows), dtype=np.int64)
     done = 0
     error = None
-    while done < count:  # one round per segment the batch touches
+    through = log.batch_write_through and log.codec is not None
+    while done < count:  # one round per segment the batch touches (per piece, when written through)
         offset = log._end
         try:
             if offset + int(sizes[done]) + fmt.END_FILE_MIN_BLANK_LENGTH > log._append_limit:
@@ -218,12 +223,18 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
         ends = offset + np.cumsum(sizes[done:])
         run = int(np.searchsorted(ends + fmt.END_FILE_MIN_BLANK_LENGTH, log._append_limit, side="right"))
         assert run >= 1
+        if through:
+            run = min(run, max(1, int(np.searchsorted(ends, offset + WRITE_THROUGH_PIECE_BYTES, side="right"))))
         stop = done + run
         starts = np.empty(run, dtype=np.int64)
         starts[0] = offset
         starts[1:] = ends[: run - 1]
         offsets[done:stop] = starts
-        _write_run(log, columns, done, stop, starts, queue_offsets[done:stop], store_ts)
+        try:
+            _write_run(log, columns, done, stop, starts, queue_offsets[done:stop], store_ts, through)
+        except SegmentWriteError as exc:  # nothing of this run is published; the runs before stay stored
+            error = exc
+            break
         log.set_end(int(ends[run - 1]))  # published only when the whole run is written
         done = stop
     if done:
@@ -236,14 +247,26 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
 
 
 def _write_run(log, columns: Columns, start: int, stop: int, offsets: np.ndarray, queue_offsets: np.ndarray,
-               store_ts: int) -> None:
-    """Write records [start, stop) of the batch at `offsets`, which all lie in the current segment."""
+               store_ts: int, through: bool = False) -> None:
+    """Write records [start, stop) of the batch at `offsets`, which all lie in the current segment: with
+    `through`, encoded into the log's scratch buffer and written with pwrite (SegmentWriteError when that fails),
+    else straight into the mapping."""
     codec = log.codec
-    if codec is not None:  # the compiled codec writes each record straight into the mapping
-        codec.encode_run(log._view, int(offsets[0]) - log._segment_base, offsets, columns.sizes[start:stop],
-                         columns.body_crcs[start:stop], columns.queue_ids[start:stop], columns.flags[start:stop],
-                         queue_offsets, columns.born_ms[start:stop], store_ts, log.born_host_raw, log.store_host_raw,
-                         columns.bodies, columns.tails, start, log.record_crc)
+    if codec is not None:  # the compiled codec encodes each record straight into its target
+        position = int(offsets[0]) - log._segment_base
+        target, at, write_to = log._view, position, None
+        if through:
+            length = int(offsets[-1] - offsets[0] + columns.sizes[stop - 1])
+            if log.batch_scratch is None or len(log.batch_scratch) < length:
+                log.batch_scratch = bytearray(max(length, WRITE_THROUGH_PIECE_BYTES))
+            target, at, write_to = log.batch_scratch, 0, (log._segment_fd, position)
+        try:
+            codec.encode_run(target, at, offsets, columns.sizes[start:stop], columns.body_crcs[start:stop],
+                             columns.queue_ids[start:stop], columns.flags[start:stop], queue_offsets,
+                             columns.born_ms[start:stop], store_ts, log.born_host_raw, log.store_host_raw,
+                             columns.bodies, columns.tails, start, log.record_crc, write_to)
+        except OSError as exc:
+            raise SegmentWriteError(f"cannot write to segment {log._segment_base}: {exc.strerror}") from exc
         return
     run = stop - start
     sizes = columns.sizes[start:stop]

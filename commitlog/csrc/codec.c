@@ -12,7 +12,9 @@
  */
 #include "mq_native.h"
 
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MQ_STORED_MESSAGE_FIELDS 18
 /* Runs of records over this many bytes are written with the GIL let go (a thread switch costs about 25 us
@@ -148,18 +150,45 @@ static PyObject *encode_blank(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* pwrite all `length` bytes at `position`, retrying short writes and EINTR; 0 or the errno. */
+static int write_all(int fd, const uint8_t *data, int64_t length, int64_t position) {
+    while (length > 0) {
+        ssize_t written = pwrite(fd, data, (size_t)length, (off_t)position);
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (written == 0) return EIO;
+        data += written;
+        length -= written;
+        position += written;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(encode_run_doc,
 "encode_run(target, position, commitlog_offsets, sizes, body_crcs, queue_ids, flags, queue_offsets, born_ms,\n"
-"           store_timestamp_ms, born_host, store_host, bodies, tails, first, record_crc) -> int\n\n"
+"           store_timestamp_ms, born_host, store_host, bodies, tails, first, record_crc, write_to=None) -> int\n\n"
 "Write a run of records of a batch (commitlog/write_batch.py's Columns) one after the other from target[position]:\n"
 "record i of the run is bodies[first + i] and tails[first + i] with the i-th item of each int64 array\n"
 "(born_ms -1: the store timestamp). The commitlog offsets must follow each other by the sizes. Every argument\n"
-"is checked before a byte is written; returns the bytes written.");
+"is checked before a byte is written; returns the bytes written. With write_to = (fd, file_position), the\n"
+"encoded bytes are then written to the file with pwrite (all of them, or OSError), in the same stretch without\n"
+"the GIL: `target` is then a scratch buffer.");
 
 static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 16) {
-        PyErr_SetString(PyExc_TypeError, "encode_run takes 16 arguments");
+    if (nargs != 16 && nargs != 17) {
+        PyErr_SetString(PyExc_TypeError, "encode_run takes 16 or 17 arguments");
         return NULL;
+    }
+    int fd = -1;
+    long long file_position = 0;
+    if (nargs == 17 && args[16] != Py_None) {
+        if (!PyArg_ParseTuple(args[16], "iL:encode_run write_to", &fd, &file_position)) return NULL;
+        if (fd < 0 || file_position < 0) {
+            PyErr_SetString(PyExc_ValueError, "write_to needs a file descriptor and a position, both >= 0");
+            return NULL;
+        }
     }
     int64_t position, store_ts, first;
     const uint8_t *born_host, *store_host;
@@ -233,7 +262,21 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     /* The bodies and tails stay alive: the caller's lists hold them, and the lists are not touched meanwhile. */
     uint8_t *at = (uint8_t *)target.buf + position;
-    if (total > MQ_RELEASE_GIL_BYTES) {
+    if (fd >= 0) {  /* encode into the scratch buffer, then pwrite it: one stretch without the GIL */
+        int error = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < count; i++) {
+            mq_write_record(at, &records[i], born_host, store_host, record_crc);
+            at += records[i].size;
+        }
+        error = write_all(fd, (const uint8_t *)target.buf + position, total, (int64_t)file_position);
+        Py_END_ALLOW_THREADS
+        if (error != 0) {
+            errno = error;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto done;
+        }
+    } else if (total > MQ_RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < count; i++) {
             mq_write_record(at, &records[i], born_host, store_host, record_crc);

@@ -351,6 +351,83 @@ int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_
     return 1;
 }
 
+/* Two topic strs of equal value (the same object, or the same characters). */
+static int same_text(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return length == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b) &&
+           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * (size_t)kind) == 0;
+}
+
+/* The distinct (topic, queue_id) of a batch, numbered in the order first seen: up to KEYS_SEARCHED are found
+ * by comparing values (no tuple made per message), more through a dict of (topic, queue_id) tuples. */
+#define KEYS_SEARCHED 64
+typedef struct {
+    PyObject *keys;     /* list of (topic, queue_id), the result's queue_keys */
+    PyObject *numbers;  /* dict (topic, queue_id) -> number, once there are over KEYS_SEARCHED keys */
+    PyObject *topics[KEYS_SEARCHED];  /* borrowed from `keys` */
+    int64_t queue_ids[KEYS_SEARCHED];
+    Py_ssize_t last;    /* the key of the message before */
+} key_table;
+
+/* The number of (topic, queue_id), added when new; -1 with an exception set. */
+static Py_ssize_t key_number(key_table *table, PyObject *topic, PyObject *queue_object, int64_t queue_id) {
+    Py_ssize_t known = PyList_GET_SIZE(table->keys);
+    Py_ssize_t last = table->last;
+    if (last >= 0 && last < KEYS_SEARCHED && table->queue_ids[last] == queue_id &&
+        same_text(table->topics[last], topic))
+        return last;
+    Py_ssize_t searched = known < KEYS_SEARCHED ? known : KEYS_SEARCHED;
+    for (Py_ssize_t k = 0; k < searched; k++)
+        if (table->queue_ids[k] == queue_id && same_text(table->topics[k], topic)) return table->last = k;
+    PyObject *key = PyTuple_Pack(2, topic, queue_object);
+    if (key == NULL) return -1;
+    if (known >= KEYS_SEARCHED) {  /* many queues in one batch: the dict */
+        PyObject *number = PyDict_GetItemWithError(table->numbers, key);
+        if (number != NULL) {
+            Py_DECREF(key);
+            return table->last = PyLong_AsSsize_t(number);
+        }
+        if (PyErr_Occurred() || (number = PyLong_FromSsize_t(known)) == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        int failed = PyDict_SetItem(table->numbers, key, number);
+        Py_DECREF(number);
+        if (failed < 0) {
+            Py_DECREF(key);
+            return -1;
+        }
+    } else {
+        table->topics[known] = topic;
+        table->queue_ids[known] = queue_id;
+        if (known == KEYS_SEARCHED - 1) {  /* the dict takes over after this one: give it every key so far */
+            for (Py_ssize_t k = 0; k < known; k++) {
+                PyObject *number = PyLong_FromSsize_t(k);
+                if (number == NULL || PyDict_SetItem(table->numbers, PyList_GET_ITEM(table->keys, k), number) < 0) {
+                    Py_XDECREF(number);
+                    Py_DECREF(key);
+                    return -1;
+                }
+                Py_DECREF(number);
+            }
+            PyObject *number = PyLong_FromSsize_t(known);
+            if (number == NULL || PyDict_SetItem(table->numbers, key, number) < 0) {
+                Py_XDECREF(number);
+                Py_DECREF(key);
+                return -1;
+            }
+            Py_DECREF(number);
+        }
+    }
+    int failed = PyList_Append(table->keys, key);
+    Py_DECREF(key);
+    if (failed < 0) return -1;
+    if (known < KEYS_SEARCHED) table->topics[known] = PyTuple_GET_ITEM(PyList_GET_ITEM(table->keys, known), 0);
+    return table->last = known;
+}
+
 PyDoc_STRVAR(prepare_batch_doc,
 "prepare_batch(topic_tails, max_queues_per_topic, max_message_size_bytes, messages) -> columns or None\n\n"
 "batch._prepare_common for a list of compiled Messages all of the shape prepare_message takes: (queue_keys,\n"
@@ -377,43 +454,31 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     enum { C_KEY, C_QUEUE, C_FLAG, C_BORN, C_LENGTH, C_CRC, C_SIZE, C_COUNT };
     PyObject *columns[C_COUNT] = {NULL};
-    PyObject *keys = PyList_New(0), *key_numbers = PyDict_New(), *bodies = PyList_New(count), *tails = PyList_New(count);
+    key_table table = {.keys = PyList_New(0), .numbers = PyDict_New(), .last = -1};
+    PyObject *bodies = PyList_New(count), *tails = PyList_New(count);
     PyObject *result = NULL;
-    if (keys == NULL || key_numbers == NULL || bodies == NULL || tails == NULL) goto done;
+    if (table.keys == NULL || table.numbers == NULL || bodies == NULL || tails == NULL) goto done;
     for (int c = 0; c < C_COUNT; c++) {
         columns[c] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
         if (columns[c] == NULL) goto done;
     }
     int64_t *column[C_COUNT];
     for (int c = 0; c < C_COUNT; c++) column[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
-    PyObject *last_topic = NULL, *last_queue = NULL;
-    int64_t last_key = -1;
+    PyObject *last_topic = NULL, *tail = NULL;  /* the topic table is looked up again only when the topic changes */
     for (Py_ssize_t i = 0; i < count; i++) {
         MessageObject *message = (MessageObject *)PyList_GET_ITEM(messages, i);
         PyObject *topic = message->fields[F_TOPIC], *queue_id = message->fields[F_QUEUE_ID],
                  *body = message->fields[F_BODY], *born = message->fields[F_BORN];
-        PyObject *tail = PyTuple_GET_ITEM(PyDict_GetItem(tails_table, topic), 1);
-        if (topic != last_topic || queue_id != last_queue) {  /* the distinct (topic, queue_id), first seen first */
-            PyObject *key = PyTuple_Pack(2, topic, queue_id);
-            if (key == NULL) goto done;
-            PyObject *number = PyDict_GetItemWithError(key_numbers, key);
-            if (number == NULL) {
-                if (PyErr_Occurred() || (number = PyLong_FromSsize_t(PyList_GET_SIZE(keys))) == NULL ||
-                    PyDict_SetItem(key_numbers, key, number) < 0 || PyList_Append(keys, key) < 0) {
-                    Py_XDECREF(number);
-                    Py_DECREF(key);
-                    goto done;
-                }
-                Py_DECREF(number);
-            }
-            last_key = PyLong_AsLongLong(number);
-            Py_DECREF(key);
+        if (last_topic == NULL || !same_text(last_topic, topic)) {
+            tail = PyTuple_GET_ITEM(PyDict_GetItem(tails_table, topic), 1);  /* checked above: there */
             last_topic = topic;
-            last_queue = queue_id;
         }
+        int64_t queue = PyLong_AsLongLong(queue_id);  /* checked above: in range */
+        Py_ssize_t key = key_number(&table, topic, queue_id, queue);
+        if (key < 0) goto done;
         Py_ssize_t length = PyBytes_GET_SIZE(body);
-        column[C_KEY][i] = last_key;
-        column[C_QUEUE][i] = PyLong_AsLongLong(queue_id);
+        column[C_KEY][i] = key;
+        column[C_QUEUE][i] = queue;
         column[C_FLAG][i] = PyLong_AsLongLong(message->fields[F_FLAG]);
         column[C_BORN][i] = born == Py_None ? -1 : PyLong_AsLongLong(born);
         column[C_LENGTH][i] = length;
@@ -422,11 +487,11 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
         PyList_SET_ITEM(bodies, i, Py_NewRef(body));
         PyList_SET_ITEM(tails, i, Py_NewRef(tail));
     }
-    result = Py_BuildValue("(OOOOOOOOOO)", keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG], columns[C_BORN],
-                           bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
+    result = Py_BuildValue("(OOOOOOOOOO)", table.keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG],
+                           columns[C_BORN], bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
 done:
-    Py_XDECREF(keys);
-    Py_XDECREF(key_numbers);
+    Py_XDECREF(table.keys);
+    Py_XDECREF(table.numbers);
     Py_XDECREF(bodies);
     Py_XDECREF(tails);
     for (int c = 0; c < C_COUNT; c++) Py_XDECREF(columns[c]);

@@ -35,5 +35,6 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     }
     if (PyModule_AddFunctions(module, mq_flush_methods) < 0) { Py_DECREF(module); return NULL; }
+    if (PyModule_AddFunctions(module, mq_batch_methods) < 0) { Py_DECREF(module); return NULL; }
     return module;
 }

@@ -24,6 +24,7 @@ int mq_int64_buffer(PyObject *object, Py_buffer *view, int writable, const char 
 extern PyMethodDef mq_codec_methods[];   /* codec.c: encode records into segments, decode them for get */
 extern PyMethodDef mq_scan_methods[];    /* scan.c: dispatch scan, recovery walk, Arrow columns */
 extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the common message shape */
+extern PyMethodDef mq_batch_methods[];   /* batch.c: put_batch's PutResults */
 
 /* message_type.c: a compiled Message of the common shape (no tags, keys or properties; a topic in the log's
  * topic tails), checked as CommitLog.prepare checks it; the objects are borrowed from the message. */

@@ -365,6 +365,8 @@ class MessageStore(Reads, IndexLookups):
         log_.segment_source = allocator.take
         log_.segment_retirer = allocator.retire
         log_.advise_random_appends = not config.write_fault_readahead
+        # pwrite, unless the pages ahead of the writer are pre-faulted (decision 0024)
+        log_.batch_write_through = self._sync_flush or not config.warm_segments
         # The next segment is made ahead of need once the writer nears the end of its segment (not at open, nor at
         # a roll: a store takes the disk its data needs).
         log_.near_end_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
@@ -599,17 +601,26 @@ class MessageStore(Reads, IndexLookups):
                 self._wait_for_lag_under_bound(end)
             if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
                 ok = PutStatus.FLUSH_DISK_TIMEOUT
-        # Built without a Python-level loop: the msg_ids' offset digits of every message at once, then one C
-        # iteration making the PutResults (about 0.2 us a message against 0.7 with a list comprehension).
-        digits = np.frombuffer(offsets[:placed].astype(">u8").tobytes().hex().upper().encode("ascii"), dtype="S16")
-        msg_ids = map(self._msg_id_prefix.__add__, digits.astype("U16").tolist())
-        results = list(map(_new_tuple, itertools.repeat(PutResult, placed), zip(
-            itertools.repeat(ok), offsets[:placed].tolist(), queue_offsets[:placed].tolist(), sizes[:placed].tolist(),
-            itertools.repeat(store_ts), msg_ids)))
+        results = self._batch_results(ok, offsets, queue_offsets, sizes, placed, store_ts)
         if error is not None:
             log.error("put_batch stored %d of %d messages: %s", placed, len(messages), error)
             results.extend(_refused(_refusal_status(error)) for _ in messages[placed:])
         return results
+
+    def _batch_results(self, status: PutStatus, offsets: np.ndarray, queue_offsets: np.ndarray, sizes: np.ndarray,
+                       placed: int, store_ts: int) -> list[PutResult]:
+        """The PutResults of a batch's first `placed` messages: by the compiled codec in one call (about 0.05 us a
+        message, the results untracked by the cyclic GC), else without a Python-level loop: the msg_ids' offset
+        digits of every message at once, then one C iteration making the PutResults (about 0.25 us a message)."""
+        codec = self._commitlog.codec
+        if codec is not None:
+            return codec.put_results(PutResult, status, offsets, queue_offsets, sizes, placed, store_ts,
+                                     self._msg_id_prefix)
+        digits = np.frombuffer(offsets[:placed].astype(">u8").tobytes().hex().upper().encode("ascii"), dtype="S16")
+        msg_ids = map(self._msg_id_prefix.__add__, digits.astype("U16").tolist())
+        return list(map(_new_tuple, itertools.repeat(PutResult, placed), zip(
+            itertools.repeat(status), offsets[:placed].tolist(), queue_offsets[:placed].tolist(),
+            sizes[:placed].tolist(), itertools.repeat(store_ts), msg_ids)))
 
     def _wait_for_lag_under_bound(self, end: int) -> None:
         """max_dispatch_lag_bytes: wait until dispatch is within three quarters of the limit of `end`. Returns

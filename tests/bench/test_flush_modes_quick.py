@@ -110,3 +110,20 @@ def test_flush_modes_sync_quick_writes_the_sync_rows_and_targets(tmp_path):
     assert len(goals) == 5  # SYNC vs raw at two sizes with both flush paths, and the ASYNC p99
     assert all(isinstance(goal["met"], bool) and goal["value"] >= 0 for goal in goals)
     assert "## Targets" in completed.stdout
+
+
+def test_flush_modes_peers_quick_compares_sync_batches(tmp_path):
+    """--peers: the SYNC put_batch of 1000 x 1 KB and each peer's batch at the same durability, with the raw
+    pwrite+fdatasync loop of the batch's bytes, and mqstore's ratio to each."""
+    completed = run_quick("flush_modes.py", "--peers", "--out-dir", str(tmp_path))
+    result = json.loads((tmp_path / "flush_modes_peers_quick.json").read_text())
+    names = [row["name"] for row in result["rows"]]
+    assert names == ["pwrite+fdatasync loop, 1000 KB", "mqstore SYNC, 1000 msgs/put_batch",
+                     "sqlite3 WAL synchronous=FULL, 1000 msgs/txn", "lmdb sync=True, 1000 msgs/txn",
+                     "rocksdict WriteOptions.sync=True, 1000 msgs/write"]
+    for row in result["rows"][1:]:
+        assert row["durability"] == "sync" and row["batch"] == 1000 and row.get("not_ok", 0) == 0, row
+        _positive(row, "count", "msgs_per_s", "mb_per_s", "p99_us")
+    assert sorted(result["mqstore_vs"]) == sorted(names[2:])
+    assert all(ratio > 0 for ratio in result["mqstore_vs"].values()) and result["mqstore_vs_raw_loop"] > 0
+    assert "mqstore vs" in completed.stdout

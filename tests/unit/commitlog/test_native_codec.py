@@ -365,3 +365,77 @@ def test_the_compiled_batch_prepare_gives_the_python_columns_or_leaves_them(tmp_
                 message("a", b"x", keys=["k"]), message("a", bytearray(b"x")), message("a", b"x", flag=2**31)):
         assert write_batch._prepare_compiled(log, good[:5] + [odd] + good[5:9]) is None, odd
     log.close()
+
+
+def test_the_compiled_batch_prepare_numbers_many_queues_as_the_python_one(tmp_path, monkeypatch):
+    """Over 64 distinct (topic, queue_id) in one batch (the compiled key table's search gives way to a dict), and
+    topics equal in value but distinct str objects: the same queue_keys and key_ids as the Python columns."""
+    from mqstore.commitlog import write_batch
+
+    monkeypatch.setattr(commitlog_module, "Message", _native.Message)
+    monkeypatch.setattr(write_batch, "Message", _native.Message)
+    log = CommitLog(str(tmp_path / "commitlog"), SEGMENT_BYTES, writable=True, max_message_size_bytes=1000,
+                    max_queues_per_topic=8, born_host_raw=bytes(8), store_host_raw=bytes(8), record_crc=False)
+    log.codec = _native
+    topics = [f"topic-{number}" for number in range(40)]
+    for topic in topics:
+        log.prepare(_native.Message(topic, b""))
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    rng = random.Random(seed)
+    batch = [_native.Message("".join(rng.choice(topics)), b"x" * rng.randrange(3), queue_id=rng.randrange(8))
+             for _ in range(2000)]
+    compiled = write_batch._prepare_compiled(log, batch)
+    reference = write_batch._prepare_common(log, batch)
+    assert compiled is not None and reference is not None
+    assert len(reference.queue_keys) > 64
+    assert compiled.queue_keys == reference.queue_keys
+    assert np.array_equal(compiled.key_ids, reference.key_ids)
+    assert compiled.tails == reference.tails
+    log.close()
+
+
+def test_the_compiled_put_results_are_the_python_ones(tmp_path, monkeypatch):
+    """put_batch's PutResults from the compiled codec (one call) equal the pure-Python ones, message ids included,
+    also when a batch is stored in part; they are PutResults, untracked by the cyclic GC (ints and strs only)."""
+    import gc
+
+    from mqstore.commitlog.message import PutResult, PutStatus
+
+    results = {}
+    for name, codec in CODECS.items():
+        monkeypatch.setattr(native, "NATIVE", codec)
+        monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+        with MessageStore.open(tmp_path / name, config(segment_size_bytes=SEGMENT_BYTES)) as store:
+            assert store._commitlog.codec is codec
+            made = []
+            for size in (0, 100, 1000, 5000):  # rolls segments: offsets and sizes of every kind
+                made += store.put_batch([Message(f"t{i % 3}", os.urandom(size), queue_id=i % 4) for i in range(40)])
+            offsets = np.array([result.commitlog_offset for result in made], dtype=np.int64)
+            sizes = np.array([result.size_bytes for result in made], dtype=np.int64)
+            part = store._batch_results(PutStatus.FLUSH_DISK_TIMEOUT, offsets, offsets // 7, sizes, 7, 123)
+            results[name] = (made, part)
+    python_made, python_part = results["python"]
+    native_made, native_part = results["native"]
+    assert native_made == python_made
+    assert native_part == python_part and len(native_part) == 7
+    assert all(type(result) is PutResult for result in native_made + native_part)
+    assert native_made[-1].msg_id == python_made[-1].msg_id
+    assert int(native_made[-1].msg_id[16:], 16) == native_made[-1].commitlog_offset
+    assert not any(gc.is_tracked(result) for result in native_made)
+    assert native_part[3].status is PutStatus.FLUSH_DISK_TIMEOUT and native_part[3].store_timestamp_ms == 123
+
+
+def test_compiled_put_results_check_their_arguments():
+    from mqstore.commitlog.message import PutResult, PutStatus
+
+    values = np.arange(4, dtype=np.int64)
+    good = (PutResult, PutStatus.PUT_OK, values, values, values, 4, 1, "0A000001000004D2")
+    assert len(_native.put_results(*good)) == 4
+    for position, bad in ((0, dict), (2, values.astype(np.int32)), (5, 5), (5, -1), (7, "0A"), (7, "é" * 16)):
+        arguments = list(good)
+        arguments[position] = bad
+        with pytest.raises((TypeError, ValueError)):
+            _native.put_results(*arguments)
+    with pytest.raises(ValueError):
+        _native.put_results(PutResult, PutStatus.PUT_OK, -values, values, values, 4, 1, "0A000001000004D2")

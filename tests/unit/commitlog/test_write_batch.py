@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
+from mqstore.commitlog import (
+    _native,  # built by the package's install; MQSTORE_NATIVE=0 only changes the default
+    native,
+    write_batch,
+)
 from mqstore.commitlog import format as fmt
 
-from mqstore import InvalidMessageError, Message, MessageStore
+from mqstore import InvalidMessageError, Message, MessageStore, PutStatus
 from tests.conftest import small_config
 
 
@@ -42,14 +50,16 @@ BATCHES = {
 }
 
 
+@pytest.mark.parametrize("through", [True, False], ids=["pwrite", "mapping"])
 @pytest.mark.parametrize("record_crc", [True, False], ids=["record-crc", "rocketmq-4"])
 @pytest.mark.parametrize("name", list(BATCHES))
-def test_a_batch_writes_the_bytes_of_one_put_per_message(tmp_path, name, record_crc):
+def test_a_batch_writes_the_bytes_of_one_put_per_message(tmp_path, name, record_crc, through):
     messages = BATCHES[name]
     config = small_config(record_crc=record_crc)
     with MessageStore.open(tmp_path / "one", config) as store:
         singles = [store.put(message) for message in messages]
     with MessageStore.open(tmp_path / "batch", config) as store:
+        store._commitlog.batch_write_through = through  # batches written with pwrite, or into the mapping
         batched = store.put_batch(messages)
         assert store.wait_dispatched(30)
         read = [store.read_at(result.commitlog_offset) for result in batched]
@@ -93,3 +103,46 @@ def test_a_bad_message_gives_the_error_a_single_put_gives_and_writes_nothing(tmp
             store.put_batch([Message("t", b"ok")] * 3 + [bad, Message("t", b"ok")])
         assert str(batched.value) == str(single.value)
         assert store._commitlog.readable_end() == 0
+
+
+class _FailingWrites:
+    """The compiled codec, except that encode_run's pwrite (write_to) fails from the `fail_at`-th call on."""
+
+    def __init__(self, codec, fail_at: int):
+        self._codec, self._fail_at, self.calls = codec, fail_at, 0
+
+    def __getattr__(self, name):
+        return getattr(self._codec, name)
+
+    def encode_run(self, *args):
+        if args[-1] is not None:
+            self.calls += 1
+            if self.calls >= self._fail_at:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._codec.encode_run(*args)
+
+
+def test_a_failed_pwrite_keeps_the_pieces_before_it_and_publishes_nothing_after(tmp_path):
+    """A batch written through in pieces (write_batch.WRITE_THROUGH_PIECE_BYTES): when the second piece's pwrite
+    fails, the first piece's messages are stored and acknowledged, the rest refused, and the log's end is the
+    first piece's end, where the next put goes."""
+    config = small_config(segment_size_bytes=64 * 1024 * 1024, max_message_size_bytes=64 * 1024)
+    body = b"p" * 60_000
+    with MessageStore.open(tmp_path / "store", config) as store:
+        log = store._commitlog
+        assert log.batch_write_through
+        log.codec = _FailingWrites(_native, fail_at=2)  # the compiled codec also under MQSTORE_NATIVE=0
+        results = store.put_batch([Message("t", body) for _ in range(200)])  # about 3 pieces
+        per_piece = write_batch.WRITE_THROUGH_PIECE_BYTES // results[0].size_bytes
+        stored = results[:per_piece]
+        assert [r.status for r in stored] == [PutStatus.PUT_OK] * per_piece
+        assert {r.status for r in results[per_piece:]} == {PutStatus.UNKNOWN_ERROR}
+        assert log.codec.calls == 2
+        end = stored[-1].commitlog_offset + stored[-1].size_bytes
+        assert log.readable_end() == end
+        log.codec = native.NATIVE
+        after = store.put(Message("t", b"after"))
+        assert after.status is PutStatus.PUT_OK and after.commitlog_offset == end
+        assert after.queue_offset == len(stored)
+        assert store.wait_dispatched(30)
+        assert [m.body for m in store.get("t", 0, 0, 64).messages] == [body] * min(len(stored), 64)
