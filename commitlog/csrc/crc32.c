@@ -283,5 +283,15 @@ uint32_t mq_crc32(uint32_t crc, const uint8_t *data, size_t length) {
     return mq_crc32_with(mq_crc32_path(), crc, data, length);
 }
 
+mq_crc32_fn mq_crc32_function(void) {
+    int path = mq_crc32_path();
+#ifdef MQ_HAVE_FOLD
+    if (path == MQ_CRC_PATH_VPCLMUL) return crc32_vpclmul;
+    if (path == MQ_CRC_PATH_PCLMUL) return crc32_pclmul;
+#endif
+    (void)path;
+    return crc32_zlib;
+}
+
 /* zlib's CRC alone, for the comparison in bench/crc32.py and the tests. */
 uint32_t mq_crc32_zlib(uint32_t crc, const uint8_t *data, size_t length) { return crc32_zlib(crc, data, length); }
