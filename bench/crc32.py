@@ -38,6 +38,7 @@ def _libpython() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a second or two")
+    parser.add_argument("--out", default=None, help="result JSON path")
     args = parser.parse_args()
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
@@ -64,12 +65,12 @@ def main() -> int:
             print(f"{row['bytes']:>8}  " + " ".join(f"{cell:>18}" for cell in cells))
     result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   machine=platform.processor() or platform.machine(),
-                  command="bench/crc32.py" + (" --quick" if args.quick else ""))
+                  command="bench/crc32.py" + (" --quick" if args.quick else ""), load_average=os.getloadavg())
     result.pop("sink", None)
-    path = os.path.join(ROOT, "bench", "results", "crc32_quick.json" if args.quick else "crc32.json")
+    path = args.out or os.path.join(ROOT, "bench", "results", "crc32_quick.json" if args.quick else "crc32.json")
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
-    print(f"wrote {os.path.relpath(path, ROOT)}")
+    print(f"wrote {path}")
     return 0
 
 
