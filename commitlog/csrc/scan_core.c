@@ -1,8 +1,6 @@
 /* The scans of the log as plain C: see scan_core.h. No Python API here (the fuzz target links this file
  * alone with crc32.c); every read is bounds-checked against the segment before it is made. */
-#define _DEFAULT_SOURCE  /* madvise */
 #include <string.h>
-#include <sys/mman.h>
 
 #include "mq_native.h"
 #include "scan_core.h"
@@ -225,32 +223,6 @@ static const uint8_t TAGS_NAME[4] = {'T', 'A', 'G', 'S'};
  * stops at each 4 KiB page. */
 #define SCAN_PREFETCH_BYTES 4096
 
-/* A long scan (SCAN_POPULATE_MIN_BYTES and more: recovery's walk, a dispatch catching up) maps the next
- * SCAN_POPULATE_BYTES of the segment into the process in one call (MADV_POPULATE_READ, Linux 5.14+) each time it
- * reaches them, instead of taking a page fault every 64 KiB: 0.06 s against 0.1 s per GB here. A hint only:
- * where the kernel refuses it (older kernels, a buffer that is no mapping) the scan's reads fault as before. It
- * never goes past the scan's limit, so it maps nothing the scan was not given. */
-#define SCAN_POPULATE_BYTES (4 << 20)
-#define SCAN_POPULATE_MIN_BYTES (8 << 20)
-#define SCAN_PAGE_BYTES 4096
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  /* linux/mman.h */
-#endif
-
-/* Populate [from, min(from + SCAN_POPULATE_BYTES, limit)) of the mapping at `data`; returns where the next call
- * starts (limit when the kernel refused: no more calls). */
-static int64_t populate(const uint8_t *data, int64_t from, int64_t limit) {
-    int64_t start = from - from % SCAN_PAGE_BYTES;
-    int64_t end = from + SCAN_POPULATE_BYTES < limit ? from + SCAN_POPULATE_BYTES : limit;
-    if ((uintptr_t)data % SCAN_PAGE_BYTES != 0 || end <= start) return limit;
-#ifdef __linux__
-    if (madvise((void *)(uintptr_t)(data + start), (size_t)(end - start), MADV_POPULATE_READ) != 0) return limit;
-    return end;
-#else
-    return limit;
-#endif
-}
-
 void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, mq_scan_out *out) {
     const uint8_t *data = in->data;
     int64_t size_bytes = in->size_bytes, pos = in->pos;
@@ -264,11 +236,9 @@ void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, m
 #define COL(c) (columns + (int64_t)(c) * capacity)
     mq_crc32_fn crc32 = mq_crc32_function();
     int64_t prefetched = pos;  /* the log's lines up to here were asked for (SCAN_PREFETCH_BYTES ahead) */
-    int64_t populated = limit - pos >= SCAN_POPULATE_MIN_BYTES ? pos : limit;  /* mapped ahead up to here */
     while (pos >= 0 && pos < limit && n < records_max) {
         int64_t ahead = pos + SCAN_PREFETCH_BYTES < limit ? pos + SCAN_PREFETCH_BYTES : limit;
         for (; prefetched < ahead; prefetched += 64) __builtin_prefetch(data + prefetched, 0, 3);
-        if (pos >= populated && populated < limit) populated = populate(data, populated, limit);
         int64_t remaining = size_bytes - pos;
         if (remaining < MQ_END_FILE_MIN_BLANK_LENGTH) {
             out->error = MQ_SCAN_ERR_SHORT;
