@@ -16,7 +16,7 @@
  * The path is the fastest the CPU has (cpuid, through __builtin_cpu_supports); each folding function is compiled
  * with __attribute__((target(...))), so the build needs no -m flag and runs on a CPU without those instructions.
  * mq_crc32_use() forces a path (the tests compare each with zlib; bench/crc32.py times each).
- * docs/decisions/0023-vpclmul-crc.md has the measurements that chose this.
+ * docs/decisions/0023-vpclmul-crc-and-walk.md has the measurements that chose this.
  */
 #include <limits.h>
 #include <zlib.h>
