@@ -87,8 +87,9 @@ static const uint64_t POWERS_OF_TEN[RECORD_CRC_DIGITS] = {
 };
 
 /* mq_locate's body, inlined into the scan's loop. */
-static inline __attribute__((always_inline)) int locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t commitlog_offset,
-                         int required, mq_scan_layout *layout) {
+static inline __attribute__((always_inline)) int locate(const uint8_t *data, int64_t size_bytes, int64_t pos,
+                                                        int64_t commitlog_offset, int required,
+                                                        mq_scan_layout *layout) {
     int64_t remaining = size_bytes - pos;
     if (pos < 0 || remaining < MQ_END_FILE_MIN_BLANK_LENGTH) return -1;  /* rule 1 */
     const uint8_t *p = data + pos;
