@@ -62,8 +62,19 @@ static inline void mq_put_i64(uint8_t *p, int64_t v) {
 }
 
 /* --- CRC-32 (zlib's polynomial; the same values as zlib.crc32): crc32.c ---------------------------------- */
+/* The paths mq_crc32 can take, slowest first; mq_crc32 takes the fastest the CPU has unless told otherwise. */
+enum { MQ_CRC_PATH_ZLIB = 0, MQ_CRC_PATH_PCLMUL = 1, MQ_CRC_PATH_VPCLMUL = 2, MQ_CRC_PATHS = 3 };
 uint32_t mq_crc32(uint32_t crc, const uint8_t *data, size_t length);
-/* zlib's CRC alone (what mq_crc32 uses for short inputs): for the measurements that chose mq_crc32. */
+/* The function mq_crc32 calls now, for loops that take many CRCs (no choice made per call). */
+typedef uint32_t (*mq_crc32_fn)(uint32_t crc, const uint8_t *data, size_t length);
+mq_crc32_fn mq_crc32_function(void);
+/* The CRC by one path, which the caller checked the CPU has (mq_crc32_path_supported). */
+uint32_t mq_crc32_with(int path, uint32_t crc, const uint8_t *data, size_t length);
+int mq_crc32_path(void);                   /* the path mq_crc32 takes */
+int mq_crc32_path_supported(int path);     /* 1 when this CPU can run `path` */
+const char *mq_crc32_path_name(int path);  /* "zlib", "pclmul", "vpclmul"; NULL for no path */
+int mq_crc32_use(int path);                /* make mq_crc32 take `path` (-1: the best); -1 when not supported */
+/* zlib's CRC alone (what mq_crc32 uses for inputs under 16 bytes): for the measurements that chose mq_crc32. */
 uint32_t mq_crc32_zlib(uint32_t crc, const uint8_t *data, size_t length);
 
 /* --- one record: record.c ---------------------------------------------------------------------------- */

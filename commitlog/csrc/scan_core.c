@@ -7,6 +7,42 @@
 
 static const uint8_t RECORD_CRC_PREFIX[9] = {'_', '_', 'C', 'R', 'C', '3', '2', '#', 0x01};
 #define RECORD_CRC_DIGITS 10
+#define HIGH_BITS 0x8080808080808080ull
+
+/* Eight bytes at p, in the host's order (for comparisons and hashing, never for a field's value). */
+static inline uint64_t load_word(const uint8_t *p) {
+    uint64_t word;
+    memcpy(&word, p, sizeof word);
+    return word;
+}
+
+/* The n < 8 bytes at p as one word, the other bytes zero, reading nothing at or past `readable` (the end of
+ * what was checked to be inside the buffer): one load when eight bytes are readable there (a byte-wise copy
+ * into a word on the stack would make the load wait on the stores), else byte by byte. */
+static inline uint64_t load_short(const uint8_t *p, int64_t n, const uint8_t *readable) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (readable - p >= 8) return n == 0 ? 0 : load_word(p) & (~0ull >> (64 - 8 * n));
+#endif
+    uint64_t word = 0;
+    for (int64_t i = 0; i < n; i++) word |= (uint64_t)p[i] << (8 * i);
+    return word;
+}
+
+/* Whether the n bytes at p (p + n <= readable) are all ASCII, eight at a time. */
+static inline int all_ascii(const uint8_t *p, int64_t n, const uint8_t *readable) {
+    if (n < 8) return (load_short(p, n, readable) & HIGH_BITS) == 0;
+    uint64_t seen = load_word(p + n - 8);
+    for (int64_t i = 0; i + 8 <= n; i += 8) seen |= load_word(p + i);
+    return (seen & HIGH_BITS) == 0;
+}
+
+/* The first byte `byte` in [p, end), or NULL: short spans inline, long ones through memchr. */
+static inline const uint8_t *find_byte(const uint8_t *p, const uint8_t *end, uint8_t byte) {
+    const uint8_t *inline_end = end - p > 24 ? p + 24 : end;
+    for (; p < inline_end; p++)
+        if (*p == byte) return p;
+    return p < end ? memchr(p, byte, (size_t)(end - p)) : NULL;
+}
 
 int32_t mq_java_ascii_hash(const uint8_t *text, int64_t length, int *ascii) {
     uint32_t h = 0;
@@ -21,27 +57,39 @@ int32_t mq_java_ascii_hash(const uint8_t *text, int64_t length, int *ascii) {
     return (int32_t)h;
 }
 
+/* Whether the name_length bytes at p are `name` (names are a few bytes: a loop, not a call). */
+static inline int same_name(const uint8_t *p, const uint8_t *name, int64_t name_length) {
+    for (int64_t i = 0; i < name_length; i++)
+        if (p[i] != name[i]) return 0;
+    return 1;
+}
+
 void mq_property_span(const uint8_t *data, int64_t start, int64_t end, const uint8_t *name, int64_t name_length,
                       int64_t *value_start, int64_t *value_end) {
     *value_start = *value_end = -1;
     int64_t p = start;
     while (p < end) {
-        if (p + name_length + 1 <= end && memcmp(data + p, name, (size_t)name_length) == 0 &&
-            data[p + name_length] == 0x01) {
+        if (p + name_length + 1 <= end && same_name(data + p, name, name_length) && data[p + name_length] == 0x01) {
             int64_t v = p + name_length + 1;
-            const uint8_t *sep = v < end ? memchr(data + v, 0x02, (size_t)(end - v)) : NULL;
+            const uint8_t *sep = find_byte(data + v, data + end, 0x02);
             *value_start = v;
             *value_end = sep ? (int64_t)(sep - data) : end;
             return;
         }
-        const uint8_t *next = memchr(data + p, 0x02, (size_t)(end - p));
+        const uint8_t *next = find_byte(data + p, data + end, 0x02);
         if (next == NULL) return;
         p = (int64_t)(next - data) + 1;
     }
 }
 
-int mq_locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t commitlog_offset, int required,
-              mq_scan_layout *layout) {
+static const uint64_t POWERS_OF_TEN[RECORD_CRC_DIGITS] = {
+    1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000,
+};
+
+/* mq_locate's body, inlined into the scan's loop. */
+static inline __attribute__((always_inline)) int locate(const uint8_t *data, int64_t size_bytes, int64_t pos,
+                                                        int64_t commitlog_offset, int required,
+                                                        mq_scan_layout *layout) {
     int64_t remaining = size_bytes - pos;
     if (pos < 0 || remaining < MQ_END_FILE_MIN_BLANK_LENGTH) return -1;  /* rule 1 */
     const uint8_t *p = data + pos;
@@ -69,24 +117,24 @@ int mq_locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t comm
     int64_t properties_length = (int16_t)mq_get_u16(p + properties_length_at);
     int64_t properties_start = properties_length_at + 2;
     if (properties_length < 0 || properties_start + properties_length != size) return -1;
-    for (int64_t i = 0; i < topic_length; i++)
-        if (p[topic_start + i] >= 0x80) return -1;  /* rule 3: ASCII topic */
+    if (!all_ascii(p + topic_start, topic_length, p + size)) return -1;  /* rule 3: ASCII topic */
     if (mq_get_i64(p + MQ_OFFSET_PHYSICAL_OFFSET) != commitlog_offset) return -1;  /* rule 4 */
     /* rule 6's shape: '__CRC32#' 0x01, 10 digits, 0x02 at the end of the properties, after 0x02 or alone */
     int has_crc = 0;
     uint64_t value = 0;
     int64_t at = size - MQ_RECORD_CRC_LENGTH;
     if (properties_length >= MQ_RECORD_CRC_LENGTH && p[size - 1] == 0x02 &&
-        memcmp(p + at, RECORD_CRC_PREFIX, sizeof RECORD_CRC_PREFIX) == 0 &&
+        load_word(p + at) == load_word(RECORD_CRC_PREFIX) && p[at + 8] == RECORD_CRC_PREFIX[8] &&
         (at == properties_start || p[at - 1] == 0x02)) {
         has_crc = 1;
-        uint64_t weight = 1;
-        for (int i = 0; i < RECORD_CRC_DIGITS; i++) {
-            uint8_t digit = p[at + (int64_t)sizeof RECORD_CRC_PREFIX + i];
-            if (digit < '0' || digit > '9') return -1;  /* rule 6: not 10 digits */
-            value += (uint64_t)(digit - '0') * weight;
-            weight *= 10;
+        const uint8_t *digits = p + at + (int64_t)sizeof RECORD_CRC_PREFIX;
+        unsigned not_digits = 0;
+        for (int i = 0; i < RECORD_CRC_DIGITS; i++) {  /* unrolled: no multiply waits for another */
+            unsigned digit = (unsigned)digits[i] - '0';
+            not_digits |= digit > 9;
+            value += digit * POWERS_OF_TEN[i];
         }
+        if (not_digits) return -1;  /* rule 6: not 10 digits */
     }
     if (!has_crc && required) return -1;  /* rule 6: a required record CRC is missing */
     layout->size = size;
@@ -108,34 +156,51 @@ int mq_locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t comm
     return 0;
 }
 
-int mq_crc_ok(const uint8_t *data, int64_t pos, const mq_scan_layout *layout) {
+int mq_locate(const uint8_t *data, int64_t size_bytes, int64_t pos, int64_t commitlog_offset, int required,
+              mq_scan_layout *layout) {
+    return locate(data, size_bytes, pos, commitlog_offset, required, layout);
+}
+
+/* mq_crc_ok's body with the CRC function chosen once per scan. */
+static inline int crc_ok(mq_crc32_fn crc32, const uint8_t *data, int64_t pos, const mq_scan_layout *layout) {
     if (layout->has_crc) {
-        uint32_t actual = mq_crc32(0, data + pos, (size_t)(layout->size - MQ_RECORD_CRC_LENGTH)) & 0x7FFFFFFFu;
+        uint32_t actual = crc32(0, data + pos, (size_t)(layout->size - MQ_RECORD_CRC_LENGTH)) & 0x7FFFFFFFu;
         return actual == layout->crc_value;
     }
     int64_t stored = mq_get_i32(data + pos + MQ_OFFSET_BODY_CRC);
-    int64_t actual = mq_crc32(0, data + layout->body_start, (size_t)layout->body_length) & 0x7FFFFFFFu;
+    int64_t actual = crc32(0, data + layout->body_start, (size_t)layout->body_length) & 0x7FFFFFFFu;
     return stored == actual;
 }
 
+int mq_crc_ok(const uint8_t *data, int64_t pos, const mq_scan_layout *layout) {
+    return crc_ok(mq_crc32_function(), data, pos, layout);
+}
+
 /* --- distinct topics of a scan: open addressing over (start, length) spans of the segment --------------- */
-#define TOPIC_SLOTS (4 * MQ_SCAN_TOPICS_MAX)
+#define TOPIC_SLOTS_LOG2 10
+#define TOPIC_SLOTS (1 << TOPIC_SLOTS_LOG2)  /* 4 x MQ_SCAN_TOPICS_MAX: probes stay short */
 
 typedef struct {
     int64_t start[TOPIC_SLOTS];
     int64_t length[TOPIC_SLOTS];
+    uint64_t head[TOPIC_SLOTS], tail[TOPIC_SLOTS];  /* the topic's first and last eight bytes (see topic_id) */
     int32_t id[TOPIC_SLOTS];  /* -1: empty */
 } topic_table;
 
-static int64_t topic_id(topic_table *table, const uint8_t *data, int64_t start, int64_t length, int64_t row,
-                        mq_scan_out *out) {
-    uint32_t h = 2166136261u;
-    for (int64_t i = 0; i < length; i++) h = (h ^ data[start + i]) * 16777619u;
-    uint32_t slot = h & (TOPIC_SLOTS - 1);
+/* The topic's id: its first and last eight bytes (overlapping, or its bytes zero-padded when shorter) and its
+ * length pick the slot and, up to 16 bytes, decide equality alone; longer topics are compared in full. */
+static int64_t topic_id(topic_table *table, const uint8_t *data, int64_t start, int64_t length,
+                        const uint8_t *readable, int64_t row, mq_scan_out *out) {
+    const uint8_t *topic = data + start;
+    uint64_t head = length >= 8 ? load_word(topic) : load_short(topic, length, readable);
+    uint64_t tail = length >= 8 ? load_word(topic + length - 8) : 0;
+    uint64_t h = (head ^ (tail * 0x9E3779B97F4A7C15ull) ^ (uint64_t)length) * 0xFF51AFD7ED558CCDull;
+    uint32_t slot = (uint32_t)(h >> (64 - TOPIC_SLOTS_LOG2));
     for (;;) {
         int32_t id = table->id[slot];
         if (id < 0) break;
-        if (table->length[slot] == length && memcmp(data + table->start[slot], data + start, (size_t)length) == 0)
+        if (table->length[slot] == length && table->head[slot] == head && table->tail[slot] == tail &&
+            (length <= 16 || memcmp(data + table->start[slot], topic, (size_t)length) == 0))
             return id;
         slot = (slot + 1) & (TOPIC_SLOTS - 1);
     }
@@ -146,11 +211,18 @@ static int64_t topic_id(topic_table *table, const uint8_t *data, int64_t start, 
     table->id[slot] = (int32_t)out->topics;
     table->start[slot] = start;
     table->length[slot] = length;
+    table->head[slot] = head;
+    table->tail[slot] = tail;
     out->topic_rows[out->topics] = row;
     return out->topics++;
 }
 
 static const uint8_t TAGS_NAME[4] = {'T', 'A', 'G', 'S'};
+
+/* How far ahead of the record it checks the scan asks for the log's cache lines: the walk reads a few bytes at
+ * each end of a record, one record's position waits on the last one's TOTALSIZE, and the CPU's own prefetcher
+ * stops at each 4 KiB page. */
+#define SCAN_PREFETCH_BYTES 4096
 
 void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, mq_scan_out *out) {
     const uint8_t *data = in->data;
@@ -163,7 +235,11 @@ void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, m
     memset(out, 0, sizeof *out);
     out->error = MQ_SCAN_OK;
 #define COL(c) (columns + (int64_t)(c) * capacity)
+    mq_crc32_fn crc32 = mq_crc32_function();
+    int64_t prefetched = pos;  /* the log's lines up to here were asked for (SCAN_PREFETCH_BYTES ahead) */
     while (pos >= 0 && pos < limit && n < records_max) {
+        int64_t ahead = pos + SCAN_PREFETCH_BYTES < limit ? pos + SCAN_PREFETCH_BYTES : limit;
+        for (; prefetched < ahead; prefetched += 64) __builtin_prefetch(data + prefetched, 0, 3);
         int64_t remaining = size_bytes - pos;
         if (remaining < MQ_END_FILE_MIN_BLANK_LENGTH) {
             out->error = MQ_SCAN_ERR_SHORT;
@@ -182,11 +258,11 @@ void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, m
             }
             int64_t offset = in->base + pos;
             mq_scan_layout layout;
-            if (mq_locate(data, size_bytes, pos, offset, offset >= in->required_from, &layout) != 0) {
+            if (locate(data, size_bytes, pos, offset, offset >= in->required_from, &layout) != 0) {
                 out->error = MQ_SCAN_ERR_INVALID;
                 break;
             }
-            if (in->check_crc && !mq_crc_ok(data, pos, &layout)) {
+            if (in->check_crc && !crc_ok(crc32, data, pos, &layout)) {
                 out->error = MQ_SCAN_ERR_CRC;
                 break;
             }
@@ -211,7 +287,8 @@ void mq_scan_segment(const mq_scan_in *in, int64_t *columns, int64_t capacity, m
             COL(MQ_COL_TAGS_CODE)[n] = tags_code;
             COL(MQ_COL_TAGS_START)[n] = tags_start;
             COL(MQ_COL_TAGS_END)[n] = tags_end;
-            COL(MQ_COL_TOPIC_ID)[n] = topic_id(&table, data, layout.topic_start, layout.topic_length, n, out);
+            COL(MQ_COL_TOPIC_ID)[n] = topic_id(&table, data, layout.topic_start, layout.topic_length,
+                                                  data + pos + size, n, out);
             COL(MQ_COL_BODY_START)[n] = layout.body_start;
             COL(MQ_COL_BODY_LENGTH)[n] = layout.body_length;
             n++;

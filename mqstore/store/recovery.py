@@ -444,24 +444,50 @@ def _log_goes_on(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
                            + "; ".join(evidence), path=segment.path, offset=position, rule="commitlog.end")
 
 
+QUEUE_KEYS_DENSE_MAX = 1 << 20  # (topic, queue id) pairs numbered densely when a batch's span of them is this small
+
+
+def _queue_keys(batch) -> tuple[np.ndarray, int, int]:
+    """A key per record for its (topic, queue id), the width and the low queue id that split it (key // width is
+    the topic id, key % width + low the queue id): dense numbers (the queue ids' span for each topic) when the
+    span is small, as in any real log, so that keys are grouped by counting instead of sorting; else 2**32."""
+    queue_ids = batch.queue_ids
+    low = int(queue_ids.min())
+    width = int(queue_ids.max()) - low + 1
+    if len(batch.topic_names) * width > QUEUE_KEYS_DENSE_MAX:
+        width = 1 << 32
+    return batch.topic_ids * width + (queue_ids - low), width, low
+
+
 def _first_missing_from_queues(batch, queue_ends: dict, report: RecoveryReport) -> int | None:
     """The commitlog offset of the first message in `batch` whose queue entry is missing (its queue offset is at
     or past its queue's end, or its queue does not exist), or None; row QUEUE_REPLAYED for each existing queue
     that lacks one. Transaction-prepared and rolled-back messages never get an entry and are passed over.
-    Vectorised: one comparison per distinct queue."""
+    Vectorised: one comparison per distinct queue, the queues told apart by counting (_queue_keys)."""
     if not len(batch):
         return None
     transaction = batch.sys_flags & fmt.SYS_FLAG_TRANSACTION_MASK
     counted = (transaction != fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE) & (
         transaction != fmt.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE)
-    keys = batch.topic_ids * (1 << 32) + batch.queue_ids
-    distinct, inverse = np.unique(keys, return_inverse=True)
+    keys, width, low = _queue_keys(batch)
     names = batch.topic_names
-    ends = np.array([queue_ends.get((names[int(key >> 32)], int(key & 0xFFFFFFFF)), 0) for key in distinct.tolist()],
-                    dtype=np.int64)
-    missing = np.flatnonzero(counted & (batch.queue_offsets >= ends[inverse.ravel()]))
-    for key in np.unique(keys[missing]).tolist():
-        name = (names[key >> 32], key & 0xFFFFFFFF)
+    dense = width < 1 << 32
+
+    def queue(key: int) -> tuple[str, int]:
+        return names[key // width], key % width + low
+
+    distinct = np.flatnonzero(np.bincount(keys)) if dense else np.unique(keys)
+    ends = np.array([queue_ends.get(queue(key), 0) for key in distinct.tolist()], dtype=np.int64)
+    if dense:
+        table = np.zeros(int(distinct[-1]) + 1, dtype=np.int64)
+        table[distinct] = ends
+        row_ends = table[keys]
+    else:
+        row_ends = ends[np.searchsorted(distinct, keys)]
+    missing = np.flatnonzero(counted & (batch.queue_offsets >= row_ends))
+    lacking = keys[missing]
+    for key in (np.flatnonzero(np.bincount(lacking)) if dense else np.unique(lacking)).tolist():
+        name = queue(key)
         if name in queue_ends:  # a queue that lost its tail (not a new one: none to replay into)
             report.queue_cases.setdefault(f"{name[0]}/{name[1]}", RecoveryCase.QUEUE_REPLAYED)
     return int(batch.commitlog_offsets[missing[0]]) if len(missing) else None

@@ -10,11 +10,13 @@
  * The segment is copied to a buffer of exactly its size, so any read past it is caught. Every record the
  * scan returns must lie inside the segment, and each must pass mq_locate again on its own. The Arrow decoder
  * (arrow_core.c) is run over the chain's records and over arbitrary positions, its buffers allocated to the
- * sizes it measured, so a fill that writes more than it measured is caught too.
+ * sizes it measured, so a fill that writes more than it measured is caught too. Each CRC-32 path this CPU can
+ * run (crc32.c) must give zlib's value over spans of the segment, the last of them ending at its last byte.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "../arrow_core.h"
 #include "../mq_native.h"
@@ -27,6 +29,19 @@ void fuzz_index(const uint8_t *input, size_t length, const uint8_t *segment, int
 
 static void check(int condition) {
     if (!condition) abort();
+}
+
+/* Every CRC path against zlib over a few spans of the segment: from `start`, record-sized ones, the last bytes. */
+static void check_crc_paths(const uint8_t *segment, int64_t size_bytes, int64_t start, uint32_t initial) {
+    int64_t spans[][2] = {{start, size_bytes - start}, {start, (size_bytes - start) % 1200},
+                          {size_bytes - (size_bytes - start) % 300, (size_bytes - start) % 300},
+                          {start / 2, (size_bytes - start / 2) % 64}};
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++) {
+        const uint8_t *at = segment + spans[i][0];
+        uLong expected = crc32(initial, at, (uInt)spans[i][1]);
+        for (int path = 0; path < MQ_CRC_PATHS; path++)
+            if (mq_crc32_path_supported(path)) check(mq_crc32_with(path, initial, at, (size_t)spans[i][1]) == expected);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
@@ -142,6 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
             (void)mq_crc_ok(segment, at, &layout);
         }
     }
+    check_crc_paths(segment, size_bytes, start, mq_get_u32(input + 4));
     fuzz_index(input, length, segment, size_bytes);  /* index placement (index_core.c) */
     free(segment);
     return 0;

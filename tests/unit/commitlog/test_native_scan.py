@@ -133,9 +133,25 @@ def test_both_codecs_find_the_same_end_of_a_log(tmp_path, monkeypatch):
     log.close()
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_both_codecs_refuse_damaged_bytes_alike(tmp_path, monkeypatch, seed):
-    """Bit flips, overwritten runs, zeroed tails and huge lengths, each on a fresh copy of the log."""
+# (seed, CRC path): every seed on the CPU's best path, one seed on each slower path (crc32.c's)
+_BEST_CRC_PATH = NATIVE.crc32_path() if NATIVE is not None else "zlib"
+CRC_PATH_CASES = [(seed, _BEST_CRC_PATH) for seed in range(3)] + [
+    (0, path) for path in (NATIVE.crc32_paths() if NATIVE is not None else ()) if path != _BEST_CRC_PATH]
+
+
+@pytest.fixture
+def crc_path(request):
+    """The CRC path the scans take for one test, the CPU's best again after it."""
+    NATIVE.crc32_use(request.param)
+    yield request.param
+    NATIVE.crc32_use(None)
+
+
+@pytest.mark.parametrize("seed, crc_path", CRC_PATH_CASES, indirect=["crc_path"])
+def test_both_codecs_refuse_damaged_bytes_alike(tmp_path, monkeypatch, seed, crc_path):
+    """Bit flips, overwritten runs, zeroed tails and huge lengths, each on a fresh copy of the log; the compiled
+    scan's CRCs by each path."""
+    assert NATIVE.crc32_path() == crc_path
     writer = _write(tmp_path / "log", seed)
     rng = random.Random(seed)
     errors = 0
