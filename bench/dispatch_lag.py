@@ -3,7 +3,8 @@
     .venv/bin/python bench/dispatch_lag.py            # full run (about 40 s)
     .venv/bin/python bench/dispatch_lag.py --quick    # smoke run (a few seconds)
 
-ASYNC puts of 1 KB bodies from one thread for a fixed time, store defaults otherwise (index on), for each
+ASYNC puts of 1 KB bodies from one thread for a fixed time, dispatch in the writer's thread
+(dispatch_process=False: the lag the bound is for), store defaults otherwise (index on), for each
 max_dispatch_lag_bytes in LIMITS, the settings taking turns for ROUNDS rounds. Per row: puts a second during
 the loop, the share of them dispatched (visible to get()) when the loop ends, the largest lag seen (sampled
 every SAMPLE_EVERY puts), how long dispatch then takes to catch up, puts a second counting that catch-up, and
@@ -43,7 +44,8 @@ def run_row(work: str, limit: int, seconds: float) -> dict:
     root = tempfile.mkdtemp(prefix="store-", dir=work)
     body = random.Random(7).randbytes(BODY_BYTES)
     try:
-        with MessageStore.open(root, StoreConfig(store_host="10.0.0.1", max_dispatch_lag_bytes=limit)) as store:
+        with MessageStore.open(root, StoreConfig(store_host="10.0.0.1", max_dispatch_lag_bytes=limit,
+                                                 dispatch_process=False)) as store:
             message, put, clock = Message("lag", body), store.put, time.perf_counter
             latencies, lags = [], []
             started = clock()

@@ -204,8 +204,9 @@ def report_dispatch_process(data: dict) -> str:
     medians = ", ".join(f"{body(int(size_))}: {rate(sorted(values)[len(values) // 2])}/s"
                         for size_, values in raw.items())
     rows = table(data["rows"], [
+        ("call", lambda row: row.get("call", "put"), text),
         ("flush", "flush", text), ("body", "body_bytes", body), ("dispatch", "mode", text),
-        ("puts/s", "puts_per_s", rate), ("counting the catch-up", "puts_per_s_with_catch_up", rate),
+        ("msgs/s", "puts_per_s", rate), ("counting the catch-up", "puts_per_s_with_catch_up", rate),
         ("catch-up s", "catch_up_s", number(2)), ("p99 us", "p99_us", number(0)), ("max ms", "max_ms", number(1)),
         ("> 5 ms", "over_5ms", number(0)), ("share of the raw loop", "share_of_raw_loop", share)])
     rounds = data.get("rounds")
@@ -233,8 +234,16 @@ def report_spark_read(data: dict) -> str:
              f"master {settings.get('master')}; every query written to Spark's noop sink. One topic of "
              f"{settings.get('topics')} read with pushdown takes {summary.get('topic_scan_time_ratio')} of a full "
              f"scan's time.")
+    if "full_scan_100b_target_vs_parquet" in summary:
+        intro += (f" Full scan of 100 B records: {summary['full_scan_100b_vs_parquet']:.2f}x Spark's Parquet reader "
+                  f"(target >= {summary['full_scan_100b_target_vs_parquet']:.1f}x, "
+                  f"{'met' if summary['full_scan_100b_meets_target'] else 'not met'}).")
+    load = (data.get("machine") or {}).get("load_average_1m_before_after")
+    if load:
+        intro += f" Load average (1 min) {load[0]} before, {load[1]} after."
     return intro + "\n\n" + table(data["results"], [
-        ("case", "name", text), ("rows", "rows", number(0)), ("rows/s", "rows_per_s", rate)])
+        ("case", "name", text), ("rows", "rows", number(0)), ("rows/s", "rows_per_s", rate),
+        ("CPU s JVM", "cpu_jvm_s", number(2)), ("CPU s Python workers", "cpu_python_workers_s", number(2))])
 
 
 def report_crc32(data: dict) -> str:

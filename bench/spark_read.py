@@ -7,8 +7,9 @@ Prints a table and writes bench/results/spark_read.json (spark_read_quick.json w
 
 Stores are generated with tests/spark/storegen.py (ten topics, four queues each, written in interleaved runs of
 1 000 messages, TAGS/KEYS/UNIQ_KEY properties like a RocketMQ producer sets), in bench/results/tmp/ (or under
---work-dir; removed afterwards unless --keep). Measured on local[*], best of --repeat runs after one warm-up, every
-query building its DataFrame anew (planning included) and materializing all columns (noop sink):
+--work-dir; removed afterwards unless --keep). Measured on local[2] (--master; the target's setting), best of
+--repeat runs after one warm-up, every query building its DataFrame anew (planning included) and materializing
+all columns (noop sink):
 
     full scan 100 B / 1 KB   spark.read.format("commitlog") of the whole store
     one topic (1/10)         .where("topic = 'topic-3'") with filter pushdown (ConsumeQueue path), and without
@@ -17,6 +18,14 @@ query building its DataFrame anew (planning included) and materializing all colu
     ceiling (physical limit) a Python data source yielding the same rows as ready Arrow batches from a memory-
                              mapped Arrow file: what Spark's Python data source path costs with no decoding
     decode only              the source's reader in this process, no Spark, one core
+
+Each Spark row also gives the CPU seconds its best run cost, split between the JVM (Spark's own threads: task
+setup, reading the Arrow stream or the Parquet file, turning columns into rows) and the Python workers (the
+reader: planning, decoding, writing Arrow to the JVM), from /proc (Linux; absent elsewhere). On a shared machine
+CPU seconds say more than wall time, which other processes' load stretches.
+
+Target (issue 21): the full scan of 100 B records at >= 1.0x the rows/s of Spark's own Parquet reader over the
+same rows, in the same run (summary: full_scan_100b_vs_parquet, full_scan_100b_meets_target).
 """
 
 from __future__ import annotations
@@ -43,8 +52,8 @@ RESULTS_DIR = os.path.join(BENCH_DIR, "results")
 WORK_DIR = os.path.join(RESULTS_DIR, "tmp", "spark_read")
 TOPICS = 10
 RUN_MESSAGES = 1000
-TARGET_FULL_SCAN_ROWS_PER_S = 2_000_000
-TARGET_TOPIC_SCAN_TIME_RATIO = 1 / 5
+MASTER = "local[2]"  # the target's setting: two cores, as the project's machine has
+TARGET_FULL_SCAN_VS_PARQUET = 1.0  # full scan 100 B: commitlog rows/s over Parquet rows/s, same run
 
 
 def generate_store(root: str, count: int, body_size: int, segment_size: int) -> None:
@@ -86,14 +95,14 @@ def write_copies(root: str, parquet_path: str, arrow_path: str) -> None:
                 arrow.write_batch(batch)
 
 
-def spark_session():
+def spark_session(master: str = MASTER):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     root = os.path.dirname(BENCH_DIR)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[*]").appName("mqstore-spark-read-bench")
+    spark = (SparkSession.builder.master(master).appName("mqstore-spark-read-bench")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.memory", "4g").config("spark.sql.python.filterPushdown.enabled", "true")
@@ -137,16 +146,67 @@ def _ceiling_source():
     return ArrowFileSource
 
 
-def timed(action, repeat: int) -> float:
-    """Best wall time of `repeat` runs after one warm-up (none in --quick mode: repeat == 0 means one run)."""
+def _process_tree() -> dict[int, tuple[int, str, float, float]] | None:
+    """pid -> (parent pid, command name, own CPU seconds, reaped children's CPU seconds), from /proc."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        command = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2:].split()
+        utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+        found[int(name)] = (int(fields[1]), command, (utime + stime) / tick, (cutime + cstime) / tick)
+    return found
+
+
+def cpu_seconds() -> dict[str, float] | None:
+    """CPU seconds used so far by this process's JVM (its own threads) and by the Python processes under it
+    (PySpark's daemon and workers, the workers that exited included)."""
+    tree = _process_tree()
+    if tree is None:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _, _) in tree.items():
+        children.setdefault(parent, []).append(pid)
+    used = {"jvm": 0.0, "python_workers": 0.0}
+    todo = [(pid, False) for pid in children.get(os.getpid(), [])]
+    while todo:
+        pid, under_jvm = todo.pop()
+        _, command, own, reaped = tree[pid]
+        if command == "java":
+            used["jvm"] += own
+            under_jvm = True
+        elif under_jvm:
+            used["python_workers"] += own + reaped
+        todo.extend((child, under_jvm) for child in children.get(pid, []))
+    return used
+
+
+def timed(action, repeat: int) -> tuple[float, dict | None]:
+    """Best wall time of `repeat` runs after one warm-up (none in --quick mode: repeat == 0 means one run), and
+    the CPU seconds (cpu_seconds()) of that run."""
     if repeat:
         action()
-    best = float("inf")
+    best, best_cpu = float("inf"), None
     for _ in range(max(repeat, 1)):
+        cpu_before = cpu_seconds()
         started = time.perf_counter()
         action()
-        best = min(best, time.perf_counter() - started)
-    return best
+        seconds = time.perf_counter() - started
+        cpu_after = cpu_seconds()
+        if seconds < best:
+            best = seconds
+            best_cpu = None if cpu_before is None else {
+                key: round(cpu_after[key] - cpu_before[key], 2) for key in cpu_before}
+    return best, best_cpu
 
 
 def noop(df) -> None:
@@ -178,20 +238,26 @@ def prepare_stores(work_dir: str, rows_100b: int, rows_1kb: int, segment_bytes: 
     return stores
 
 
-def measure(stores: dict, repeat: int, spark=None) -> list[dict]:
-    """Every measurement; uses `spark` when given (and leaves it running), else a local[*] session of its own."""
+def measure(stores: dict, repeat: int, spark=None, master: str = MASTER) -> list[dict]:
+    """Every measurement; uses `spark` when given (and leaves it running), else a session of its own on `master`."""
     results = []
 
-    def record(name, rows, seconds):
-        results.append(dict(name=name, rows=rows, seconds=round(seconds, 4), rows_per_s=round(rows / seconds)))
-        print(f"  {name:<48} {rows:>10} rows {seconds:8.3f} s {rows / seconds / 1e6:8.3f} M rows/s", flush=True)
+    def record(name, rows, measured):
+        seconds, cpu = measured if isinstance(measured, tuple) else (measured, None)
+        result = dict(name=name, rows=rows, seconds=round(seconds, 4), rows_per_s=round(rows / seconds))
+        if cpu is not None:
+            result.update(cpu_jvm_s=cpu["jvm"], cpu_python_workers_s=cpu["python_workers"])
+        results.append(result)
+        cpu_text = "" if cpu is None else f"  CPU s: JVM {cpu['jvm']:.2f}, Python workers {cpu['python_workers']:.2f}"
+        print(f"  {name:<48} {rows:>10} rows {seconds:8.3f} s {rows / seconds / 1e6:8.3f} M rows/s{cpu_text}",
+              flush=True)
 
     for name in stores:
         rows, seconds = decode_all(stores[name]["root"])
         record(f"decode only, {name} (no Spark, 1 core)", rows, seconds)
     own_session = spark is None
     if own_session:
-        spark = spark_session()
+        spark = spark_session(master)
     else:
         spark.dataSource.register(source.CommitLogDataSource)
         spark.dataSource.register(_ceiling_source())
@@ -232,17 +298,18 @@ def summarize(results: list[dict]) -> dict:
     by_name = {r["name"]: r for r in results}
     full = by_name["full scan 100b: commitlog"]
     topic = by_name["one topic (1/10) 100b: commitlog, pushdown"]
+    vs_parquet = full["rows_per_s"] / by_name["full scan 100b: parquet (pyarrow file)"]["rows_per_s"]
     return {
         "full_scan_100b_rows_per_s": full["rows_per_s"],
-        "full_scan_100b_target_rows_per_s": TARGET_FULL_SCAN_ROWS_PER_S,
-        "full_scan_100b_meets_target": full["rows_per_s"] >= TARGET_FULL_SCAN_ROWS_PER_S,
-        "full_scan_100b_vs_parquet": round(
-            full["rows_per_s"] / by_name["full scan 100b: parquet (pyarrow file)"]["rows_per_s"], 3),
+        "full_scan_100b_vs_parquet": round(vs_parquet, 3),
+        "full_scan_100b_target_vs_parquet": TARGET_FULL_SCAN_VS_PARQUET,
+        "full_scan_100b_meets_target": vs_parquet >= TARGET_FULL_SCAN_VS_PARQUET,
         "full_scan_100b_vs_ceiling": round(
             full["rows_per_s"] / by_name["full scan 100b: ceiling (ready Arrow batches)"]["rows_per_s"], 3),
+        "full_scan_1kb_vs_parquet": round(
+            by_name["full scan 1kb: commitlog"]["rows_per_s"]
+            / by_name["full scan 1kb: parquet (pyarrow file)"]["rows_per_s"], 3),
         "topic_scan_time_ratio": round(topic["seconds"] / full["seconds"], 3),
-        "topic_scan_target_time_ratio": TARGET_TOPIC_SCAN_TIME_RATIO,
-        "topic_scan_meets_target": topic["seconds"] / full["seconds"] <= TARGET_TOPIC_SCAN_TIME_RATIO,
     }
 
 
@@ -260,6 +327,8 @@ def main(argv=None, spark=None) -> str:
     parser.add_argument("--work-dir", metavar="DIR",
                         help="directory to generate the stores and copies under (default: bench/results/tmp)")
     parser.add_argument("--repeat", type=int, help="timed runs after a warm-up (best is kept); 0: one cold run")
+    parser.add_argument("--master", default=MASTER,
+                        help=f"Spark master of the session the benchmark starts (default {MASTER}, the target's)")
     args = parser.parse_args(argv)
     rows_100b = args.rows_100b or (200_000 if args.quick else 3_000_000)
     rows_1kb = args.rows_1kb or (40_000 if args.quick else 500_000)
@@ -268,26 +337,29 @@ def main(argv=None, spark=None) -> str:
     work_dir = (os.path.join(args.work_dir, os.path.basename(WORK_DIR)) if args.work_dir else WORK_DIR) \
         + ("_quick" if args.quick else "")
     os.makedirs(work_dir, exist_ok=True)
+    load_before = os.getloadavg()
     stores = prepare_stores(work_dir, rows_100b, rows_1kb, segment_bytes)
     try:
-        results = measure(stores, repeat, spark)
+        results = measure(stores, repeat, spark, args.master)
     finally:
         if not args.keep:
             shutil.rmtree(work_dir, ignore_errors=True)
     summary = summarize(results)
     print()
-    print(f"{'measurement':<52} {'rows':>10} {'seconds':>9} {'M rows/s':>9}")
+    print(f"{'measurement':<52} {'rows':>10} {'seconds':>9} {'M rows/s':>9} {'CPU s JVM':>10} {'CPU s Python':>13}")
     for r in results:
-        print(f"{r['name']:<52} {r['rows']:>10} {r['seconds']:>9.3f} {r['rows_per_s'] / 1e6:>9.3f}")
+        print(f"{r['name']:<52} {r['rows']:>10} {r['seconds']:>9.3f} {r['rows_per_s'] / 1e6:>9.3f} "
+              f"{r.get('cpu_jvm_s', ''):>10} {r.get('cpu_python_workers_s', ''):>13}")
     print()
     for key, value in summary.items():
         print(f"{key:<40} {value}")
     output = {
         "benchmark": "spark_read", "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]},
         "settings": {"rows_100b": rows_100b, "rows_1kb": rows_1kb, "segment_bytes": segment_bytes, "repeat": repeat,
                      "topics": TOPICS, "run_messages": RUN_MESSAGES,
-                     "master": spark.sparkContext.master if spark is not None else "local[*]"},
+                     "master": spark.sparkContext.master if spark is not None else args.master},
         "stores": {name: {k: info[k] for k in ("rows", "log_bytes")} for name, info in stores.items()},
         "results": results, "summary": summary,
     }

@@ -46,7 +46,7 @@ from mqstore.store.scan_read import LogPartition, Piece, QueuePartition, written
 from mqstore.store.store_files import QueueIndex, Segments, list_segments
 
 MIB = 1 << 20
-PARTITION_BYTES_MAX = 64 * MIB  # log bytes per partition, at most
+PARTITION_BYTES_MAX = 256 * MIB  # log bytes per partition, at most (each is one Spark task; 64 MiB: more tasks, slower)
 PARTITION_BYTES_MIN = 64 * 1024  # below this a partition costs more to schedule than to read
 PARTITIONS_PER_CORE = 2
 QUEUE_PARTITION_RECORDS_MAX = 262144  # records per partition on the ConsumeQueue path

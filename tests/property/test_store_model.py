@@ -24,7 +24,8 @@ TOPICS = ("alpha", "beta")
 QUEUES = 2
 TAGS = (None, "A", "B", "C")
 CONFIG = StoreConfig(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=8, max_message_size_bytes=6000,
-                     max_queues_per_topic=QUEUES, store_host="10.0.0.7", preallocate_segments=False)
+                     max_queues_per_topic=QUEUES, store_host="10.0.0.7", preallocate_segments=False,
+                     dispatch_process=False)  # the dispatch thread; ProcessStoreModel below runs the child
 
 bodies = st.one_of(st.binary(max_size=64), st.integers(0, 6000).map(lambda n: bytes([n % 251]) * n))  # rolls segments
 messages = st.builds(Message, topic=st.sampled_from(TOPICS), body=bodies, queue_id=st.integers(0, QUEUES - 1),

@@ -25,4 +25,10 @@ def test_spark_read_benchmark_quick_mode_runs(spark, tmp_path):
     assert {"full scan 100b: commitlog", "full scan 100b: parquet (pyarrow file)",
             "one topic (1/10) 100b: commitlog, pushdown", "streaming availableNow 100b: commitlog"} <= names
     assert all(r["rows"] > 0 and r["seconds"] > 0 for r in result["results"])
-    assert set(result["summary"]) >= {"full_scan_100b_rows_per_s", "topic_scan_time_ratio"}
+    assert set(result["summary"]) >= {"full_scan_100b_rows_per_s", "topic_scan_time_ratio",
+                                      "full_scan_100b_vs_parquet", "full_scan_100b_meets_target"}
+    assert result["summary"]["full_scan_100b_target_vs_parquet"] == 1.0
+    assert result["settings"]["master"] == spark.sparkContext.master == "local[2]"
+    spark_rows = [r for r in result["results"] if not r["name"].startswith("decode only")]
+    assert all(r["cpu_jvm_s"] >= 0 and r["cpu_python_workers_s"] >= 0 for r in spark_rows)  # Linux: from /proc
+    assert sum(r["cpu_jvm_s"] for r in spark_rows) > 0

@@ -9,6 +9,7 @@ from mqstore import Message, MessageStore
 from tests.unit.mqstore.conftest import config
 
 LIMIT = 16 * 1024
+THREAD = dict(dispatch_process=False)  # these tests add dispatchers to the writer's own dispatch thread
 BODY = b"b" * 1000
 
 
@@ -34,7 +35,7 @@ def _lag_after(store, result):
 
 
 def test_puts_return_within_the_lag_bound(store_dir):
-    with MessageStore.open(store_dir, config(max_dispatch_lag_bytes=LIMIT)) as store:
+    with MessageStore.open(store_dir, config(max_dispatch_lag_bytes=LIMIT, **THREAD)) as store:
         store._dispatch._dispatchers.append(Slow())
         lags = [_lag_after(store, store.put(Message("t", BODY))) for _ in range(200)]
         assert max(lags) <= LIMIT  # a put past the bound waits until dispatch is within three quarters of it
@@ -46,7 +47,7 @@ def test_puts_return_within_the_lag_bound(store_dir):
 
 
 def test_without_a_bound_puts_run_ahead_of_dispatch(store_dir):
-    with MessageStore.open(store_dir, config()) as store:
+    with MessageStore.open(store_dir, config(**THREAD)) as store:
         blocked = Blocked()
         store._dispatch._dispatchers.append(blocked)
         try:
@@ -62,7 +63,7 @@ def test_a_put_stops_waiting_when_dispatch_has_failed(store_dir):
         def dispatch(self, batch):
             raise RuntimeError("dispatcher failed")
 
-    with MessageStore.open(store_dir, config(max_dispatch_lag_bytes=LIMIT)) as store:
+    with MessageStore.open(store_dir, config(max_dispatch_lag_bytes=LIMIT, **THREAD)) as store:
         store._dispatch._dispatchers.insert(0, Failing())
         results = [store.put(Message("t", BODY)) for _ in range(40)]  # 40 KB, past the bound: no put hangs
         assert store.stats()["dispatch"]["error"] is not None

@@ -57,7 +57,8 @@ def _check_same_as_rebuilt(store_dir, settings, tmp_path):
 
 
 def test_queues_and_index_from_described_puts_are_those_a_full_parse_writes(tmp_path):
-    settings = config(index_enabled=True, flush_mode=FlushMode.SYNC)
+    # described puts go to the writer's dispatch thread (a dispatch process parses the log)
+    settings = config(index_enabled=True, flush_mode=FlushMode.SYNC, dispatch_process=False)
     store_dir = tmp_path / "store"
     with MessageStore.open(store_dir, settings) as store:
         for index, message in enumerate(_messages(600)):
