@@ -127,7 +127,11 @@ def small_config(**overrides):
     messages) unless asked for: the index has tests of its own."""
     from mqstore import StoreConfig
 
+    # Dispatch in the writer's thread: a child process per open (the default, 0.25-0.5 s to start) would make the
+    # suite's thousands of opens take several times as long. tests/unit/mqstore/test_dispatch_process.py, the
+    # model test's process variant and the tests that open with StoreConfig()'s defaults run the child.
     settings = dict(segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64, max_message_size_bytes=8192,
+                    dispatch_process=False,
                     store_host="10.0.0.7", store_port=10911, preallocate_segments=False, index_enabled=False,
                     index_slot_count=64, index_entry_count_max=256,
                     # The test machine's own disk usage must not make retention remove segments or refuse puts.
