@@ -1,26 +1,32 @@
-/* The single-message put of the common message shape, as one call made while the writer lock is held.
+/* The single-message put, as one call made while the writer lock is held.
  *
  * `Appender(log, clock_globals, time_ns, write_at, result_type, ok_status)` is made once per writable CommitLog
- * (CommitLog.compiled_put). Its `put(message)` does, for a compiled Message without tags, keys or properties, of
- * a topic the log has seen, what `prepare` + `append_holding_lock` + the PutResult of MessageStore.put do:
- * the checks of prepare (mq_common_message), the body CRC, the record encoded into the mapped segment (or into
- * the write-through scratch and pwrite), the queue offset assigned and advanced, the record described in
- * `written_records`, `last_store_timestamp_ms`, the end moved and published in `end_word`, and the PutResult.
+ * (CommitLog.compiled_put). Its `put(message)` does, for a compiled Message of a topic the log has seen, what
+ * `prepare` + `append_holding_lock` + the PutResult of MessageStore.put do: the checks of prepare (the fields:
+ * mq_message_fields; tags, keys and user properties: plan_properties, as commitlog.py's _properties_text), the
+ * PROPERTIES string in prepare's order (TAGS, KEYS, the user properties in dict order, the UNIQ_KEY when the log
+ * adds them and the message has none, the record-CRC placeholder), the body CRC, the record encoded into the
+ * mapped segment (or into the write-through scratch and pwrite), the queue offset assigned and advanced, the
+ * record described in `written_records`, `last_store_timestamp_ms`, the end moved and published in `end_word`,
+ * and the PutResult. UNIQ_KEYs come from the compiled state of the log's generator (unique_key.c), the one
+ * that the Python path's next() and put_batch's next_many() draw from too.
  *
  * The CommitLog stays the one owner of the writer's state. What changes once a segment or less (`_view`,
- * `_segment_base`, `_append_limit`, `_segment_fd`, `_scratch`, `_flush_lock`, `written_records`, `end_word`, and
- * whether `codec` is compiled and `unique_keys` unset) is copied here by `refresh()`, which the CommitLog calls
- * after each change of them (`_use_segment`, `_make_room`, the `write_through`, `written_records` and `end_word`
- * setters); what changes every put (`_end`, `queue_offsets`, `last_store_timestamp_ms`) is read from and written
- * to the log's __dict__ on every call, so that set_end, truncate, recovery and put_batch (which set them in
- * Python, under the same lock) are seen at once. The mapping is held (buffer protocol) while a record is written;
- * a close or a roll refreshes the copy before the old view could be written again.
+ * `_segment_base`, `_append_limit`, `_segment_fd`, `_scratch`, `_flush_lock`, `written_records`, `end_word`,
+ * whether `codec` is compiled, `unique_keys`) is copied here by `refresh()`, which the CommitLog calls after each
+ * change of them (`_use_segment`, `_make_room`, the `write_through`, `written_records`, `end_word` and
+ * `unique_keys` setters); what changes every put (`_end`, `queue_offsets`, `last_store_timestamp_ms`) is read
+ * from and written to the log's __dict__ on every call, so that set_end, truncate, recovery and put_batch (which
+ * set them in Python, under the same lock) are seen at once. The mapping is held (buffer protocol) while a record
+ * is written; a close or a roll refreshes the copy before the old view could be written again.
  *
- * Anything else returns None before a byte is written or a number moves: a message of another shape, a topic not
- * seen yet, a record that does not fit before `_append_limit` (a roll, a disk reservation step, the near-end
- * notice), a closed log, UNIQ_KEYs, the pure-Python codec, a failed pwrite. The caller then runs the Python path
- * (the reference), which handles it and raises its errors. Nothing here decides policy: no lock, no thread, no
- * wait, no file opened.
+ * Anything else returns None before a byte is written, a number moves or a UNIQ_KEY is taken: a message that
+ * is not a compiled Message, a field of another type (a str subclass, keys neither a tuple nor a list, ...), a
+ * value prepare refuses, PROPERTIES over 32767 bytes, a topic not seen yet, a record that does not fit before
+ * `_append_limit` (a roll, a disk reservation step, the near-end notice), a closed log, a UNIQ_KEY generator
+ * without compiled state, the pure-Python codec, a failed pwrite (after its key was taken). The caller then runs
+ * the Python path (the reference), which handles it and raises its errors. Nothing here decides policy: no
+ * lock, no thread, no wait, no file opened.
  */
 #include "mq_native.h"
 
@@ -396,7 +402,7 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
 
 PyDoc_STRVAR(appender_put_doc,
 "put(message) -> PutResult or None\n\n"
-"Append a compiled Message of the common shape (see the module doc of commitlog/csrc/put.c) for a caller that\n"
+"Append a compiled Message of a known topic (see the module doc of commitlog/csrc/put.c) for a caller that\n"
 "holds the writer lock: PutResult(PUT_OK, ...). None, with nothing written and nothing moved, for anything else:\n"
 "the caller then runs prepare and append_holding_lock.");
 
