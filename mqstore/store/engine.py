@@ -492,7 +492,8 @@ class MessageStore(Reads, IndexLookups):
             return self._put_prepared(message)
         # The compiled put (commitlog/csrc/put.c) checks, encodes and appends a message of a known topic (tags, keys,
         # properties, UNIQ_KEY) in one call under the writer lock; what it leaves (another type, a bad value, a new
-        # topic, a roll, ...) `_put_holding_lock` prepares and appends there through the Python path. A busy lock's holder runs it for this put (HandOff), in order.
+        # topic, a roll, ...) `_put_holding_lock` prepares and appends there through the Python path. A busy lock's
+        # holder runs it for this put (HandOff), in order.
         writer = self._writer
         try:
             if writer.acquire(False):
