@@ -7,6 +7,8 @@ Rows, each measured with the compiled codec and with the pure-Python one (MQSTOR
 own, so that each runs with its own `Message` type):
   - put of 100 B and 1 KB bodies, ASYNC, one producer thread, 4 topics x 4 queues, the Message built in the loop
     (record CRCs on, as the default config; no index);
+  - the same with the default config (index on: every message gets a UNIQ_KEY and is indexed by it and its
+    keys) and messages of the shape RocketMQ's rows put: a tag (7 values) and a key per message;
   - put_batch of 1 KB bodies, 1000 a call, into warm segments (pages touched beforehand): GB/s of records;
   - get of 100 B messages, 32 a call, every queue from its start.
 RocketMQ's rows are `rmq put DIR SEG_BYTES N BODY async 4 4` (one thread; $MQSTORE_ROCKETMQ_HOME, else
@@ -37,10 +39,10 @@ SEGMENT_BYTES = 1 << 30
 PAGE = 4096
 
 
-def _config(record_crc: bool = True):
+def _config(record_crc: bool = True, index: bool = False):
     from mqstore import StoreConfig
 
-    return StoreConfig(store_host="10.0.0.1", index_enabled=False, record_crc=record_crc)
+    return StoreConfig(store_host="10.0.0.1", index_enabled=index, record_crc=record_crc)
 
 
 def _record_bytes(body: int, topic: str = "topic0", record_crc: bool = True) -> int:
@@ -71,6 +73,27 @@ def worker_put(root: str, count: int, body_size: int) -> dict:
         elapsed = time.perf_counter() - started
         store.wait_dispatched(300)
     return {"msgs_per_s": count / elapsed, "mb_per_s": count * _record_bytes(body_size) / elapsed / 1e6}
+
+
+def worker_put_indexed(root: str, count: int, body_size: int) -> dict:
+    """The put row with the default config (index on) and RocketMQ's message shape: a tag and a key each."""
+    from mqstore import Message, MessageStore
+
+    body = os.urandom(body_size)
+    topics = [f"topic{i}" for i in range(TOPICS)]
+    tags = [f"tag{i}" for i in range(7)]
+    with MessageStore.open(root, _config(index=True)) as store:
+        for topic in topics:
+            store.put(Message(topic, b"first"))
+        put = store.put
+        start = store._commitlog.readable_end()
+        started = time.perf_counter()
+        for i in range(count):
+            put(Message(topics[i & 3], body, queue_id=(i >> 2) & 3, tags=tags[i % 7], keys=(f"k{i}",)))
+        elapsed = time.perf_counter() - started
+        written = store._commitlog.readable_end() - start  # the records with their properties
+        store.wait_dispatched(600)
+    return {"msgs_per_s": count / elapsed, "mb_per_s": written / elapsed / 1e6}
 
 
 def worker_put_batch(root: str, count: int, body_size: int) -> dict:
@@ -131,6 +154,8 @@ def run_worker(args) -> int:
 
         for body in (100, 1000):
             rows[f"put {body} B"] = worker_put(fresh(f"put{body}"), args.count, body)
+        for body in (100, 1000):
+            rows[f"put {body} B, index, tag+key"] = worker_put_indexed(fresh(f"indexed{body}"), args.count, body)
         rows["put_batch 1 KB x1000, warm"] = worker_put_batch(fresh("batch"), args.count, 1000)
         rows["get 100 B, 32 per call"] = worker_get(fresh("get"), args.count)
     finally:
