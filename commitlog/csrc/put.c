@@ -604,7 +604,7 @@ static int plan_record(AppenderObject *self, const writer_state *s, const mq_mes
 static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
     mq_message_parts parts;
     const mq_common_parts *m = &parts.common;
-    properties_plan plan;
+    properties_plan plan = {0};
     int64_t offset, size;
     PyObject *queue_offsets;
     int ready = read_end(self, &offset, &queue_offsets);
