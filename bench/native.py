@@ -7,6 +7,8 @@ Rows, each measured with the compiled codec and with the pure-Python one (MQSTOR
 own, so that each runs with its own `Message` type):
   - put of 100 B and 1 KB bodies, ASYNC, one producer thread, 4 topics x 4 queues, the Message built in the loop
     (record CRCs on, as the default config; no index);
+  - the same with the default config (index on: every message gets a UNIQ_KEY and is indexed by it and its
+    keys) and messages of the shape RocketMQ's rows put: a tag (7 values) and a key per message;
   - put_batch of 1 KB bodies, 1000 a call (from a pool of 64 batches built beforehand), GB/s of records:
     warm: `warm_segments=True` (batches copied into the mapping), and every page the row writes pre-faulted
     with MADV_POPULATE_WRITE before the clock starts (what `warm_segments` does ahead of the writer), so the row
@@ -48,10 +50,10 @@ WARM_MESSAGES_MAX = 900_000  # the warm put_batch row stays inside the first seg
 LIMIT_BYTES_MAX = 256 << 20  # the memcpy limits copy this much at most (fresh pages take 0.5 s a 256 MiB here)
 
 
-def _config(record_crc: bool = True, warm_segments: bool = False):
+def _config(record_crc: bool = True, warm_segments: bool = False, index: bool = False):
     from mqstore import StoreConfig
 
-    return StoreConfig(store_host="10.0.0.1", index_enabled=False, record_crc=record_crc, warm_segments=warm_segments)
+    return StoreConfig(store_host="10.0.0.1", index_enabled=index, record_crc=record_crc, warm_segments=warm_segments)
 
 
 def _record_bytes(body: int, topic: str = "topic0", record_crc: bool = True) -> int:
@@ -86,6 +88,27 @@ def worker_put(root: str, count: int, body_size: int) -> dict:
         elapsed = time.perf_counter() - started
         store.wait_dispatched(300)
     return {"msgs_per_s": count / elapsed, "mb_per_s": count * _record_bytes(body_size) / elapsed / 1e6}
+
+
+def worker_put_indexed(root: str, count: int, body_size: int) -> dict:
+    """The put row with the default config (index on) and RocketMQ's message shape: a tag and a key each."""
+    from mqstore import Message, MessageStore
+
+    body = os.urandom(body_size)
+    topics = [f"topic{i}" for i in range(TOPICS)]
+    tags = [f"tag{i}" for i in range(7)]
+    with MessageStore.open(root, _config(index=True)) as store:
+        for topic in topics:
+            store.put(Message(topic, b"first"))
+        put = store.put
+        start = store._commitlog.readable_end()
+        started = time.perf_counter()
+        for i in range(count):
+            put(Message(topics[i & 3], body, queue_id=(i >> 2) & 3, tags=tags[i % 7], keys=(f"k{i}",)))
+        elapsed = time.perf_counter() - started
+        written = store._commitlog.readable_end() - start  # the records with their properties
+        store.wait_dispatched(600)
+    return {"msgs_per_s": count / elapsed, "mb_per_s": written / elapsed / 1e6}
 
 
 def worker_put_batch(root: str, count: int, body_size: int, warm: bool) -> dict:
@@ -195,6 +218,8 @@ def run_worker(args) -> int:
 
         for body in (100, 1000):
             rows[f"put {body} B"] = worker_put(fresh(f"put{body}"), args.count, body)
+        for body in (100, 1000):
+            rows[f"put {body} B, index, tag+key"] = worker_put_indexed(fresh(f"indexed{body}"), args.count, body)
         warm_count = min(args.count, WARM_MESSAGES_MAX)
         rows["put_batch 1 KB x1000, warm"] = worker_put_batch(fresh("batch"), warm_count, 1000, True)
         rows["put_batch 1 KB x1000, cold"] = worker_put_batch(fresh("batch"), args.count, 1000, False)

@@ -177,7 +177,7 @@ class CommitLog:
         # first write through a mapping is a page fault. See docs/decisions/0024-batches-written-with-pwrite.md.
         self.batch_write_through = False
         self.batch_scratch: bytearray | None = None
-        self.unique_keys: UniqueKeyGenerator | None = None  # when set, messages without a UNIQ_KEY get one
+        self._unique_keys: UniqueKeyGenerator | None = None  # see the unique_keys property
         self.last_store_timestamp_ms = 0  # store time of the newest appended record
         self.flushed_position = 0  # everything below is on disk
         # When set (an int64 array shared with another process): the writer stores the readable end in its
@@ -281,7 +281,7 @@ class CommitLog:
         born = message.born_timestamp_ms
         if born is not None and (born.__class__ is not int or born < 0):
             raise InvalidMessageError(f"born_timestamp_ms must be a non-negative int or None, got {born!r}")
-        unique_keys = self.unique_keys
+        unique_keys = self._unique_keys
         if message.tags is None and not message.keys and not message.properties:
             tail = tails[1] if unique_keys is None else tails[2] + unique_keys.next() + tails[3]
         else:
@@ -306,14 +306,13 @@ class CommitLog:
                                  self.max_message_size_bytes)
 
     def compiled_put(self):
-        """The single-message put of the common shape in compiled code (commitlog/csrc/put.c): a callable that,
-        for a caller holding `self.lock`, does `prepare` + `append_holding_lock` for a compiled Message without
-        tags, keys or properties, of a topic seen before, and returns its PutResult (PUT_OK); None, with nothing
-        written, for anything else (then the caller runs those two). None when there is no compiled codec or
-        the log adds UNIQ_KEYs. The writer's state stays here: the callable reads and writes this object's
-        attributes (`_end`, `queue_offsets`, ...) on every call."""
-        if self.codec is None or self.unique_keys is not None or not hasattr(self.codec, "Appender") \
-                or not self.writable or _write_at is None:
+        """The single-message put in compiled code (commitlog/csrc/put.c): a callable that, for a caller holding
+        `self.lock`, does `prepare` + `append_holding_lock` for a compiled Message of a topic seen before, with
+        or without tags, keys, user properties and UNIQ_KEYs, and returns its PutResult (PUT_OK); None, with
+        nothing written, for anything else (then the caller runs those two). None when there is no compiled
+        codec. The writer's state stays here: the callable reads and writes this object's attributes (`_end`,
+        `queue_offsets`, ...) on every call, and takes UNIQ_KEYs from `unique_keys`' compiled state."""
+        if self.codec is None or not hasattr(self.codec, "Appender") or not self.writable or _write_at is None:
             return None
         self._appender = self.codec.Appender(self, globals(), time.time_ns, _write_at, PutResult, PutStatus.PUT_OK)
         self._appender.refresh()
@@ -324,6 +323,16 @@ class CommitLog:
         `_append_limit`, `write_through`, `written_records`, `end_word`. Called after every change of them."""
         if self._appender is not None:
             self._appender.refresh()
+
+    @property
+    def unique_keys(self) -> UniqueKeyGenerator | None:
+        """When set, every message without a UNIQ_KEY property gets one from this generator (the index is on)."""
+        return self._unique_keys
+
+    @unique_keys.setter
+    def unique_keys(self, generator: UniqueKeyGenerator | None) -> None:
+        self._unique_keys = generator
+        self._refresh_appender()
 
     @property
     def written_records(self):

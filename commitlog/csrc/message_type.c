@@ -308,28 +308,26 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     return record;
 }
 
-/* The checks prepare_message makes, for one message: 1 when it is a compiled Message of the common shape and valid
- * (its parts in `out`, borrowed), 0 when not (or a lookup failed: PyErr_Occurred tells). put.c uses it too. */
-int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
-                      mq_common_parts *out) {
+/* The checks prepare makes of every field but tags, keys and properties: 1 when `object` is a compiled Message
+ * that passes them, of a topic in `tails_table` (its parts in `out`, borrowed), 0 when not (or a lookup failed:
+ * PyErr_Occurred tells). put.c checks the tags, keys and properties itself. */
+int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                      mq_message_parts *out) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
     PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY], *queue_id = message->fields[F_QUEUE_ID],
              *flag = message->fields[F_FLAG], *born = message->fields[F_BORN], *keys = message->fields[F_KEYS],
-             *properties = message->fields[F_PROPERTIES];
+             *tags = message->fields[F_TAGS];
     if (topic == NULL || body == NULL || queue_id == NULL || flag == NULL || born == NULL || keys == NULL ||
-        message->fields[F_TAGS] != Py_None)
-        return 0;
-    if (properties != NULL && !(PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) == 0)) return 0;
-    if (!((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
-          (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0)))
+        tags == NULL)
         return 0;
     if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
         !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)))
         return 0;
     PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
-    if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 || !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
-        return 0;
+    if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 4) return 0;
+    for (int i = 0; i < 4; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(tails, i))) return 0;
     int overflow;
     long long queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
     if (overflow || queue < 0 || queue >= queues_max) return 0;
@@ -341,13 +339,34 @@ int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_
         if (overflow || born_value < 0) return 0;
     }
     if (PyBytes_GET_SIZE(body) > body_max) return 0;
-    out->topic = topic;
-    out->body = body;
-    out->queue_id = queue_id;
-    out->tail = PyTuple_GET_ITEM(tails, 1);
-    out->queue_id_value = queue;
-    out->flag = flag_value;
-    out->born_timestamp_ms = born_value;
+    out->common.topic = topic;
+    out->common.body = body;
+    out->common.queue_id = queue_id;
+    out->common.tail = PyTuple_GET_ITEM(tails, 1);
+    out->common.queue_id_value = queue;
+    out->common.flag = flag_value;
+    out->common.born_timestamp_ms = born_value;
+    out->tails = tails;
+    out->tags = tags;
+    out->keys = keys;
+    out->properties = message->fields[F_PROPERTIES];
+    return 1;
+}
+
+/* The checks prepare_message makes, for one message: 1 when it is a compiled Message of the common shape (no
+ * tags, keys or properties) and valid (its parts in `out`, borrowed), 0 when not (or a lookup failed:
+ * PyErr_Occurred tells). */
+int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                      mq_common_parts *out) {
+    mq_message_parts parts;
+    if (!mq_message_fields(object, tails_table, queues_max, body_max, &parts)) return 0;
+    PyObject *keys = parts.keys, *properties = parts.properties;
+    if (parts.tags != Py_None) return 0;
+    if (properties != NULL && !(PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) == 0)) return 0;
+    if (!((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
+          (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0)))
+        return 0;
+    *out = parts.common;
     return 1;
 }
 

@@ -35,6 +35,23 @@ typedef struct {
 int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_common_parts *out);
 
+/* message_type.c: a compiled Message of any property shape, checked as CommitLog.prepare checks all but its
+ * tags, keys and properties (put.c checks those); the objects are borrowed from the message. `tails` is the
+ * topic's entry in the log's topic tails (CommitLog._topic_tail's four bytes objects). */
+typedef struct {
+    mq_common_parts common;  /* common.tail: the tail without user properties (tails[1]) */
+    PyObject *tails, *tags, *keys, *properties;  /* tags: None or a value; properties: NULL when never made */
+} mq_message_parts;
+int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                      mq_message_parts *out);
+
+/* unique_key.c: the UNIQ_KEY generator (`UniqueKeys`). MQ_UNIQUE_KEY_DIGITS chars of the next key into `out`:
+ * 0, or -1 with an error (no key used). */
+#define MQ_UNIQUE_KEY_DIGITS 32
+int mq_is_unique_keys(PyObject *object);
+int mq_unique_key_next(PyObject *generator, char *out);
+int mq_unique_key_init(PyObject *module);
+
 /* put.c: adds the `Appender` type (the single-message put of the common shape) to the module. */
 int mq_put_init(PyObject *module);
 

@@ -1,26 +1,32 @@
-/* The single-message put of the common message shape, as one call made while the writer lock is held.
+/* The single-message put, as one call made while the writer lock is held.
  *
  * `Appender(log, clock_globals, time_ns, write_at, result_type, ok_status)` is made once per writable CommitLog
- * (CommitLog.compiled_put). Its `put(message)` does, for a compiled Message without tags, keys or properties, of
- * a topic the log has seen, what `prepare` + `append_holding_lock` + the PutResult of MessageStore.put do:
- * the checks of prepare (mq_common_message), the body CRC, the record encoded into the mapped segment (or into
- * the write-through scratch and pwrite), the queue offset assigned and advanced, the record described in
- * `written_records`, `last_store_timestamp_ms`, the end moved and published in `end_word`, and the PutResult.
+ * (CommitLog.compiled_put). Its `put(message)` does, for a compiled Message of a topic the log has seen, what
+ * `prepare` + `append_holding_lock` + the PutResult of MessageStore.put do: the checks of prepare (the fields:
+ * mq_message_fields; tags, keys and user properties: plan_properties, as commitlog.py's _properties_text), the
+ * PROPERTIES string in prepare's order (TAGS, KEYS, the user properties in dict order, the UNIQ_KEY when the log
+ * adds them and the message has none, the record-CRC placeholder), the body CRC, the record encoded into the
+ * mapped segment (or into the write-through scratch and pwrite), the queue offset assigned and advanced, the
+ * record described in `written_records`, `last_store_timestamp_ms`, the end moved and published in `end_word`,
+ * and the PutResult. UNIQ_KEYs come from the compiled state of the log's generator (unique_key.c), the one
+ * that the Python path's next() and put_batch's next_many() draw from too.
  *
  * The CommitLog stays the one owner of the writer's state. What changes once a segment or less (`_view`,
- * `_segment_base`, `_append_limit`, `_segment_fd`, `_scratch`, `_flush_lock`, `written_records`, `end_word`, and
- * whether `codec` is compiled and `unique_keys` unset) is copied here by `refresh()`, which the CommitLog calls
- * after each change of them (`_use_segment`, `_make_room`, the `write_through`, `written_records` and `end_word`
- * setters); what changes every put (`_end`, `queue_offsets`, `last_store_timestamp_ms`) is read from and written
- * to the log's __dict__ on every call, so that set_end, truncate, recovery and put_batch (which set them in
- * Python, under the same lock) are seen at once. The mapping is held (buffer protocol) while a record is written;
- * a close or a roll refreshes the copy before the old view could be written again.
+ * `_segment_base`, `_append_limit`, `_segment_fd`, `_scratch`, `_flush_lock`, `written_records`, `end_word`,
+ * whether `codec` is compiled, `unique_keys`) is copied here by `refresh()`, which the CommitLog calls after each
+ * change of them (`_use_segment`, `_make_room`, the `write_through`, `written_records`, `end_word` and
+ * `unique_keys` setters); what changes every put (`_end`, `queue_offsets`, `last_store_timestamp_ms`) is read
+ * from and written to the log's __dict__ on every call, so that set_end, truncate, recovery and put_batch (which
+ * set them in Python, under the same lock) are seen at once. The mapping is held (buffer protocol) while a record
+ * is written; a close or a roll refreshes the copy before the old view could be written again.
  *
- * Anything else returns None before a byte is written or a number moves: a message of another shape, a topic not
- * seen yet, a record that does not fit before `_append_limit` (a roll, a disk reservation step, the near-end
- * notice), a closed log, UNIQ_KEYs, the pure-Python codec, a failed pwrite. The caller then runs the Python path
- * (the reference), which handles it and raises its errors. Nothing here decides policy: no lock, no thread, no
- * wait, no file opened.
+ * Anything else returns None before a byte is written, a number moves or a UNIQ_KEY is taken: a message that
+ * is not a compiled Message, a field of another type (a str subclass, keys neither a tuple nor a list, ...), a
+ * value prepare refuses, PROPERTIES over 32767 bytes, a topic not seen yet, a record that does not fit before
+ * `_append_limit` (a roll, a disk reservation step, the near-end notice), a closed log, a UNIQ_KEY generator
+ * without compiled state, the pure-Python codec, a failed pwrite (after its key was taken). The caller then runs
+ * the Python path (the reference), which handles it and raises its errors. Nothing here decides policy: no
+ * lock, no thread, no wait, no file opened.
  */
 #include "mq_native.h"
 
@@ -32,12 +38,12 @@
 enum {
     K_END, K_APPEND_LIMIT, K_SEGMENT_BASE, K_VIEW, K_SCRATCH, K_SEGMENT_FD, K_FLUSH_LOCK, K_QUEUE_OFFSETS,
     K_WRITTEN, K_END_WORD, K_CODEC, K_UNIQUE_KEYS, K_LAST_STORE_TS, K_TIME_NS, K_WRITE_AT, K_LOCKED, K_APPEND,
-    K_COUNT
+    K_CORE, K_COUNT
 };
 static const char *key_names[K_COUNT] = {
     "_end", "_append_limit", "_segment_base", "_view", "_scratch", "_segment_fd", "_flush_lock", "queue_offsets",
-    "_written_records", "_end_word", "codec", "unique_keys", "last_store_timestamp_ms", "_time_ns", "_write_at",
-    "locked", "append"};
+    "_written_records", "_end_word", "codec", "_unique_keys", "last_store_timestamp_ms", "_time_ns", "_write_at",
+    "locked", "append", "core"};
 static PyObject *keys[K_COUNT];
 static PyObject *zero_index = NULL;
 
@@ -46,6 +52,7 @@ typedef struct {
     int64_t append_limit, segment_base;
     int segment_fd;  /* -1: none */
     PyObject *view, *scratch, *flush_lock, *written, *end_word;  /* NULL: None */
+    PyObject *unique_keys;  /* the log's UNIQ_KEY generator's compiled state (UniqueKeys); NULL: no UNIQ_KEYs */
 } writer_state;
 
 typedef struct {
@@ -82,6 +89,7 @@ static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cached.flush_lock);
     Py_VISIT(self->cached.written);
     Py_VISIT(self->cached.end_word);
+    Py_VISIT(self->cached.unique_keys);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -190,6 +198,7 @@ static void forget_state(AppenderObject *self) {
     Py_CLEAR(c->flush_lock);
     Py_CLEAR(c->written);
     Py_CLEAR(c->end_word);
+    Py_CLEAR(c->unique_keys);
     c->append_limit = -1;
     c->segment_base = 0;
     c->segment_fd = -1;
@@ -207,11 +216,21 @@ static int read_state(AppenderObject *self) {
         item[k] = PyDict_GetItemWithError(self->state, keys[k]);
         if (item[k] == NULL) return PyErr_Occurred() ? -1 : 0;
     }
-    if (item[K_CODEC] == Py_None || item[K_UNIQUE_KEYS] != Py_None) return 0;  /* the pure-Python codec; UNIQ_KEYs */
+    if (item[K_CODEC] == Py_None) return 0;  /* the pure-Python codec */
+    PyObject *unique_keys = NULL;
+    if (item[K_UNIQUE_KEYS] != Py_None) {  /* UNIQ_KEYs: from the generator's compiled state, else Python's */
+        unique_keys = PyObject_GetAttr(item[K_UNIQUE_KEYS], keys[K_CORE]);
+        if (unique_keys == NULL) return -1;
+        if (!mq_is_unique_keys(unique_keys)) {
+            Py_DECREF(unique_keys);
+            return 0;
+        }
+    }
+    writer_state *c = &self->cached;
+    c->unique_keys = unique_keys;  /* held; let go by forget_state */
     if (item[K_VIEW] == Py_None || !PyLong_CheckExact(item[K_APPEND_LIMIT]) ||
         !PyLong_CheckExact(item[K_SEGMENT_BASE]))
         return 0;  /* no segment (before the first append, closed, truncated) */
-    writer_state *c = &self->cached;
     int overflow = 0;
     c->append_limit = PyLong_AsLongLongAndOverflow(item[K_APPEND_LIMIT], &overflow);
     if (overflow) return 0;
@@ -349,7 +368,7 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
 
 /* After the record is written: the queue offset advanced, the store time, the description for dispatch, the
  * end moved and published (in append_holding_lock's order); then the PutResult. */
-static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *queue_offsets, const mq_common_parts *m,
+static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *queue_offsets, PyObject *tail,
                          PyObject *queue_key, int64_t offset, int64_t queue_offset, int64_t store_ts, int64_t size) {
     PyObject *queue_value = PyLong_FromLongLong(queue_offset), *next_value = PyLong_FromLongLong(queue_offset + 1);
     PyObject *store_value = PyLong_FromLongLong(store_ts), *offset_value = PyLong_FromLongLong(offset);
@@ -358,10 +377,10 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
                  end_value == NULL;
     if (!failed) failed = PyDict_SetItem(queue_offsets, queue_key, next_value) < 0 ||
                           PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0;
-    if (!failed && s->written != NULL && PyBytes_GET_SIZE(m->tail) <= self->described_tail_max) {
+    if (!failed && s->written != NULL && PyBytes_GET_SIZE(tail) <= self->described_tail_max) {
         PyObject *size_value = PyLong_FromLongLong(size);
         PyObject *described = size_value == NULL ? NULL : PyTuple_Pack(6, offset_value, size_value, queue_key,
-                                                                       queue_value, store_value, m->tail);
+                                                                       queue_value, store_value, tail);
         Py_XDECREF(size_value);
         PyObject *done = described == NULL ? NULL : PyObject_CallMethodOneArg(s->written, keys[K_APPEND], described);
         Py_XDECREF(described);
@@ -383,7 +402,7 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
 
 PyDoc_STRVAR(appender_put_doc,
 "put(message) -> PutResult or None\n\n"
-"Append a compiled Message of the common shape (see the module doc of commitlog/csrc/put.c) for a caller that\n"
+"Append a compiled Message of a known topic (see the module doc of commitlog/csrc/put.c) for a caller that\n"
 "holds the writer lock: PutResult(PUT_OK, ...). None, with nothing written and nothing moved, for anything else:\n"
 "the caller then runs prepare and append_holding_lock.");
 
@@ -400,26 +419,213 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
     return !overflow && *end >= 0;
 }
 
+/* --- PROPERTIES of a message with tags, keys, user properties or a UNIQ_KEY ------------------------------- */
+
+/* What commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) would give a message, as
+ * checked and measured by plan_properties; write_properties then writes it. */
+typedef struct {
+    PyObject *tags;        /* an exact str, or NULL: no TAGS */
+    PyObject *keys;        /* an exact tuple or list of exact strs, or NULL: no KEYS */
+    PyObject *properties;  /* an exact dict of exact strs, or NULL: no user properties */
+    int unique_key;        /* a UNIQ_KEY is added (the log adds them and the message has none) */
+    const char *suffix;    /* the record-CRC placeholder, or "" */
+    Py_ssize_t suffix_length, length;  /* length: all of PROPERTIES */
+} properties_plan;
+
+static const char name_tags[] = "TAGS", name_keys[] = "KEYS", name_unique[] = "UNIQ_KEY", name_crc[] = "__CRC32#";
+
+/* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
+ * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
+static int checked_text(PyObject *value, int no_space, const char **text, Py_ssize_t *length) {
+    if (!PyUnicode_CheckExact(value)) return 0;
+    *text = PyUnicode_AsUTF8AndSize(value, length);
+    if (*text == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < *length; i++) {  /* UTF-8 puts no byte below 0x80 inside a longer character */
+        char c = (*text)[i];
+        if (c == '\x01' || c == '\x02' || (no_space && c == ' ')) return 0;
+    }
+    return 1;
+}
+
+static int is_name(const char *text, Py_ssize_t length, const char *name) {
+    return (size_t)length == strlen(name) && memcmp(text, name, (size_t)length) == 0;
+}
+
+/* Check the tags, keys and properties as _properties_text does and measure PROPERTIES: 1, or 0 when the Python
+ * path must run (another type, a value it refuses, PROPERTIES over the limit). */
+static int plan_properties(const mq_message_parts *m, int adds_unique_keys, properties_plan *plan) {
+    const char *text;
+    Py_ssize_t length, total = 0;
+    *plan = (properties_plan){NULL, NULL, NULL, 0, "", 0, 0};
+    if (m->tags != Py_None) {
+        if (!checked_text(m->tags, 0, &text, &length) || length == 0) return 0;
+        plan->tags = m->tags;
+        total += sizeof name_tags + length + 1;  /* sizeof counts the \x01 after the name */
+    }
+    Py_ssize_t count = PyTuple_CheckExact(m->keys) ? PyTuple_GET_SIZE(m->keys)
+                       : PyList_CheckExact(m->keys) ? PyList_GET_SIZE(m->keys) : -1;
+    if (count < 0) return 0;
+    if (count > 0) {
+        plan->keys = m->keys;
+        total += sizeof name_keys + count;  /* the name, \x01, the spaces between keys and the \x02 */
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (!checked_text(PySequence_Fast_GET_ITEM(m->keys, i), 1, &text, &length) || length == 0) return 0;
+            total += length;
+        }
+    }
+    int has_unique_key = 0;
+    if (m->properties != NULL) {
+        if (!PyDict_CheckExact(m->properties)) return 0;
+        Py_ssize_t at = 0;
+        PyObject *name, *value;
+        while (PyDict_Next(m->properties, &at, &name, &value)) {
+            const char *value_text;
+            Py_ssize_t value_length;
+            if (!checked_text(name, 0, &text, &length) || length == 0 ||
+                !checked_text(value, 0, &value_text, &value_length))
+                return 0;
+            if (is_name(text, length, name_tags) || is_name(text, length, name_keys) || is_name(text, length, name_crc))
+                return 0;  /* reserved: the Python path says why */
+            has_unique_key |= is_name(text, length, name_unique);
+            total += length + value_length + 2;
+        }
+        if (PyDict_GET_SIZE(m->properties) > 0) plan->properties = m->properties;
+    }
+    plan->unique_key = adds_unique_keys && !has_unique_key;
+    if (plan->unique_key) total += sizeof name_unique + MQ_UNIQUE_KEY_DIGITS + 1;
+    PyObject *after = PyTuple_GET_ITEM(m->tails, 3);  /* \x02 + the record-CRC placeholder (or nothing) */
+    plan->suffix = PyBytes_AS_STRING(after) + 1;
+    plan->suffix_length = PyBytes_GET_SIZE(after) - 1;
+    total += plan->suffix_length;
+    if (total > MQ_PROPERTIES_LENGTH_MAX) return 0;
+    plan->length = total;
+    return 1;
+}
+
+typedef struct {
+    char *at, *end;
+} cursor;
+
+static void put_bytes(cursor *c, const char *data, Py_ssize_t length) {
+    if (length > c->end - c->at) {  /* the values changed since they were measured: the caller finds it */
+        c->at = c->end + 1;
+        return;
+    }
+    memcpy(c->at, data, (size_t)length);
+    c->at += length;
+}
+
+static void put_text(cursor *c, PyObject *value) {
+    Py_ssize_t length;
+    const char *text = PyUnicode_AsUTF8AndSize(value, &length);  /* cached by plan_properties */
+    if (text == NULL) {
+        PyErr_Clear();
+        c->at = c->end + 1;
+        return;
+    }
+    put_bytes(c, text, length);
+}
+
+/* TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES as prepare encodes them, into a new bytes object, with the
+ * UNIQ_KEY's digits left as zeros at *key_at (NULL: no UNIQ_KEY); NULL with an error. */
+static PyObject *write_tail(const mq_message_parts *m, const properties_plan *plan, char **key_at) {
+    PyObject *prefix = PyTuple_GET_ITEM(m->tails, 0);  /* TOPICLENGTH + TOPIC */
+    Py_ssize_t prefix_length = PyBytes_GET_SIZE(prefix);
+    PyObject *tail = PyBytes_FromStringAndSize(NULL, prefix_length + 2 + plan->length);
+    if (tail == NULL) return NULL;
+    cursor c = {PyBytes_AS_STRING(tail), PyBytes_AS_STRING(tail) + PyBytes_GET_SIZE(tail)};
+    put_bytes(&c, PyBytes_AS_STRING(prefix), prefix_length);
+    char length_bytes[2] = {(char)(plan->length >> 8), (char)(plan->length & 0xFF)};
+    put_bytes(&c, length_bytes, 2);
+    if (plan->tags != NULL) {
+        put_bytes(&c, "TAGS\x01", sizeof name_tags);
+        put_text(&c, plan->tags);
+        put_bytes(&c, "\x02", 1);
+    }
+    if (plan->keys != NULL) {
+        put_bytes(&c, "KEYS\x01", sizeof name_keys);
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(plan->keys); i++) {
+            if (i > 0) put_bytes(&c, " ", 1);
+            put_text(&c, PySequence_Fast_GET_ITEM(plan->keys, i));
+        }
+        put_bytes(&c, "\x02", 1);
+    }
+    if (plan->properties != NULL) {
+        Py_ssize_t at = 0;
+        PyObject *name, *value;
+        while (PyDict_Next(plan->properties, &at, &name, &value)) {
+            put_text(&c, name);
+            put_bytes(&c, "\x01", 1);
+            put_text(&c, value);
+            put_bytes(&c, "\x02", 1);
+        }
+    }
+    *key_at = NULL;
+    if (plan->unique_key) {
+        put_bytes(&c, "UNIQ_KEY\x01", sizeof name_unique);
+        if (c.at + MQ_UNIQUE_KEY_DIGITS <= c.end) *key_at = c.at;
+        put_bytes(&c, "00000000000000000000000000000000", MQ_UNIQUE_KEY_DIGITS);
+        put_bytes(&c, "\x02", 1);
+    }
+    put_bytes(&c, plan->suffix, plan->suffix_length);
+    if (c.at != c.end) {
+        Py_DECREF(tail);
+        PyErr_SetString(PyExc_RuntimeError, "a message's properties changed while it was put");
+        return NULL;
+    }
+    return tail;
+}
+
+/* --- the put ------------------------------------------------------------------------------------------------ */
+
+/* The record's tail (a new reference; `key_at` where its UNIQ_KEY digits go, or NULL): 1, 0 for the Python path,
+ * -1 with an error. Sets *size to the record's size. */
+static int plan_record(AppenderObject *self, const writer_state *s, const mq_message_parts *m,
+                       properties_plan *plan, int64_t *size) {
+    int simple = m->tags == Py_None && s->unique_keys == NULL &&
+                 ((PyTuple_CheckExact(m->keys) && PyTuple_GET_SIZE(m->keys) == 0) ||
+                  (PyList_CheckExact(m->keys) && PyList_GET_SIZE(m->keys) == 0)) &&
+                 (m->properties == NULL || (PyDict_CheckExact(m->properties) && PyDict_GET_SIZE(m->properties) == 0));
+    if (simple) {  /* the topic's cached tail, as it is */
+        plan->length = -1;
+        *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) + PyBytes_GET_SIZE(m->common.tail);
+        return 1;
+    }
+    if (!plan_properties(m, s->unique_keys != NULL, plan)) return 0;
+    *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) + PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->tails, 0)) + 2 +
+            plan->length;
+    return 1;
+}
+
 /* The put, with `s` a copy of the cached state whose objects the caller holds. */
 static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
-    mq_common_parts m;
-    int64_t offset;
+    mq_message_parts parts;
+    const mq_common_parts *m = &parts.common;
+    properties_plan plan = {0};
+    int64_t offset, size;
     PyObject *queue_offsets;
     int ready = read_end(self, &offset, &queue_offsets);
-    if (ready <= 0 || !mq_common_message(message, self->topic_tails, self->queues_max, self->body_max, &m)) {
+    if (ready <= 0 || !mq_message_fields(message, self->topic_tails, self->queues_max, self->body_max, &parts) ||
+        !plan_record(self, s, &parts, &plan, &size)) {
         if (ready < 0 || PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    int64_t body_length = PyBytes_GET_SIZE(m.body), tail_length = PyBytes_GET_SIZE(m.tail);
-    int64_t size = MQ_HEADER_SIZE + body_length + tail_length;
     if (offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s->append_limit || offset < s->segment_base)
         Py_RETURN_NONE;  /* _roll's work (and _make_room's) */
     int through = writes_through(self, s, size);
     if (through < 0) return NULL;
     if (through == 2 || (through && s->segment_fd < 0)) Py_RETURN_NONE;
-    PyObject *queue_key = PyTuple_Pack(2, m.topic, m.queue_id);
-    if (queue_key == NULL) return NULL;
+    /* From here on the put is made: the Python path is taken again only when a pwrite fails. The tail is built
+     * before anything that may run Python code (a test's clock) while the message's values are borrowed. */
+    char *key_at = NULL;
+    PyObject *tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
+    if (tail == NULL) return NULL;
+    PyObject *queue_key = PyTuple_Pack(2, m->topic, m->queue_id);
     PyObject *result = NULL;
+    if (queue_key == NULL) goto done;
     int64_t queue_offset = 0, store_ts;
     PyObject *found = PyDict_GetItemWithError(queue_offsets, queue_key);
     if (found != NULL) {
@@ -429,11 +635,13 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
         goto done;
     }
     if (store_clock_ms(self, &store_ts) < 0) goto done;
+    if (key_at != NULL && mq_unique_key_next(s->unique_keys, key_at) < 0) goto done;
+    int64_t body_length = PyBytes_GET_SIZE(m->body);
     mq_record r = {
-        .size = size, .queue_id = m.queue_id_value, .flag = m.flag, .queue_offset = queue_offset,
-        .physical_offset = offset, .born_timestamp = m.born_timestamp_ms < 0 ? store_ts : m.born_timestamp_ms,
-        .store_timestamp = store_ts, .body = (const uint8_t *)PyBytes_AS_STRING(m.body), .body_length = body_length,
-        .tail = (const uint8_t *)PyBytes_AS_STRING(m.tail), .tail_length = tail_length};
+        .size = size, .queue_id = m->queue_id_value, .flag = m->flag, .queue_offset = queue_offset,
+        .physical_offset = offset, .born_timestamp = m->born_timestamp_ms < 0 ? store_ts : m->born_timestamp_ms,
+        .store_timestamp = store_ts, .body = (const uint8_t *)PyBytes_AS_STRING(m->body), .body_length = body_length,
+        .tail = (const uint8_t *)PyBytes_AS_STRING(tail), .tail_length = PyBytes_GET_SIZE(tail)};
     r.body_crc = mq_crc32(0, r.body, (size_t)body_length) & 0x7FFFFFFFu;
     const char *problem = mq_check_record(&r, self->record_crc);
     if (problem != NULL) {
@@ -448,14 +656,15 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = publish(self, s, queue_offsets, &m, queue_key, offset, queue_offset, store_ts, size);
+    result = publish(self, s, queue_offsets, tail, queue_key, offset, queue_offset, store_ts, size);
 done:
-    Py_DECREF(queue_key);
+    Py_XDECREF(queue_key);
+    Py_DECREF(tail);
     return result;
 }
 
 static void hold_state(writer_state *s, int hold) {
-    PyObject *objects[] = {s->view, s->scratch, s->flush_lock, s->written, s->end_word};
+    PyObject *objects[] = {s->view, s->scratch, s->flush_lock, s->written, s->end_word, s->unique_keys};
     for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
         if (hold) Py_XINCREF(objects[i]);
         else Py_XDECREF(objects[i]);

@@ -492,9 +492,10 @@ class MessageStore(Reads, IndexLookups):
         put_common = self._put_common
         if put_common is None or self._disk_full:
             return self._put_prepared(message)
-        # The compiled put (commitlog/csrc/put.c) checks, encodes and appends the common message shape in one call
-        # under the writer lock; what it leaves (another shape, a roll, ...) `_put_holding_lock` prepares and
-        # appends there through the Python path. A busy lock's holder runs it for this put (HandOff), in order.
+        # The compiled put (commitlog/csrc/put.c) checks, encodes and appends a message of a known topic (tags, keys,
+        # properties, UNIQ_KEY) in one call under the writer lock; what it leaves (another type, a bad value, a new
+        # topic, a roll, ...) `_put_holding_lock` prepares and appends there through the Python path. A busy lock's
+        # holder runs it for this put (HandOff), in order.
         writer = self._writer
         try:
             if writer.acquire(False):
@@ -541,8 +542,8 @@ class MessageStore(Reads, IndexLookups):
         return result
 
     def _put_prepared(self, message: Message) -> PutResult:
-        """`put` through the Python path: prepared before the writer lock (without the compiled put, with UNIQ_KEYs,
-        while the disk is full)."""
+        """`put` through the Python path: prepared before the writer lock (without the compiled put, and while the
+        disk is full)."""
         prepare = self._prepare_common
         record = prepare(message) if prepare is not None else None
         if record is None:

@@ -12,8 +12,8 @@ def test_native_quick_writes_every_row(tmp_path):
     completed = run_quick("native.py", "--out", str(out), timeout_s=600)
     result = json.loads(out.read_text())
     cases = [row["case"] for row in result["rows"]]
-    assert cases == ["put 100 B", "put 1000 B", "put_batch 1 KB x1000, warm", "put_batch 1 KB x1000, cold",
-                     "get 100 B, 32 per call"]
+    assert cases == ["put 100 B", "put 1000 B", "put 100 B, index, tag+key", "put 1000 B, index, tag+key",
+                     "put_batch 1 KB x1000, warm", "put_batch 1 KB x1000, cold", "get 100 B, 32 per call"]
     for row in result["rows"]:
         assert row["native"]["msgs_per_s"] > 0 and row["python"]["msgs_per_s"] > 0, row
         if row["case"].startswith("put "):

@@ -1,23 +1,27 @@
 """The compiled single-message put (commitlog/csrc/put.c, CommitLog.compiled_put) against the Python path: the same
-puts give byte-identical segment files and the same PutResults, in ASYNC and SYNC (write-through) stores, across
-rolls and a reopen; the same invalid messages give the same errors; the CommitLog's numbers (end, queue offsets,
-store time, written_records, end_word) come out the same; and it never writes where the Python path would not
-(closed, truncated, parked behind other threads)."""
+puts (tags, keys, user properties, with and without the index's UNIQ_KEYs) give byte-identical segment and index
+files and the same PutResults, in ASYNC and SYNC (write-through) stores, across rolls and a reopen; the same
+invalid messages give the same errors with nothing written; the CommitLog's numbers (end, queue offsets, store
+time, written_records, end_word) come out the same; it never writes where the Python path would not (closed,
+truncated, parked behind other threads); and UNIQ_KEYs stay unique across puts and put_batch in many threads."""
 
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import random
 import threading
 
 import mqstore.commitlog.commitlog as commitlog_module
+import mqstore.commitlog.unique_key as unique_key_module
 import numpy as np
 import pytest
 from mqstore.commitlog import _native, native
 from mqstore.commitlog.commitlog import CommitLog
 
-from mqstore import FlushMode, InvalidMessageError, Message, MessageStore, PutStatus, StoreClosedError
+import mqstore.store.engine as engine_module
+from mqstore import FlushMode, Message, MessageStore, PutStatus, StoreClosedError
 from tests.conftest import wait_until
 from tests.unit.commitlog.test_native_codec import FixedClock
 from tests.unit.mqstore.conftest import config
@@ -26,6 +30,7 @@ SEGMENT_BYTES = 64 * 1024
 MAX_BODY_BYTES = 8192
 HOST = bytes.fromhex("0A00000700002A9F")
 PATHS = ("python", "native-without-compiled-put", "compiled-put")
+INSTANCE = bytes.fromhex("C0FFEE01")  # the UNIQ_KEY generator's instance id in every store of a comparison
 
 
 class Counting:
@@ -43,20 +48,44 @@ class Counting:
         return result
 
 
+def _properties_shape(rng: random.Random, i: int) -> dict:
+    """Tags, keys (tuple or list), user properties (unicode, empty values, a caller's UNIQ_KEY), alone or mixed."""
+    shape = {}
+    if rng.random() < 0.6:
+        shape["tags"] = rng.choice(["TagA", "tag%d" % (i % 7), "é-ü", "x" * 300])
+    if rng.random() < 0.5:
+        keys = [rng.choice(["k%d" % i, "order-%d" % (i % 13), "ключ"]) for _ in range(rng.randint(1, 3))]
+        shape["keys"] = tuple(keys) if rng.random() < 0.5 else keys
+    if rng.random() < 0.4:
+        shape["properties"] = {rng.choice(["p", "trace", "名"]): rng.choice(["v", "", "é" * 20]),
+                               "a%d" % (i % 3): str(i)}
+        if rng.random() < 0.1:
+            shape["properties"]["UNIQ_KEY"] = "own-%d" % i
+    return shape
+
+
 def _messages(seed: int, count: int = 400) -> list[Message]:
-    """Mostly the common shape (4 topics x 4 queues, sizes up to the maximum, born times, flags), some others."""
+    """Mostly the common shape (4 topics x 4 queues, sizes up to the maximum, born times, flags), a third with
+    tags, keys or properties, some of topics not seen yet."""
     rng = random.Random(seed)
     messages = []
     for i in range(count):
         body = rng.randbytes(rng.choice([0, 1, 100, 1000, 3000, MAX_BODY_BYTES]))
-        if i % 7 == 3:
-            messages.append(Message(f"topic{i % 4}", body, queue_id=i % 4, tags="TagA", properties={"p": "é"}))
+        if i % 3 == 1:
+            messages.append(Message(f"topic{i % 4}", body, queue_id=i % 4, **_properties_shape(rng, i)))
         elif i % 11 == 5:
             messages.append(Message(f"fresh{i}", body))  # a topic not seen yet: the Python path checks it
         else:
             messages.append(Message(f"topic{i % 4}", body, queue_id=(i >> 2) % 4, flag=rng.choice([0, -1, 2**31 - 1]),
                                     born_timestamp_ms=rng.choice([None, 0, 1_600_000_000_000 + i])))
     return messages
+
+
+def _same_unique_keys(monkeypatch) -> None:
+    """Every store opened after this makes the same UNIQ_KEYs: one instance id, a clock of its own per store."""
+    monkeypatch.setattr(engine_module, "UniqueKeyGenerator",
+                        functools.partial(unique_key_module.UniqueKeyGenerator, instance_id=INSTANCE))
+    monkeypatch.setattr(unique_key_module, "_time_ns", FixedClock())
 
 
 def _open(root, path: str, **overrides) -> tuple[MessageStore, Counting | None]:
@@ -75,6 +104,7 @@ def _write(root, path: str, monkeypatch, seed: int, **overrides):
     """The messages put one by one in two sittings (a reopen between); the PutResults and the compiled counts."""
     monkeypatch.setattr(native, "NATIVE", None if path == "python" else _native)
     monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+    _same_unique_keys(monkeypatch)
     messages = _messages(seed)
     results, done, left = [], 0, 0
     for sitting in (messages[:250], messages[250:]):
@@ -87,30 +117,36 @@ def _write(root, path: str, monkeypatch, seed: int, **overrides):
     return results, done, left
 
 
-def _segment_files(root):
-    directory = root / "commitlog"
+def _segment_files(root, folder: str = "commitlog"):
+    directory = root / folder
     return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
 
 
 @pytest.mark.parametrize("record_crc", [False, True], ids=["no-record-crc", "record-crc"])
 @pytest.mark.parametrize("mode", [FlushMode.ASYNC, FlushMode.SYNC], ids=["async", "sync"])
-def test_the_compiled_put_writes_the_python_bytes_and_results(tmp_path, monkeypatch, record_crc, mode):
+@pytest.mark.parametrize("index", [False, True], ids=["no-index", "index"])
+def test_the_compiled_put_writes_the_python_bytes_and_results(tmp_path, monkeypatch, record_crc, mode, index):
     seed = random.randrange(2**32)
     print("seed", seed)
     written = {}
     for path in PATHS:
-        results, done, left = _write(tmp_path / path, path, monkeypatch, seed, record_crc=record_crc, flush_mode=mode)
+        results, done, left = _write(tmp_path / path, path, monkeypatch, seed, record_crc=record_crc, flush_mode=mode,
+                                     index_enabled=index)
         written[path] = (results, _segment_files(tmp_path / path))
-    assert done > 250 and left > 40  # most puts took the compiled path; rolls, new topics, tags took Python's
-    reference_results, reference_files = written["python"]
+        if index:
+            written[path] += (list(_segment_files(tmp_path / path, "index").values()),)  # named by the wall clock
+    assert done > 330 and left > 20  # most puts took the compiled path (tags, keys, properties, UNIQ_KEYs too)
+    reference_results, reference_files = written["python"][:2]
     assert len(reference_files) >= 4  # rolls at segment ends, with blanks
     assert all(r.status is PutStatus.PUT_OK for r in reference_results)
     for path in PATHS[1:]:
-        results, files = written[path]
+        results, files = written[path][:2]
         assert results == reference_results, path  # statuses, offsets, queue offsets, sizes, store times, msg ids
         assert list(files) == list(reference_files)
         for name in reference_files:
             assert files[name] == reference_files[name], (path, name)
+        if index:
+            assert written[path][2] == written["python"][2], path  # the index files, built from those records
 
 
 INVALID = [
@@ -125,29 +161,55 @@ INVALID = [
     Message("topic0", b"x", flag=1.0),
     Message("bad topic", b"x"),
     Message("topic0", b"x", properties={"UNIQ": "a\x01b"}),
+    Message("topic0", b"x", tags=""),
+    Message("topic0", b"x", tags="a\x02"),
+    Message("topic0", b"x", tags=5),
+    Message("topic0", b"x", tags="\ud800"),  # not UTF-8: UnicodeEncodeError, as the Python path raises it
+    Message("topic0", b"x", keys="single"),
+    Message("topic0", b"x", keys=("a b",)),
+    Message("topic0", b"x", keys=["ok", ""]),
+    Message("topic0", b"x", keys=(1,)),
+    Message("topic0", b"x", keys=("k\x01",)),
+    Message("topic0", b"x", properties={"TAGS": "t"}),
+    Message("topic0", b"x", properties={"KEYS": "k"}),
+    Message("topic0", b"x", properties={"__CRC32#": "1"}),
+    Message("topic0", b"x", properties={"": "v"}),
+    Message("topic0", b"x", properties={"n": 5}),
+    Message("topic0", b"x", properties={1: "v"}),
+    Message("topic0", b"x", properties={"n": "v\x02"}),
+    Message("topic0", b"x", properties=[("n", "v")]),
+    Message("topic0", b"x", tags="t", properties={"big": "x" * 32_760}),  # PROPERTIES over 32767 bytes
 ]
 
 
-def _errors(root, path: str, monkeypatch) -> list:
+def _errors(root, path: str, monkeypatch, index: bool) -> list:
     monkeypatch.setattr(native, "NATIVE", None if path == "python" else _native)
-    store, counting = _open(root, path)
+    _same_unique_keys(monkeypatch)
+    store, counting = _open(root, path, index_enabled=index)
     with store:
         store.put(Message("topic0", b"first"))  # the topic is known: invalid messages of it reach the compiled check
         end = store._commitlog.readable_end()
         outcomes = []
         for message in INVALID:
-            with pytest.raises(InvalidMessageError) as raised:
+            with pytest.raises(Exception) as raised:
                 store.put(message)
-            outcomes.append(str(raised.value))
+            outcomes.append((type(raised.value).__name__, str(raised.value)))
         assert store._commitlog.readable_end() == end  # nothing written
         assert store._commitlog.queue_offsets == {("topic0", 0): 1}
+        # The UNIQ_KEYs the refused messages took (the Python path takes one before its last checks) are taken
+        # alike: the next message gets the same key through every path.
+        last = store.put(Message("topic0", b"last", tags="t"))
+        outcomes.append(store.read_at(last.commitlog_offset).properties)
     return outcomes
 
 
-def test_invalid_messages_give_the_python_errors(tmp_path, monkeypatch):
-    outcomes = {path: _errors(tmp_path / path, path, monkeypatch) for path in PATHS}
+@pytest.mark.parametrize("index", [False, True], ids=["no-index", "index"])
+def test_invalid_messages_give_the_python_errors(tmp_path, monkeypatch, index):
+    outcomes = {path: _errors(tmp_path / path, path, monkeypatch, index) for path in PATHS}
     assert outcomes["compiled-put"] == outcomes["python"] == outcomes["native-without-compiled-put"]
-    assert len(set(outcomes["python"])) >= 8
+    assert len(set(outcomes["python"][:-1])) >= 25
+    assert {kind for kind, _ in outcomes["python"][:-1]} == {"InvalidMessageError", "UnicodeEncodeError"}
+    assert ("UNIQ_KEY" in outcomes["python"][-1]) == index
 
 
 # --- the CommitLog's numbers -----------------------------------------------------------------------------------
@@ -180,15 +242,22 @@ def _append_all(log: CommitLog, messages, put) -> list:
     return states
 
 
-def test_the_compiled_put_moves_the_logs_numbers_as_append_does(tmp_path, monkeypatch):
-    monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
-    messages = [m for m in _messages(7, 300) if m.tags is None]
-    python = _append_all(_log(tmp_path / "python", None), messages, None)
-    monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
-    log = _log(tmp_path / "native", _native)
-    put = log.compiled_put()
-    compiled = _append_all(log, messages, put)
-    assert compiled == python
+@pytest.mark.parametrize("unique_keys", [False, True], ids=["no-uniq-key", "uniq-key"])
+def test_the_compiled_put_moves_the_logs_numbers_as_append_does(tmp_path, monkeypatch, unique_keys):
+    messages = _messages(7, 300)
+    states = {}
+    for path, codec in (("python", None), ("native", _native)):
+        monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+        monkeypatch.setattr(unique_key_module, "_time_ns", FixedClock())
+        monkeypatch.setattr(native, "NATIVE", codec)
+        log = _log(tmp_path / path, codec)
+        if unique_keys:
+            log.unique_keys = unique_key_module.UniqueKeyGenerator(HOST[:4], instance_id=INSTANCE)
+        put = Counting(log.compiled_put()) if codec is not None else None
+        states[path] = _append_all(log, messages, put)
+    assert states["native"] == states["python"]  # the described tails hold the UNIQ_KEYs, tags, keys, properties
+    assert put.done > 250
+    python = states["python"]
     assert python[-1][0] > 3 * SEGMENT_BYTES and len(python[-1][3]) == len(messages)
 
 
@@ -305,3 +374,53 @@ def test_compiled_puts_keep_to_the_dispatch_lag_bound(tmp_path):
         assert counting.done >= 190
         assert max(lags) <= limit  # a put past the bound waited until dispatch was within three quarters of it
         assert max(lags) > limit // 2  # dispatch did fall behind
+
+
+def test_uniq_keys_stay_unique_across_puts_and_batches_in_many_threads(tmp_path):
+    """Compiled puts (tags, keys, properties) and put_batch draw UNIQ_KEYs from one generator state: no two
+    messages share one, and the index finds every message by its UNIQ_KEY and by its KEYS."""
+    with MessageStore.open(tmp_path, config(index_enabled=True, index_slot_count=512,
+                                            index_entry_count_max=8192)) as store:
+        counting = store._put_common = Counting(store._put_common)
+        for topic in range(2):
+            store.put(Message(f"topic{topic}", b"first"))
+        results: dict[str, list] = {}
+
+        def produce(number):
+            shapes = [{}, {"tags": "TagA"}, {"keys": (f"key-{number}",)}, {"properties": {"p": "v"}, "tags": "t"}]
+            results[f"put{number}"] = [
+                (f"topic{number % 2}", f"{number}-{i}", store.put(Message(
+                    f"topic{number % 2}", b"%d-%d" % (number, i), queue_id=i % 2, **shapes[i % 4])))
+                for i in range(200)]
+
+        def batches(number):
+            made = []
+            for batch in range(5):
+                messages = [Message("topic1", b"b%d-%d-%d" % (number, batch, i), keys=(f"batch-{number}",))
+                            for i in range(20)]
+                made += [("topic1", None, result) for result in store.put_batch(messages)]
+            results[f"batch{number}"] = made
+
+        threads = [threading.Thread(target=produce, args=(number,)) for number in range(4)]
+        threads += [threading.Thread(target=batches, args=(number,)) for number in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert store.wait_dispatched(30)
+        every = [entry for entries in results.values() for entry in entries]
+        assert len(every) == 4 * 200 + 4 * 5 * 20 and all(r.status is PutStatus.PUT_OK for _, _, r in every)
+        assert counting.done >= 4 * 200 - 10  # a few rolls took the Python path
+        unique_keys = {}
+        for topic, _, result in every:
+            message = store.get_by_msg_id(result.msg_id)
+            unique_keys[message.properties["UNIQ_KEY"]] = (topic, result.commitlog_offset)
+        assert len(unique_keys) == len(every)  # no two messages share a UNIQ_KEY
+        for key, (topic, offset) in unique_keys.items():
+            assert store.get_by_unique_key(topic, key).commitlog_offset == offset
+        for number in range(4):
+            found = {m.commitlog_offset for m in store.query(f"topic{number % 2}", f"key-{number}", max_count=64)}
+            assert found == {r.commitlog_offset for _, body, r in results[f"put{number}"]
+                             if int(body.split("-")[1]) % 4 == 2}
+            found = {m.commitlog_offset for m in store.query("topic1", f"batch-{number}", max_count=200)}
+            assert found == {r.commitlog_offset for _, _, r in results[f"batch{number}"]}
