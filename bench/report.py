@@ -1,4 +1,4 @@
-"""The tables of bench/README.md, generated from bench/results/*.json.
+"""The tables of bench/README.md (and the targets table of README.md), generated from bench/results/*.json.
 
     .venv/bin/python bench/report.py            # print every table
     .venv/bin/python bench/report.py --write    # rewrite them in bench/README.md, between the report markers
@@ -116,7 +116,7 @@ def machine_of(data: dict) -> dict:
 
 
 # Result files a benchmark writes under another name than its script's, and the command that writes them.
-COMMANDS = {"flush_modes_sync": "bench/flush_modes.py --sync"}
+COMMANDS = {"flush_modes_sync": "bench/flush_modes.py --sync", "flush_modes_peers": "bench/flush_modes.py --peers"}
 
 
 def command(name: str) -> str:
@@ -341,6 +341,30 @@ def report_flush_modes_sync(data: dict) -> str:
     return "\n\n".join(parts)
 
 
+def report_flush_modes_peers(data: dict) -> str:
+    against = data.get("mqstore_vs") or {}
+    rows = [{**row, "versus": against.get(row["name"])} for row in data["rows"]]
+    return ("SYNC batches of 1000 x 1 KB, each engine with an fdatasync (or its sync) per batch, taking turns with "
+            "the raw pwrite+fdatasync loop of the same bytes:\n\n" + table(rows, [
+                ("row", "name", text),
+                ("msgs/s", lambda row: row.get("msgs_per_s") or row.get("ops_per_s", 0) * 1000, rate),
+                ("MB/s", "mb_per_s", number(0)), ("p99 ms", lambda row: row.get("p99_us") and row["p99_us"] / 1000,
+                                                 number(1)),
+                ("mqstore vs it", "versus", ratio)]))
+
+
+def report_core(data: dict) -> str:
+    runs = ", ".join(f"`{run['command']}` {run['started_utc']} UTC ({run['seconds']:.0f} s, load "
+                     f"{run['load_average_1min_before']:.1f})" + ("" if run["exit"] == 0 else " FAILED")
+                     for run in data.get("runs", []))
+    intro = (f"{data['met']} of {len(data['rows'])} targets met, {data['not_met']} not. One run of {runs}. "
+             "Each reference was measured in the same benchmark's run.")
+    verdict = {True: "met", False: "**not met**", None: "no figure"}
+    return intro + "\n\n" + table(data["rows"], [
+        ("target", "target", text), ("mqstore", "measured", text), ("reference, same run", "reference", text),
+        ("", lambda row: verdict[row["met"]], text)])
+
+
 BENCHMARKS = {
     "put_get": report_put_get,
     "flush_modes": report_flush_modes,
@@ -355,7 +379,11 @@ BENCHMARKS = {
     "native": report_native,
     "native_scan": report_native_scan,
     "flush_modes_sync": report_flush_modes_sync,
+    "flush_modes_peers": report_flush_modes_peers,
+    "core": report_core,
 }
+TOP_README = HERE.parent / "README.md"
+TOP_README_BLOCKS = ("core",)  # also rendered in the repository's README.md
 
 
 def begin_marker(name: str) -> str:
@@ -375,8 +403,8 @@ def block(name: str) -> str:
     return header(name, data) + "\n\n" + BENCHMARKS[name](data)
 
 
-def generated_readme(text: str) -> str:
-    for name in BENCHMARKS:
+def generated_readme(text: str, names=None) -> str:
+    for name in BENCHMARKS if names is None else names:
         begin, end = begin_marker(name), end_marker(name)
         start, stop = text.find(begin), text.find(end)
         if start < 0 or stop < start:
@@ -394,16 +422,19 @@ def main(argv=None) -> int:
     if not (args.write or args.check):
         print("\n\n".join(f"## {name}\n\n{block(name)}" for name in BENCHMARKS))
         return 0
-    current = README.read_text(encoding="utf-8")
-    wanted = generated_readme(current)
-    if wanted == current:
-        return 0
-    if args.check:
-        print("bench/README.md is out of date: run `make docs` (or bench/report.py --write)", file=sys.stderr)
-        return 1
-    README.write_text(wanted, encoding="utf-8")
-    print("wrote bench/README.md")
-    return 0
+    stale = 0
+    for path, names in ((README, None), (TOP_README, TOP_README_BLOCKS)):
+        current = path.read_text(encoding="utf-8")
+        wanted = generated_readme(current, names)
+        if wanted == current:
+            continue
+        if args.check:
+            print(f"{path.name} is out of date: run `make docs` (or bench/report.py --write)", file=sys.stderr)
+            stale = 1
+        else:
+            path.write_text(wanted, encoding="utf-8")
+            print(f"wrote {path}")
+    return stale
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ def test_bench_readme_tables_match_the_results():
     report = _load("bench/report.py")
     current = report.README.read_text(encoding="utf-8")
     assert report.generated_readme(current) == current, "bench/README.md is out of date: run `make docs`"
+    top = report.TOP_README.read_text(encoding="utf-8")
+    assert report.generated_readme(top, report.TOP_README_BLOCKS) == top, "README.md is out of date: run `make docs`"
 
 
 def test_bench_report_has_a_table_for_every_result_file():
