@@ -32,6 +32,8 @@ HOST = bytes.fromhex("0A00000700002A9F")
 PATHS = ("python", "native-without-compiled-put", "compiled-put")
 INSTANCE = bytes.fromhex("C0FFEE01")  # the UNIQ_KEY generator's instance id in every store of a comparison
 
+pytestmark = pytest.mark.skipif(native.NATIVE is None, reason="MQSTORE_NATIVE=0: only the pure-Python codec is there")
+
 
 class Counting:
     """Wraps a store's compiled put, counting the puts it did (not None) and the ones it left to Python."""
