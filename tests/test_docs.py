@@ -87,7 +87,7 @@ def test_bench_report_check_fails_on_a_stale_table(tmp_path, monkeypatch):
     assert report.main(["--check"]) == 0
 
 
-PAGES_WITH_RUN_EXAMPLES = ("README.md", "docs/settings.md", "docs/tuning.md")
+PAGES_WITH_RUN_EXAMPLES = ("README.md", "docs/arrow.md", "docs/settings.md", "docs/tuning.md")
 
 
 def python_blocks(markdown: str) -> list[str]:
