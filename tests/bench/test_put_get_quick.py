@@ -18,7 +18,7 @@ def test_put_get_quick_writes_every_row(tmp_path):
     assert any(case.startswith("dispatch") for case in cases)
     for row in result["rows"]:
         assert row["msgs_per_s"] > 0, row
-    for case in ("put 100 B, 1 thread, warm, dispatch process", "put_batch 1 KB x1000, warm, dispatch process"):
+    for case in ("put 100 B, 1 thread, warm, dispatch thread", "put_batch 1 KB x1000, warm, dispatch thread"):
         assert case in cases
     for row in result["rows"]:
         if row["case"].startswith("put"):  # the loop alone, then until every message was dispatched
