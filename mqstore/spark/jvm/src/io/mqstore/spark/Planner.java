@@ -129,11 +129,116 @@ final class Planner {
 
     static StorePlan planStore(ReadOptions.StoreRef ref) {
         Segments segments = listSegments(ref.root);
-        return new StorePlan(ref, segments, writtenEnd(segments));
+        return new StorePlan(ref, segments, writtenEnd(segments, dispatchedEnd(ref.root, segments)));
     }
 
-    /** The written end of the log: the last segment whose first header is not zero, walked to its end. */
-    static long writtenEnd(Segments segments) {
+    static final int CQ_UNIT_SIZE = 20;  // i64 commitlog offset, i32 size, i64 tags code (consumequeue/format.py)
+
+    /**
+     * The end of the ConsumeQueues' furthest unit, when the record it points to is there (magic, TOTALSIZE and
+     * PHYSICALOFFSET as the unit says), else -1: the walk to the written end starts there instead of at the
+     * segment's start, as scan_plan._verified_dispatched_end does.
+     */
+    static long dispatchedEnd(String root, Segments segments) {
+        if (segments.bases.length == 0) {
+            return -1;
+        }
+        long bestEnd = -1;
+        long bestOffset = -1;
+        int bestSize = 0;
+        Path queues = Paths.get(root, "consumequeue");
+        if (!Files.isDirectory(queues)) {
+            return -1;
+        }
+        try (DirectoryStream<Path> topics = Files.newDirectoryStream(queues)) {
+            for (Path topic : topics) {
+                if (!Files.isDirectory(topic)) {
+                    continue;
+                }
+                try (DirectoryStream<Path> ids = Files.newDirectoryStream(topic)) {
+                    for (Path queue : ids) {
+                        long[] last = lastUnit(queue);
+                        if (last != null && last[0] + last[1] > bestEnd) {
+                            bestEnd = last[0] + last[1];
+                            bestOffset = last[0];
+                            bestSize = (int) last[1];
+                        }
+                    }
+                }
+            }
+        } catch (IOException e) {
+            return -1;  // only a shortcut: the walk starts at the segment's start
+        }
+        long first = segments.bases[0];
+        long base = bestOffset - Math.floorMod(bestOffset - first, segments.size);
+        if (bestOffset < first || base > segments.bases[segments.bases.length - 1]
+                || bestEnd > base + segments.size) {
+            return -1;
+        }
+        try (FileChannel channel = FileChannel.open(segments.path(base), StandardOpenOption.READ)) {
+            ByteBuffer head = ByteBuffer.allocate(LogFormat.OFFSET_PHYSICAL_OFFSET + 8);
+            channel.read(head, bestOffset - base);
+            if (head.position() < head.capacity() || head.getInt(0) != bestSize
+                    || !LogFormat.isMessageMagic(head.getInt(LogFormat.OFFSET_MAGIC_CODE))
+                    || head.getLong(LogFormat.OFFSET_PHYSICAL_OFFSET) != bestOffset) {
+                return -1;
+            }
+        } catch (IOException e) {
+            return -1;
+        }
+        return bestEnd;
+    }
+
+    /** {commitlog offset, size} of the last written unit of a queue directory's last file, or null. */
+    private static long[] lastUnit(Path queue) throws IOException {
+        if (!Files.isDirectory(queue)) {
+            return null;
+        }
+        List<Path> files = new ArrayList<>();
+        try (DirectoryStream<Path> entries = Files.newDirectoryStream(queue)) {
+            for (Path entry : entries) {
+                if (LogFormat.parseSegmentName(entry.getFileName().toString()) >= 0) {
+                    files.add(entry);
+                }
+            }
+        }
+        files.sort(null);
+        for (int i = files.size() - 1; i >= 0; i--) {
+            try (FileChannel channel = FileChannel.open(files.get(i), StandardOpenOption.READ)) {
+                long lo = 0;
+                long hi = channel.size() / CQ_UNIT_SIZE;  // units [0, lo) are written, [hi, ...) not
+                ByteBuffer unit = ByteBuffer.allocate(CQ_UNIT_SIZE);
+                while (lo < hi) {
+                    long mid = (lo + hi) >>> 1;
+                    if (unitSize(channel, mid, unit) > 0) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                if (lo > 0 && unitSize(channel, lo - 1, unit) > 0) {
+                    return new long[] {unit.getLong(0), unit.getInt(8)};
+                }
+            }
+        }
+        return null;
+    }
+
+    private static int unitSize(FileChannel channel, long index, ByteBuffer unit) throws IOException {
+        unit.clear();
+        while (unit.hasRemaining()) {
+            if (channel.read(unit, index * CQ_UNIT_SIZE + unit.position()) < 0) {
+                return 0;
+            }
+        }
+        return unit.getInt(8);
+    }
+
+    /**
+     * The written end of the log: the last segment whose first header is not zero, walked to its end from its
+     * start, or from `dispatched` (a record start) when that lies in it.
+     */
+    static long writtenEnd(Segments segments, long dispatched) {
         if (segments.bases.length == 0) {
             return 0;
         }
@@ -143,7 +248,11 @@ final class Planner {
                 ByteBuffer head = ByteBuffer.allocate(LogFormat.END_FILE_MIN_BLANK_LENGTH);
                 channel.read(head, 0);
                 if (head.getLong(0) != 0) {
-                    return walkToEnd(channel, segments.path(base).toString(), base, segments.size);
+                    long start = base < dispatched && dispatched <= base + segments.size ? dispatched : base;
+                    if (start == base + segments.size) {
+                        return start;
+                    }
+                    return walkToEnd(channel, segments.path(base).toString(), base, segments.size, start);
                 }
             } catch (IOException e) {
                 throw new UncheckedIOException("cannot read segment " + segments.path(base), e);
@@ -152,12 +261,13 @@ final class Planner {
         return segments.bases[0];
     }
 
-    private static long walkToEnd(FileChannel channel, String path, long base, long size) throws IOException {
+    private static long walkToEnd(FileChannel channel, String path, long base, long size, long start)
+            throws IOException {
         MappedByteBuffer map = channel.map(FileChannel.MapMode.READ_ONLY, 0, size);
         long[] recent = new long[TAIL_CRC_RECORDS];  // positions of the last records walked, a ring
         byte[][] scratch = {new byte[64 * 1024]};
         int walked = 0;
-        int pos = 0;
+        int pos = (int) (start - base);
         long end;
         while (true) {
             long remaining = size - pos;
