@@ -6,6 +6,14 @@ final class Hosts {
     }
 
     private static final byte[] HEX = "0123456789ABCDEF".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+    private static final byte[] HEX_PAIRS = new byte[512];  // the two digits of each byte value
+
+    static {
+        for (int v = 0; v < 256; v++) {
+            HEX_PAIRS[2 * v] = HEX[v >>> 4];
+            HEX_PAIRS[2 * v + 1] = HEX[v & 15];
+        }
+    }
 
     /** 'a.b.c.d:port' for 8 bytes (IPv4), '[inet_ntop form]:port' for 20 (IPv6); the port is a signed i32. */
     static String format(byte[] b, int at, int length) {
@@ -84,17 +92,19 @@ final class Hosts {
     /** Upper-case hex digits of b[at, at + length) into out[from...]; returns the end. */
     static int hex(byte[] b, int at, int length, byte[] out, int from) {
         for (int i = 0; i < length; i++) {
-            int v = b[at + i] & 0xFF;
-            out[from++] = HEX[v >>> 4];
-            out[from++] = HEX[v & 15];
+            int v = 2 * (b[at + i] & 0xFF);
+            out[from++] = HEX_PAIRS[v];
+            out[from++] = HEX_PAIRS[v + 1];
         }
         return from;
     }
 
     /** The 16 upper-case hex digits of a big-endian i64 into out[from...]; returns the end. */
     static int hexLong(long value, byte[] out, int from) {
-        for (int shift = 60; shift >= 0; shift -= 4) {
-            out[from++] = HEX[(int) (value >>> shift) & 15];
+        for (int shift = 56; shift >= 0; shift -= 8) {
+            int v = 2 * ((int) (value >>> shift) & 0xFF);
+            out[from++] = HEX_PAIRS[v];
+            out[from++] = HEX_PAIRS[v + 1];
         }
         return from;
     }

@@ -306,10 +306,14 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         int pairStart = start;
         int nameEnd = -1;
         boolean regular = true;
-        boolean ascii = true;
+        int bits = 0;  // the OR of every byte: negative when one is not ASCII
         int end = start + length;
         for (int i = start; i < end; i++) {
             byte c = b[i];
+            bits |= c;
+            if ((c & 0xFC) != 0) {
+                continue;  // text (0x03 and up, and every non-ASCII byte): most bytes
+            }
             if (c == 1) {
                 if (nameEnd >= 0) {
                     regular = false;
@@ -328,12 +332,10 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
                 pairs[k + 3] = i;
                 nameEnd = -1;
                 pairStart = i + 1;
-            } else if (c < 0) {
-                ascii = false;
             }
         }
         regular = regular && nameEnd < 0 && pairStart == end;
-        if (regular && !ascii) {
+        if (regular && bits < 0) {
             regular = Utf8.valid(b, start, length);
         }
         if (regular && common) {
