@@ -238,3 +238,17 @@ def test_streaming_stays_with_the_python_source(spark, jvm_reader, fixture_store
     with pytest.raises(Exception, match="(?i)stream"):
         spark.readStream.format(jvm_reader).load(str(fixture_store))
     assert spark.readStream.format("commitlog").load(str(fixture_store)).isStreaming  # not shadowed by the jar
+
+
+def test_a_python_source_of_the_same_name_is_refused_so_the_names_differ(spark, jvm_reader):
+    """Why the JVM reader is not called "commitlog": Spark refuses a Python source named as a DataSourceRegister
+    on the classpath, so a JVM "commitlog" would make mqstore.spark.register() (and streaming) fail."""
+    from mqstore.spark.source import CommitLogDataSource
+
+    class SameName(CommitLogDataSource):
+        @classmethod
+        def name(cls):
+            return jvm_reader
+
+    with pytest.raises(Exception, match="DATA_SOURCE_ALREADY_EXISTS"):
+        spark.dataSource.register(SameName)
