@@ -23,6 +23,7 @@ import org.apache.spark.sql.sources.In;
 import org.apache.spark.sql.sources.IsNotNull;
 import org.apache.spark.sql.sources.LessThan;
 import org.apache.spark.sql.sources.LessThanOrEqual;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -65,17 +66,20 @@ final class CommitLogScan implements Scan, Batch {
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return new ReaderFactory(filter, schema);
+        // Spark's own switch for its readers' vectors (spark.sql.columnVector.offheap.enabled, default false)
+        return new ReaderFactory(filter, schema, SQLConf.get().offHeapColumnVectorEnabled());
     }
 
     static final class ReaderFactory implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
         private final RowFilter filter;
         private final StructType schema;
+        private final boolean offHeap;
 
-        ReaderFactory(RowFilter filter, StructType schema) {
+        ReaderFactory(RowFilter filter, StructType schema, boolean offHeap) {
             this.filter = filter;
             this.schema = schema;
+            this.offHeap = offHeap;
         }
 
         @Override
@@ -85,7 +89,7 @@ final class CommitLogScan implements Scan, Batch {
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-            return new LogReader((LogPartition) partition, filter, schema);
+            return new LogReader((LogPartition) partition, filter, schema, offHeap);
         }
 
         @Override

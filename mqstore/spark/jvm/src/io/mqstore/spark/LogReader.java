@@ -12,6 +12,7 @@ import java.nio.file.StandardOpenOption;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.StructType;
@@ -56,14 +57,17 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private final byte[] msgId = new byte[56];
     private final HostCache bornHosts = new HostCache();
     private final HostCache storeHosts = new HostCache();
+    private int pairCount;  // elements of the properties map's key and value vectors in this batch
+    private int keyCount;  // elements of the keys array's vector in this batch
 
-    LogReader(LogPartition partition, RowFilter filter, StructType schema) {
+    LogReader(LogPartition partition, RowFilter filter, StructType schema, boolean offHeap) {
         this.partition = partition;
         this.filter = filter.compile();
         int[] ids = Columns.ids(schema);
         vectors = new WritableColumnVector[ids.length];
         for (int i = 0; i < ids.length; i++) {
-            vectors[i] = new OnHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType());
+            vectors[i] = offHeap ? new OffHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType())
+                    : new OnHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType());
             byId[ids[i]] = vectors[i];
         }
         batch = new ColumnarBatch(vectors.clone());
@@ -75,6 +79,8 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         for (WritableColumnVector v : vectors) {
             v.reset();
         }
+        pairCount = 0;
+        keyCount = 0;
         int rows = 0;
         long bodyBytes = 0;
         while (rows < BATCH_ROWS && bodyBytes < BATCH_BODY_BYTES) {
@@ -272,8 +278,9 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             v.putInt(row, LogFormat.i32(b, pos + LogFormat.OFFSET_BODY_CRC));
         }
         if ((v = byId[Columns.MSG_ID]) != null) {
-            int n = Hosts.hex(b, l.storeAt, l.storeLength, msgId, 0);
-            n = Hosts.hexLong(offset, msgId, n);
+            byte[] host = storeHosts.hex(b, l.storeAt, l.storeLength);
+            System.arraycopy(host, 0, msgId, 0, host.length);
+            int n = Hosts.hexLong(offset, msgId, host.length);
             v.putByteArray(row, msgId, 0, n);
         }
         if ((v = byId[Columns.STORE]) != null) {
@@ -339,13 +346,17 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             regular = Utf8.valid(b, start, length);
         }
         if (regular && common) {
-            putPairs(row, count);
+            putPairs(row, count, start, length);
         } else {
             putDecoded(row, start, length);
         }
     }
 
-    private void putPairs(int row, int count) {
+    /**
+     * Every pair of a regular record: the properties bytes are copied once into each child vector's data, and
+     * each name and value points into them (one copy a record, not one a string).
+     */
+    private void putPairs(int row, int count, int start, int length) {
         final byte[] b = buf;
         int tags = -1;
         int keys = -1;
@@ -364,13 +375,19 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         if ((v = byId[Columns.PROPERTIES]) != null) {
             WritableColumnVector names = v.getChild(0);
             WritableColumnVector values = v.getChild(1);
-            int first = names.getElementsAppended();
-            for (int p = 0; p < count; p++) {
-                int k = 4 * p;
-                names.appendByteArray(b, pairs[k], pairs[k + 1] - pairs[k]);
-                values.appendByteArray(b, pairs[k + 2], pairs[k + 3] - pairs[k + 2]);
+            if (count > 0) {
+                names.reserve(pairCount + count);
+                values.reserve(pairCount + count);
+                int nameBase = names.arrayData().appendBytes(length, b, start) - start;
+                int valueBase = values.arrayData().appendBytes(length, b, start) - start;
+                for (int p = 0; p < count; p++) {
+                    int k = 4 * p;
+                    names.putArray(pairCount + p, nameBase + pairs[k], pairs[k + 1] - pairs[k]);
+                    values.putArray(pairCount + p, valueBase + pairs[k + 2], pairs[k + 3] - pairs[k + 2]);
+                }
             }
-            v.putArray(row, first, count);
+            v.putArray(row, pairCount, count);
+            pairCount += count;
         }
         if ((v = byId[Columns.TAGS]) != null) {
             if (tags < 0) {
@@ -381,22 +398,22 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         if ((v = byId[Columns.KEYS]) != null) {
             WritableColumnVector items = v.getChild(0);
-            int first = items.getElementsAppended();
-            int n = 0;
+            int first = keyCount;
             if (keys >= 0) {
                 int runStart = pairs[keys + 2];
                 int keysEnd = pairs[keys + 3];
+                int base = items.arrayData().appendBytes(keysEnd - runStart, b, runStart) - runStart;
+                items.reserve(keyCount + (keysEnd - runStart + 1) / 2 + 1);  // at most one key every 2 bytes
                 for (int i = runStart; i <= keysEnd; i++) {
                     if (i == keysEnd || b[i] == ' ') {
                         if (i > runStart) {
-                            items.appendByteArray(b, runStart, i - runStart);
-                            n++;
+                            items.putArray(keyCount++, base + runStart, i - runStart);
                         }
                         runStart = i + 1;
                     }
                 }
             }
-            v.putArray(row, first, n);
+            v.putArray(row, first, keyCount - first);
         }
     }
 
@@ -420,14 +437,12 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         if ((v = byId[Columns.PROPERTIES]) != null) {
             WritableColumnVector names = v.getChild(0);
             WritableColumnVector values = v.getChild(1);
-            int first = names.getElementsAppended();
+            int first = pairCount;
             for (Map.Entry<String, String> e : decoded.entrySet()) {
-                byte[] name = e.getKey().getBytes(StandardCharsets.UTF_8);
-                byte[] value = e.getValue().getBytes(StandardCharsets.UTF_8);
-                names.appendByteArray(name, 0, name.length);
-                values.appendByteArray(value, 0, value.length);
+                putChild(names, pairCount, e.getKey().getBytes(StandardCharsets.UTF_8));
+                putChild(values, pairCount++, e.getValue().getBytes(StandardCharsets.UTF_8));
             }
-            v.putArray(row, first, decoded.size());
+            v.putArray(row, first, pairCount - first);
         }
         if ((v = byId[Columns.TAGS]) != null) {
             String tags = decoded.get("TAGS");
@@ -440,35 +455,52 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         if ((v = byId[Columns.KEYS]) != null) {
             WritableColumnVector items = v.getChild(0);
-            int first = items.getElementsAppended();
-            int n = 0;
+            int first = keyCount;
             String keys = decoded.get("KEYS");
             if (keys != null && !keys.isEmpty()) {
                 for (String key : keys.split(" ", -1)) {
                     if (!key.isEmpty()) {
-                        byte[] raw = key.getBytes(StandardCharsets.UTF_8);
-                        items.appendByteArray(raw, 0, raw.length);
-                        n++;
+                        putChild(items, keyCount++, key.getBytes(StandardCharsets.UTF_8));
                     }
                 }
             }
-            v.putArray(row, first, n);
+            v.putArray(row, first, keyCount - first);
         }
     }
 
-    /** 'ip:port' of the last host bytes seen, remembered: a log's records mostly share their hosts. */
+    private static void putChild(WritableColumnVector child, int index, byte[] value) {
+        child.reserve(index + 1);
+        child.putArray(index, child.arrayData().appendBytes(value.length, value, 0), value.length);
+    }
+
+    /**
+     * 'ip:port' and the hex digits of the last host bytes seen, remembered: a log's records mostly share their
+     * hosts.
+     */
     static final class HostCache {
         private final byte[] raw = new byte[LogFormat.HOST_V6_LENGTH];
-        private int rawLength;
+        private int rawLength = -1;
         private byte[] text;
+        private byte[] hex;
 
-        byte[] text(byte[] b, int at, int length) {
-            if (text == null || length != rawLength || !java.util.Arrays.equals(raw, 0, length, b, at, at + length)) {
+        private void remember(byte[] b, int at, int length) {
+            if (length != rawLength || !java.util.Arrays.equals(raw, 0, length, b, at, at + length)) {
                 System.arraycopy(b, at, raw, 0, length);
                 rawLength = length;
                 text = Hosts.format(b, at, length).getBytes(StandardCharsets.US_ASCII);
+                hex = new byte[2 * length];
+                Hosts.hex(b, at, length, hex, 0);
             }
+        }
+
+        byte[] text(byte[] b, int at, int length) {
+            remember(b, at, length);
             return text;
+        }
+
+        byte[] hex(byte[] b, int at, int length) {
+            remember(b, at, length);
+            return hex;
         }
     }
 }
