@@ -78,6 +78,16 @@ def test_full_scans_give_the_rows_of_scan_store(spark, jvm_reader, fixture_store
         assert got == expected, root
 
 
+def test_on_heap_vectors_give_the_same_rows(spark, jvm_reader, tmp_path):
+    root = rare_store(tmp_path / "rare")
+    spark.conf.set("spark.mqstore.commitlogJvm.offHeapVectors", "false")
+    try:
+        got = jvm_rows(spark, jvm_reader, root)
+    finally:
+        spark.conf.unset("spark.mqstore.commitlogJvm.offHeapVectors")
+    assert got == rows_by_offset(scan_store(root).read_all())
+
+
 def test_large_segments_are_split_into_partitions_at_record_starts(spark, jvm_reader, tmp_path):
     root = tmp_path / "big"
     with StoreWriter(root, segment_size_bytes=4 << 20) as writer:
