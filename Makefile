@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
-	$(BIN)/python -c "from mqstore.spark import env, jvm; env.java_missing() or print('commitlog-jvm jar:', jvm.jar_path())"
+	$(BIN)/python -m mqstore.spark.jvm
 	touch $(STAMP)
 
 install: $(STAMP)

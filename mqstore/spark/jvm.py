@@ -137,3 +137,22 @@ def configure(builder):
     if jar not in existing:
         existing.append(jar)
     return builder.config("spark.jars", ",".join(existing))
+
+
+def main() -> int:
+    """`python -m mqstore.spark.jvm` (make install): build the jar, or say in one line why it is not built."""
+    from mqstore.spark.env import java_missing
+
+    missing = java_missing()
+    if missing is not None:
+        print(f"commitlog-jvm jar not built: {missing}")
+        return 0
+    try:
+        print(f"commitlog-jvm jar: {jar_path()}")
+    except JavacMissingError as exc:
+        print(f"commitlog-jvm jar not built: {exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
