@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
+	$(BIN)/python -m mqstore.spark.jvm
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -238,6 +238,9 @@ def report_spark_read(data: dict) -> str:
         intro += (f" Full scan of 100 B records: {summary['full_scan_100b_vs_parquet']:.2f}x Spark's Parquet reader "
                   f"(target >= {summary['full_scan_100b_target_vs_parquet']:.1f}x, "
                   f"{'met' if summary['full_scan_100b_meets_target'] else 'not met'}).")
+    if "full_scan_100b_python_vs_parquet" in summary:
+        intro += (f" The target is the JVM reader's (commitlog-jvm); the Python source reaches "
+                  f"{summary['full_scan_100b_python_vs_parquet']:.2f}x.")
     load = (data.get("machine") or {}).get("load_average_1m_before_after")
     if load:
         intro += f" Load average (1 min) {load[0]} before, {load[1]} after."

@@ -54,7 +54,8 @@ def manifest(fixture_store) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def spark():
-    """A quiet local[2] session with the commitlog source registered and filter pushdown enabled."""
+    """A quiet local[2] session with the commitlog source registered, filter pushdown enabled and the commitlog-jvm
+    jar loaded (when javac is there to build it)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -63,19 +64,45 @@ def spark():
 
     import mqstore.spark
 
-    session = (SparkSession.builder.master("local[2]").appName("mqstore-spark-tests")
+    builder = (SparkSession.builder.master("local[2]").appName("mqstore-spark-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.memory", "1g")
                .config("spark.sql.streaming.stopTimeout", "10s")
-               .config(PUSHDOWN_CONF, "true")
-               .getOrCreate())
+               .config(PUSHDOWN_CONF, "true"))
+    _jvm_jar.append(_configure_jvm_reader(builder))
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     mqstore.spark.register(session)
     yield session
     session.stop()
+
+
+_jvm_jar: list = []  # [the commitlog-jvm jar the session loaded, or the reason it has none]
+
+
+def _configure_jvm_reader(builder) -> str:
+    """Put the commitlog-jvm jar on the session's spark.jars (built once per run: it is cached by its hash)."""
+    from mqstore.spark import jvm
+
+    try:
+        jar = jvm.jar_path()
+    except jvm.JavacMissingError as exc:
+        return f"no commitlog-jvm jar: {exc}"
+    jvm.configure(builder)
+    return jar
+
+
+@pytest.fixture
+def jvm_reader(spark) -> str:
+    """The format name of the JVM reader; the test is skipped when its jar could not be built (no javac)."""
+    from mqstore.spark import jvm
+
+    if not _jvm_jar or not _jvm_jar[0].endswith(".jar"):
+        pytest.skip(_jvm_jar[0] if _jvm_jar else "the session has no commitlog-jvm jar")
+    return jvm.FORMAT_NAME
 
 
 @pytest.fixture

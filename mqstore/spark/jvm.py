@@ -1,0 +1,158 @@
+"""The JVM reader, format "commitlog-jvm": its jar, built here from the Java sources in mqstore/spark/jvm/src.
+
+    from pyspark.sql import SparkSession
+    import mqstore.spark.jvm
+
+    builder = SparkSession.builder.master("local[2]")
+    spark = mqstore.spark.jvm.configure(builder).getOrCreate()     # adds the jar to spark.jars
+    df = spark.read.format("commitlog-jvm").load("/path/to/store")
+
+`jar_path()` compiles the sources with `javac --release 17` against the jars of the installed pyspark and packs
+them, with the DataSourceRegister service file, into mqstore-spark-jvm-<hash>.jar: in mqstore/spark/jvm/build
+when the package directory is writable, else in the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
+mqstore/). The hash covers the sources and the Spark version, so a changed source or another pyspark builds a
+new jar; an unchanged one is reused. Needs a JDK (javac) 17 or later; JavacMissingError says so when it is not
+found. No jar is kept in the repository. docs/spark.md tells when to use which source;
+docs/decisions/0027-jvm-spark-reader.md why there are two.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+
+from mqstore.spark.env import _java_command
+
+SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "src")
+RESOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "resources")
+BUILD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "build")
+JAR_PREFIX = "mqstore-spark-jvm-"
+JAVA_RELEASE = "17"  # Spark 4's oldest supported Java
+JAVAC_TIMEOUT_S = 600  # a cold javac on a loaded 2-core machine takes about 10 s
+FORMAT_NAME = "commitlog-jvm"
+
+
+class JavacMissingError(RuntimeError):
+    """No javac (a JDK 17 or later) was found to build the commitlog-jvm jar."""
+
+
+def _sources() -> list[str]:
+    found = glob.glob(os.path.join(SOURCE_DIR, "**", "*.java"), recursive=True)
+    found += glob.glob(os.path.join(RESOURCE_DIR, "**", "*"), recursive=True)
+    return sorted(p for p in found if os.path.isfile(p))
+
+
+def _spark_jars() -> tuple[str, str]:
+    """(pyspark's jars directory, its version)."""
+    import pyspark
+
+    return os.path.join(os.path.dirname(pyspark.__file__), "jars"), pyspark.__version__
+
+
+def _fingerprint(spark_version: str) -> str:
+    digest = hashlib.sha256(f"spark {spark_version} release {JAVA_RELEASE}\n".encode())
+    for path in _sources():
+        digest.update(os.path.relpath(path, os.path.dirname(SOURCE_DIR)).encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _build_dir() -> str:
+    try:
+        os.makedirs(BUILD_DIR, exist_ok=True)
+        if os.access(BUILD_DIR, os.W_OK):
+            return BUILD_DIR
+    except OSError:
+        pass
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(cache, "mqstore")
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def _javac() -> str:
+    java, where = _java_command()
+    candidates = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "javac"))
+    if java is not None:
+        candidates.append(os.path.join(os.path.dirname(os.path.realpath(java)), "javac"))
+    candidates.append(shutil.which("javac") or "")
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise JavacMissingError(f"javac not found (looked in {where} and PATH): the {FORMAT_NAME} reader is built from "
+                            f"Java sources and needs a JDK {JAVA_RELEASE} or later (not only a JRE); set JAVA_HOME "
+                            f"to one, or read with format('commitlog'), the Python source")
+
+
+def jar_path() -> str:
+    """The commitlog-jvm jar for the installed pyspark, built first when it is missing or out of date."""
+    jars_dir, spark_version = _spark_jars()
+    directory = _build_dir()
+    jar = os.path.join(directory, f"{JAR_PREFIX}{_fingerprint(spark_version)}.jar")
+    if os.path.isfile(jar):
+        return jar
+    javac = _javac()
+    with tempfile.TemporaryDirectory(prefix="mqstore-jvm-") as work:
+        classes = os.path.join(work, "classes")
+        sources = [p for p in _sources() if p.endswith(".java")]
+        command = [javac, "--release", JAVA_RELEASE, "-nowarn", "-Xlint:none", "-encoding", "UTF-8",
+                   "-cp", os.path.join(jars_dir, "*"), "-d", classes, *sources]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"building the {FORMAT_NAME} jar failed ({javac} exited {done.returncode}):\n"
+                               f"{done.stderr or done.stdout}")
+        partial = os.path.join(work, os.path.basename(jar))
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: mqstore.spark.jvm\n\n")
+            for root in (classes, RESOURCE_DIR):
+                for path in sorted(glob.glob(os.path.join(root, "**", "*"), recursive=True)):
+                    if os.path.isfile(path):
+                        archive.write(path, os.path.relpath(path, root))
+        shutil.copyfile(partial, jar + ".tmp")
+        os.replace(jar + ".tmp", jar)  # another process building the same jar writes the same bytes
+    for old in glob.glob(os.path.join(directory, f"{JAR_PREFIX}*.jar")):
+        if old != jar:
+            try:
+                os.remove(old)
+            except OSError:
+                pass
+    return jar
+
+
+def configure(builder):
+    """Add the commitlog-jvm jar to a SparkSession builder's spark.jars (after any jars already set) and return
+    the builder. Must be called before the session (its JVM) starts: a running session does not load jars."""
+    jar = jar_path()
+    options = getattr(builder, "_options", {})
+    existing = [j for j in str(options.get("spark.jars", "")).split(",") if j.strip()]
+    if jar not in existing:
+        existing.append(jar)
+    return builder.config("spark.jars", ",".join(existing))
+
+
+def main() -> int:
+    """`python -m mqstore.spark.jvm` (make install): build the jar, or say in one line why it is not built."""
+    from mqstore.spark.env import java_missing
+
+    missing = java_missing()
+    if missing is not None:
+        print(f"commitlog-jvm jar not built: {missing}")
+        return 0
+    try:
+        print(f"commitlog-jvm jar: {jar_path()}")
+    except JavacMissingError as exc:
+        print(f"commitlog-jvm jar not built: {exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,506 @@
+package io.mqstore.spark;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * Reads one LogPartition into ColumnarBatches: each piece's records walked READ_CHUNK_BYTES at a time (each
+ * piece must end exactly where planned, or at its segment's blank), every record checked (rules 1 to 4 of
+ * commitlog/format.py) before a byte of it is used, the row filter applied to each, every requested column
+ * decoded as commitlog/arrow_decode.py decodes it. A record that breaks a rule raises CorruptLogException with
+ * file, position in the file and rule.
+ */
+final class LogReader implements PartitionReader<ColumnarBatch> {
+    static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment held at once (or one larger record)
+    static final int BATCH_ROWS = 8192;  // rows per ColumnarBatch
+    static final int BATCH_BODY_BYTES = 16 << 20;  // a batch ends once its bodies pass this many bytes
+    static final int PROPERTY_PAIRS_MAX = 32768 / 2;  // PROPERTIESLENGTH is an i16: at most this many pairs
+
+    private final LogPartition partition;
+    private final RowFilter.Compiled filter;
+    private final WritableColumnVector[] byId = new WritableColumnVector[Columns.COUNT];
+    private final WritableColumnVector[] vectors;
+    private final ColumnarBatch batch;
+    private final LogFormat.Layout layout = new LogFormat.Layout();
+    private final byte[] label;
+
+    private int piece = -1;
+    private FileChannel channel;
+    private String path;
+    private long base;
+    private long segmentEnd;
+    private long pieceEnd;
+    private long position;  // the commitlog offset of the next record
+    private boolean pieceDone = true;
+
+    private byte[] buf = new byte[0];
+    private long bufAbs;  // commitlog offset of buf[0]
+    private int bufLen;
+
+    // per-record scratch
+    private final int[] pairs = new int[4 * PROPERTY_PAIRS_MAX];  // name start, name end, value start, value end
+    private final byte[] msgId = new byte[56];
+    private final HostCache bornHosts = new HostCache();
+    private final HostCache storeHosts = new HostCache();
+    private int pairCount;  // elements of the properties map's key and value vectors in this batch
+    private int keyCount;  // elements of the keys array's vector in this batch
+
+    LogReader(LogPartition partition, RowFilter filter, StructType schema, boolean offHeap) {
+        this.partition = partition;
+        this.filter = filter.compile();
+        int[] ids = Columns.ids(schema);
+        vectors = new WritableColumnVector[ids.length];
+        for (int i = 0; i < ids.length; i++) {
+            vectors[i] = offHeap ? new OffHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType())
+                    : new OnHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType());
+            byId[ids[i]] = vectors[i];
+        }
+        batch = new ColumnarBatch(vectors.clone());
+        label = partition.label == null ? new byte[0] : partition.label.getBytes(StandardCharsets.UTF_8);
+    }
+
+    @Override
+    public boolean next() throws IOException {
+        for (WritableColumnVector v : vectors) {
+            v.reset();
+        }
+        pairCount = 0;
+        keyCount = 0;
+        int rows = 0;
+        long bodyBytes = 0;
+        while (rows < BATCH_ROWS && bodyBytes < BATCH_BODY_BYTES) {
+            if (pieceDone && !openNextPiece()) {
+                break;
+            }
+            if (!locateNext()) {
+                continue;
+            }
+            int pos = (int) (position - bufAbs);
+            long offset = position;
+            position += layout.size;
+            if (position == pieceEnd) {
+                pieceDone = true;
+            }
+            if (decode(pos, offset, rows)) {
+                bodyBytes += layout.bodyLength;
+                rows++;
+            }
+        }
+        batch.setNumRows(rows);
+        return rows > 0;
+    }
+
+    @Override
+    public ColumnarBatch get() {
+        return batch;
+    }
+
+    @Override
+    public void close() throws IOException {
+        closeChannel();
+        batch.close();
+    }
+
+    // --- walking the pieces -----------------------------------------------------------------------------------
+    private boolean openNextPiece() throws IOException {
+        closeChannel();
+        piece++;
+        if (piece >= partition.starts.length) {
+            return false;
+        }
+        base = partition.bases[piece];
+        segmentEnd = base + partition.segmentSize;
+        pieceEnd = partition.ends[piece];
+        position = partition.starts[piece];
+        Path file = Paths.get(partition.root, "commitlog", LogFormat.segmentName(base));
+        path = file.toString();
+        try {
+            channel = FileChannel.open(file, StandardOpenOption.READ);
+        } catch (NoSuchFileException e) {
+            throw new UncheckedIOException("segment " + path + " was deleted while the read was running (retention?)",
+                    e);
+        }
+        bufLen = 0;
+        pieceDone = position >= pieceEnd;
+        return true;
+    }
+
+    private void closeChannel() throws IOException {
+        if (channel != null) {
+            channel.close();
+            channel = null;
+        }
+    }
+
+    /** Make buf hold [at, at + need) of the segment, reading from `at` up to the piece's end. */
+    private void ensure(long at, int need) throws IOException {
+        if (at >= bufAbs && at + need <= bufAbs + bufLen) {
+            return;
+        }
+        int want = (int) Math.min(pieceEnd - at, Math.max(READ_CHUNK_BYTES, need));
+        if (buf.length < want) {
+            buf = new byte[Math.max(want, Math.min(READ_CHUNK_BYTES, 2 * buf.length))];
+        }
+        ByteBuffer into = ByteBuffer.wrap(buf, 0, want);
+        long filePos = at - base;
+        while (into.hasRemaining()) {
+            int n = channel.read(into, filePos + into.position());
+            if (n < 0) {
+                throw new IOException("segment " + path + " ends at byte " + (filePos + into.position())
+                        + ", before the end planned for this read: was it truncated or replaced?");
+            }
+        }
+        bufAbs = at;
+        bufLen = want;
+    }
+
+    /**
+     * Locate the record at `position` (true), or find the piece's end at its blank (false). Throws
+     * CorruptLogException for anything else, as the Python reader's strict walk does.
+     */
+    private boolean locateNext() throws IOException {
+        long left = pieceEnd - position;
+        long filePos = position - base;
+        if (left < LogFormat.END_FILE_MIN_BLANK_LENGTH) {
+            if (pieceEnd == segmentEnd) {
+                throw new CorruptLogException(left + " bytes are left at the end of the segment, less than a blank",
+                        path, filePos, "commitlog.1");
+            }
+            throw pastEnd();
+        }
+        ensure(position, LogFormat.END_FILE_MIN_BLANK_LENGTH);
+        int pos = (int) (position - bufAbs);
+        int size = LogFormat.i32(buf, pos);
+        int magic = LogFormat.i32(buf, pos + LogFormat.OFFSET_MAGIC_CODE);
+        long remaining = segmentEnd - position;
+        if (magic == LogFormat.BLANK_MAGIC_CODE && size == remaining) {
+            if (pieceEnd != segmentEnd) {
+                throw new CorruptLogException("a blank ends the segment at " + position + ", before the end "
+                        + pieceEnd + " planned for this read", path, filePos, "commitlog.blank");
+            }
+            pieceDone = true;
+            return false;
+        }
+        if (size == 0 && magic == 0) {
+            throw new CorruptLogException("the log ends at offset " + position + ", before the end planned for this "
+                    + "read: was the store truncated or a segment replaced?", path, filePos, "commitlog.end");
+        }
+        if (LogFormat.isMessageMagic(magic) && size >= LogFormat.RECORD_SIZE_MIN && size <= remaining) {
+            if (position + size > pieceEnd) {
+                throw pastEnd();
+            }
+            ensure(position, size);
+            pos = (int) (position - bufAbs);
+        }
+        layout.locate(buf, pos, remaining, position, path, filePos);  // throws for rules 1 to 4
+        return true;
+    }
+
+    private CorruptLogException pastEnd() {
+        return new CorruptLogException("the record at " + position + " runs past the end " + pieceEnd
+                + " planned for this read", path, position - base, "commitlog.2");
+    }
+
+    // --- decoding one record ----------------------------------------------------------------------------------
+    /** Put the located record at buf[pos] into row `row` when it passes the filter; false when filtered out. */
+    private boolean decode(int pos, long offset, int row) {
+        final byte[] b = buf;
+        final LogFormat.Layout l = layout;
+        int queueId = LogFormat.i32(b, pos + LogFormat.OFFSET_QUEUE_ID);
+        long storeTimestamp = LogFormat.i64(b, l.storeAt - 8);
+        if (filter.anyNumeric && !filter.numeric(queueId, offset, storeTimestamp * 1000)) {
+            return false;
+        }
+        if (!filter.topic(b, l.topicStart, l.topicLength)) {
+            return false;
+        }
+        if (l.hasRecordCrc && !l.common()) {
+            checkRecordCrcDigits(pos, offset);
+        }
+        WritableColumnVector v;
+        if ((v = byId[Columns.TOPIC]) != null) {
+            v.putByteArray(row, b, l.topicStart, l.topicLength);
+        }
+        if ((v = byId[Columns.QUEUE_ID]) != null) {
+            v.putInt(row, queueId);
+        }
+        if ((v = byId[Columns.QUEUE_OFFSET]) != null) {
+            v.putLong(row, LogFormat.i64(b, pos + LogFormat.OFFSET_QUEUE_OFFSET));
+        }
+        if ((v = byId[Columns.COMMITLOG_OFFSET]) != null) {
+            v.putLong(row, offset);
+        }
+        if ((v = byId[Columns.BODY]) != null) {
+            v.putByteArray(row, b, l.bodyStart, l.bodyLength);
+        }
+        if (byId[Columns.TAGS] != null || byId[Columns.KEYS] != null || byId[Columns.PROPERTIES] != null) {
+            properties(row, l.propertiesStart, l.propertiesLength, l.common());
+        }
+        if ((v = byId[Columns.FLAG]) != null) {
+            v.putInt(row, LogFormat.i32(b, pos + LogFormat.OFFSET_FLAG));
+        }
+        if ((v = byId[Columns.SYS_FLAG]) != null) {
+            v.putInt(row, l.sysFlag);
+        }
+        if ((v = byId[Columns.BORN_TIMESTAMP]) != null) {
+            v.putLong(row, LogFormat.i64(b, pos + LogFormat.OFFSET_BORN_TIMESTAMP) * 1000);
+        }
+        if ((v = byId[Columns.STORE_TIMESTAMP]) != null) {
+            v.putLong(row, storeTimestamp * 1000);
+        }
+        if ((v = byId[Columns.BORN_HOST]) != null) {
+            byte[] text = bornHosts.text(b, l.bornAt, l.bornLength);
+            v.putByteArray(row, text, 0, text.length);
+        }
+        if ((v = byId[Columns.STORE_HOST]) != null) {
+            byte[] text = storeHosts.text(b, l.storeAt, l.storeLength);
+            v.putByteArray(row, text, 0, text.length);
+        }
+        if ((v = byId[Columns.RECONSUME_TIMES]) != null) {
+            v.putInt(row, LogFormat.i32(b, l.storeAt + l.storeLength));
+        }
+        if ((v = byId[Columns.BODY_CRC]) != null) {
+            v.putInt(row, LogFormat.i32(b, pos + LogFormat.OFFSET_BODY_CRC));
+        }
+        if ((v = byId[Columns.MSG_ID]) != null) {
+            byte[] host = storeHosts.hex(b, l.storeAt, l.storeLength);
+            System.arraycopy(host, 0, msgId, 0, host.length);
+            int n = Hosts.hexLong(offset, msgId, host.length);
+            v.putByteArray(row, msgId, 0, n);
+        }
+        if ((v = byId[Columns.STORE]) != null) {
+            v.putByteArray(row, label, 0, label.length);
+        }
+        return true;
+    }
+
+    /** Rule (6) for the rare kinds (version 2, IPv6 hosts), as the Python per-record decoder checks it. */
+    private void checkRecordCrcDigits(int pos, long offset) {
+        int end = pos + layout.size;
+        for (int i = end - 11; i < end - 1; i++) {
+            if (buf[i] < '0' || buf[i] > '9') {
+                throw LogFormat.corrupt("6", "the record-CRC property does not hold 10 digits", path, offset,
+                        offset - base);
+            }
+        }
+    }
+
+    // --- properties -------------------------------------------------------------------------------------------
+    /**
+     * The properties, tags and keys of one record. Properties that are all 'name\x01value\x02' pairs of UTF-8
+     * text give every pair in order (arrow_decode's bulk path); anything else, and the rare record kinds, go
+     * through format.decode_properties' rule: UTF-8 with replacement characters, split at 0x02, items without
+     * exactly one 0x01 skipped, a later name replacing an earlier one's value in its place.
+     */
+    private void properties(int row, int start, int length, boolean common) {
+        final byte[] b = buf;
+        int count = 0;
+        int pairStart = start;
+        int nameEnd = -1;
+        boolean regular = true;
+        int bits = 0;  // the OR of every byte: negative when one is not ASCII
+        int end = start + length;
+        for (int i = start; i < end; i++) {
+            byte c = b[i];
+            bits |= c;
+            if ((c & 0xFC) != 0) {
+                continue;  // text (0x03 and up, and every non-ASCII byte): most bytes
+            }
+            if (c == 1) {
+                if (nameEnd >= 0) {
+                    regular = false;
+                    break;
+                }
+                nameEnd = i;
+            } else if (c == 2) {
+                if (nameEnd < 0) {
+                    regular = false;
+                    break;
+                }
+                int k = 4 * count++;
+                pairs[k] = pairStart;
+                pairs[k + 1] = nameEnd;
+                pairs[k + 2] = nameEnd + 1;
+                pairs[k + 3] = i;
+                nameEnd = -1;
+                pairStart = i + 1;
+            }
+        }
+        regular = regular && nameEnd < 0 && pairStart == end;
+        if (regular && bits < 0) {
+            regular = Utf8.valid(b, start, length);
+        }
+        if (regular && common) {
+            putPairs(row, count, start, length);
+        } else {
+            putDecoded(row, start, length);
+        }
+    }
+
+    /**
+     * Every pair of a regular record: the properties bytes are copied once into each child vector's data, and
+     * each name and value points into them (one copy a record, not one a string).
+     */
+    private void putPairs(int row, int count, int start, int length) {
+        final byte[] b = buf;
+        int tags = -1;
+        int keys = -1;
+        for (int p = 0; p < count; p++) {
+            int k = 4 * p;
+            if (pairs[k + 1] - pairs[k] == 4) {
+                int at = pairs[k];
+                if (b[at] == 'T' && b[at + 1] == 'A' && b[at + 2] == 'G' && b[at + 3] == 'S') {
+                    tags = k;
+                } else if (b[at] == 'K' && b[at + 1] == 'E' && b[at + 2] == 'Y' && b[at + 3] == 'S') {
+                    keys = k;
+                }
+            }
+        }
+        WritableColumnVector v;
+        if ((v = byId[Columns.PROPERTIES]) != null) {
+            WritableColumnVector names = v.getChild(0);
+            WritableColumnVector values = v.getChild(1);
+            if (count > 0) {
+                names.reserve(pairCount + count);
+                values.reserve(pairCount + count);
+                int nameBase = names.arrayData().appendBytes(length, b, start) - start;
+                int valueBase = values.arrayData().appendBytes(length, b, start) - start;
+                for (int p = 0; p < count; p++) {
+                    int k = 4 * p;
+                    names.putArray(pairCount + p, nameBase + pairs[k], pairs[k + 1] - pairs[k]);
+                    values.putArray(pairCount + p, valueBase + pairs[k + 2], pairs[k + 3] - pairs[k + 2]);
+                }
+            }
+            v.putArray(row, pairCount, count);
+            pairCount += count;
+        }
+        if ((v = byId[Columns.TAGS]) != null) {
+            if (tags < 0) {
+                v.putNull(row);
+            } else {
+                v.putByteArray(row, b, pairs[tags + 2], pairs[tags + 3] - pairs[tags + 2]);
+            }
+        }
+        if ((v = byId[Columns.KEYS]) != null) {
+            WritableColumnVector items = v.getChild(0);
+            int first = keyCount;
+            if (keys >= 0) {
+                int runStart = pairs[keys + 2];
+                int keysEnd = pairs[keys + 3];
+                int base = items.arrayData().appendBytes(keysEnd - runStart, b, runStart) - runStart;
+                items.reserve(keyCount + (keysEnd - runStart + 1) / 2 + 1);  // at most one key every 2 bytes
+                for (int i = runStart; i <= keysEnd; i++) {
+                    if (i == keysEnd || b[i] == ' ') {
+                        if (i > runStart) {
+                            items.putArray(keyCount++, base + runStart, i - runStart);
+                        }
+                        runStart = i + 1;
+                    }
+                }
+            }
+            v.putArray(row, first, keyCount - first);
+        }
+    }
+
+    private void putDecoded(int row, int start, int length) {
+        Map<String, String> decoded = new LinkedHashMap<>();
+        String text = new String(buf, start, length, StandardCharsets.UTF_8);
+        int at = 0;
+        while (at <= text.length()) {
+            int stop = text.indexOf('\u0002', at);
+            if (stop < 0) {
+                stop = text.length();
+            }
+            int sep = text.indexOf('\u0001', at);
+            int second = sep < 0 ? -1 : text.indexOf('\u0001', sep + 1);
+            if (sep >= 0 && sep < stop && (second < 0 || second >= stop)) {
+                decoded.put(text.substring(at, sep), text.substring(sep + 1, stop));
+            }
+            at = stop + 1;
+        }
+        WritableColumnVector v;
+        if ((v = byId[Columns.PROPERTIES]) != null) {
+            WritableColumnVector names = v.getChild(0);
+            WritableColumnVector values = v.getChild(1);
+            int first = pairCount;
+            for (Map.Entry<String, String> e : decoded.entrySet()) {
+                putChild(names, pairCount, e.getKey().getBytes(StandardCharsets.UTF_8));
+                putChild(values, pairCount++, e.getValue().getBytes(StandardCharsets.UTF_8));
+            }
+            v.putArray(row, first, pairCount - first);
+        }
+        if ((v = byId[Columns.TAGS]) != null) {
+            String tags = decoded.get("TAGS");
+            if (tags == null) {
+                v.putNull(row);
+            } else {
+                byte[] raw = tags.getBytes(StandardCharsets.UTF_8);
+                v.putByteArray(row, raw, 0, raw.length);
+            }
+        }
+        if ((v = byId[Columns.KEYS]) != null) {
+            WritableColumnVector items = v.getChild(0);
+            int first = keyCount;
+            String keys = decoded.get("KEYS");
+            if (keys != null && !keys.isEmpty()) {
+                for (String key : keys.split(" ", -1)) {
+                    if (!key.isEmpty()) {
+                        putChild(items, keyCount++, key.getBytes(StandardCharsets.UTF_8));
+                    }
+                }
+            }
+            v.putArray(row, first, keyCount - first);
+        }
+    }
+
+    private static void putChild(WritableColumnVector child, int index, byte[] value) {
+        child.reserve(index + 1);
+        child.putArray(index, child.arrayData().appendBytes(value.length, value, 0), value.length);
+    }
+
+    /**
+     * 'ip:port' and the hex digits of the last host bytes seen, remembered: a log's records mostly share their
+     * hosts.
+     */
+    static final class HostCache {
+        private final byte[] raw = new byte[LogFormat.HOST_V6_LENGTH];
+        private int rawLength = -1;
+        private byte[] text;
+        private byte[] hex;
+
+        private void remember(byte[] b, int at, int length) {
+            if (length != rawLength || !java.util.Arrays.equals(raw, 0, length, b, at, at + length)) {
+                System.arraycopy(b, at, raw, 0, length);
+                rawLength = length;
+                text = Hosts.format(b, at, length).getBytes(StandardCharsets.US_ASCII);
+                hex = new byte[2 * length];
+                Hosts.hex(b, at, length, hex, 0);
+            }
+        }
+
+        byte[] text(byte[] b, int at, int length) {
+            remember(b, at, length);
+            return text;
+        }
+
+        byte[] hex(byte[] b, int at, int length) {
+            remember(b, at, length);
+            return hex;
+        }
+    }
+}

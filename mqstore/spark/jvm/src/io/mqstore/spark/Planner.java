@@ -1,0 +1,459 @@
+package io.mqstore.spark;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.zip.CRC32;
+
+/**
+ * Planning a batch read, the log-path rules of mqstore/store/scan_plan.py:
+ *
+ * <pre>
+ *   CASE                                        DECISION
+ *   a segment's first 8 bytes are zero          preallocated, not written: not read (after the last written one)
+ *   the last written segment                    read up to its written end, found by walking its records from its
+ *                                               start to the first zero or invalid header (rules 1-4); the body
+ *                                               CRCs of the last TAIL_CRC_RECORDS records are checked, the first
+ *                                               that fails ends the snapshot (a record still being written); a
+ *                                               record straddling the segment's end is invalid, so not included
+ *   start_offset / end_offset                   segments wholly outside the range are not read
+ *   a segment longer than 1.5x the target       cut at record starts about `target` bytes apart, each found by
+ *                                               looking forward for a message magic whose PHYSICALOFFSET is its
+ *                                               own position; the reader before a cut must land exactly on it,
+ *                                               so a false cut is an error, never a wrong row
+ *   small segments                              grouped, so each core gets about PARTITIONS_PER_CORE partitions
+ * </pre>
+ *
+ * Not done here (the Python source does it): ConsumeQueue reads for a topic filter, segments skipped by time.
+ * Both only save reading; every record is tested against the filter, so the rows are the same.
+ */
+final class Planner {
+    private Planner() {
+    }
+
+    static final long MIB = 1L << 20;
+    static final long PARTITION_BYTES_MAX = 256 * MIB;
+    static final long PARTITION_BYTES_MIN = 64 * 1024;
+    static final int PARTITIONS_PER_CORE = 2;
+    static final int TAIL_CRC_RECORDS = 64;
+    static final long CUT_SEARCH_BYTES_MAX = 64 * MIB;  // how far past the wanted cut a record start is looked for
+
+    /** The segments of one store: bases ascending, all `size` bytes. */
+    static final class Segments {
+        final Path directory;
+        final long size;
+        final long[] bases;
+
+        Segments(Path directory, long size, long[] bases) {
+            this.directory = directory;
+            this.size = size;
+            this.bases = bases;
+        }
+
+        Path path(long base) {
+            return directory.resolve(LogFormat.segmentName(base));
+        }
+    }
+
+    static Segments listSegments(String root) {
+        Path directory = Paths.get(root, "commitlog");
+        List<Long> found = new ArrayList<>();
+        try (DirectoryStream<Path> entries = Files.newDirectoryStream(directory)) {
+            for (Path entry : entries) {
+                long base = LogFormat.parseSegmentName(entry.getFileName().toString());
+                if (base >= 0) {
+                    found.add(base);
+                }
+            }
+        } catch (NoSuchFileException e) {
+            throw new SourceException("not a RocketMQ store (no commitlog/ directory): " + root);
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot list " + directory, e);
+        }
+        found.sort(null);
+        List<Long> bases = new ArrayList<>();
+        List<Long> sizes = new ArrayList<>();
+        for (long base : found) {
+            try {
+                sizes.add(Files.size(directory.resolve(LogFormat.segmentName(base))));
+                bases.add(base);
+            } catch (NoSuchFileException e) {
+                // deleted by retention while listing
+            } catch (IOException e) {
+                throw new UncheckedIOException("cannot stat a segment of " + directory, e);
+            }
+        }
+        if (bases.isEmpty()) {
+            return new Segments(directory, 0, new long[0]);
+        }
+        long size = sizes.get(sizes.size() - 1);
+        long[] result = new long[bases.size()];
+        for (int i = 0; i < bases.size(); i++) {
+            result[i] = bases.get(i);
+            String path = directory.resolve(LogFormat.segmentName(result[i])).toString();
+            if (sizes.get(i) != size || size <= 0 || size > Integer.MAX_VALUE) {
+                throw new CorruptLogException("segment is " + sizes.get(i) + " bytes, the store's segments are " + size
+                        + " (at most " + Integer.MAX_VALUE + ")", path, 0, "commitlog.segment-size");
+            }
+            if (i > 0 && result[i] - result[i - 1] != size) {
+                throw new CorruptLogException("segments are not contiguous: " + LogFormat.segmentName(result[i - 1])
+                        + " is followed by " + LogFormat.segmentName(result[i]), directory.toString(), 0,
+                        "commitlog.contiguous");
+            }
+        }
+        return new Segments(directory, size, result);
+    }
+
+    /** A store's snapshot: its segments and the written end of its log now. */
+    static final class StorePlan {
+        final ReadOptions.StoreRef ref;
+        final Segments segments;
+        final long end;
+
+        StorePlan(ReadOptions.StoreRef ref, Segments segments, long end) {
+            this.ref = ref;
+            this.segments = segments;
+            this.end = end;
+        }
+    }
+
+    static StorePlan planStore(ReadOptions.StoreRef ref) {
+        Segments segments = listSegments(ref.root);
+        return new StorePlan(ref, segments, writtenEnd(segments, dispatchedEnd(ref.root, segments)));
+    }
+
+    static final int CQ_UNIT_SIZE = 20;  // i64 commitlog offset, i32 size, i64 tags code (consumequeue/format.py)
+
+    /**
+     * The end of the ConsumeQueues' furthest unit, when the record it points to is there (magic, TOTALSIZE and
+     * PHYSICALOFFSET as the unit says), else -1: the walk to the written end starts there instead of at the
+     * segment's start, as scan_plan._verified_dispatched_end does.
+     */
+    static long dispatchedEnd(String root, Segments segments) {
+        if (segments.bases.length == 0) {
+            return -1;
+        }
+        long bestEnd = -1;
+        long bestOffset = -1;
+        int bestSize = 0;
+        Path queues = Paths.get(root, "consumequeue");
+        if (!Files.isDirectory(queues)) {
+            return -1;
+        }
+        try (DirectoryStream<Path> topics = Files.newDirectoryStream(queues)) {
+            for (Path topic : topics) {
+                if (!Files.isDirectory(topic)) {
+                    continue;
+                }
+                try (DirectoryStream<Path> ids = Files.newDirectoryStream(topic)) {
+                    for (Path queue : ids) {
+                        long[] last = lastUnit(queue);
+                        if (last != null && last[0] + last[1] > bestEnd) {
+                            bestEnd = last[0] + last[1];
+                            bestOffset = last[0];
+                            bestSize = (int) last[1];
+                        }
+                    }
+                }
+            }
+        } catch (IOException e) {
+            return -1;  // only a shortcut: the walk starts at the segment's start
+        }
+        long first = segments.bases[0];
+        long base = bestOffset - Math.floorMod(bestOffset - first, segments.size);
+        if (bestOffset < first || base > segments.bases[segments.bases.length - 1]
+                || bestEnd > base + segments.size) {
+            return -1;
+        }
+        try (FileChannel channel = FileChannel.open(segments.path(base), StandardOpenOption.READ)) {
+            ByteBuffer head = ByteBuffer.allocate(LogFormat.OFFSET_PHYSICAL_OFFSET + 8);
+            channel.read(head, bestOffset - base);
+            if (head.position() < head.capacity() || head.getInt(0) != bestSize
+                    || !LogFormat.isMessageMagic(head.getInt(LogFormat.OFFSET_MAGIC_CODE))
+                    || head.getLong(LogFormat.OFFSET_PHYSICAL_OFFSET) != bestOffset) {
+                return -1;
+            }
+        } catch (IOException e) {
+            return -1;
+        }
+        return bestEnd;
+    }
+
+    /** {commitlog offset, size} of the last written unit of a queue directory's last file, or null. */
+    private static long[] lastUnit(Path queue) throws IOException {
+        if (!Files.isDirectory(queue)) {
+            return null;
+        }
+        List<Path> files = new ArrayList<>();
+        try (DirectoryStream<Path> entries = Files.newDirectoryStream(queue)) {
+            for (Path entry : entries) {
+                if (LogFormat.parseSegmentName(entry.getFileName().toString()) >= 0) {
+                    files.add(entry);
+                }
+            }
+        }
+        files.sort(null);
+        for (int i = files.size() - 1; i >= 0; i--) {
+            try (FileChannel channel = FileChannel.open(files.get(i), StandardOpenOption.READ)) {
+                long lo = 0;
+                long hi = channel.size() / CQ_UNIT_SIZE;  // units [0, lo) are written, [hi, ...) not
+                ByteBuffer unit = ByteBuffer.allocate(CQ_UNIT_SIZE);
+                while (lo < hi) {
+                    long mid = (lo + hi) >>> 1;
+                    if (unitSize(channel, mid, unit) > 0) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                if (lo > 0 && unitSize(channel, lo - 1, unit) > 0) {
+                    return new long[] {unit.getLong(0), unit.getInt(8)};
+                }
+            }
+        }
+        return null;
+    }
+
+    private static int unitSize(FileChannel channel, long index, ByteBuffer unit) throws IOException {
+        unit.clear();
+        while (unit.hasRemaining()) {
+            if (channel.read(unit, index * CQ_UNIT_SIZE + unit.position()) < 0) {
+                return 0;
+            }
+        }
+        return unit.getInt(8);
+    }
+
+    /**
+     * The written end of the log: the last segment whose first header is not zero, walked to its end from its
+     * start, or from `dispatched` (a record start) when that lies in it.
+     */
+    static long writtenEnd(Segments segments, long dispatched) {
+        if (segments.bases.length == 0) {
+            return 0;
+        }
+        for (int i = segments.bases.length - 1; i >= 0; i--) {
+            long base = segments.bases[i];
+            try (FileChannel channel = FileChannel.open(segments.path(base), StandardOpenOption.READ)) {
+                ByteBuffer head = ByteBuffer.allocate(LogFormat.END_FILE_MIN_BLANK_LENGTH);
+                channel.read(head, 0);
+                if (head.getLong(0) != 0) {
+                    long start = base < dispatched && dispatched <= base + segments.size ? dispatched : base;
+                    if (start == base + segments.size) {
+                        return start;
+                    }
+                    return walkToEnd(channel, segments.path(base).toString(), base, segments.size, start);
+                }
+            } catch (IOException e) {
+                throw new UncheckedIOException("cannot read segment " + segments.path(base), e);
+            }
+        }
+        return segments.bases[0];
+    }
+
+    private static long walkToEnd(FileChannel channel, String path, long base, long size, long start)
+            throws IOException {
+        MappedByteBuffer map = channel.map(FileChannel.MapMode.READ_ONLY, 0, size);
+        long[] recent = new long[TAIL_CRC_RECORDS];  // positions of the last records walked, a ring
+        byte[][] scratch = {new byte[64 * 1024]};
+        int walked = 0;
+        int pos = (int) (start - base);
+        long end;
+        while (true) {
+            long remaining = size - pos;
+            if (remaining < LogFormat.END_FILE_MIN_BLANK_LENGTH) {
+                end = base + pos;
+                break;
+            }
+            int total = map.getInt(pos);
+            int magic = map.getInt(pos + LogFormat.OFFSET_MAGIC_CODE);
+            if (magic == LogFormat.BLANK_MAGIC_CODE && total == remaining) {
+                end = base + size;
+                break;
+            }
+            if (!structureValid(map, pos, remaining, base + pos, scratch)) {
+                end = base + pos;
+                break;
+            }
+            recent[walked++ % TAIL_CRC_RECORDS] = pos;
+            pos += total;
+        }
+        // the body CRCs of the last records: the first that fails is a record still being written
+        int first = Math.max(0, walked - TAIL_CRC_RECORDS);
+        CRC32 crc = new CRC32();
+        for (int k = first; k < walked; k++) {
+            int at = (int) recent[k % TAIL_CRC_RECORDS];
+            if (base + at >= end) {
+                break;
+            }
+            LogFormat.Layout layout = new LogFormat.Layout();
+            byte[] record = new byte[map.getInt(at)];
+            map.get(at, record);
+            layout.locate(record, 0, size - at, base + at, path, at);
+            crc.reset();
+            crc.update(record, layout.bodyStart, layout.bodyLength);
+            if (((int) crc.getValue() & 0x7FFFFFFF) != LogFormat.i32(record, LogFormat.OFFSET_BODY_CRC)) {
+                end = base + at;
+                break;
+            }
+        }
+        return end;
+    }
+
+    /** Rules (1) to (4) for the record at `pos` of a mapped segment (false where the Python walk stops). */
+    private static boolean structureValid(MappedByteBuffer map, int pos, long remaining, long offset,
+                                          byte[][] scratch) {
+        int total = map.getInt(pos);
+        if (!LogFormat.isMessageMagic(map.getInt(pos + LogFormat.OFFSET_MAGIC_CODE))
+                || total < LogFormat.RECORD_SIZE_MIN || total > remaining
+                || map.getLong(pos + LogFormat.OFFSET_PHYSICAL_OFFSET) != offset) {
+            return false;
+        }
+        if (scratch[0].length < total) {
+            scratch[0] = new byte[total];
+        }
+        byte[] record = scratch[0];
+        map.get(pos, record, 0, total);
+        try {
+            new LogFormat.Layout().locate(record, 0, total, offset, "", pos);
+            return true;
+        } catch (CorruptLogException e) {
+            return false;
+        }
+    }
+
+    /** Bytes per partition: a multiple of PARTITIONS_PER_CORE partitions per core, none above the maximum. */
+    static long partitionTarget(long totalBytes) {
+        long slots = (long) PARTITIONS_PER_CORE * Runtime.getRuntime().availableProcessors();
+        long count = slots * Math.max(1, ceilDiv(totalBytes, PARTITION_BYTES_MAX * slots));
+        return Math.min(PARTITION_BYTES_MAX, Math.max(PARTITION_BYTES_MIN, ceilDiv(totalBytes, count)));
+    }
+
+    private static long ceilDiv(long a, long b) {
+        return -Math.floorDiv(-a, b);
+    }
+
+    /** The partitions of a batch read of `stores`, each store up to its written end now. */
+    static List<LogPartition> planBatch(List<ReadOptions.StoreRef> stores, RowFilter filter) {
+        List<LogPartition> partitions = new ArrayList<>();
+        if (filter.isEmpty()) {
+            return partitions;
+        }
+        List<StorePlan> plans = new ArrayList<>();
+        List<List<long[]>> pieces = new ArrayList<>();  // per store: {base, start, end}
+        long total = 0;
+        for (ReadOptions.StoreRef ref : stores) {
+            StorePlan plan = planStore(ref);
+            List<long[]> own = new ArrayList<>();
+            if (plan.segments.bases.length > 0) {
+                long lo = Math.max(plan.segments.bases[0], filter.offsetLo == null ? 0 : filter.offsetLo);
+                long hi = filter.offsetHi == null ? plan.end : Math.min(plan.end, filter.offsetHi);
+                for (long base : plan.segments.bases) {
+                    long segmentEnd = base + plan.segments.size;
+                    if (lo >= hi || segmentEnd <= lo || base >= hi || base >= plan.end) {
+                        continue;
+                    }
+                    long[] piece = {base, base, Math.min(segmentEnd, plan.end)};
+                    own.add(piece);
+                    total += piece[2] - piece[1];
+                }
+            }
+            plans.add(plan);
+            pieces.add(own);
+        }
+        long target = partitionTarget(total);
+        for (int s = 0; s < plans.size(); s++) {
+            partitions.addAll(group(plans.get(s), pieces.get(s), target));
+        }
+        return partitions;
+    }
+
+    private static List<LogPartition> group(StorePlan plan, List<long[]> pieces, long target) {
+        List<LogPartition> partitions = new ArrayList<>();
+        List<long[]> current = new ArrayList<>();
+        long currentBytes = 0;
+        for (long[] piece : pieces) {
+            for (long[] part : split(plan, piece, target)) {
+                long length = part[2] - part[1];
+                if (!current.isEmpty() && currentBytes + length > target) {
+                    partitions.add(partition(plan, current));
+                    current = new ArrayList<>();
+                    currentBytes = 0;
+                }
+                current.add(part);
+                currentBytes += length;
+            }
+        }
+        if (!current.isEmpty()) {
+            partitions.add(partition(plan, current));
+        }
+        return partitions;
+    }
+
+    private static LogPartition partition(StorePlan plan, List<long[]> parts) {
+        long[] bases = new long[parts.size()];
+        long[] starts = new long[parts.size()];
+        long[] ends = new long[parts.size()];
+        for (int i = 0; i < parts.size(); i++) {
+            bases[i] = parts.get(i)[0];
+            starts[i] = parts.get(i)[1];
+            ends[i] = parts.get(i)[2];
+        }
+        return new LogPartition(plan.ref.root, plan.ref.label, plan.segments.size, bases, starts, ends);
+    }
+
+    /** Cut a long piece at record starts about `target` bytes apart. */
+    private static List<long[]> split(StorePlan plan, long[] piece, long target) {
+        List<long[]> parts = new ArrayList<>();
+        long base = piece[0];
+        long start = piece[1];
+        long end = piece[2];
+        if (end - start <= target * 3 / 2) {
+            parts.add(piece);
+            return parts;
+        }
+        Path path = plan.segments.path(base);
+        try (FileChannel channel = FileChannel.open(path, StandardOpenOption.READ)) {
+            MappedByteBuffer map = channel.map(FileChannel.MapMode.READ_ONLY, 0, plan.segments.size);
+            long position = start;
+            while (end - position > target * 3 / 2) {
+                long cut = recordStartAtOrAfter(map, base, position + target, end);
+                if (cut < 0) {
+                    break;
+                }
+                parts.add(new long[] {base, position, cut});
+                position = cut;
+            }
+            parts.add(new long[] {base, position, end});
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot read segment " + path, e);
+        }
+        return parts;
+    }
+
+    /** The first position at or after `wanted` (before `end`) where a message record of this segment starts. */
+    private static long recordStartAtOrAfter(MappedByteBuffer map, long base, long wanted, long end) {
+        long limit = Math.min(end - LogFormat.RECORD_SIZE_MIN, wanted + CUT_SEARCH_BYTES_MAX);
+        for (long at = wanted; at <= limit; at++) {
+            int pos = (int) (at - base);
+            int magic = map.getInt(pos + LogFormat.OFFSET_MAGIC_CODE);
+            if (LogFormat.isMessageMagic(magic) && map.getLong(pos + LogFormat.OFFSET_PHYSICAL_OFFSET) == at) {
+                int total = map.getInt(pos);
+                if (total >= LogFormat.RECORD_SIZE_MIN && at + total <= end) {
+                    return at;
+                }
+            }
+        }
+        return -1;
+    }
+}
