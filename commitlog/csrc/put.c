@@ -682,6 +682,14 @@ static PyObject *appender_put(AppenderObject *self, PyObject *message) {
     return result;
 }
 
+static PyTypeObject *appender_type = NULL;  /* the module keeps it alive */
+
+int mq_is_appender(PyObject *object) { return appender_type != NULL && Py_TYPE(object) == appender_type; }
+
+PyObject *mq_appender_put(PyObject *appender, PyObject *message) {
+    return appender_put((AppenderObject *)appender, message);
+}
+
 static PyMethodDef appender_methods[] = {
     {"put", (PyCFunction)appender_put, METH_O, appender_put_doc},
     {"refresh", (PyCFunction)appender_refresh, METH_NOARGS, appender_refresh_doc},
@@ -713,6 +721,7 @@ int mq_put_init(PyObject *module) {
     if (zero_index == NULL) return -1;
     PyObject *type = PyType_FromModuleAndSpec(module, &appender_spec, NULL);
     if (type == NULL) return -1;
+    appender_type = (PyTypeObject *)type;
     int added = PyModule_AddObjectRef(module, "Appender", type);
     Py_DECREF(type);
     return added;
