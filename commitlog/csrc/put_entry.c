@@ -213,6 +213,10 @@ typedef struct {
     PyObject *parked;      /* handoff.pending */
     PyObject *python_put;  /* MessageStore.put, the function: every uncommon case */
     PyObject *io_error;    /* StoreIOError: a refusal, not an error */
+    /* What the store's __dict__ said at `version` (see read_flags): puts take the common path (open, the disk not
+     * full, _put_common the Appender's), puts wait after their append (_lag_limit or _sync_flush). */
+    uint64_t version;
+    int version_known, common, waits;
 } PutEntryObject;
 
 static int entry_traverse(PutEntryObject *self, visitproc visit, void *arg) {
@@ -293,6 +297,34 @@ static PyObject *store_item(PutEntryObject *self, int key) {
     return value;
 }
 
+/* The store's flags, read from its __dict__ (`common`, `waits`): 0, or -1 with an error. In CPython 3.11 a dict's
+ * version tag changes with every change of it, so they are read again only after the store's attributes changed
+ * (a close, retention's disk-full flag, a test's replacement of _put_common); later versions read them on every
+ * put (five lookups, about 0.5k instructions). */
+static int read_flags(PutEntryObject *self) {
+#if PY_VERSION_HEX < 0x030C0000
+    uint64_t version = ((PyDictObject *)self->state)->ma_version_tag;
+    if (self->version_known && version == self->version) return 0;
+#endif
+    self->version_known = 0;
+    PyObject *closed = store_item(self, E_CLOSED);
+    PyObject *disk_full = closed == NULL ? NULL : store_item(self, E_DISK_FULL);
+    PyObject *put_common = disk_full == NULL ? NULL : store_item(self, E_PUT_COMMON);
+    PyObject *lag_limit = put_common == NULL ? NULL : store_item(self, E_LAG_LIMIT);
+    PyObject *sync_flush = lag_limit == NULL ? NULL : store_item(self, E_SYNC_FLUSH);
+    if (sync_flush == NULL) return -1;
+    self->common = closed == Py_False && disk_full == Py_False && put_common == self->put_common;
+    int waits = PyObject_IsTrue(lag_limit);
+    if (waits == 0) waits = PyObject_IsTrue(sync_flush);
+    if (waits < 0) return -1;
+    self->waits = waits;
+#if PY_VERSION_HEX < 0x030C0000
+    self->version = version;  /* reading changed nothing (bools and ints: no Python code ran) */
+    self->version_known = 1;
+#endif
+    return 0;
+}
+
 static PyObject *python_put(PutEntryObject *self, PyObject *message) {
     PyObject *args[2] = {self->store, message};
     return PyObject_Vectorcall(self->python_put, args, 2, NULL);
@@ -325,12 +357,8 @@ static PyObject *drain_parked(PutEntryObject *self, PyObject *result) {
 }
 
 static PyObject *entry_put(PutEntryObject *self, PyObject *message) {
-    PyObject *closed = store_item(self, E_CLOSED);
-    PyObject *disk_full = closed == NULL ? NULL : store_item(self, E_DISK_FULL);
-    PyObject *put_common = disk_full == NULL ? NULL : store_item(self, E_PUT_COMMON);
-    if (put_common == NULL) return NULL;
-    if (closed != Py_False || disk_full != Py_False || put_common != self->put_common ||
-        !mq_writer_lock_try(self->lock))
+    if (read_flags(self) < 0) return NULL;
+    if (!self->common || !mq_writer_lock_try(self->lock))
         return python_put(self, message);  /* closed, a full disk, a replaced _put_common, a busy writer */
     PyObject *result = mq_appender_put(self->appender, message);
     if (result == Py_None) {  /* the Python path, under the same hold */
@@ -351,20 +379,14 @@ static PyObject *entry_put(PutEntryObject *self, PyObject *message) {
         Py_XDECREF(traceback);
         return refused;
     }
-    PyObject *lag_limit = store_item(self, E_LAG_LIMIT);
-    PyObject *sync_flush = lag_limit == NULL ? NULL : store_item(self, E_SYNC_FLUSH);
-    int waits = sync_flush == NULL ? -1 : PyObject_IsTrue(lag_limit);
-    if (waits == 0) waits = PyObject_IsTrue(sync_flush);
-    if (waits != 0) {
-        if (waits > 0) {
-            PyObject *after = PyObject_CallMethodOneArg(self->store, entry_keys[E_AFTER], result);
-            Py_DECREF(result);
-            return after;
-        }
+    if (read_flags(self) < 0) {  /* again: they may have changed while the put ran Python code or waited */
         Py_DECREF(result);
         return NULL;
     }
-    return result;
+    if (!self->waits) return result;
+    PyObject *after = PyObject_CallMethodOneArg(self->store, entry_keys[E_AFTER], result);
+    Py_DECREF(result);
+    return after;
 }
 
 PyDoc_STRVAR(entry_put_doc,
