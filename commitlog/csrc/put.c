@@ -74,6 +74,16 @@ typedef struct {
     char msg_id_prefix[2 * MQ_HOST_V4_LENGTH];  /* the store host's 8 bytes in upper-case hex */
     int usable;               /* refresh() found a state this path writes in (else every put returns None) */
     writer_state cached;      /* what refresh() read; its objects are held (strong references) */
+    /* What this path last wrote into the log's __dict__ (`_end`, `last_store_timestamp_ms`) and read from it
+     * (`queue_offsets`), valid while the dict's version tag is `known_version` (CPython 3.11: every change of a
+     * dict gives it a new tag), so that nobody else has written it since: see read_end and publish. */
+    int known;
+    uint64_t known_version;
+    int64_t known_end;
+    PyObject *known_end_value, *known_ts_value;  /* held: the ints written */
+    PyObject *known_queue_offsets;               /* borrowed from the dict, which holds it while the tag holds */
+    int64_t known_ts;
+    uint64_t read_version;  /* the tag when this put read `_end` (0: unknown) */
 } AppenderObject;
 
 static void forget_state(AppenderObject *self);
@@ -92,6 +102,8 @@ static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cached.written);
     Py_VISIT(self->cached.end_word);
     Py_VISIT(self->cached.unique_keys);
+    Py_VISIT(self->known_end_value);
+    Py_VISIT(self->known_ts_value);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -195,6 +207,9 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 static void forget_state(AppenderObject *self) {
     writer_state *c = &self->cached;
     self->usable = 0;
+    self->known = 0;
+    Py_CLEAR(self->known_end_value);
+    Py_CLEAR(self->known_ts_value);
     Py_CLEAR(c->view);
     Py_CLEAR(c->scratch);
     Py_CLEAR(c->flush_lock);
@@ -388,14 +403,25 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
 /* After the record is written: the queue offset advanced, the store time, the description for dispatch, the
  * end moved and published (in append_holding_lock's order); then the PutResult. */
 static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *queue_offsets, PyObject *tail,
-                         PyObject *queue_key, int64_t offset, int64_t queue_offset, int64_t store_ts, int64_t size) {
-    PyObject *queue_value = PyLong_FromLongLong(queue_offset), *next_value = PyLong_FromLongLong(queue_offset + 1);
-    PyObject *store_value = PyLong_FromLongLong(store_ts), *offset_value = PyLong_FromLongLong(offset);
+                         PyObject *queue_key, PyObject *queue_found, int64_t offset, int64_t queue_offset,
+                         int64_t store_ts, int64_t size) {
+    /* Unchanged: nobody wrote the log's __dict__ since this put read `_end` from it (a test's clock could have):
+     * then `_end` and `last_store_timestamp_ms` hold the ints the last put wrote, which are used again here. */
+    int unchanged = 0;
+#if PY_VERSION_HEX < 0x030C0000
+    unchanged = self->read_version != 0 && ((PyDictObject *)self->state)->ma_version_tag == self->read_version;
+#endif
+    int same_ts = unchanged && self->known && self->known_ts_value != NULL && self->known_ts == store_ts;
+    int same_end = unchanged && self->known && self->known_end_value != NULL && self->known_end == offset;
+    PyObject *queue_value = queue_found != NULL ? Py_NewRef(queue_found) : PyLong_FromLongLong(queue_offset);
+    PyObject *next_value = PyLong_FromLongLong(queue_offset + 1);
+    PyObject *store_value = same_ts ? Py_NewRef(self->known_ts_value) : PyLong_FromLongLong(store_ts);
+    PyObject *offset_value = same_end ? Py_NewRef(self->known_end_value) : PyLong_FromLongLong(offset);
     PyObject *end_value = PyLong_FromLongLong(offset + size);
     int failed = queue_value == NULL || next_value == NULL || store_value == NULL || offset_value == NULL ||
                  end_value == NULL;
     if (!failed) failed = PyDict_SetItem(queue_offsets, queue_key, next_value) < 0 ||
-                          PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0;
+                          (!same_ts && PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0);
     if (!failed && s->written != NULL && PyBytes_GET_SIZE(tail) <= self->described_tail_max) {
         PyObject *size_value = PyLong_FromLongLong(size);
         PyObject *described = size_value == NULL ? NULL : PyTuple_Pack(6, offset_value, size_value, queue_key,
@@ -407,6 +433,19 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
         Py_XDECREF(done);
     }
     if (!failed) failed = PyDict_SetItem(self->state, keys[K_END], end_value) < 0;
+    self->known = 0;
+#if PY_VERSION_HEX < 0x030C0000
+    if (!failed && unchanged) {
+        /* What this put wrote is what the dict holds now: the next put need not read it */
+        self->known = 1;
+        self->known_version = ((PyDictObject *)self->state)->ma_version_tag;
+        self->known_end = offset + size;
+        Py_XSETREF(self->known_end_value, Py_NewRef(end_value));
+        Py_XSETREF(self->known_ts_value, Py_NewRef(store_value));
+        self->known_ts = store_ts;
+        self->known_queue_offsets = queue_offsets;
+    }
+#endif
     if (!failed && s->end_at != NULL) __atomic_store_n(s->end_at, offset + size, __ATOMIC_RELEASE);
     else if (!failed && s->end_word != NULL) failed = PyObject_SetItem(s->end_word, zero_index, end_value) < 0;
     Py_XDECREF(next_value);
@@ -429,6 +468,16 @@ PyDoc_STRVAR(appender_put_doc,
 /* The log's end and its queue offset table, read from its __dict__ on every put: 1, 0 (None: the Python path)
  * or -1 with an error. */
 static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (self->known && ((PyDictObject *)self->state)->ma_version_tag == self->known_version) {
+        *end = self->known_end;  /* what the last put wrote, and nobody since */
+        *queue_offsets = self->known_queue_offsets;
+        self->read_version = self->known_version;
+        return 1;
+    }
+#endif
+    self->known = 0;
+    self->read_version = 0;
     PyObject *value = PyDict_GetItemWithError(self->state, keys[K_END]);
     PyObject *table = value == NULL ? NULL : PyDict_GetItemWithError(self->state, keys[K_QUEUE_OFFSETS]);
     if (table == NULL) return PyErr_Occurred() ? -1 : 0;
@@ -436,6 +485,9 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
     int overflow;
     *end = PyLong_AsLongLongAndOverflow(value, &overflow);
     *queue_offsets = table;
+#if PY_VERSION_HEX < 0x030C0000
+    self->read_version = ((PyDictObject *)self->state)->ma_version_tag;
+#endif
     return !overflow && *end >= 0;
 }
 
@@ -644,13 +696,17 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     PyObject *tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
     if (tail == NULL) return NULL;
     PyObject *queue_key = PyTuple_Pack(2, m->topic, m->queue_id);
-    PyObject *result = NULL;
+    PyObject *result = NULL, *found = NULL;
     if (queue_key == NULL) goto done;
     int64_t queue_offset = 0, store_ts;
-    PyObject *found = PyDict_GetItemWithError(queue_offsets, queue_key);
+    found = PyDict_GetItemWithError(queue_offsets, queue_key);
     if (found != NULL) {
         queue_offset = PyLong_AsLongLong(found);
-        if (queue_offset == -1 && PyErr_Occurred()) goto done;
+        if (queue_offset == -1 && PyErr_Occurred()) {
+            found = NULL;
+            goto done;
+        }
+        found = PyLong_CheckExact(found) ? Py_NewRef(found) : NULL;  /* held: the PutResult's queue offset */
     } else if (PyErr_Occurred()) {
         goto done;
     }
@@ -676,8 +732,9 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = publish(self, s, queue_offsets, tail, queue_key, offset, queue_offset, store_ts, size);
+    result = publish(self, s, queue_offsets, tail, queue_key, found, offset, queue_offset, store_ts, size);
 done:
+    Py_XDECREF(found);
     Py_XDECREF(queue_key);
     Py_DECREF(tail);
     return result;

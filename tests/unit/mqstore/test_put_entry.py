@@ -248,3 +248,33 @@ def test_a_blocked_acquire_returns_when_another_thread_releases():
     waiter.join(10)
     assert taken == [True] and lock.locked()
     lock.release()
+
+
+def test_the_log_state_the_compiled_put_reuses_follows_writes_made_in_python(tmp_path, monkeypatch):
+    """The compiled put reads `_end` and `queue_offsets` again, and writes `last_store_timestamp_ms` again, after
+    anyone else wrote the CommitLog's attributes (put_batch, the Python path of a new topic, a test)."""
+    now = [1_700_000_000_000 * 1_000_000]
+
+    def clock():
+        return now[0]
+
+    monkeypatch.setattr(commitlog_module, "_time_ns", clock)
+    with MessageStore.open(tmp_path, small_config()) as store:
+        log = store._commitlog
+        put = _entry_of(store)
+        put(Message("a", b"0"))
+        steps = [lambda: put(Message("a", b"x")), lambda: put(Message("a", b"y")),
+                 lambda: store.put_batch([Message("a", b"b")])[-1], lambda: put(Message("a", b"z")),
+                 lambda: put(Message("new", b"n")), lambda: put(Message("a", b"w"))]
+        for number, step in enumerate(steps):
+            if number % 2:
+                now[0] += 5_000_000  # 5 ms: a new store time
+            result = step()
+            assert result.status is PutStatus.PUT_OK
+            assert log.readable_end() == result.commitlog_offset + result.size_bytes
+            assert log.last_store_timestamp_ms == result.store_timestamp_ms == now[0] // 1_000_000
+        log.last_store_timestamp_ms = 0  # written in Python between two puts of the same millisecond
+        result = put(Message("a", b"v"))
+        assert log.last_store_timestamp_ms == result.store_timestamp_ms
+        assert result.queue_offset == 6 and log.queue_offsets[("a", 0)] == 7
+        assert _bodies(store, "a") == [b"0", b"x", b"y", b"b", b"z", b"w", b"v"]
