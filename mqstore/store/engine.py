@@ -164,8 +164,8 @@ class MessageStore(Reads, IndexLookups):
         if (entry_type is None or self._put_common is None or type(self).put is not MessageStore.put
                 or not isinstance(self._writer, codec.WriterLock)):
             return
-        self.put = entry_type(self, self._commitlog._appender, self._writer, self._handoff, MessageStore.put,
-                              StoreIOError).put
+        appender = self._put_common.__self__  # CommitLog.compiled_put gives its Appender's bound put
+        self.put = entry_type(self, appender, self._writer, self._handoff, MessageStore.put, StoreIOError).put
 
     def _open_files(self) -> None:
         """The config resolved against the store, the lock, the CommitLog, ConsumeQueues and index, opened."""
