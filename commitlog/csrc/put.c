@@ -57,6 +57,16 @@ typedef struct {
     Py_buffer end_buffer;  /* held while end_at is set (of end_word, which `cached` holds) */
 } writer_state;
 
+/* A (topic, queue id) key of `queue_offsets` made before, with its hash: a put of the same topic object and queue
+ * id uses it again instead of making and hashing a new tuple (queue_key_of). The topic is held, so that no
+ * other object can take its address while the slot names it. */
+#define QUEUE_KEYS 64
+typedef struct {
+    PyObject *topic, *key;  /* held; NULL: empty */
+    int64_t queue_id;
+    Py_hash_t hash;
+} queue_key_slot;
+
 typedef struct {
     PyObject_HEAD
     PyObject *state;          /* the CommitLog's __dict__: the writer's state, read and written on every call */
@@ -84,6 +94,7 @@ typedef struct {
     PyObject *known_queue_offsets;               /* borrowed from the dict, which holds it while the tag holds */
     int64_t known_ts;
     uint64_t read_version;  /* the tag when this put read `_end` (0: unknown) */
+    queue_key_slot queue_keys[QUEUE_KEYS];  /* see queue_key_of */
 } AppenderObject;
 
 static void forget_state(AppenderObject *self);
@@ -104,6 +115,10 @@ static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cached.unique_keys);
     Py_VISIT(self->known_end_value);
     Py_VISIT(self->known_ts_value);
+    for (int i = 0; i < QUEUE_KEYS; i++) {
+        Py_VISIT(self->queue_keys[i].topic);
+        Py_VISIT(self->queue_keys[i].key);
+    }
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -116,6 +131,10 @@ static int appender_clear(AppenderObject *self) {
     Py_CLEAR(self->topic_tails);
     Py_CLEAR(self->result_type);
     Py_CLEAR(self->ok_status);
+    for (int i = 0; i < QUEUE_KEYS; i++) {
+        Py_CLEAR(self->queue_keys[i].topic);
+        Py_CLEAR(self->queue_keys[i].key);
+    }
     forget_state(self);
     return 0;
 }
@@ -400,10 +419,57 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
     return result;
 }
 
+/* A dict's get and set with the key's hash known (the queue key's, kept in its slot): the private calls of
+ * CPython 3.11-3.12, else the public ones, which hash the tuple again. */
+static PyObject *dict_get_known_hash(PyObject *dict, PyObject *key, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_GetItem_KnownHash(dict, key, hash);
+#else
+    (void)hash;
+    return PyDict_GetItemWithError(dict, key);
+#endif
+}
+
+static int dict_set_known_hash(PyObject *dict, PyObject *key, PyObject *value, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_SetItem_KnownHash(dict, key, value, hash);
+#else
+    (void)hash;
+    return PyDict_SetItem(dict, key, value);
+#endif
+}
+
+/* The (topic, queue id) key of `queue_offsets` (a new reference) and its hash, from its slot when the slot
+ * holds this topic object and queue id, else made, hashed and kept there; NULL with an error. */
+static PyObject *queue_key_of(AppenderObject *self, const mq_common_parts *m, Py_hash_t *hash) {
+    queue_key_slot *slot = &self->queue_keys[(((uintptr_t)m->topic >> 4) ^ (uintptr_t)m->queue_id_value) &
+                                             (QUEUE_KEYS - 1)];
+    if (slot->key != NULL && slot->topic == m->topic && slot->queue_id == m->queue_id_value) {
+        *hash = slot->hash;
+        return Py_NewRef(slot->key);
+    }
+    PyObject *key = PyTuple_Pack(2, m->topic, m->queue_id);
+    if (key == NULL) return NULL;
+    *hash = PyObject_Hash(key);
+    if (*hash == -1) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *old_topic = slot->topic, *old_key = slot->key;
+    slot->topic = Py_NewRef(m->topic);
+    slot->key = Py_NewRef(key);
+    slot->queue_id = m->queue_id_value;
+    slot->hash = *hash;
+    Py_XDECREF(old_topic);  /* after the slot is whole: freeing them runs no Python code (a str, a tuple) */
+    Py_XDECREF(old_key);
+    return key;
+}
+
 /* After the record is written: the queue offset advanced, the store time, the description for dispatch, the
  * end moved and published (in append_holding_lock's order); then the PutResult. */
 static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *queue_offsets, PyObject *tail,
-                         PyObject *queue_key, PyObject *queue_found, int64_t offset, int64_t queue_offset,
+                         PyObject *queue_key, Py_hash_t queue_hash, PyObject *queue_found, int64_t offset,
+                         int64_t queue_offset,
                          int64_t store_ts, int64_t size) {
     /* Unchanged: nobody wrote the log's __dict__ since this put read `_end` from it (a test's clock could have):
      * then `_end` and `last_store_timestamp_ms` hold the ints the last put wrote, which are used again here. */
@@ -420,7 +486,7 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
     PyObject *end_value = PyLong_FromLongLong(offset + size);
     int failed = queue_value == NULL || next_value == NULL || store_value == NULL || offset_value == NULL ||
                  end_value == NULL;
-    if (!failed) failed = PyDict_SetItem(queue_offsets, queue_key, next_value) < 0 ||
+    if (!failed) failed = dict_set_known_hash(queue_offsets, queue_key, next_value, queue_hash) < 0 ||
                           (!same_ts && PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0);
     if (!failed && s->written != NULL && PyBytes_GET_SIZE(tail) <= self->described_tail_max) {
         PyObject *size_value = PyLong_FromLongLong(size);
@@ -695,11 +761,12 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     char *key_at = NULL;
     PyObject *tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
     if (tail == NULL) return NULL;
-    PyObject *queue_key = PyTuple_Pack(2, m->topic, m->queue_id);
+    Py_hash_t queue_hash = -1;
+    PyObject *queue_key = queue_key_of(self, m, &queue_hash);
     PyObject *result = NULL, *found = NULL;
     if (queue_key == NULL) goto done;
     int64_t queue_offset = 0, store_ts;
-    found = PyDict_GetItemWithError(queue_offsets, queue_key);
+    found = dict_get_known_hash(queue_offsets, queue_key, queue_hash);
     if (found != NULL) {
         queue_offset = PyLong_AsLongLong(found);
         if (queue_offset == -1 && PyErr_Occurred()) {
@@ -732,7 +799,8 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = publish(self, s, queue_offsets, tail, queue_key, found, offset, queue_offset, store_ts, size);
+    result = publish(self, s, queue_offsets, tail, queue_key, queue_hash, found, offset, queue_offset, store_ts,
+                     size);
 done:
     Py_XDECREF(found);
     Py_XDECREF(queue_key);

@@ -278,3 +278,24 @@ def test_the_log_state_the_compiled_put_reuses_follows_writes_made_in_python(tmp
         assert log.last_store_timestamp_ms == result.store_timestamp_ms
         assert result.queue_offset == 6 and log.queue_offsets[("a", 0)] == 7
         assert _bodies(store, "a") == [b"0", b"x", b"y", b"b", b"z", b"w", b"v"]
+
+
+def test_queue_offsets_stay_dense_whatever_topic_objects_and_queues_the_puts_name(tmp_path):
+    """The compiled put keeps the (topic, queue id) keys it made in 64 slots, by the topic object: equal topics
+    in other objects, and more queues than slots, must still count one queue each."""
+    topics = [f"t{i}" for i in range(40)]
+    with MessageStore.open(tmp_path, small_config(max_queues_per_topic=8)) as store:
+        put = _entry_of(store)
+        for topic in topics:
+            put(Message(topic, b"first"))  # the Python path, for a topic not seen yet
+        counts: dict[tuple[str, int], int] = {}
+        for i in range(2000):
+            topic = topics[i % 40] if i % 3 else "".join(["t", str(i % 40)])  # an equal str, another object
+            queue_id = (i // 40) % 8
+            result = put(Message(topic, b"%d" % i, queue_id=queue_id))
+            key = (topic, queue_id)
+            expected = counts.get(key, 1 if queue_id == 0 else 0)
+            assert result.queue_offset == expected, (i, key)
+            counts[key] = expected + 1
+        assert store.wait_dispatched(30)
+        assert all(store.max_offset(topic, queue_id) == count for (topic, queue_id), count in counts.items())
