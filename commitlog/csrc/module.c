@@ -98,7 +98,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (module == NULL) return NULL;
     if (PyModule_AddFunctions(module, mq_codec_methods) < 0 || PyModule_AddFunctions(module, mq_scan_methods) < 0 ||
         PyModule_AddFunctions(module, mq_message_methods) < 0 || mq_message_init(module) < 0 ||
-        mq_unique_key_init(module) < 0 || mq_put_init(module) < 0) {
+        mq_unique_key_init(module) < 0 || mq_put_init(module) < 0 ||
+        mq_put_entry_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -54,6 +54,16 @@ int mq_unique_key_init(PyObject *module);
 
 /* put.c: adds the `Appender` type (the single-message put of the common shape) to the module. */
 int mq_put_init(PyObject *module);
+/* put.c: whether `object` is an Appender; its put(message) for a caller holding the writer lock (a new reference:
+ * a PutResult, None for the Python path, or NULL with an error). */
+int mq_is_appender(PyObject *object);
+PyObject *mq_appender_put(PyObject *appender, PyObject *message);
+
+/* put_entry.c: adds `WriterLock` and `PutEntry` (MessageStore.put's common case) to the module. A WriterLock
+ * taken without waiting (1) or not (0), and released by a holder; no error either way. */
+int mq_put_entry_init(PyObject *module);
+int mq_writer_lock_try(PyObject *lock);
+void mq_writer_lock_release(PyObject *lock);
 
 /* message_type.c: adds the compiled `Message` type to the module; 0, or -1 with an exception set. */
 int mq_message_init(PyObject *module);

@@ -53,7 +53,19 @@ typedef struct {
     int segment_fd;  /* -1: none */
     PyObject *view, *scratch, *flush_lock, *written, *end_word;  /* NULL: None */
     PyObject *unique_keys;  /* the log's UNIQ_KEY generator's compiled state (UniqueKeys); NULL: no UNIQ_KEYs */
+    int64_t *end_at;  /* end_word's word 0 when it is a numpy int64 array (written directly), else NULL */
+    Py_buffer end_buffer;  /* held while end_at is set (of end_word, which `cached` holds) */
 } writer_state;
+
+/* A (topic, queue id) key of `queue_offsets` made before, with its hash: a put of the same topic object and queue
+ * id uses it again instead of making and hashing a new tuple (queue_key_of). The topic is held, so that no
+ * other object can take its address while the slot names it. */
+#define QUEUE_KEYS 64
+typedef struct {
+    PyObject *topic, *key;  /* held; NULL: empty */
+    int64_t queue_id;
+    Py_hash_t hash;
+} queue_key_slot;
 
 typedef struct {
     PyObject_HEAD
@@ -72,6 +84,17 @@ typedef struct {
     char msg_id_prefix[2 * MQ_HOST_V4_LENGTH];  /* the store host's 8 bytes in upper-case hex */
     int usable;               /* refresh() found a state this path writes in (else every put returns None) */
     writer_state cached;      /* what refresh() read; its objects are held (strong references) */
+    /* What this path last wrote into the log's __dict__ (`_end`, `last_store_timestamp_ms`) and read from it
+     * (`queue_offsets`), valid while the dict's version tag is `known_version` (CPython 3.11: every change of a
+     * dict gives it a new tag), so that nobody else has written it since: see read_end and publish. */
+    int known;
+    uint64_t known_version;
+    int64_t known_end;
+    PyObject *known_end_value, *known_ts_value;  /* held: the ints written */
+    PyObject *known_queue_offsets;               /* borrowed from the dict, which holds it while the tag holds */
+    int64_t known_ts;
+    uint64_t read_version;  /* the tag when this put read `_end` (0: unknown) */
+    queue_key_slot queue_keys[QUEUE_KEYS];  /* see queue_key_of */
 } AppenderObject;
 
 static void forget_state(AppenderObject *self);
@@ -90,6 +113,12 @@ static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cached.written);
     Py_VISIT(self->cached.end_word);
     Py_VISIT(self->cached.unique_keys);
+    Py_VISIT(self->known_end_value);
+    Py_VISIT(self->known_ts_value);
+    for (int i = 0; i < QUEUE_KEYS; i++) {
+        Py_VISIT(self->queue_keys[i].topic);
+        Py_VISIT(self->queue_keys[i].key);
+    }
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -102,6 +131,10 @@ static int appender_clear(AppenderObject *self) {
     Py_CLEAR(self->topic_tails);
     Py_CLEAR(self->result_type);
     Py_CLEAR(self->ok_status);
+    for (int i = 0; i < QUEUE_KEYS; i++) {
+        Py_CLEAR(self->queue_keys[i].topic);
+        Py_CLEAR(self->queue_keys[i].key);
+    }
     forget_state(self);
     return 0;
 }
@@ -193,12 +226,17 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 static void forget_state(AppenderObject *self) {
     writer_state *c = &self->cached;
     self->usable = 0;
+    self->known = 0;
+    Py_CLEAR(self->known_end_value);
+    Py_CLEAR(self->known_ts_value);
     Py_CLEAR(c->view);
     Py_CLEAR(c->scratch);
     Py_CLEAR(c->flush_lock);
     Py_CLEAR(c->written);
     Py_CLEAR(c->end_word);
     Py_CLEAR(c->unique_keys);
+    if (c->end_at != NULL) PyBuffer_Release(&c->end_buffer);
+    c->end_at = NULL;
     c->append_limit = -1;
     c->segment_base = 0;
     c->segment_fd = -1;
@@ -245,6 +283,21 @@ static int read_state(AppenderObject *self) {
     c->flush_lock = held(item[K_FLUSH_LOCK]);
     c->written = held(item[K_WRITTEN]);
     c->end_word = held(item[K_END_WORD]);
+    /* A numpy int64 array (the dispatch process's control words): word 0 is stored here directly (an aligned
+     * 8-byte store, as numpy's setitem makes), not through setitem's index parsing (about 0.3k instructions).
+     * The array cannot be resized, and it is held (with the buffer) while `cached` refers to it. */
+    if (c->end_word != NULL && strcmp(Py_TYPE(c->end_word)->tp_name, "numpy.ndarray") == 0) {
+        Py_buffer *view = &c->end_buffer;
+        if (PyObject_GetBuffer(c->end_word, view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_ND) < 0) {
+            PyErr_Clear();  /* setitem then */
+        } else if (view->itemsize == 8 && view->len >= 8 && view->format != NULL &&
+                   (strcmp(view->format, "l") == 0 || strcmp(view->format, "q") == 0) &&
+                   ((uintptr_t)view->buf & 7) == 0) {
+            c->end_at = (int64_t *)view->buf;
+        } else {
+            PyBuffer_Release(view);
+        }
+    }
     self->usable = 1;
     return 1;
 }
@@ -366,17 +419,75 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
     return result;
 }
 
+/* A dict's get and set with the key's hash known (the queue key's, kept in its slot): the private calls of
+ * CPython 3.11-3.12, else the public ones, which hash the tuple again. */
+static PyObject *dict_get_known_hash(PyObject *dict, PyObject *key, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_GetItem_KnownHash(dict, key, hash);
+#else
+    (void)hash;
+    return PyDict_GetItemWithError(dict, key);
+#endif
+}
+
+static int dict_set_known_hash(PyObject *dict, PyObject *key, PyObject *value, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_SetItem_KnownHash(dict, key, value, hash);
+#else
+    (void)hash;
+    return PyDict_SetItem(dict, key, value);
+#endif
+}
+
+/* The (topic, queue id) key of `queue_offsets` (a new reference) and its hash, from its slot when the slot
+ * holds this topic object and queue id, else made, hashed and kept there; NULL with an error. */
+static PyObject *queue_key_of(AppenderObject *self, const mq_common_parts *m, Py_hash_t *hash) {
+    queue_key_slot *slot = &self->queue_keys[(((uintptr_t)m->topic >> 4) ^ (uintptr_t)m->queue_id_value) &
+                                             (QUEUE_KEYS - 1)];
+    if (slot->key != NULL && slot->topic == m->topic && slot->queue_id == m->queue_id_value) {
+        *hash = slot->hash;
+        return Py_NewRef(slot->key);
+    }
+    PyObject *key = PyTuple_Pack(2, m->topic, m->queue_id);
+    if (key == NULL) return NULL;
+    *hash = PyObject_Hash(key);
+    if (*hash == -1) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *old_topic = slot->topic, *old_key = slot->key;
+    slot->topic = Py_NewRef(m->topic);
+    slot->key = Py_NewRef(key);
+    slot->queue_id = m->queue_id_value;
+    slot->hash = *hash;
+    Py_XDECREF(old_topic);  /* after the slot is whole: freeing them runs no Python code (a str, a tuple) */
+    Py_XDECREF(old_key);
+    return key;
+}
+
 /* After the record is written: the queue offset advanced, the store time, the description for dispatch, the
  * end moved and published (in append_holding_lock's order); then the PutResult. */
 static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *queue_offsets, PyObject *tail,
-                         PyObject *queue_key, int64_t offset, int64_t queue_offset, int64_t store_ts, int64_t size) {
-    PyObject *queue_value = PyLong_FromLongLong(queue_offset), *next_value = PyLong_FromLongLong(queue_offset + 1);
-    PyObject *store_value = PyLong_FromLongLong(store_ts), *offset_value = PyLong_FromLongLong(offset);
+                         PyObject *queue_key, Py_hash_t queue_hash, PyObject *queue_found, int64_t offset,
+                         int64_t queue_offset,
+                         int64_t store_ts, int64_t size) {
+    /* Unchanged: nobody wrote the log's __dict__ since this put read `_end` from it (a test's clock could have):
+     * then `_end` and `last_store_timestamp_ms` hold the ints the last put wrote, which are used again here. */
+    int unchanged = 0;
+#if PY_VERSION_HEX < 0x030C0000
+    unchanged = self->read_version != 0 && ((PyDictObject *)self->state)->ma_version_tag == self->read_version;
+#endif
+    int same_ts = unchanged && self->known && self->known_ts_value != NULL && self->known_ts == store_ts;
+    int same_end = unchanged && self->known && self->known_end_value != NULL && self->known_end == offset;
+    PyObject *queue_value = queue_found != NULL ? Py_NewRef(queue_found) : PyLong_FromLongLong(queue_offset);
+    PyObject *next_value = PyLong_FromLongLong(queue_offset + 1);
+    PyObject *store_value = same_ts ? Py_NewRef(self->known_ts_value) : PyLong_FromLongLong(store_ts);
+    PyObject *offset_value = same_end ? Py_NewRef(self->known_end_value) : PyLong_FromLongLong(offset);
     PyObject *end_value = PyLong_FromLongLong(offset + size);
     int failed = queue_value == NULL || next_value == NULL || store_value == NULL || offset_value == NULL ||
                  end_value == NULL;
-    if (!failed) failed = PyDict_SetItem(queue_offsets, queue_key, next_value) < 0 ||
-                          PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0;
+    if (!failed) failed = dict_set_known_hash(queue_offsets, queue_key, next_value, queue_hash) < 0 ||
+                          (!same_ts && PyDict_SetItem(self->state, keys[K_LAST_STORE_TS], store_value) < 0);
     if (!failed && s->written != NULL && PyBytes_GET_SIZE(tail) <= self->described_tail_max) {
         PyObject *size_value = PyLong_FromLongLong(size);
         PyObject *described = size_value == NULL ? NULL : PyTuple_Pack(6, offset_value, size_value, queue_key,
@@ -388,7 +499,21 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
         Py_XDECREF(done);
     }
     if (!failed) failed = PyDict_SetItem(self->state, keys[K_END], end_value) < 0;
-    if (!failed && s->end_word != NULL) failed = PyObject_SetItem(s->end_word, zero_index, end_value) < 0;
+    self->known = 0;
+#if PY_VERSION_HEX < 0x030C0000
+    if (!failed && unchanged) {
+        /* What this put wrote is what the dict holds now: the next put need not read it */
+        self->known = 1;
+        self->known_version = ((PyDictObject *)self->state)->ma_version_tag;
+        self->known_end = offset + size;
+        Py_XSETREF(self->known_end_value, Py_NewRef(end_value));
+        Py_XSETREF(self->known_ts_value, Py_NewRef(store_value));
+        self->known_ts = store_ts;
+        self->known_queue_offsets = queue_offsets;
+    }
+#endif
+    if (!failed && s->end_at != NULL) __atomic_store_n(s->end_at, offset + size, __ATOMIC_RELEASE);
+    else if (!failed && s->end_word != NULL) failed = PyObject_SetItem(s->end_word, zero_index, end_value) < 0;
     Py_XDECREF(next_value);
     Py_XDECREF(end_value);
     if (failed) {
@@ -409,6 +534,16 @@ PyDoc_STRVAR(appender_put_doc,
 /* The log's end and its queue offset table, read from its __dict__ on every put: 1, 0 (None: the Python path)
  * or -1 with an error. */
 static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (self->known && ((PyDictObject *)self->state)->ma_version_tag == self->known_version) {
+        *end = self->known_end;  /* what the last put wrote, and nobody since */
+        *queue_offsets = self->known_queue_offsets;
+        self->read_version = self->known_version;
+        return 1;
+    }
+#endif
+    self->known = 0;
+    self->read_version = 0;
     PyObject *value = PyDict_GetItemWithError(self->state, keys[K_END]);
     PyObject *table = value == NULL ? NULL : PyDict_GetItemWithError(self->state, keys[K_QUEUE_OFFSETS]);
     if (table == NULL) return PyErr_Occurred() ? -1 : 0;
@@ -416,6 +551,9 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
     int overflow;
     *end = PyLong_AsLongLongAndOverflow(value, &overflow);
     *queue_offsets = table;
+#if PY_VERSION_HEX < 0x030C0000
+    self->read_version = ((PyDictObject *)self->state)->ma_version_tag;
+#endif
     return !overflow && *end >= 0;
 }
 
@@ -623,14 +761,19 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     char *key_at = NULL;
     PyObject *tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
     if (tail == NULL) return NULL;
-    PyObject *queue_key = PyTuple_Pack(2, m->topic, m->queue_id);
-    PyObject *result = NULL;
+    Py_hash_t queue_hash = -1;
+    PyObject *queue_key = queue_key_of(self, m, &queue_hash);
+    PyObject *result = NULL, *found = NULL;
     if (queue_key == NULL) goto done;
     int64_t queue_offset = 0, store_ts;
-    PyObject *found = PyDict_GetItemWithError(queue_offsets, queue_key);
+    found = dict_get_known_hash(queue_offsets, queue_key, queue_hash);
     if (found != NULL) {
         queue_offset = PyLong_AsLongLong(found);
-        if (queue_offset == -1 && PyErr_Occurred()) goto done;
+        if (queue_offset == -1 && PyErr_Occurred()) {
+            found = NULL;
+            goto done;
+        }
+        found = PyLong_CheckExact(found) ? Py_NewRef(found) : NULL;  /* held: the PutResult's queue offset */
     } else if (PyErr_Occurred()) {
         goto done;
     }
@@ -656,8 +799,10 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = publish(self, s, queue_offsets, tail, queue_key, offset, queue_offset, store_ts, size);
+    result = publish(self, s, queue_offsets, tail, queue_key, queue_hash, found, offset, queue_offset, store_ts,
+                     size);
 done:
+    Py_XDECREF(found);
     Py_XDECREF(queue_key);
     Py_DECREF(tail);
     return result;
@@ -680,6 +825,14 @@ static PyObject *appender_put(AppenderObject *self, PyObject *message) {
     PyObject *result = put_with(self, &s, message);
     hold_state(&s, 0);
     return result;
+}
+
+static PyTypeObject *appender_type = NULL;  /* the module keeps it alive */
+
+int mq_is_appender(PyObject *object) { return appender_type != NULL && Py_TYPE(object) == appender_type; }
+
+PyObject *mq_appender_put(PyObject *appender, PyObject *message) {
+    return appender_put((AppenderObject *)appender, message);
 }
 
 static PyMethodDef appender_methods[] = {
@@ -713,6 +866,7 @@ int mq_put_init(PyObject *module) {
     if (zero_index == NULL) return -1;
     PyObject *type = PyType_FromModuleAndSpec(module, &appender_spec, NULL);
     if (type == NULL) return -1;
+    appender_type = (PyTypeObject *)type;
     int added = PyModule_AddObjectRef(module, "Appender", type);
     Py_DECREF(type);
     return added;

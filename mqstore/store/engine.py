@@ -153,6 +153,19 @@ class MessageStore(Reads, IndexLookups):
         report = self._recover()
         written = self._start_dispatch(report)
         self._start_services(written)
+        self._install_put_entry()
+
+    def _install_put_entry(self) -> None:
+        """With the compiled put: `put` becomes the compiled entry (commitlog/csrc/put_entry.c), an attribute of
+        this store that runs the common case of `MessageStore.put` without a Python frame and calls that method
+        for every other case (docs/decisions/0028-put-entry-in-c.md). Not for a subclass that overrides `put`."""
+        codec = self._commitlog.codec
+        entry_type = getattr(codec, "PutEntry", None)
+        if (entry_type is None or self._put_common is None or type(self).put is not MessageStore.put
+                or not isinstance(self._writer, codec.WriterLock)):
+            return
+        appender = self._put_common.__self__  # CommitLog.compiled_put gives its Appender's bound put
+        self.put = entry_type(self, appender, self._writer, self._handoff, MessageStore.put, StoreIOError).put
 
     def _open_files(self) -> None:
         """The config resolved against the store, the lock, the CommitLog, ConsumeQueues and index, opened."""
@@ -456,6 +469,7 @@ class MessageStore(Reads, IndexLookups):
             self._allocator.close()
 
     def _release(self) -> None:
+        self.__dict__.pop("put", None)  # the compiled entry (it refers to this store): put is the method again
         if isinstance(self._dispatch, ProcessDispatch):
             if getattr(self, "_commitlog", None) is not None:
                 self._commitlog.end_word = None  # a view of the control file's mapping
@@ -510,11 +524,15 @@ class MessageStore(Reads, IndexLookups):
             else:
                 result = self._handoff.hand_in(self._put_holding_lock, message)
         except StoreIOError as exc:  # as in _put_prepared: nothing of this message is published
-            log.error("put refused: %s", exc)
-            return _refused(_refusal_status(exc))
+            return self._put_refused(exc)
         if self._lag_limit or self._sync_flush:
             return self._after_append(result)
         return result
+
+    def _put_refused(self, exc: StoreIOError) -> PutResult:
+        """The PutResult of a put whose append raised `exc` (`put` and its compiled entry)."""
+        log.error("put refused: %s", exc)
+        return _refused(_refusal_status(exc))
 
     def _put_holding_lock(self, message: Message) -> PutResult:
         """For a caller holding the writer lock: the compiled put, else prepare and append (an invalid message
