@@ -83,6 +83,12 @@ def _check_text(what: str, value) -> str:
         raise InvalidMessageError(f"{what} must be a str, got {type(value).__name__}")
     if "\x01" in value or "\x02" in value:
         raise InvalidMessageError(f"{what} must not contain the separator characters \\x01 or \\x02: {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 bytes stand for it
+            raise InvalidMessageError(f"{what} is not encodable as UTF-8 (a lone surrogate at index {exc.start}): "
+                                      f"{value!r}") from exc
     return value
 
 

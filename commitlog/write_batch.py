@@ -170,7 +170,10 @@ def _tails(log, topics: list[str], tags: list, tag_values: set) -> list[bytes] |
         except InvalidMessageError:
             return None
         for tag in (*tag_values, None):
-            head = b"" if tag is None else b"TAGS\x01" + tag.encode("utf-8") + b"\x02"
+            try:
+                head = b"" if tag is None else b"TAGS\x01" + tag.encode("utf-8") + b"\x02"
+            except UnicodeEncodeError:  # a lone surrogate
+                return None
             if unique_keys is None:  # PROPERTIES = head, all of it known now
                 head, after = head + suffix, b""
                 length = len(head)
