@@ -674,8 +674,14 @@ class CommitLog:
         with self._flush_lock:
             timestamp = self.last_store_timestamp_ms  # read before the end: never newer than what is flushed
             end = self._end
-            if end > self.flushed_position:
-                self.flush_range(self.flushed_position, end)
+            flushed = self.flushed_position
+            if end > flushed:
+                segment = self._segment  # SYNC's common case, one flush a put: the range is in the segment written
+                base = -1 if segment is None else segment.base_offset
+                if base <= flushed and base >= 0 and end <= base + segment.size_bytes:
+                    segment.flush(flushed - base, end - base)
+                else:
+                    self.flush_range(flushed, end)
                 self.flushed_position = end
                 self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
             return self.flushed_position

@@ -8,6 +8,7 @@ and one `IntervalFlusher` for the ConsumeQueues and the index.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import threading
@@ -42,17 +43,16 @@ class FlushStats:
         self.flush_count = 0
         self.last_duration_ms = 0.0
         self.max_duration_ms = 0.0
-        self.recent_durations_ms: list[float] = []
+        self.recent_durations_ms: collections.deque[float] = collections.deque(maxlen=FLUSH_DURATIONS_KEPT)
         self.error: BaseException | None = None
 
     def record(self, seconds: float) -> None:
         milliseconds = seconds * 1000.0
         self.flush_count += 1
         self.last_duration_ms = milliseconds
-        self.max_duration_ms = max(self.max_duration_ms, milliseconds)
+        if milliseconds > self.max_duration_ms:
+            self.max_duration_ms = milliseconds
         self.recent_durations_ms.append(milliseconds)
-        if len(self.recent_durations_ms) > FLUSH_DURATIONS_KEPT:
-            del self.recent_durations_ms[: -FLUSH_DURATIONS_KEPT]
 
     def as_dict(self) -> dict:
         return {"flushes": self.flush_count, "last_ms": round(self.last_duration_ms, 3),

@@ -411,7 +411,7 @@ class MessageStore(Reads, IndexLookups):
 
     def _checkpoint_log(self) -> None:
         log_ = self._commitlog
-        self._checkpoint.update(physic_ms=log_.flushed_timestamp_ms, flushed_offset=log_.flushed_position)
+        self._checkpoint.raise_log(log_.flushed_timestamp_ms, log_.flushed_position)
 
     def _checkpoint_queues(self) -> None:
         """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""

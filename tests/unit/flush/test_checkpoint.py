@@ -57,3 +57,18 @@ def test_index_flushed_end_is_lowered_only_downwards(tmp_path):
     checkpoint.lower_index_flushed_end(1200)
     assert checkpoint.index_flushed_end == 1200
     checkpoint.close()
+
+
+def test_raise_log_writes_the_log_fields_as_update_does_and_never_lowers_them(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    through_update = Checkpoint.open(str(tmp_path / "a"), writable=True)
+    through_raise = Checkpoint.open(str(tmp_path / "b"), writable=True)
+    for physic_ms, flushed in ((1_700_000_000_123, 4096), (1_700_000_000_100, 8192), (1_700_000_000_200, 100)):
+        through_update.update(physic_ms=physic_ms, flushed_offset=flushed)
+        through_raise.raise_log(physic_ms, flushed)
+    assert (through_raise.physic_msg_timestamp_ms, through_raise.physic_flushed_offset) == (1_700_000_000_200, 8192)
+    for checkpoint in (through_update, through_raise):
+        checkpoint.flush()
+        checkpoint.close()
+    assert (tmp_path / "a" / "checkpoint").read_bytes() == (tmp_path / "b" / "checkpoint").read_bytes()
