@@ -7,16 +7,22 @@
 One row per message record, with the Spark source's columns (SCAN_SCHEMA; docs in mqstore/spark.py) and its
 filters: topics, queue ids, commitlog offsets [start_offset, end_offset), store times [start_time, end_time).
 A scan is planned once (mqstore/store/scan_plan.py: each store up to its written end when `scan` is called; a topic
-filter reads through the ConsumeQueues, a time range skips whole segments) and read lazily, one RecordBatch of
-at most commitlog.arrow_decode.BATCH_RECORDS_MAX rows at a time (commitlog/arrow_decode.py decodes; its record walk is
-the compiled scan when the extension is built). Bytes that break the format raise CorruptionError (file,
-offset, rule) from the reader; a segment deleted under a running scan raises StoreIOError. pyspark is not needed.
+filter reads through the ConsumeQueues, a time range skips whole segments) into partitions of at most
+SCAN_PARTITION_BYTES_MAX bytes of log, and read lazily in RecordBatches of at most
+commitlog.arrow_decode.BATCH_RECORDS_MAX rows (commitlog/arrow_decode.py decodes; its record walk is the compiled
+scan when the extension is built). With more than one core, two partitions are read at once on threads of the
+scan's own and handed on in log order (docs/decisions/0029-scan-reads-two-partitions-at-once.md). Bytes that
+break the format raise CorruptionError (file, offset, rule) from the reader; a segment deleted under a running
+scan raises StoreIOError. pyspark is not needed.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator
 
 import pyarrow as pa
@@ -28,6 +34,10 @@ from mqstore.store.scan_plan import plan_batch
 from mqstore.store.scan_read import read_partition
 
 _STAMP = pa.timestamp("us", tz="UTC")
+# A scan reads its partitions on this many threads (the compiled walk and Arrow build let go of the interpreter
+# lock), each partition whole, in order; so up to SCAN_THREADS + 1 partitions of decoded rows are held at once.
+SCAN_THREADS = min(2, os.cpu_count() or 1)
+SCAN_PARTITION_BYTES_MAX = 32 * 1024 * 1024  # log bytes a scan partition holds, at most
 
 # The Spark source's rows as Arrow (what pyspark's to_arrow_schema makes of mqstore.store.scan_options'
 # commitlog_schema; a test checks the two agree).
@@ -98,12 +108,44 @@ def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None 
         raise InvalidConfigError(f"unknown columns {unknown}; the columns are {', '.join(schema.names)}"
                                  if unknown else "columns is empty")
     out_schema = pa.schema([schema.field(name) for name in names])
-    partitions = plan_batch([StoreRef(os.path.abspath(os.fspath(root)), label)], wanted)
+    partitions = plan_batch([StoreRef(os.path.abspath(os.fspath(root)), label)], wanted,
+                            partition_bytes_max=SCAN_PARTITION_BYTES_MAX)
     return pa.RecordBatchReader.from_batches(out_schema, _batches(partitions, schema, wanted, names))
 
 
-def _batches(partitions, schema: pa.Schema, wanted: RowFilter, names: list[str]) -> Iterator[pa.RecordBatch]:
+def _batches(partitions, schema: pa.Schema, wanted: RowFilter, names: list[str],
+             threads: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The partitions' batches in log order: read one after the other, or with `threads` > 1 (SCAN_THREADS by
+    default) that many partitions at once, each kept whole until the ones before it were handed on."""
     project = names != list(schema.names)
-    for partition in partitions:
+    threads = SCAN_THREADS if threads is None else threads
+    if threads < 2 or len(partitions) < 2:
+        for partition in partitions:
+            for batch in read_partition(partition, schema, wanted):
+                yield batch.select(names) if project else batch
+        return
+    stop = threading.Event()  # the consumer went away: readers stop at their next batch
+
+    def read_whole(partition) -> list[pa.RecordBatch]:
+        kept = []
         for batch in read_partition(partition, schema, wanted):
-            yield batch.select(names) if project else batch
+            if stop.is_set():
+                break
+            kept.append(batch.select(names) if project else batch)
+        return kept
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="mqstore-scan") as pool:
+        ahead = collections.deque(pool.submit(read_whole, partition) for partition in partitions[:threads])
+        following = threads
+        try:
+            while ahead:
+                batches = ahead.popleft().result()  # raises what reading that partition raised, in log order
+                if following < len(partitions):
+                    ahead.append(pool.submit(read_whole, partitions[following]))
+                    following += 1
+                yield from batches
+                del batches
+        finally:
+            stop.set()
+            for future in ahead:
+                future.cancel()

@@ -267,11 +267,11 @@ def _queue_groups(found: list[tuple], target: int) -> list[list]:
     return groups
 
 
-def _partition_target(total_bytes: int) -> int:
-    """Bytes per partition: a multiple of PARTITIONS_PER_CORE partitions per core, none above the maximum."""
+def _partition_target(total_bytes: int, bytes_max: int = PARTITION_BYTES_MAX) -> int:
+    """Bytes per partition: a multiple of PARTITIONS_PER_CORE partitions per core, none above `bytes_max`."""
     slots = PARTITIONS_PER_CORE * (os.cpu_count() or 1)  # the planner's cores stand for the cluster's
-    count = slots * max(1, math.ceil(total_bytes / (PARTITION_BYTES_MAX * slots)))
-    return min(PARTITION_BYTES_MAX, max(PARTITION_BYTES_MIN, math.ceil(total_bytes / count)))
+    count = slots * max(1, math.ceil(total_bytes / (bytes_max * slots)))
+    return min(bytes_max, max(PARTITION_BYTES_MIN, math.ceil(total_bytes / count)))
 
 
 def _group_pieces(plan: StorePlan, pieces: list[Piece], target: int) -> list[LogPartition]:
@@ -290,8 +290,10 @@ def _group_pieces(plan: StorePlan, pieces: list[Piece], target: int) -> list[Log
     return [LogPartition(ref.root, ref.label, plan.segments.segment_size, tuple(p)) for p in partitions]
 
 
-def plan_batch(stores, row_filter: RowFilter) -> list[InputPartition]:
-    """The partitions of a batch read of `stores`, each store up to its written end now."""
+def plan_batch(stores, row_filter: RowFilter, *, partition_bytes_max: int = PARTITION_BYTES_MAX
+               ) -> list[InputPartition]:
+    """The partitions of a batch read of `stores`, each store up to its written end now, each at most
+    `partition_bytes_max` bytes of log where record starts are known to cut at."""
     if row_filter.is_empty():
         return []
     work = []  # (plan, log pieces, ConsumeQueue units)
@@ -312,7 +314,7 @@ def plan_batch(stores, row_filter: RowFilter) -> list[InputPartition]:
         total += sum(p.end - p.start for p in pieces)
         total += sum(int(np.sum(u["size"].astype(np.int64)[w])) for _, _, _, u, w in units)
         work.append((plan, pieces, units))
-    target = _partition_target(total)
+    target = _partition_target(total, partition_bytes_max)
     partitions: list[InputPartition] = []
     for plan, pieces, units in work:
         for group in _queue_groups(units, target):

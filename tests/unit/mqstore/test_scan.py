@@ -206,3 +206,67 @@ def test_pandas_polars_and_duckdb_read_a_store_in_one_call(store_dir):
         reader = store.scan(columns=["topic", "queue_id"])  # noqa: F841 - DuckDB finds it by its name
         counts = duckdb.sql("select topic, count(*) as n from reader group by topic order by topic").fetchall()
     assert counts == [("topic0", 234), ("topic1", 233), ("topic2", 233)]
+
+
+def _partitions_and_filter(root: Path, **options):
+    from mqstore.store.scan import row_filter
+    from mqstore.store.scan_options import StoreRef
+    from mqstore.store.scan_plan import plan_batch
+
+    wanted = row_filter(**options)
+    return plan_batch([StoreRef(str(root), None)], wanted, partition_bytes_max=64 * 1024), wanted
+
+
+def _rows_until_error(partitions, wanted, threads: int):
+    from mqstore.store.scan import _batches
+
+    batches = []
+    try:
+        for batch in _batches(partitions, SCAN_SCHEMA, wanted, list(COLUMNS), threads=threads):
+            batches.append(batch)
+    except CorruptionError as exc:
+        return batches, (str(exc), exc.path, exc.offset, exc.rule)
+    return batches, None
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("options", [{}, {"topic": "topic1"}])
+def test_partitions_read_on_threads_come_in_the_order_one_thread_gives(store_dir, monkeypatch, codec, options):
+    _codec(monkeypatch, codec)
+    partitions, wanted = _partitions_and_filter(store_dir, **options)
+    assert len(partitions) >= (2 if options else 4), len(partitions)
+    one, error_one = _rows_until_error(partitions, wanted, threads=1)
+    two, error_two = _rows_until_error(partitions, wanted, threads=2)
+    assert error_one is None and error_two is None
+    assert pa.Table.from_batches(two, SCAN_SCHEMA).equals(pa.Table.from_batches(one, SCAN_SCHEMA))
+    if not options:
+        offsets = pa.Table.from_batches(two, SCAN_SCHEMA).column("commitlog_offset").to_pylist()
+        assert offsets == sorted(offsets) and len(offsets) == 700
+
+
+def test_damage_in_a_later_partition_is_raised_after_the_rows_before_it(store_dir):
+    partitions, wanted = _partitions_and_filter(store_dir)
+    last = partitions[-1].pieces[0]
+    segment = store_dir / "commitlog" / fmt.segment_name(last.base)
+    data = bytearray(segment.read_bytes())
+    data[last.start - last.base + fmt.OFFSET_MAGIC_CODE] ^= 0x40  # the magic code of the last partition's first record
+    segment.write_bytes(bytes(data))
+    one, error_one = _rows_until_error(partitions, wanted, threads=1)
+    two, error_two = _rows_until_error(partitions, wanted, threads=2)
+    assert error_one is not None and error_two == error_one
+    assert (error_one[1], error_one[2]) == (str(segment), last.start - last.base)
+    assert pa.Table.from_batches(two, SCAN_SCHEMA).equals(pa.Table.from_batches(one, SCAN_SCHEMA))
+    assert sum(batch.num_rows for batch in two) > 0
+
+
+def test_a_scan_left_after_one_batch_stops_its_threads(store_dir):
+    import threading
+
+    from mqstore.store.scan import _batches
+
+    partitions, wanted = _partitions_and_filter(store_dir)
+    batches = _batches(partitions, SCAN_SCHEMA, wanted, list(COLUMNS), threads=2)
+    assert next(batches).num_rows > 0
+    assert any(thread.name.startswith("mqstore-scan") for thread in threading.enumerate())
+    batches.close()
+    assert not any(thread.name.startswith("mqstore-scan") for thread in threading.enumerate())
