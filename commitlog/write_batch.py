@@ -82,12 +82,16 @@ def columns_from_records(records: list[PreparedRecord]) -> Columns:
 
 def _prepare_compiled(log, messages: list[Message]) -> Columns | None:
     """_prepare_common in compiled code for batches of compiled Messages without tags, keys or properties, of
-    known topics, in a log that adds no UNIQ_KEY; None for any other batch (or a bad message)."""
+    known topics (with the log's UNIQ_KEYs when it adds them); None for any other batch (or a bad message)."""
     codec = log.codec
-    if codec is None or log.unique_keys is not None or messages.__class__ is not list \
-            or not hasattr(codec, "prepare_batch"):
+    if codec is None or messages.__class__ is not list or not hasattr(codec, "prepare_batch"):
         return None
-    made = codec.prepare_batch(log._topic_tails, log.max_queues_per_topic, log.max_message_size_bytes, messages)
+    unique_keys = log.unique_keys
+    core = None if unique_keys is None else unique_keys.core
+    if unique_keys is not None and core is None:
+        return None
+    made = codec.prepare_batch(log._topic_tails, log.max_queues_per_topic, log.max_message_size_bytes, messages,
+                               core)
     if made is None:
         return None
     queue_keys, key_ids, queue_ids, flags, born_ms, bodies, lengths, crcs, tails, sizes = made

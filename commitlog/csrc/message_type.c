@@ -447,28 +447,58 @@ static Py_ssize_t key_number(key_table *table, PyObject *topic, PyObject *queue_
     return table->last = known;
 }
 
+/* Whether every message of the list is of the common shape: 1, 0, or -1 with an error. */
+static int all_common(PyObject *messages, PyObject *tails_table, long long queues_max, long long body_max) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        mq_common_parts common;
+        if (!mq_common_message(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &common))
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(prepare_batch_doc,
-"prepare_batch(topic_tails, max_queues_per_topic, max_message_size_bytes, messages) -> columns or None\n\n"
+"prepare_batch(topic_tails, max_queues_per_topic, max_message_size_bytes, messages, unique_keys=None)\n"
+"    -> columns or None\n\n"
 "batch._prepare_common for a list of compiled Messages all of the shape prepare_message takes: (queue_keys,\n"
 "key_ids, queue_ids, flags, born_ms, bodies, body_lengths, body_crcs, tails, sizes), the int64 columns as bytes\n"
 "(native byte order). None when any message is of another shape or breaks a rule: the Python path then\n"
-"handles the batch. Only for a log that adds no UNIQ_KEY.");
+"handles the batch. With `unique_keys` (the log's UniqueKeys) each tail holds the next UNIQ_KEY, the batch's\n"
+"keys taken at once as UniqueKeys.next_many takes them.");
 
 static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "prepare_batch takes 4 arguments");
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "prepare_batch takes 4 or 5 arguments");
         return NULL;
     }
     PyObject *tails_table = args[0], *messages = args[3];
+    PyObject *unique_keys = nargs == 5 && args[4] != Py_None ? args[4] : NULL;
+    if (unique_keys != NULL && !mq_is_unique_keys(unique_keys)) {
+        PyErr_SetString(PyExc_TypeError, "prepare_batch: unique_keys must be a UniqueKeys or None");
+        return NULL;
+    }
     if (!PyDict_Check(tails_table) || !PyList_CheckExact(messages) || PyList_GET_SIZE(messages) == 0) Py_RETURN_NONE;
     long long queues_max = PyLong_AsLongLong(args[1]), body_max = PyLong_AsLongLong(args[2]);
     if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(messages);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        mq_common_parts common;
-        if (!mq_common_message(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &common)) {
-            if (PyErr_Occurred()) return NULL;
-            Py_RETURN_NONE;
+    int common = all_common(messages, tails_table, queues_max, body_max);
+    if (common <= 0) {
+        if (common < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    /* The clock is read once the batch is known to be of the common shape (a batch left to the Python path reads
+     * it there, once). A test's clock is Python code, which may change what was checked: then check again. */
+    int64_t now = 0;
+    if (unique_keys != NULL) {
+        int ran_python = 0;
+        if (mq_unique_key_clock(unique_keys, &now, &ran_python) < 0) return NULL;
+        if (ran_python) {
+            count = PyList_GET_SIZE(messages);
+            common = count > 0 ? all_common(messages, tails_table, queues_max, body_max) : 0;
+            if (common <= 0) {
+                if (common < 0) return NULL;
+                Py_RETURN_NONE;
+            }
         }
     }
     enum { C_KEY, C_QUEUE, C_FLAG, C_BORN, C_LENGTH, C_CRC, C_SIZE, C_COUNT };
@@ -476,20 +506,31 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     key_table table = {.keys = PyList_New(0), .numbers = PyDict_New(), .last = -1};
     PyObject *bodies = PyList_New(count), *tails = PyList_New(count);
     PyObject *result = NULL;
+    char *unique = NULL;  /* the batch's UNIQ_KEYs, MQ_UNIQUE_KEY_DIGITS chars each */
     if (table.keys == NULL || table.numbers == NULL || bodies == NULL || tails == NULL) goto done;
+    if (unique_keys != NULL) {
+        unique = PyMem_Malloc((size_t)count * MQ_UNIQUE_KEY_DIGITS);
+        if (unique == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        mq_unique_key_fill(unique_keys, now, unique, count);
+    }
     for (int c = 0; c < C_COUNT; c++) {
         columns[c] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
         if (columns[c] == NULL) goto done;
     }
     int64_t *column[C_COUNT];
     for (int c = 0; c < C_COUNT; c++) column[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
-    PyObject *last_topic = NULL, *tail = NULL;  /* the topic table is looked up again only when the topic changes */
+    /* the topic table is looked up again only when the topic changes */
+    PyObject *last_topic = NULL, *shapes = NULL, *tail = NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
         MessageObject *message = (MessageObject *)PyList_GET_ITEM(messages, i);
         PyObject *topic = message->fields[F_TOPIC], *queue_id = message->fields[F_QUEUE_ID],
                  *body = message->fields[F_BODY], *born = message->fields[F_BORN];
         if (last_topic == NULL || !same_text(last_topic, topic)) {
-            tail = PyTuple_GET_ITEM(PyDict_GetItem(tails_table, topic), 1);  /* checked above: there */
+            shapes = PyDict_GetItem(tails_table, topic);  /* checked above: there */
+            tail = PyTuple_GET_ITEM(shapes, 1);
             last_topic = topic;
         }
         int64_t queue = PyLong_AsLongLong(queue_id);  /* checked above: in range */
@@ -502,13 +543,27 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
         column[C_BORN][i] = born == Py_None ? -1 : PyLong_AsLongLong(born);
         column[C_LENGTH][i] = length;
         column[C_CRC][i] = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(body), (size_t)length) & 0x7FFFFFFFu;
-        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(tail);
+        PyObject *own_tail;
+        if (unique == NULL) {
+            own_tail = Py_NewRef(tail);
+        } else {  /* the topic's shape with a UNIQ_KEY: head, the key, after (CommitLog._topic_tail) */
+            PyObject *head = PyTuple_GET_ITEM(shapes, 2), *after = PyTuple_GET_ITEM(shapes, 3);
+            Py_ssize_t head_length = PyBytes_GET_SIZE(head), after_length = PyBytes_GET_SIZE(after);
+            own_tail = PyBytes_FromStringAndSize(NULL, head_length + MQ_UNIQUE_KEY_DIGITS + after_length);
+            if (own_tail == NULL) goto done;
+            char *at = PyBytes_AS_STRING(own_tail);
+            memcpy(at, PyBytes_AS_STRING(head), (size_t)head_length);
+            memcpy(at + head_length, unique + i * MQ_UNIQUE_KEY_DIGITS, MQ_UNIQUE_KEY_DIGITS);
+            memcpy(at + head_length + MQ_UNIQUE_KEY_DIGITS, PyBytes_AS_STRING(after), (size_t)after_length);
+        }
+        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(own_tail);
         PyList_SET_ITEM(bodies, i, Py_NewRef(body));
-        PyList_SET_ITEM(tails, i, Py_NewRef(tail));
+        PyList_SET_ITEM(tails, i, own_tail);
     }
     result = Py_BuildValue("(OOOOOOOOOO)", table.keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG],
                            columns[C_BORN], bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
 done:
+    PyMem_Free(unique);
     Py_XDECREF(table.keys);
     Py_XDECREF(table.numbers);
     Py_XDECREF(bodies);

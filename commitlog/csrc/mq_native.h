@@ -50,6 +50,11 @@ int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_
 #define MQ_UNIQUE_KEY_DIGITS 32
 int mq_is_unique_keys(PyObject *object);
 int mq_unique_key_next(PyObject *generator, char *out);
+/* next_many in two steps: the clock read (0, or -1 with an error; `ran_python` says whether it called Python
+ * code, a test's clock, rather than clock_gettime), then `count` keys for that reading into `out`
+ * (count * MQ_UNIQUE_KEY_DIGITS), running no Python code. */
+int mq_unique_key_clock(PyObject *generator, int64_t *now, int *ran_python);
+void mq_unique_key_fill(PyObject *generator, int64_t now, char *out, Py_ssize_t count);
 int mq_unique_key_init(PyObject *module);
 
 /* put.c: adds the `Appender` type (the single-message put of the common shape) to the module. */

@@ -121,22 +121,40 @@ static void refresh(UniqueKeysObject *self, int64_t now) {
     self->last_ms = now;
 }
 
-/* `count` keys of one clock read into `out` (count * 32 chars): 0, or -1 with an error (no key used then). */
-static int next_keys(UniqueKeysObject *self, char *out, Py_ssize_t count) {
-    int64_t now;
-    if (clock_ms(self, &now) < 0) return -1;
-    /* From here to the end nothing lets go of the GIL: the counter and the prefix move as one. */
+/* `count` keys for the clock reading `now` into `out` (count * 32 chars). Runs no Python code and lets go of
+ * the GIL nowhere: the counter and the prefix move as one. */
+static void fill_keys(UniqueKeysObject *self, int64_t now, char *out, Py_ssize_t count) {
     if (now != self->last_ms) refresh(self, now);
     for (Py_ssize_t i = 0; i < count; i++, out += MQ_UNIQUE_KEY_DIGITS) {
         memcpy(out, self->time_prefix, PREFIX_DIGITS + TIME_DIGITS);
         hex_fixed(out + PREFIX_DIGITS + TIME_DIGITS, self->counter++, COUNTER_DIGITS);
     }
+}
+
+/* `count` keys of one clock read into `out` (count * 32 chars): 0, or -1 with an error (no key used then). */
+static int next_keys(UniqueKeysObject *self, char *out, Py_ssize_t count) {
+    int64_t now;
+    if (clock_ms(self, &now) < 0) return -1;
+    fill_keys(self, now, out, count);
     return 0;
 }
 
 int mq_unique_key_next(PyObject *generator, char *out) {
     assert(mq_is_unique_keys(generator));
     return next_keys((UniqueKeysObject *)generator, out, 1);
+}
+
+int mq_unique_key_clock(PyObject *generator, int64_t *now, int *ran_python) {
+    assert(mq_is_unique_keys(generator));
+    UniqueKeysObject *self = (UniqueKeysObject *)generator;
+    PyObject *clock = PyDict_GetItemWithError(self->clock_globals, time_ns_name);
+    *ran_python = clock != self->time_ns;
+    return clock_ms(self, now);
+}
+
+void mq_unique_key_fill(PyObject *generator, int64_t now, char *out, Py_ssize_t count) {
+    assert(mq_is_unique_keys(generator));
+    fill_keys((UniqueKeysObject *)generator, now, out, count);
 }
 
 int mq_is_unique_keys(PyObject *object) { return unique_keys_type != NULL && Py_TYPE(object) == unique_keys_type; }

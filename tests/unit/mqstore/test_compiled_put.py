@@ -426,3 +426,44 @@ def test_uniq_keys_stay_unique_across_puts_and_batches_in_many_threads(tmp_path)
                              if int(body.split("-")[1]) % 4 == 2}
             found = {m.commitlog_offset for m in store.query("topic1", f"batch-{number}", max_count=200)}
             assert found == {r.commitlog_offset for _, _, r in results[f"batch{number}"]}
+
+
+@pytest.mark.parametrize("record_crc", [False, True], ids=["no-record-crc", "record-crc"])
+def test_batches_with_uniq_keys_are_prepared_in_c_and_write_the_python_bytes(tmp_path, monkeypatch, record_crc):
+    """put_batch in a store with the index (a UNIQ_KEY added to every message): batches of the common shape are
+    prepared by the compiled prepare_batch, UNIQ_KEYs included, and give the pure-Python codec's files."""
+    from mqstore.commitlog import write_batch
+
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    written = {}
+    for path in ("python", "native"):
+        monkeypatch.setattr(native, "NATIVE", None if path == "python" else _native)
+        monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+        _same_unique_keys(monkeypatch)
+        common = collections.Counter()
+        reference_prepare = write_batch._prepare_common
+
+        def counted(log, messages, reference_prepare=reference_prepare, common=common):
+            common["python"] += 1
+            return reference_prepare(log, messages)
+
+        monkeypatch.setattr(write_batch, "_prepare_common", counted)
+        messages = _messages(seed)
+        plain = [m for m in messages if m.tags is None and not m.keys and not m.properties]
+        root = tmp_path / path
+        with MessageStore.open(root, config(max_message_size_bytes=MAX_BODY_BYTES, index_enabled=True,
+                                            record_crc=record_crc)) as store:
+            results = store.put_batch(messages)  # every topic known: the next batches are of the common shape
+            before = common["python"]
+            for at in range(0, len(plain), 25):
+                results += store.put_batch(plain[at : at + 25])
+            python_prepares = common["python"] - before
+            assert store.wait_dispatched(30)
+        written[path] = (results, _segment_files(root), python_prepares,
+                         list(_segment_files(root, "index").values()))
+    assert written["native"][2] == 0 < written["python"][2]  # compiled: no batch went through _prepare_common
+    assert written["native"][0] == written["python"][0]
+    assert written["native"][1] == written["python"][1]
+    assert written["native"][3] == written["python"][3]
+    assert all(result.status is PutStatus.PUT_OK for result in written["native"][0])
