@@ -678,7 +678,7 @@ class CommitLog:
             if end > flushed:
                 segment = self._segment  # SYNC's common case, one flush a put: the range is in the segment written
                 base = -1 if segment is None else segment.base_offset
-                if base <= flushed and base >= 0 and end <= base + segment.size_bytes:
+                if 0 <= base <= flushed and end <= base + segment.size_bytes:
                     segment.flush(flushed - base, end - base)
                 else:
                     self.flush_range(flushed, end)
