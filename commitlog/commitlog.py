@@ -192,7 +192,8 @@ class CommitLog:
         # element 0 each time the end moves, after the bytes below it are written (one aligned 8-byte store).
         self._end_word = None
         self.flushed_timestamp_ms = 0  # store time of the newest record below flushed_position
-        self._flush_lock = threading.Lock()
+        # Held while flush() runs; a WriterLock with the compiled core, which its SYNC leader takes (flushwait.c).
+        self._flush_lock = threading.Lock() if getattr(self.codec, "WriterLock", None) is None else self.codec.WriterLock()
 
     # --- positions -----------------------------------------------------------------------------------------
     def readable_end(self) -> int:
@@ -669,6 +670,11 @@ class CommitLog:
         """Bytes appended but not yet flushed (the Flushable protocol of the flush services)."""
         return self._end - self.flushed_position
 
+    @property
+    def flush_lock(self):
+        """The lock `flush` holds (the compiled SYNC leader's flush takes it too)."""
+        return self._flush_lock
+
     def flush(self) -> int:
         """Flush everything appended so far; returns the position now durable (the Flushable protocol)."""
         with self._flush_lock:
@@ -706,3 +712,8 @@ class CommitLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+# CommitLog.flush as defined here: the compiled SYNC leader (flushwait.c) flushes in C only while the class still has
+# this one.
+DEFINED_FLUSH = CommitLog.flush

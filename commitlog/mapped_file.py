@@ -255,6 +255,11 @@ class MappedFile:
         return self._closed
 
 
+# MappedFile.flush as defined here: the compiled SYNC leader (flushwait.c) does its fdatasync itself only while the
+# class still has this one (a test's recorder of flushes replaces it).
+DEFINED_FLUSH = MappedFile.flush
+
+
 def _reserve(fd: int, start: int, length: int) -> None:
     """posix_fallocate of [start, start + length); a file system that cannot (EOPNOTSUPP) is left as it is."""
     if length <= 0:

@@ -64,6 +64,11 @@ class Checkpoint:
             return cls(MappedFile.create(path, 0, CHECKPOINT_SIZE_BYTES))
         return cls(MappedFile.open(path, 0, CHECKPOINT_SIZE_BYTES, writable=writable))
 
+    @property
+    def mapped(self) -> MappedFile:
+        """The mapped file (the compiled SYNC leader raises the log's two fields in it, as raise_log)."""
+        return self._mapped
+
     def _get(self, name: str) -> int:
         return int(self._fields[name][0])
 

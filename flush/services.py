@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Callable, Protocol
 
+from mqstore.commitlog.errors import StoreIOError
 from mqstore.commitlog.native import NATIVE
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,36 @@ class FlushStats:
                 "error": None if self.error is None else repr(self.error)}
 
 
+class GateFlushStats(FlushStats):
+    """FlushStats kept in a FlushGate: the flushes the gate's C flush runs are counted there, and `record` counts
+    the Python path's in the same place."""
+
+    def __init__(self, gate):
+        assert gate.durations_kept == FLUSH_DURATIONS_KEPT
+        self._gate = gate
+        self.error = None
+
+    def record(self, seconds: float) -> None:
+        self._gate.record(seconds)
+
+    @property
+    def flush_count(self) -> int:
+        return self._gate.flushes
+
+    @property
+    def last_duration_ms(self) -> float:
+        last = self._gate.last_flush_s
+        return 0.0 if last == math.inf else last * 1000.0
+
+    @property
+    def max_duration_ms(self) -> float:
+        return self._gate.max_flush_s * 1000.0
+
+    @property
+    def recent_durations_ms(self) -> list[float]:
+        return [seconds * 1000.0 for seconds in self._gate.recent_flush_s]
+
+
 class GroupCommitService:
     """SYNC flushing (RocketMQ's GroupCommitService): callers wait until their position is durable.
 
@@ -88,7 +119,7 @@ class GroupCommitService:
                  on_flushed: Callable[[], None] | None = None, native: bool | None = None):
         self._flushable = flushable
         self._on_flushed = on_flushed
-        self.durable_position = durable_position
+        self._durable_position = durable_position
         self._flush_lock = threading.Lock()  # held by whoever flushes: a leading caller or the thread
         self._parked_lock = threading.Lock()
         self._parked: list[list] = []  # [position, lock held until its owner is woken] of parked callers
@@ -97,17 +128,42 @@ class GroupCommitService:
         self._wake.acquire()
         self._last_flush_s = math.inf  # duration of the last flush; no caller leads before one was timed
         self._stopping = False
-        self.stats = FlushStats()
-        self.leader_flush_count = 0  # flushes run by callers (the rest ran in the thread)
+        self._leads = 0  # flushes led by callers in Python (the gate counts those led in C)
         if native is None:
             native = NATIVE is not None
         self._gate = NATIVE.flush_gate(durable_position) if native else None
+        self.stats = GateFlushStats(self._gate) if native else FlushStats()
         if native:
             self.wait_durable = self._wait_gate  # the instance's own: one lookup on the put path
         self._thread = threading.Thread(target=self._run_gate if native else self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def durable_position(self) -> int:
+        """Everything below is on disk."""
+        return self._gate.durable if self._gate is not None else self._durable_position
+
+    @property
+    def leader_flush_count(self) -> int:
+        """Flushes led by callers (the rest ran in the thread)."""
+        return self._leads + (self._gate.leads if self._gate is not None else 0)
+
+    @property
+    def gate(self):
+        """The FlushGate callers wait in (None: the Python version)."""
+        return self._gate
+
+    def flush_in_c(self, log, flush_lock, log_flush, segment_type, segment_flush, checkpoint) -> bool:
+        """Let the leader's flush run in the compiled core (flushwait.c's `lead`) when the flushable is the CommitLog
+        `log` and `on_flushed` writes `checkpoint` (a MappedFile) as the store's `_checkpoint_log` does; False
+        without the gate. Every case it does not take comes back to `_lead_gate_python`."""
+        if self._gate is None or self._flushable is not log:
+            return False
+        self._gate.bind(self, log, flush_lock, log_flush, segment_type, segment_flush, checkpoint, self._on_flushed,
+                        LEADER_FLUSH_ROUNDS_MAX, FLUSH_INLINE_TIMEOUT_SHARE)
+        return True
 
     def wait_durable(self, position: int, timeout_s: float) -> bool:
         """Block until everything below `position` is on disk; False on timeout or a failed flush."""
@@ -120,7 +176,7 @@ class GroupCommitService:
                 return False
             leads = self._last_flush_s < timeout_s * FLUSH_INLINE_TIMEOUT_SHARE
             if leads and self._flush_lock.acquire(False):
-                self.leader_flush_count += 1
+                self._leads += 1
                 self._lead(position)
                 continue
             if deadline is None:
@@ -134,7 +190,7 @@ class GroupCommitService:
             # running now will wake us when it ends.
             if leads:
                 if self._flush_lock.acquire(False):
-                    self.leader_flush_count += 1
+                    self._leads += 1
                     self._lead(position)  # it wakes us too (releasing our lock): a fresh one if we park again
                     entry = None
                     continue
@@ -160,7 +216,7 @@ class GroupCommitService:
         started = time.monotonic()
         remaining = timeout_s
         while True:
-            leads = self._last_flush_s < timeout_s * FLUSH_INLINE_TIMEOUT_SHARE
+            leads = gate.last_flush_s < timeout_s * FLUSH_INLINE_TIMEOUT_SHARE
             if not leads:
                 self._request(position)
             outcome = gate.wait(position, remaining, leads)
@@ -169,9 +225,9 @@ class GroupCommitService:
             if outcome == GATE_TIMEOUT or outcome == GATE_CLOSED:
                 return gate.durable >= position  # timed out, or stopped or failed meanwhile
             if outcome == GATE_LEAD:
-                self.leader_flush_count += 1
+                self._leads += 1
                 self._lead_gate()
-                if self.durable_position >= position:
+                if gate.durable >= position:
                     return True
             # else GATE_IDLE: the lead was let go with this position not durable; ask again (or lead)
             remaining = timeout_s - (time.monotonic() - started)
@@ -192,14 +248,34 @@ class GroupCommitService:
             return None
         elapsed = time.perf_counter() - started
         self.stats.record(elapsed)
-        self._last_flush_s = elapsed
-        if durable > self.durable_position:
-            self.durable_position = durable
+        if self._gate is None:
+            self._last_flush_s = elapsed
+            if durable > self._durable_position:
+                self._durable_position = durable
         return durable
+
+    def _flush_failed(self, exc: Exception) -> None:
+        """The gate's C flush failed (`exc`: the fdatasync's OSError, or what the checkpoint's callback raised): kept
+        in stats and reported to every waiter from now on, as `_flush_once` does (the gate closes itself)."""
+        if isinstance(exc, OSError):
+            segment = getattr(self._flushable, "_segment", None)
+            error = StoreIOError(f"fdatasync of {getattr(segment, 'path', 'the commitlog')} failed: {exc.strerror}")
+            error.__cause__ = exc
+            exc = error
+        log.error("group commit flush failed: %s", exc, exc_info=exc)
+        self.stats.error = exc
 
     def _lead_gate(self) -> None:
         """Holding the gate's lead: flush, wake the callers it made durable, and flush again while callers wait
-        (at most LEADER_FLUSH_ROUNDS_MAX flushes, as `_lead`); then let go of the lead."""
+        (at most LEADER_FLUSH_ROUNDS_MAX flushes, as `_lead`); then let go of the lead. In C once `flush_in_c`
+        bound the gate."""
+        if self._gate.bound:
+            self._gate.lead()
+        else:
+            self._lead_gate_python()
+
+    def _lead_gate_python(self) -> None:
+        """`_lead_gate` in Python: the flush through the flushable and `on_flushed`."""
         gate = self._gate
         holding = True
         try:
@@ -214,7 +290,7 @@ class GroupCommitService:
                     return
         finally:
             if holding:  # stopped by a BaseException mid-flush: let another thread lead
-                gate.advance(self.durable_position, False)
+                gate.advance(gate.durable, False)
 
     def _run_gate(self) -> None:
         gate = self._gate
@@ -291,6 +367,8 @@ class GroupCommitService:
                 return
 
     def stop(self) -> None:
+        if self._gate is not None:
+            self._gate.unbind()  # the last flushes go through Python, which knows about stopping
         self._stopping = True
         self._request(self._requested)
         if self._thread.is_alive():

@@ -1,4 +1,5 @@
-/* FlushGate: the place where SYNC producers wait for their bytes to be durable, with the GIL let go.
+/* FlushGate: the place where SYNC producers wait for their bytes to be durable, with the GIL let go, and where
+ * the leader flushes.
  *
  * A gate holds the durable position, whether a thread holds the lead (is flushing), and the highest position
  * any waiter asked for. `wait` blocks on a pthread condition variable without the GIL until the position is
@@ -6,14 +7,26 @@
  * closed. `advance` (by the leader, after its flush) moves the durable position and wakes every waiter at once;
  * each woken thread checks its own position under the gate's mutex, still without the GIL, and only threads
  * with a result come back to the interpreter. What the Python version did per put and per flush under the GIL
- * (a lock per waiter, a parked list walked by the leader) is here a few instructions under a mutex.
+ * (a lock per waiter, a parked list the leader walked) is here a few instructions under a mutex.
  *
- * Policy stays in Python (flush/services.py): who leads, how many flushes a leader runs, timeouts, errors.
- * Nothing here touches a file: the leader's flush is Python's (os.fdatasync lets go of the GIL itself).
+ * Once bound to the store's CommitLog and checkpoint (`bind`), the leader's flush is C too (`lead`): the log's
+ * flush lock, its end and last store time read from its __dict__, fdatasync of the current segment without the
+ * GIL, flushed_position and flushed_timestamp_ms moved, the checkpoint's two fields raised in its mapping, the
+ * duration recorded here (the service's stats read it). That is the Python path's `_flush_once` with
+ * CommitLog.flush, MappedFile.flush and the store's `_checkpoint_log`, step for step; a flush across a roll, a
+ * closed segment, a busy flush lock or a test's stand-in for either flush goes to that Python path instead.
+ * The compiled put entry (put_entry.c) waits and leads here directly (`mq_gate_sync_wait`), so one SYNC put
+ * does not enter the interpreter after its append (docs/decisions/0030-sync-lead-in-c.md).
+ *
+ * Policy stays in Python (flush/services.py): when a caller may lead, how many flushes a leader runs, timeouts,
+ * what a failed flush means: its numbers are passed to `bind`, and every case the C side does not take is
+ * handed back to it.
  */
 #include "flushwait.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <string.h>
 #include <math.h>
 #include <pthread.h>
 #include <time.h>
@@ -27,6 +40,24 @@
 #define GATE_IDLE 4
 
 #define GATE_SLICE_NS 100000000LL /* a wait looks for signals (Ctrl-C in the main thread) this often */
+#define GATE_DURATIONS_KEPT 64     /* recent flush durations kept (services.py's FLUSH_DURATIONS_KEPT) */
+
+/* gate_flush's outcomes */
+#define FLUSH_DONE 1    /* flushed (or nothing to flush), the checkpoint raised, the flush recorded */
+#define FLUSH_PYTHON 0  /* not a case for C (a flush across segments, a test's stand-in): the Python path flushes */
+#define FLUSH_FAILED -1 /* the flush failed: the error is set (an Exception) and nothing was made durable */
+
+/* What the leader's flush in C works on (bind()); every object held. `log_state` is the CommitLog's __dict__. */
+typedef struct {
+    PyObject *service;     /* the GroupCommitService: its Python lead, and where a failed flush is recorded */
+    PyObject *log, *log_state, *flush_lock;  /* the CommitLog, its __dict__, its flush lock (a WriterLock) */
+    PyObject *log_flush;   /* CommitLog.flush as bound: while the log's type still has it, the flush is done here */
+    PyObject *segment_type, *segment_flush;  /* MappedFile, MappedFile.flush: the same test for its segments */
+    PyObject *checkpoint;  /* the checkpoint's MappedFile: its `view`, where the flushed offset and time go */
+    PyObject *on_flushed;  /* the store's _checkpoint_log: what the checkpoint write above stands for */
+    int rounds_max;        /* services.py's LEADER_FLUSH_ROUNDS_MAX */
+    double inline_share;   /* services.py's FLUSH_INLINE_TIMEOUT_SHARE */
+} gate_binding;
 
 typedef struct {
     PyObject_HEAD
@@ -39,14 +70,72 @@ typedef struct {
     int leader;         /* 1 while a thread holds the lead */
     int closed;         /* stopped or failed: every wait returns GATE_CLOSED unless its position is durable */
     int ready;          /* mutex and cond initialised */
+    gate_binding bound; /* bound.service NULL: not bound, the leader flushes in Python */
+    /* The flushes' statistics and the callers' leads (changed and read with the GIL held). */
+    long long flushes, leads, last_ns, max_ns;  /* last_ns -1: no flush timed yet */
+    long long recent_ns[GATE_DURATIONS_KEPT];
+    int recent_count, recent_next;
 } FlushGate;
 
+enum {
+    G_END, G_FLUSHED, G_FLUSHED_TS, G_LAST_TS, G_SEGMENT, G_SEGMENT_BASE, G_SEGMENT_END, G_FD, G_CLOSED, G_FLUSH,
+    G_VIEW, G_LEAD_PYTHON, G_FAILED, G_COUNT
+};
+static const char *gate_key_names[G_COUNT] = {
+    "_end", "flushed_position", "flushed_timestamp_ms", "last_store_timestamp_ms", "_segment", "_segment_base",
+    "_segment_end", "_fd", "_closed", "flush", "view", "_lead_gate_python", "_flush_failed"};
+static PyObject *gate_keys[G_COUNT];
+
+static void binding_hold(gate_binding *b) {
+    Py_XINCREF(b->service);
+    Py_XINCREF(b->log);
+    Py_XINCREF(b->log_state);
+    Py_XINCREF(b->flush_lock);
+    Py_XINCREF(b->log_flush);
+    Py_XINCREF(b->segment_type);
+    Py_XINCREF(b->segment_flush);
+    Py_XINCREF(b->checkpoint);
+    Py_XINCREF(b->on_flushed);
+}
+
+static void binding_drop(gate_binding *b) {
+    Py_CLEAR(b->service);
+    Py_CLEAR(b->log);
+    Py_CLEAR(b->log_state);
+    Py_CLEAR(b->flush_lock);
+    Py_CLEAR(b->log_flush);
+    Py_CLEAR(b->segment_type);
+    Py_CLEAR(b->segment_flush);
+    Py_CLEAR(b->checkpoint);
+    Py_CLEAR(b->on_flushed);
+}
+
+static int gate_traverse(FlushGate *self, visitproc visit, void *arg) {
+    Py_VISIT(self->bound.service);
+    Py_VISIT(self->bound.log);
+    Py_VISIT(self->bound.log_state);
+    Py_VISIT(self->bound.flush_lock);
+    Py_VISIT(self->bound.log_flush);
+    Py_VISIT(self->bound.segment_type);
+    Py_VISIT(self->bound.segment_flush);
+    Py_VISIT(self->bound.checkpoint);
+    Py_VISIT(self->bound.on_flushed);
+    return 0;
+}
+
+static int gate_clear(FlushGate *self) {
+    binding_drop(&self->bound);
+    return 0;
+}
+
 static void gate_dealloc(FlushGate *self) {
+    PyObject_GC_UnTrack(self);
+    binding_drop(&self->bound);
     if (self->ready) {
         pthread_cond_destroy(&self->cond);
         pthread_mutex_destroy(&self->mutex);
     }
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    PyObject_GC_Del(self);
 }
 
 static long long monotonic_ns(void) {
@@ -71,25 +160,18 @@ static int gate_outcome(FlushGate *self, long long position, int lead, long long
     return -1;
 }
 
-PyDoc_STRVAR(gate_wait_doc,
-"wait(position, timeout_s, lead) -> int\n\n"
-"Block, without the GIL, until everything below `position` is durable (0), or, with `lead` true, the lead is\n"
-"free and this thread took it (1: flush, then advance()), or `timeout_s` passed (2; None waits for ever), or\n"
-"the gate was closed (3), or, with `lead` false, the lead was let go and nobody took it (4: ask for a flush).");
+/* A deadline `timeout_s` from now (None: -1, none), or -2 with an error. */
+static long long deadline_of(PyObject *timeout_obj) {
+    if (timeout_obj == Py_None) return -1;
+    double timeout_s = PyFloat_AsDouble(timeout_obj);
+    if (timeout_s == -1.0 && PyErr_Occurred()) return -2;
+    if (!isfinite(timeout_s) || timeout_s > 1e9) timeout_s = 1e9;
+    if (timeout_s < 0) timeout_s = 0;
+    return monotonic_ns() + (long long)(timeout_s * 1e9);
+}
 
-static PyObject *gate_wait(FlushGate *self, PyObject *args) {
-    long long position;
-    PyObject *timeout_obj;
-    int lead;
-    if (!PyArg_ParseTuple(args, "LOp:wait", &position, &timeout_obj, &lead)) return NULL;
-    long long deadline = -1;
-    if (timeout_obj != Py_None) {
-        double timeout_s = PyFloat_AsDouble(timeout_obj);
-        if (timeout_s == -1.0 && PyErr_Occurred()) return NULL;
-        if (!isfinite(timeout_s) || timeout_s > 1e9) timeout_s = 1e9;
-        if (timeout_s < 0) timeout_s = 0;
-        deadline = monotonic_ns() + (long long)(timeout_s * 1e9);
-    }
+/* wait()'s work, for a caller holding the GIL: an outcome, or -1 with an error (a signal handler raised). */
+static int gate_block(FlushGate *self, long long position, long long deadline, int lead) {
     /* The mutex is never held by a thread that waits for the GIL: taking it with the GIL held cannot deadlock. */
     int outcome;
     pthread_mutex_lock(&self->mutex);
@@ -118,8 +200,289 @@ static PyObject *gate_wait(FlushGate *self, PyObject *args) {
         pthread_mutex_unlock(&self->mutex);
         Py_END_ALLOW_THREADS
         /* a slice ended without a result: signal handlers (Ctrl-C in the main thread) run, then wait on */
-        if (outcome < 0 && PyErr_CheckSignals() < 0) return NULL;
+        if (outcome < 0 && PyErr_CheckSignals() < 0) return -1;
     }
+    return outcome;
+}
+
+/* advance()'s work: the position to flush to next when the lead is kept, else 0 (the lead let go). */
+static long long gate_advance_to(FlushGate *self, long long durable, int keep) {
+    long long more = 0;
+    pthread_mutex_lock(&self->mutex);
+    if (durable > self->durable) self->durable = durable;
+    if (keep && self->wanted > self->durable && self->waiting > 0 && !self->closed) {
+        more = self->wanted;
+    } else if (self->leader) {
+        self->leader = 0;
+        self->handovers++;
+    }
+    pthread_mutex_unlock(&self->mutex);
+    pthread_cond_broadcast(&self->cond);
+    return more;
+}
+
+static void gate_close_now(FlushGate *self) {
+    pthread_mutex_lock(&self->mutex);
+    self->closed = 1;
+    self->leader = 0;
+    self->handovers++;
+    pthread_mutex_unlock(&self->mutex);
+    pthread_cond_broadcast(&self->cond);
+}
+
+static long long gate_durable_now(FlushGate *self) {
+    pthread_mutex_lock(&self->mutex);
+    long long value = self->durable;
+    pthread_mutex_unlock(&self->mutex);
+    return value;
+}
+
+static void gate_record(FlushGate *self, long long ns) {
+    if (ns < 0) ns = 0;
+    self->flushes++;
+    self->last_ns = ns;
+    if (ns > self->max_ns) self->max_ns = ns;
+    self->recent_ns[self->recent_next] = ns;
+    self->recent_next = (self->recent_next + 1) % GATE_DURATIONS_KEPT;
+    if (self->recent_count < GATE_DURATIONS_KEPT) self->recent_count++;
+}
+
+/* --- the leader's flush in C ------------------------------------------------------------------------------- */
+
+/* An int item of the log's __dict__: 1 (in *out), 0 when missing or not an exact int in range (no error). */
+static int state_int(PyObject *state, int key, long long *out) {
+    PyObject *value = PyDict_GetItemWithError(state, gate_keys[key]);
+    if (value == NULL || !PyLong_CheckExact(value)) {
+        PyErr_Clear();
+        return 0;
+    }
+    long long number = PyLong_AsLongLong(value);
+    if (number == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = number;
+    return 1;
+}
+
+static int state_set(PyObject *state, int key, long long value) {
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL) return -1;
+    int failed = PyDict_SetItem(state, gate_keys[key], number);
+    Py_DECREF(number);
+    return failed;
+}
+
+/* Whether `type` (a class) has `function` as its `flush` still: a test's stand-in goes through Python. */
+static int flush_is(PyObject *type, PyObject *function) {
+    return _PyType_Lookup((PyTypeObject *)type, gate_keys[G_FLUSH]) == function;
+}
+
+/* The segment's `_fd` when it is an open MappedFile, else -1. */
+static long long segment_fd(const gate_binding *b, PyObject *segment) {
+    if (Py_TYPE(segment) != (PyTypeObject *)b->segment_type) return -1;
+    PyObject *closed = PyObject_GetAttr(segment, gate_keys[G_CLOSED]);
+    if (closed != Py_False) {
+        Py_XDECREF(closed);
+        PyErr_Clear();
+        return -1;
+    }
+    Py_DECREF(closed);
+    PyObject *fd = PyObject_GetAttr(segment, gate_keys[G_FD]);
+    long long number = fd != NULL && PyLong_CheckExact(fd) ? PyLong_AsLongLong(fd) : -1;
+    Py_XDECREF(fd);
+    PyErr_Clear();
+    return number;
+}
+
+/* Checkpoint.raise_log(ms, offset) into the checkpoint's mapping: 1, or 0 when its view cannot be had (closed:
+ * the Python callback then does it, and raises what it raises). */
+static int checkpoint_raise(const gate_binding *b, long long ms, long long offset) {
+    PyObject *view = PyObject_GetAttr(b->checkpoint, gate_keys[G_VIEW]);
+    if (view == NULL || view == Py_None) {
+        Py_XDECREF(view);
+        PyErr_Clear();
+        return 0;
+    }
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(view, &buffer, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(view);
+        PyErr_Clear();
+        return 0;
+    }
+    int done = 0;
+    if (buffer.len >= 32) {  /* physic_msg_timestamp at 0, physic_flushed_offset at 24 (flush/checkpoint.py) */
+        uint8_t *fields = (uint8_t *)buffer.buf;
+        if (ms > mq_get_i64(fields)) mq_put_i64(fields, ms);
+        if (offset > mq_get_i64(fields + 24)) mq_put_i64(fields + 24, offset);
+        done = 1;
+    }
+    PyBuffer_Release(&buffer);
+    Py_DECREF(view);
+    return done;
+}
+
+/* One flush by the leader, as the Python path's `_flush_once` with CommitLog.flush and MappedFile.flush and the
+ * store's `_checkpoint_log` after it: under the log's flush lock, read the last store time and the end, fdatasync
+ * the segment without the GIL when [flushed, end) lies in it, move flushed_position and flushed_timestamp_ms,
+ * raise the checkpoint, record the duration. FLUSH_PYTHON, before anything is done, for every other case. */
+static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable_out) {
+    long long started = monotonic_ns();
+    PyObject *state = b->log_state;
+    if (!flush_is((PyObject *)Py_TYPE(b->log), b->log_flush) || !flush_is(b->segment_type, b->segment_flush))
+        return FLUSH_PYTHON;
+    PyObject *own = PyDict_GetItemWithError(state, gate_keys[G_FLUSH]);  /* log.flush = a test's spy */
+    if (own != NULL || PyErr_Occurred()) {
+        PyErr_Clear();
+        return FLUSH_PYTHON;
+    }
+    if (!mq_writer_lock_try(b->flush_lock)) return FLUSH_PYTHON;  /* another flush runs: Python waits for it */
+    long long timestamp, end, flushed, base, limit;
+    if (!state_int(state, G_LAST_TS, &timestamp) || !state_int(state, G_END, &end)
+        || !state_int(state, G_FLUSHED, &flushed)) {
+        mq_writer_lock_release(b->flush_lock);
+        return FLUSH_PYTHON;
+    }
+    if (end > flushed) {
+        PyObject *segment = PyDict_GetItemWithError(state, gate_keys[G_SEGMENT]);
+        long long fd = segment == NULL ? -1 : segment_fd(b, segment);
+        PyErr_Clear();
+        if (fd < 0 || fd > INT_MAX || !state_int(state, G_SEGMENT_BASE, &base)
+            || !state_int(state, G_SEGMENT_END, &limit) || base < 0 || base > flushed || end > limit) {
+            mq_writer_lock_release(b->flush_lock);
+            return FLUSH_PYTHON;  /* no segment, or the range spans a roll */
+        }
+        Py_INCREF(segment);  /* held through the fdatasync, as the Python path's local name holds it */
+        int failed, error = 0;
+        Py_BEGIN_ALLOW_THREADS
+        failed = fdatasync((int)fd);
+        if (failed) error = errno;
+        Py_END_ALLOW_THREADS
+        Py_DECREF(segment);
+        if (failed) {
+            mq_writer_lock_release(b->flush_lock);
+            errno = error;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return FLUSH_FAILED;
+        }
+        long long flushed_ms = 0;
+        state_int(state, G_FLUSHED_TS, &flushed_ms);
+        if (state_set(state, G_FLUSHED, end) < 0
+            || (timestamp > flushed_ms && state_set(state, G_FLUSHED_TS, timestamp) < 0)) {
+            mq_writer_lock_release(b->flush_lock);
+            return FLUSH_FAILED;
+        }
+    }
+    mq_writer_lock_release(b->flush_lock);
+    long long durable = flushed, durable_ms = 0;
+    state_int(state, G_FLUSHED, &durable);
+    state_int(state, G_FLUSHED_TS, &durable_ms);
+    if (!checkpoint_raise(b, durable_ms, durable)) {
+        PyObject *done = PyObject_CallNoArgs(b->on_flushed);  /* the checkpoint's Python path */
+        if (done == NULL) return FLUSH_FAILED;
+        Py_DECREF(done);
+    }
+    gate_record(self, monotonic_ns() - started);
+    *durable_out = durable;
+    return FLUSH_DONE;
+}
+
+/* Holding the lead: flush, wake the callers it made durable, and flush again while callers wait (at most
+ * `rounds_max` flushes), then let go of the lead: services.py's `_lead_gate`, in C. A case for Python hands the
+ * lead, still held, to `service._lead_gate_python()`; a failed flush goes to `service._flush_failed(error)` and
+ * closes the gate. 0, or -1 with an error (the lead let go). */
+static int gate_lead(FlushGate *self) {
+    gate_binding b = self->bound;  /* held for the call: unbind() may run while the fdatasync lets go of the GIL */
+    if (b.service == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "FlushGate.lead() needs bind() first");
+        gate_advance_to(self, self->durable, 0);
+        return -1;
+    }
+    binding_hold(&b);
+    int status = 0;
+    for (int round = 1;; round++) {
+        long long durable = 0;
+        int flushed = gate_flush(self, &b, &durable);
+        if (flushed == FLUSH_PYTHON) {
+            PyObject *done = PyObject_CallMethodNoArgs(b.service, gate_keys[G_LEAD_PYTHON]);
+            status = done == NULL ? -1 : 0;
+            Py_XDECREF(done);
+            break;
+        }
+        if (flushed == FLUSH_FAILED) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) {  /* KeyboardInterrupt and the like: let another lead */
+                gate_advance_to(self, gate_durable_now(self), 0);
+                status = -1;
+                break;
+            }
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            if (traceback != NULL) PyException_SetTraceback(value, traceback);
+            PyObject *done = PyObject_CallMethodOneArg(b.service, gate_keys[G_FAILED], value);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            gate_close_now(self);
+            status = done == NULL ? -1 : 0;
+            Py_XDECREF(done);
+            break;
+        }
+        if (gate_advance_to(self, durable, round < b.rounds_max) == 0) break;
+    }
+    binding_drop(&b);
+    return status;
+}
+
+/* --- for put_entry.c ----------------------------------------------------------------------------------------- */
+
+/* The SYNC wait of a put whose record ends at `position`, as services.py's `_wait_gate`, for as long as it stays
+ * in C: 1 durable; 0 for the Python path, with the time left of the timeout in *left_s (0 after a timeout or a
+ * closed gate: Python tells durable from not); -1 with an error. */
+int mq_gate_sync_wait(PyObject *object, long long position, double timeout_s, double *left_s) {
+    FlushGate *self = (FlushGate *)object;
+    *left_s = timeout_s;
+    if (self->bound.service == NULL) return 0;
+    if (!(timeout_s >= 0)) return 0;
+    if (timeout_s > 1e9) timeout_s = 1e9;
+    long long deadline = monotonic_ns() + (long long)(timeout_s * 1e9);
+    double lead_below_ns = timeout_s * self->bound.inline_share * 1e9;
+    for (;;) {
+        /* a caller leads only while the last flush took under a share of its timeout (services.py) */
+        if (self->last_ns < 0 || (double)self->last_ns >= lead_below_ns || self->bound.service == NULL) return 0;
+        int outcome = gate_block(self, position, deadline, 1);
+        if (outcome < 0) return -1;
+        if (outcome == GATE_DURABLE) return 1;
+        if (outcome != GATE_LEAD) {
+            *left_s = 0;
+            return 0;
+        }
+        self->leads++;
+        if (gate_lead(self) < 0) return -1;
+        if (gate_durable_now(self) >= position) return 1;
+        long long left = deadline - monotonic_ns();
+        *left_s = left > 0 ? left / 1e9 : 0;
+        if (left <= 0) return 0;
+    }
+}
+
+/* --- the Python methods -------------------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(gate_wait_doc,
+"wait(position, timeout_s, lead) -> int\n\n"
+"Block, without the GIL, until everything below `position` is durable (0), or, with `lead` true, the lead is\n"
+"free and this thread took it (1: flush, then advance()), or `timeout_s` passed (2; None waits for ever), or\n"
+"the gate was closed (3), or, with `lead` false, the lead was let go and nobody took it (4: ask for a flush).");
+
+static PyObject *gate_wait(FlushGate *self, PyObject *args) {
+    long long position;
+    PyObject *timeout_obj;
+    int lead;
+    if (!PyArg_ParseTuple(args, "LOp:wait", &position, &timeout_obj, &lead)) return NULL;
+    long long deadline = deadline_of(timeout_obj);
+    if (deadline == -2) return NULL;
+    int outcome = gate_block(self, position, deadline, lead);
+    if (outcome < 0) return NULL;
     return PyLong_FromLong(outcome);
 }
 
@@ -133,18 +496,7 @@ static PyObject *gate_advance(FlushGate *self, PyObject *args) {
     long long durable;
     int keep;
     if (!PyArg_ParseTuple(args, "Lp:advance", &durable, &keep)) return NULL;
-    long long more = 0;
-    pthread_mutex_lock(&self->mutex);
-    if (durable > self->durable) self->durable = durable;
-    if (keep && self->wanted > self->durable && self->waiting > 0 && !self->closed) {
-        more = self->wanted;
-    } else if (self->leader) {
-        self->leader = 0;
-        self->handovers++;
-    }
-    pthread_mutex_unlock(&self->mutex);
-    pthread_cond_broadcast(&self->cond);
-    return PyLong_FromLongLong(more);
+    return PyLong_FromLongLong(gate_advance_to(self, durable, keep));
 }
 
 PyDoc_STRVAR(gate_close_doc,
@@ -152,20 +504,68 @@ PyDoc_STRVAR(gate_close_doc,
 "is let go.");
 
 static PyObject *gate_close(FlushGate *self, PyObject *Py_UNUSED(ignored)) {
-    pthread_mutex_lock(&self->mutex);
-    self->closed = 1;
-    self->leader = 0;
-    self->handovers++;
-    pthread_mutex_unlock(&self->mutex);
-    pthread_cond_broadcast(&self->cond);
+    gate_close_now(self);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(gate_bind_doc,
+"bind(service, log, flush_lock, log_flush, segment_type, segment_flush, checkpoint, on_flushed, rounds_max,\n"
+"     inline_share) -> None\n\n"
+"Let the leader flush the CommitLog `log` in C (lead(), and SYNC puts of the compiled put entry): what\n"
+"`service._flush_once` does with `log.flush()` and `on_flushed()` (the checkpoint's physic time and flushed\n"
+"offset, written into the MappedFile `checkpoint`), while `log`'s type has `log_flush` and `segment_type` has\n"
+"`segment_flush` as their `flush`; every other case goes to `service._lead_gate_python()`.");
+
+static PyObject *gate_bind(FlushGate *self, PyObject *args) {
+    gate_binding b = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOid:bind", &b.service, &b.log, &b.flush_lock, &b.log_flush,
+                          &b.segment_type, &b.segment_flush, &b.checkpoint, &b.on_flushed, &b.rounds_max,
+                          &b.inline_share))
+        return NULL;
+    if (!mq_is_writer_lock(b.flush_lock) || !PyType_Check(b.segment_type) || !PyCallable_Check(b.on_flushed)
+        || b.rounds_max < 1) {
+        PyErr_SetString(PyExc_TypeError, "bind(service, log, WriterLock, function, type, function, checkpoint, "
+                                         "callable, rounds_max >= 1, inline_share)");
+        return NULL;
+    }
+    b.log_state = PyObject_GenericGetDict(b.log, NULL);
+    if (b.log_state == NULL) return NULL;
+    Py_DECREF(b.log_state);  /* held again below, with the others */
+    binding_hold(&b);
+    gate_binding old = self->bound;
+    self->bound = b;
+    binding_drop(&old);
+    Py_RETURN_NONE;
+}
+
+static PyObject *gate_unbind(FlushGate *self, PyObject *Py_UNUSED(ignored)) {
+    gate_binding old = self->bound;
+    memset(&self->bound, 0, sizeof(self->bound));
+    binding_drop(&old);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(gate_lead_doc,
+"lead() -> None\n\nBy the thread holding the lead (wait() returned 1), with bind() done: flush and advance as "
+"services.py's\n_lead_gate does, in C; the lead is let go when it returns.");
+
+static PyObject *gate_lead_method(FlushGate *self, PyObject *Py_UNUSED(ignored)) {
+    if (gate_lead(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(gate_record_doc,
+"record(seconds) -> None\n\nCount one flush of the Python path and its duration (as the C flush does its own).");
+
+static PyObject *gate_record_method(FlushGate *self, PyObject *seconds_obj) {
+    double seconds = PyFloat_AsDouble(seconds_obj);
+    if (seconds == -1.0 && PyErr_Occurred()) return NULL;
+    gate_record(self, isfinite(seconds) ? (long long)(seconds * 1e9) : 0);
     Py_RETURN_NONE;
 }
 
 static PyObject *gate_get_durable(FlushGate *self, void *closure) {
-    pthread_mutex_lock(&self->mutex);
-    long long value = self->durable;
-    pthread_mutex_unlock(&self->mutex);
-    return PyLong_FromLongLong(value);
+    return PyLong_FromLongLong(gate_durable_now(self));
 }
 
 static PyObject *gate_get_waiting(FlushGate *self, void *closure) {
@@ -182,10 +582,47 @@ static PyObject *gate_get_leading(FlushGate *self, void *closure) {
     return PyBool_FromLong(value);
 }
 
+static PyObject *gate_get_bound(FlushGate *self, void *closure) {
+    return PyBool_FromLong(self->bound.service != NULL);
+}
+
+static PyObject *gate_get_flushes(FlushGate *self, void *closure) { return PyLong_FromLongLong(self->flushes); }
+
+static PyObject *gate_get_leads(FlushGate *self, void *closure) { return PyLong_FromLongLong(self->leads); }
+
+static PyObject *gate_get_last_flush_s(FlushGate *self, void *closure) {
+    return PyFloat_FromDouble(self->last_ns < 0 ? INFINITY : self->last_ns / 1e9);
+}
+
+static PyObject *gate_get_max_flush_s(FlushGate *self, void *closure) {
+    return PyFloat_FromDouble(self->max_ns / 1e9);
+}
+
+static PyObject *gate_get_recent_flush_s(FlushGate *self, void *closure) {
+    PyObject *list = PyList_New(self->recent_count);
+    if (list == NULL) return NULL;
+    int first = (self->recent_next - self->recent_count + GATE_DURATIONS_KEPT) % GATE_DURATIONS_KEPT;
+    for (int i = 0; i < self->recent_count; i++) {
+        PyObject *value = PyFloat_FromDouble(self->recent_ns[(first + i) % GATE_DURATIONS_KEPT] / 1e9);
+        if (value == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, value);
+    }
+    return list;
+}
+
+static PyObject *gate_get_kept(FlushGate *self, void *closure) { return PyLong_FromLong(GATE_DURATIONS_KEPT); }
+
 static PyMethodDef gate_methods[] = {
     {"wait", (PyCFunction)gate_wait, METH_VARARGS, gate_wait_doc},
     {"advance", (PyCFunction)gate_advance, METH_VARARGS, gate_advance_doc},
     {"close", (PyCFunction)gate_close, METH_NOARGS, gate_close_doc},
+    {"bind", (PyCFunction)gate_bind, METH_VARARGS, gate_bind_doc},
+    {"unbind", (PyCFunction)gate_unbind, METH_NOARGS, "unbind() -> None\n\nUndo bind(): the leader flushes in Python."},
+    {"lead", (PyCFunction)gate_lead_method, METH_NOARGS, gate_lead_doc},
+    {"record", (PyCFunction)gate_record_method, METH_O, gate_record_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -193,6 +630,14 @@ static PyGetSetDef gate_getset[] = {
     {"durable", (getter)gate_get_durable, NULL, "everything below this position is durable", NULL},
     {"waiting", (getter)gate_get_waiting, NULL, "threads blocked in wait() now", NULL},
     {"leading", (getter)gate_get_leading, NULL, "whether a thread holds the lead", NULL},
+    {"bound", (getter)gate_get_bound, NULL, "whether bind() is in force", NULL},
+    {"flushes", (getter)gate_get_flushes, NULL, "flushes recorded (by the C flush, and record())", NULL},
+    {"leads", (getter)gate_get_leads, NULL, "leads taken by SYNC puts of the compiled put entry", NULL},
+    {"last_flush_s", (getter)gate_get_last_flush_s, NULL, "the last flush's duration (inf before the first)", NULL},
+    {"max_flush_s", (getter)gate_get_max_flush_s, NULL, "the longest flush's duration", NULL},
+    {"recent_flush_s", (getter)gate_get_recent_flush_s, NULL, "the durations of the last flushes, oldest first",
+     NULL},
+    {"durations_kept", (getter)gate_get_kept, NULL, "how many recent durations are kept", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -201,17 +646,27 @@ static PyTypeObject FlushGateType = {
     .tp_name = "mqstore.commitlog._native.FlushGate",
     .tp_basicsize = sizeof(FlushGate),
     .tp_dealloc = (destructor)gate_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Where SYNC producers wait for durability without the GIL (made by flush_gate()).",
+    .tp_traverse = (traverseproc)gate_traverse,
+    .tp_clear = (inquiry)gate_clear,
     .tp_methods = gate_methods,
     .tp_getset = gate_getset,
 };
 
+int mq_is_flush_gate(PyObject *object) { return Py_TYPE(object) == &FlushGateType; }
+
 static PyObject *native_flush_gate(PyObject *module, PyObject *args) {
     long long durable;
     if (!PyArg_ParseTuple(args, "L:flush_gate", &durable)) return NULL;
+    if (gate_keys[0] == NULL) {
+        for (int k = 0; k < G_COUNT; k++) {
+            gate_keys[k] = PyUnicode_InternFromString(gate_key_names[k]);
+            if (gate_keys[k] == NULL) return NULL;
+        }
+    }
     if (FlushGateType.tp_dict == NULL && PyType_Ready(&FlushGateType) < 0) return NULL;
-    FlushGate *self = PyObject_New(FlushGate, &FlushGateType);
+    FlushGate *self = PyObject_GC_New(FlushGate, &FlushGateType);
     if (self == NULL) return NULL;
     self->ready = 0;
     self->durable = durable;
@@ -220,6 +675,10 @@ static PyObject *native_flush_gate(PyObject *module, PyObject *args) {
     self->leader = 0;
     self->handovers = 0;
     self->closed = 0;
+    memset(&self->bound, 0, sizeof(self->bound));
+    self->flushes = self->leads = self->max_ns = 0;
+    self->last_ns = -1;
+    self->recent_count = self->recent_next = 0;
     pthread_condattr_t attributes;
     if (pthread_condattr_init(&attributes) != 0 || pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC) != 0
         || pthread_cond_init(&self->cond, &attributes) != 0) {
@@ -233,6 +692,7 @@ static PyObject *native_flush_gate(PyObject *module, PyObject *args) {
         return PyErr_NoMemory();
     }
     self->ready = 1;
+    PyObject_GC_Track(self);
     return (PyObject *)self;
 }
 

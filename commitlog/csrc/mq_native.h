@@ -67,6 +67,8 @@ PyObject *mq_appender_put(PyObject *appender, PyObject *message);
 /* put_entry.c: adds `WriterLock` and `PutEntry` (MessageStore.put's common case) to the module. A WriterLock
  * taken without waiting (1) or not (0), and released by a holder; no error either way. */
 int mq_put_entry_init(PyObject *module);
+int mq_is_writer_lock(PyObject *object);
+int mq_writer_lock_held(PyObject *lock);  /* whether some thread holds it now (a WriterLock) */
 int mq_writer_lock_try(PyObject *lock);
 void mq_writer_lock_release(PyObject *lock);
 

@@ -344,6 +344,7 @@ static int writes_through(AppenderObject *self, const writer_state *s, int64_t s
     if (s->scratch == NULL || size > self->write_through_max) return 0;
     PyObject *write_at = PyDict_GetItemWithError(self->clock_globals, keys[K_WRITE_AT]);
     if (write_at != self->write_at) return PyErr_Occurred() ? -1 : 2;
+    if (mq_is_writer_lock(s->flush_lock)) return !mq_writer_lock_held(s->flush_lock);  /* no call: put_entry.c */
     PyObject *locked = PyObject_CallMethodNoArgs(s->flush_lock, keys[K_LOCKED]);
     if (locked == NULL) return -1;
     int held = PyObject_IsTrue(locked);

@@ -6,7 +6,7 @@
  * release that C code calls directly. `threading.Lock` has no such C API, and its `acquire(False)` called from C
  * or Python parses its arguments from a tuple: about 0.8k instructions a put (docs/decisions/0028).
  *
- * `PutEntry(store, appender, lock, handoff, python_put, io_error)` is made by MessageStore at open when the compiled
+ * `PutEntry(store, appender, lock, handoff, python_put, io_error, gate=None)` is made by MessageStore at open when the compiled
  * put exists (docs/decisions/0028-put-entry-in-c.md); its bound method `put` becomes the store's `put` (an
  * instance attribute). It runs the common case of MessageStore.put in C, in the same order:
  *
@@ -16,11 +16,14 @@
  *   3. the Appender's put (put.c); None -> `store._append_message_holding_lock(message)`, under the same hold;
  *   4. release the lock; parked puts (`handoff.pending` not empty) -> `handoff.drain()`;
  *   5. a StoreIOError -> `store._put_refused(exc)` (its refusal status); other errors are raised;
- *   6. `_lag_limit` or `_sync_flush` set -> `store._after_append(result)`.
+ *   6. `_lag_limit` set -> `store._after_append(result)`; else `_sync_flush` set -> the SYNC wait: in the
+ *      FlushGate `gate` (flushwait.c's mq_gate_sync_wait, which also leads the flush), and where that hands
+ *      the wait back, `store._sync_wait(result, seconds left)`.
  *
  * Every uncommon case is the Python code it was: this file decides nothing of its own.
  */
 #include "mq_native.h"
+#include "flushwait.h"
 
 #include <time.h>
 
@@ -195,11 +198,11 @@ static PyType_Spec writer_lock_spec = {
 
 enum {
     E_CLOSED, E_DISK_FULL, E_PUT_COMMON, E_LAG_LIMIT, E_SYNC_FLUSH, E_APPEND_PYTHON, E_REFUSED, E_AFTER, E_DRAIN,
-    E_COUNT
+    E_SYNC_TIMEOUT, E_SYNC_WAIT, E_COUNT
 };
 static const char *entry_key_names[E_COUNT] = {
     "_closed", "_disk_full", "_put_common", "_lag_limit", "_sync_flush", "_append_message_holding_lock",
-    "_put_refused", "_after_append", "drain"};
+    "_put_refused", "_after_append", "drain", "_sync_timeout_s", "_sync_wait"};
 static PyObject *entry_keys[E_COUNT];
 
 typedef struct {
@@ -213,10 +216,13 @@ typedef struct {
     PyObject *parked;      /* handoff.pending */
     PyObject *python_put;  /* MessageStore.put, the function: every uncommon case */
     PyObject *io_error;    /* StoreIOError: a refusal, not an error */
+    PyObject *gate;        /* the group commit's FlushGate, or NULL: SYNC puts wait in Python */
     /* What the store's __dict__ said at `version` (see read_flags): puts take the common path (open, the disk not
-     * full, _put_common the Appender's), puts wait after their append (_lag_limit or _sync_flush). */
+     * full, _put_common the Appender's), puts wait after their append (_lag_limit or _sync_flush), the wait is
+     * Python's (the lag bound, or a timeout that is not a float), the SYNC timeout. */
     uint64_t version;
-    int version_known, common, waits;
+    int version_known, common, waits, python_waits;
+    double sync_timeout_s;
 } PutEntryObject;
 
 static int entry_traverse(PutEntryObject *self, visitproc visit, void *arg) {
@@ -229,6 +235,7 @@ static int entry_traverse(PutEntryObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->parked);
     Py_VISIT(self->python_put);
     Py_VISIT(self->io_error);
+    Py_VISIT(self->gate);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -243,6 +250,7 @@ static int entry_clear(PutEntryObject *self) {
     Py_CLEAR(self->parked);
     Py_CLEAR(self->python_put);
     Py_CLEAR(self->io_error);
+    Py_CLEAR(self->gate);
     return 0;
 }
 
@@ -255,12 +263,14 @@ static void entry_dealloc(PutEntryObject *self) {
 }
 
 static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *store, *appender, *lock, *handoff, *python_put, *io_error;
-    if (!PyArg_ParseTuple(args, "OOOOOO:PutEntry", &store, &appender, &lock, &handoff, &python_put, &io_error))
+    PyObject *store, *appender, *lock, *handoff, *python_put, *io_error, *gate = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOO|O:PutEntry", &store, &appender, &lock, &handoff, &python_put, &io_error,
+                          &gate))
         return NULL;
     if (!mq_is_appender(appender) || Py_TYPE(lock) != writer_lock_type || !PyCallable_Check(python_put) ||
-        !PyExceptionClass_Check(io_error)) {
-        PyErr_SetString(PyExc_TypeError, "PutEntry(store, Appender, WriterLock, handoff, put function, StoreIOError)");
+        !PyExceptionClass_Check(io_error) || (gate != Py_None && !mq_is_flush_gate(gate))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "PutEntry(store, Appender, WriterLock, handoff, put function, StoreIOError, FlushGate or None)");
         return NULL;
     }
     PyObject *state = PyObject_GenericGetDict(store, NULL);
@@ -287,6 +297,7 @@ static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->parked = parked;
     self->python_put = Py_NewRef(python_put);
     self->io_error = Py_NewRef(io_error);
+    self->gate = gate == Py_None ? NULL : Py_NewRef(gate);
     return (PyObject *)self;
 }
 
@@ -312,12 +323,15 @@ static int read_flags(PutEntryObject *self) {
     PyObject *put_common = disk_full == NULL ? NULL : store_item(self, E_PUT_COMMON);
     PyObject *lag_limit = put_common == NULL ? NULL : store_item(self, E_LAG_LIMIT);
     PyObject *sync_flush = lag_limit == NULL ? NULL : store_item(self, E_SYNC_FLUSH);
-    if (sync_flush == NULL) return -1;
+    PyObject *timeout = sync_flush == NULL ? NULL : store_item(self, E_SYNC_TIMEOUT);
+    if (timeout == NULL) return -1;
     self->common = closed == Py_False && disk_full == Py_False && put_common == self->put_common;
-    int waits = PyObject_IsTrue(lag_limit);
-    if (waits == 0) waits = PyObject_IsTrue(sync_flush);
-    if (waits < 0) return -1;
-    self->waits = waits;
+    int lag = PyObject_IsTrue(lag_limit), sync = lag < 0 ? -1 : PyObject_IsTrue(sync_flush);
+    if (sync < 0) return -1;
+    /* only a float timeout is read here (no Python code runs); another type waits through Python */
+    self->sync_timeout_s = PyFloat_CheckExact(timeout) ? PyFloat_AS_DOUBLE(timeout) : -1.0;
+    self->waits = lag || sync;
+    self->python_waits = lag || self->sync_timeout_s < 0;
 #if PY_VERSION_HEX < 0x030C0000
     self->version = version;  /* reading changed nothing (bools and ints: no Python code ran) */
     self->version_known = 1;
@@ -356,6 +370,34 @@ static PyObject *drain_parked(PutEntryObject *self, PyObject *result) {
     return NULL;
 }
 
+/* A SYNC put's wait for its record (`result`, a PutResult: offset at 1, size at 3) to be durable: in the gate while it
+ * can be, then `store._sync_wait(result, seconds left)` (MessageStore's, which reports a timeout). Steals `result`. */
+static PyObject *sync_wait(PutEntryObject *self, PyObject *result) {
+    long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(result, 1));
+    long long size = offset == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(PyTuple_GET_ITEM(result, 3));
+    if (size == -1 && PyErr_Occurred()) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    double left_s;
+    int durable = mq_gate_sync_wait(self->gate, offset + size, self->sync_timeout_s, &left_s);
+    if (durable != 0) {
+        if (durable > 0) return result;
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyObject *left = PyFloat_FromDouble(left_s);
+    if (left == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyObject *args[3] = {self->store, result, left};
+    PyObject *waited = PyObject_VectorcallMethod(entry_keys[E_SYNC_WAIT], args, 3, NULL);
+    Py_DECREF(left);
+    Py_DECREF(result);
+    return waited;
+}
+
 static PyObject *entry_put(PutEntryObject *self, PyObject *message) {
     if (read_flags(self) < 0) return NULL;
     if (!self->common || !mq_writer_lock_try(self->lock))
@@ -384,6 +426,7 @@ static PyObject *entry_put(PutEntryObject *self, PyObject *message) {
         return NULL;
     }
     if (!self->waits) return result;
+    if (!self->python_waits && self->gate != NULL) return sync_wait(self, result);
     PyObject *after = PyObject_CallMethodOneArg(self->store, entry_keys[E_AFTER], result);
     Py_DECREF(result);
     return after;
@@ -416,6 +459,10 @@ static PyType_Spec entry_spec = {
 };
 
 /* --- for C callers --------------------------------------------------------------------------------------- */
+
+int mq_is_writer_lock(PyObject *object) { return writer_lock_type != NULL && Py_TYPE(object) == writer_lock_type; }
+
+int mq_writer_lock_held(PyObject *lock) { return ((WriterLockObject *)lock)->locked; }
 
 int mq_writer_lock_try(PyObject *lock) {
     WriterLockObject *self = (WriterLockObject *)lock;

@@ -22,6 +22,7 @@ from typing import Iterable
 import numpy as np
 
 from mqstore.commitlog import format as fmt
+from mqstore.commitlog import commitlog as commitlog_module, mapped_file
 from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
 from mqstore.commitlog.dispatch import (
     DISPATCH_TAIL_BATCH_RECORDS,
@@ -165,7 +166,8 @@ class MessageStore(Reads, IndexLookups):
                 or not isinstance(self._writer, codec.WriterLock)):
             return
         appender = self._put_common.__self__  # CommitLog.compiled_put gives its Appender's bound put
-        self.put = entry_type(self, appender, self._writer, self._handoff, MessageStore.put, StoreIOError).put
+        gate = self._group_commit.gate if self._group_commit is not None else None
+        self.put = entry_type(self, appender, self._writer, self._handoff, MessageStore.put, StoreIOError, gate).put
 
     def _open_files(self) -> None:
         """The config resolved against the store, the lock, the CommitLog, ConsumeQueues and index, opened."""
@@ -386,6 +388,10 @@ class MessageStore(Reads, IndexLookups):
         self._allocator = allocator
         if self._sync_flush:
             self._group_commit = GroupCommitService(log_, log_.flushed_position, on_flushed=self._checkpoint_log)
+            if isinstance(log_.flush_lock, getattr(log_.codec, "WriterLock", ())):
+                # the leader flushes in C, and writes there what `_checkpoint_log` writes (decision 0030)
+                self._group_commit.flush_in_c(log_, log_.flush_lock, commitlog_module.DEFINED_FLUSH,
+                                              mapped_file.MappedFile, mapped_file.DEFINED_FLUSH, self._checkpoint.mapped)
             self._group_commit.start()
             self._services.append(self._group_commit)
         else:
@@ -556,6 +562,13 @@ class MessageStore(Reads, IndexLookups):
         if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
             self._wait_for_lag_under_bound(end)
         if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
+            return _new_tuple(PutResult, (PutStatus.FLUSH_DISK_TIMEOUT, *result[1:]))
+        return result
+
+    def _sync_wait(self, result: PutResult, timeout_s: float) -> PutResult:
+        """The SYNC wait of an appended put, for the compiled put entry's cases it leaves to Python (`timeout_s`: the
+        time left of the store's timeout)."""
+        if not self._group_commit.wait_durable(result[1] + result[3], timeout_s):
             return _new_tuple(PutResult, (PutStatus.FLUSH_DISK_TIMEOUT, *result[1:]))
         return result
 
