@@ -25,6 +25,7 @@
 #include "flushwait.h"
 
 #include <errno.h>
+#include <structmember.h>
 #include <limits.h>
 #include <string.h>
 #include <math.h>
@@ -54,6 +55,9 @@ typedef struct {
     PyObject *log_flush;   /* CommitLog.flush as bound: while the log's type still has it, the flush is done here */
     PyObject *segment_type, *segment_flush;  /* MappedFile, MappedFile.flush: the same test for its segments */
     PyObject *checkpoint;  /* the checkpoint's MappedFile: its `view`, where the flushed offset and time go */
+    /* where MappedFile's slots `_fd`, `_closed`, `view`, `base_offset`, `size_bytes` lie in an instance (read
+     * directly: a MappedFile has __slots__, and only instances of exactly that type are read) */
+    Py_ssize_t fd_at, closed_at, view_at, base_at, size_at;
     PyObject *on_flushed;  /* the store's _checkpoint_log: what the checkpoint write above stands for */
     int rounds_max;        /* services.py's LEADER_FLUSH_ROUNDS_MAX */
     double inline_share;   /* services.py's FLUSH_INLINE_TIMEOUT_SHARE */
@@ -78,12 +82,12 @@ typedef struct {
 } FlushGate;
 
 enum {
-    G_END, G_FLUSHED, G_FLUSHED_TS, G_LAST_TS, G_SEGMENT, G_SEGMENT_BASE, G_SEGMENT_END, G_FD, G_CLOSED, G_FLUSH,
-    G_VIEW, G_LEAD_PYTHON, G_FAILED, G_COUNT
+    G_END, G_FLUSHED, G_FLUSHED_TS, G_LAST_TS, G_SEGMENT, G_FD, G_CLOSED, G_VIEW, G_BASE, G_SIZE, G_FLUSH,
+    G_LEAD_PYTHON, G_FAILED, G_COUNT
 };
 static const char *gate_key_names[G_COUNT] = {
-    "_end", "flushed_position", "flushed_timestamp_ms", "last_store_timestamp_ms", "_segment", "_segment_base",
-    "_segment_end", "_fd", "_closed", "flush", "view", "_lead_gate_python", "_flush_failed"};
+    "_end", "flushed_position", "flushed_timestamp_ms", "last_store_timestamp_ms", "_segment", "_fd", "_closed",
+    "view", "base_offset", "size_bytes", "flush", "_lead_gate_python", "_flush_failed"};
 static PyObject *gate_keys[G_COUNT];
 
 static void binding_hold(gate_binding *b) {
@@ -249,13 +253,9 @@ static void gate_record(FlushGate *self, long long ns) {
 
 /* --- the leader's flush in C ------------------------------------------------------------------------------- */
 
-/* An int item of the log's __dict__: 1 (in *out), 0 when missing or not an exact int in range (no error). */
-static int state_int(PyObject *state, int key, long long *out) {
-    PyObject *value = PyDict_GetItemWithError(state, gate_keys[key]);
-    if (value == NULL || !PyLong_CheckExact(value)) {
-        PyErr_Clear();
-        return 0;
-    }
+/* An exact int in range: 1 (in *out), else 0 (no error). */
+static int int_value(PyObject *value, long long *out) {
+    if (value == NULL || !PyLong_CheckExact(value)) return 0;
     long long number = PyLong_AsLongLong(value);
     if (number == -1 && PyErr_Occurred()) {
         PyErr_Clear();
@@ -265,45 +265,40 @@ static int state_int(PyObject *state, int key, long long *out) {
     return 1;
 }
 
-static int state_set(PyObject *state, int key, long long value) {
-    PyObject *number = PyLong_FromLongLong(value);
-    if (number == NULL) return -1;
-    int failed = PyDict_SetItem(state, gate_keys[key], number);
-    Py_DECREF(number);
-    return failed;
+/* An int item of the log's __dict__ (borrowed, in *object when asked): 1 (its value in *out), 0 when missing or
+ * not an exact int in range (no error). */
+static int state_int(PyObject *state, int key, long long *out, PyObject **object) {
+    PyObject *value = PyDict_GetItemWithError(state, gate_keys[key]);
+    if (value == NULL) PyErr_Clear();
+    if (object != NULL) *object = value;
+    return int_value(value, out);
 }
+
+/* A slot of a MappedFile (borrowed; NULL when unset). */
+static PyObject *slot_of(PyObject *object, Py_ssize_t at) { return *(PyObject **)((char *)object + at); }
 
 /* Whether `type` (a class) has `function` as its `flush` still: a test's stand-in goes through Python. */
 static int flush_is(PyObject *type, PyObject *function) {
     return _PyType_Lookup((PyTypeObject *)type, gate_keys[G_FLUSH]) == function;
 }
 
-/* The segment's `_fd` when it is an open MappedFile, else -1. */
-static long long segment_fd(const gate_binding *b, PyObject *segment) {
-    if (Py_TYPE(segment) != (PyTypeObject *)b->segment_type) return -1;
-    PyObject *closed = PyObject_GetAttr(segment, gate_keys[G_CLOSED]);
-    if (closed != Py_False) {
-        Py_XDECREF(closed);
-        PyErr_Clear();
-        return -1;
-    }
-    Py_DECREF(closed);
-    PyObject *fd = PyObject_GetAttr(segment, gate_keys[G_FD]);
-    long long number = fd != NULL && PyLong_CheckExact(fd) ? PyLong_AsLongLong(fd) : -1;
-    Py_XDECREF(fd);
-    PyErr_Clear();
-    return number;
+/* The segment's `_fd`, and the log offsets it spans, when it is an open MappedFile: 1, else 0. */
+static int segment_range(const gate_binding *b, PyObject *segment, long long *fd, long long *base, long long *end) {
+    long long size;
+    if (segment == NULL || Py_TYPE(segment) != (PyTypeObject *)b->segment_type
+        || slot_of(segment, b->closed_at) != Py_False || !int_value(slot_of(segment, b->fd_at), fd)
+        || !int_value(slot_of(segment, b->base_at), base) || !int_value(slot_of(segment, b->size_at), &size))
+        return 0;
+    *end = *base + size;
+    return *fd >= 0 && *fd <= INT_MAX && *base >= 0;
 }
 
 /* Checkpoint.raise_log(ms, offset) into the checkpoint's mapping: 1, or 0 when its view cannot be had (closed:
  * the Python callback then does it, and raises what it raises). */
 static int checkpoint_raise(const gate_binding *b, long long ms, long long offset) {
-    PyObject *view = PyObject_GetAttr(b->checkpoint, gate_keys[G_VIEW]);
-    if (view == NULL || view == Py_None) {
-        Py_XDECREF(view);
-        PyErr_Clear();
-        return 0;
-    }
+    PyObject *view = slot_of(b->checkpoint, b->view_at);
+    if (view == NULL || view == Py_None) return 0;
+    Py_INCREF(view);
     Py_buffer buffer;
     if (PyObject_GetBuffer(view, &buffer, PyBUF_WRITABLE) < 0) {
         Py_DECREF(view);
@@ -337,46 +332,51 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
         return FLUSH_PYTHON;
     }
     if (!mq_writer_lock_try(b->flush_lock)) return FLUSH_PYTHON;  /* another flush runs: Python waits for it */
-    long long timestamp, end, flushed, base, limit;
-    if (!state_int(state, G_LAST_TS, &timestamp) || !state_int(state, G_END, &end)
-        || !state_int(state, G_FLUSHED, &flushed)) {
+    long long timestamp, end, flushed, flushed_ms;
+    PyObject *timestamp_value, *end_value;
+    if (!state_int(state, G_LAST_TS, &timestamp, &timestamp_value) || !state_int(state, G_END, &end, &end_value)
+        || !state_int(state, G_FLUSHED, &flushed, NULL) || !state_int(state, G_FLUSHED_TS, &flushed_ms, NULL)) {
         mq_writer_lock_release(b->flush_lock);
         return FLUSH_PYTHON;
     }
+    long long durable = flushed, durable_ms = flushed_ms;
     if (end > flushed) {
         PyObject *segment = PyDict_GetItemWithError(state, gate_keys[G_SEGMENT]);
-        long long fd = segment == NULL ? -1 : segment_fd(b, segment);
-        PyErr_Clear();
-        if (fd < 0 || fd > INT_MAX || !state_int(state, G_SEGMENT_BASE, &base)
-            || !state_int(state, G_SEGMENT_END, &limit) || base < 0 || base > flushed || end > limit) {
+        long long fd, base, limit;
+        if (!segment_range(b, segment, &fd, &base, &limit) || base > flushed || end > limit) {
+            PyErr_Clear();
             mq_writer_lock_release(b->flush_lock);
-            return FLUSH_PYTHON;  /* no segment, or the range spans a roll */
+            return FLUSH_PYTHON;  /* no segment, a closed one, or the range spans a roll */
         }
-        Py_INCREF(segment);  /* held through the fdatasync, as the Python path's local name holds it */
+        /* held through the fdatasync, as the Python path's names hold them (the ints are set below) */
+        Py_INCREF(segment);
+        Py_INCREF(end_value);
+        Py_INCREF(timestamp_value);
         int failed, error = 0;
         Py_BEGIN_ALLOW_THREADS
         failed = fdatasync((int)fd);
         if (failed) error = errno;
         Py_END_ALLOW_THREADS
         Py_DECREF(segment);
-        if (failed) {
-            mq_writer_lock_release(b->flush_lock);
+        if (!failed) {
+            durable = end;
+            failed = PyDict_SetItem(state, gate_keys[G_FLUSHED], end_value);
+            if (!failed && timestamp > flushed_ms) {
+                durable_ms = timestamp;
+                failed = PyDict_SetItem(state, gate_keys[G_FLUSHED_TS], timestamp_value);
+            }
+        } else {
             errno = error;
             PyErr_SetFromErrno(PyExc_OSError);
-            return FLUSH_FAILED;
         }
-        long long flushed_ms = 0;
-        state_int(state, G_FLUSHED_TS, &flushed_ms);
-        if (state_set(state, G_FLUSHED, end) < 0
-            || (timestamp > flushed_ms && state_set(state, G_FLUSHED_TS, timestamp) < 0)) {
+        Py_DECREF(end_value);
+        Py_DECREF(timestamp_value);
+        if (failed) {
             mq_writer_lock_release(b->flush_lock);
             return FLUSH_FAILED;
         }
     }
     mq_writer_lock_release(b->flush_lock);
-    long long durable = flushed, durable_ms = 0;
-    state_int(state, G_FLUSHED, &durable);
-    state_int(state, G_FLUSHED_TS, &durable_ms);
     if (!checkpoint_raise(b, durable_ms, durable)) {
         PyObject *done = PyObject_CallNoArgs(b->on_flushed);  /* the checkpoint's Python path */
         if (done == NULL) return FLUSH_FAILED;
@@ -526,6 +526,21 @@ static PyObject *gate_bind(FlushGate *self, PyObject *args) {
         || b.rounds_max < 1) {
         PyErr_SetString(PyExc_TypeError, "bind(service, log, WriterLock, function, type, function, checkpoint, "
                                          "callable, rounds_max >= 1, inline_share)");
+        return NULL;
+    }
+    Py_ssize_t *offsets[] = {&b.fd_at, &b.closed_at, &b.view_at, &b.base_at, &b.size_at};
+    int names[] = {G_FD, G_CLOSED, G_VIEW, G_BASE, G_SIZE};
+    for (int i = 0; i < 5; i++) {
+        PyObject *slot = _PyType_Lookup((PyTypeObject *)b.segment_type, gate_keys[names[i]]);
+        if (slot == NULL || Py_TYPE(slot) != &PyMemberDescr_Type
+            || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "bind(): %R has no slot %R", b.segment_type, gate_keys[names[i]]);
+            return NULL;
+        }
+        *offsets[i] = ((PyMemberDescrObject *)slot)->d_member->offset;
+    }
+    if (Py_TYPE(b.checkpoint) != (PyTypeObject *)b.segment_type) {
+        PyErr_SetString(PyExc_TypeError, "bind(): the checkpoint is not a segment_type");
         return NULL;
     }
     b.log_state = PyObject_GenericGetDict(b.log, NULL);
