@@ -426,7 +426,8 @@ static PyObject *entry_put(PutEntryObject *self, PyObject *message) {
         return NULL;
     }
     if (!self->waits) return result;
-    if (!self->python_waits && self->gate != NULL) return sync_wait(self, result);
+    if (!self->python_waits && self->gate != NULL && PyTuple_Check(result) && PyTuple_GET_SIZE(result) >= 4)
+        return sync_wait(self, result);
     PyObject *after = PyObject_CallMethodOneArg(self->store, entry_keys[E_AFTER], result);
     Py_DECREF(result);
     return after;
