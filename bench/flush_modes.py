@@ -384,8 +384,8 @@ def plan_sync(work: str, settings: dict) -> list[tuple[str, callable]]:
         # and the raw loop, in PAIRED_ROUNDS short turns side by side, so both see the same drifts of the disk
         # (between the cells of the group above, minutes apart, the raw loop alone moved by up to 20%).
         pair = [lambda rounds, b=body_size: paired(sync_loop(work, b, settings["cell_s"] / rounds)),
-                lambda rounds, b=body_size: matrix_cell(work, settings, FlushMode.SYNC, b, 1, settings["cell_s"] / rounds,
-                                                        dispatch_process=True)]
+                lambda rounds, b=body_size: matrix_cell(work, settings, FlushMode.SYNC, b, 1,
+                                                        settings["cell_s"] / rounds, dispatch_process=True)]
         tasks.append((f"SYNC {body_label(body_size)} x1 and the raw loop",
                       lambda pair=pair: interleaved(pair, dict(settings, rounds=PAIRED_ROUNDS))))
     tasks.append(("ASYNC 100 B x1", lambda: matrix_cell(work, settings, FlushMode.ASYNC, 100, 1, settings["cell_s"])))
@@ -409,7 +409,8 @@ def targets_sync(rows: list[dict]) -> list[dict]:
     for size in SYNC_BODY_SIZES:
         for suffix in (default_suffix, PYTHON_WAIT_SUFFIX):
             # the default store against the raw loop it took turns with; the Python path's cell against the group's
-            raw_name = f"pwrite+fdatasync loop, {body_label(size)}" + (PAIRED_SUFFIX if suffix == default_suffix else "")
+            paired_suffix = PAIRED_SUFFIX if suffix == default_suffix else ""
+            raw_name = f"pwrite+fdatasync loop, {body_label(size)}{paired_suffix}"
             raw = find(rows, raw_name)["ops_per_s"]
             one = find(rows, f"SYNC {body_label(size)}, 1 producer{suffix}")["msgs_per_s"]
             add(f"SYNC 1 producer {body_label(size)}{suffix} >= {SYNC_VS_RAW_CORE_MIN:.0%} of the raw pwrite+fdatasync "

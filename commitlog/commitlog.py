@@ -193,7 +193,8 @@ class CommitLog:
         self._end_word = None
         self.flushed_timestamp_ms = 0  # store time of the newest record below flushed_position
         # Held while flush() runs; a WriterLock with the compiled core, which its SYNC leader takes (flushwait.c).
-        self._flush_lock = threading.Lock() if getattr(self.codec, "WriterLock", None) is None else self.codec.WriterLock()
+        writer_lock = getattr(self.codec, "WriterLock", None)
+        self._flush_lock = threading.Lock() if writer_lock is None else writer_lock()
 
     # --- positions -----------------------------------------------------------------------------------------
     def readable_end(self) -> int:

@@ -21,8 +21,9 @@ from typing import Iterable
 
 import numpy as np
 
+from mqstore.commitlog import commitlog as commitlog_module
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog import commitlog as commitlog_module, mapped_file
+from mqstore.commitlog import mapped_file
 from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES, CommitLog
 from mqstore.commitlog.dispatch import (
     DISPATCH_TAIL_BATCH_RECORDS,
@@ -391,7 +392,8 @@ class MessageStore(Reads, IndexLookups):
             if isinstance(log_.flush_lock, getattr(log_.codec, "WriterLock", ())):
                 # the leader flushes in C, and writes there what `_checkpoint_log` writes (decision 0030)
                 self._group_commit.flush_in_c(log_, log_.flush_lock, commitlog_module.DEFINED_FLUSH,
-                                              mapped_file.MappedFile, mapped_file.DEFINED_FLUSH, self._checkpoint.mapped)
+                                              mapped_file.MappedFile, mapped_file.DEFINED_FLUSH,
+                                              self._checkpoint.mapped)
             self._group_commit.start()
             self._services.append(self._group_commit)
         else:
