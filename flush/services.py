@@ -257,9 +257,8 @@ class GroupCommitService:
     def _flush_failed(self, exc: Exception) -> None:
         """The gate's C flush failed (`exc`: the fdatasync's OSError, or what the checkpoint's callback raised): kept
         in stats and reported to every waiter from now on, as `_flush_once` does (the gate closes itself)."""
-        if isinstance(exc, OSError):
-            segment = getattr(self._flushable, "_segment", None)
-            error = StoreIOError(f"fdatasync of {getattr(segment, 'path', 'the commitlog')} failed: {exc.strerror}")
+        if isinstance(exc, OSError):  # its filename is the segment's path
+            error = StoreIOError(f"fdatasync of {exc.filename} failed: {exc.strerror}")
             error.__cause__ = exc
             exc = error
         log.error("group commit flush failed: %s", exc, exc_info=exc)

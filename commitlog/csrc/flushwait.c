@@ -83,11 +83,11 @@ typedef struct {
 
 enum {
     G_END, G_FLUSHED, G_FLUSHED_TS, G_LAST_TS, G_SEGMENT, G_FD, G_CLOSED, G_VIEW, G_BASE, G_SIZE, G_FLUSH,
-    G_LEAD_PYTHON, G_FAILED, G_COUNT
+    G_LEAD_PYTHON, G_FAILED, G_PATH, G_COUNT
 };
 static const char *gate_key_names[G_COUNT] = {
     "_end", "flushed_position", "flushed_timestamp_ms", "last_store_timestamp_ms", "_segment", "_fd", "_closed",
-    "view", "base_offset", "size_bytes", "flush", "_lead_gate_python", "_flush_failed"};
+    "view", "base_offset", "size_bytes", "flush", "_lead_gate_python", "_flush_failed", "path"};
 static PyObject *gate_keys[G_COUNT];
 
 static void binding_hold(gate_binding *b) {
@@ -349,7 +349,7 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
             return FLUSH_PYTHON;  /* no segment, a closed one, or the range spans a roll */
         }
         /* held through the fdatasync, as the Python path's names hold them (the ints are set below) */
-        Py_INCREF(segment);
+        Py_INCREF(segment);  /* also for the error below, which names its file */
         Py_INCREF(end_value);
         Py_INCREF(timestamp_value);
         int failed, error = 0;
@@ -357,7 +357,6 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
         failed = fdatasync((int)fd);
         if (failed) error = errno;
         Py_END_ALLOW_THREADS
-        Py_DECREF(segment);
         if (!failed) {
             durable = end;
             failed = PyDict_SetItem(state, gate_keys[G_FLUSHED], end_value);
@@ -365,10 +364,14 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
                 durable_ms = timestamp;
                 failed = PyDict_SetItem(state, gate_keys[G_FLUSHED_TS], timestamp_value);
             }
-        } else {
+        } else {  /* an OSError with the segment's path as its filename, as MappedFile.flush reports it */
+            PyObject *path = PyObject_GetAttr(segment, gate_keys[G_PATH]);
+            PyErr_Clear();
             errno = error;
-            PyErr_SetFromErrno(PyExc_OSError);
+            PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+            Py_XDECREF(path);
         }
+        Py_DECREF(segment);
         Py_DECREF(end_value);
         Py_DECREF(timestamp_value);
         if (failed) {
