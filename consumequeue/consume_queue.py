@@ -201,12 +201,7 @@ class ConsumeQueue:
         assert self.writable
         assert units.dtype == UNIT
         with self.lock:
-            skip = self.max_offset - first_queue_offset
-            if skip < 0:
-                raise QueueGapError(
-                    f"queue {self.topic}/{self.queue_id} ends at entry {self.max_offset} but the log continues "
-                    f"it at entry {first_queue_offset}", path=self.directory, rule="consumequeue.dense",
-                    continues_at=first_queue_offset)
+            skip = self._entries_present(first_queue_offset)
             if skip >= len(units):
                 return 0
             if skip:
@@ -221,6 +216,35 @@ class ConsumeQueue:
                 written += count
                 self.max_offset += count
             return written
+
+    def put_lists(self, first_queue_offset: int, commitlog_offsets: list[int], sizes: list[int],
+                  tags_codes: list[int]) -> int:
+        """`put` of units given as three lists of ints, each packed in place: for a few units, where building
+        a unit array costs more than the writes (the tail of the log at SYNC rates: about one unit per queue
+        a batch)."""
+        assert self.writable
+        with self.lock:
+            skip = self._entries_present(first_queue_offset)
+            pack_into, unit_size = cqf.UNIT_STRUCT.pack_into, cqf.UNIT_SIZE_BYTES
+            for row in range(skip, len(commitlog_offsets)):
+                index, position = self._locate(self.max_offset)
+                if index == len(self.files):
+                    self._create_file(self.max_offset)
+                pack_into(self.files[index].view, position * unit_size, commitlog_offsets[row], sizes[row],
+                          tags_codes[row])
+                self.max_offset += 1
+            return max(len(commitlog_offsets) - skip, 0)
+
+    def _entries_present(self, first_queue_offset: int) -> int:
+        """How many entries from `first_queue_offset` on the queue holds already; QueueGapError when it ends
+        before `first_queue_offset`. Under the lock."""
+        skip = self.max_offset - first_queue_offset
+        if skip < 0:
+            raise QueueGapError(
+                f"queue {self.topic}/{self.queue_id} ends at entry {self.max_offset} but the log continues "
+                f"it at entry {first_queue_offset}", path=self.directory, rule="consumequeue.dense",
+                continues_at=first_queue_offset)
+        return skip
 
     def start_at(self, first_queue_offset: int) -> None:
         """Make an empty queue start at entry `first_queue_offset`: the file holding it is made, with filler units
@@ -517,10 +541,22 @@ class ConsumeQueueTable:
         queue = self.queues.get((topic, queue_id))
         if queue is not None:
             return queue.put(first_queue_offset, units)
+        return self._put_new(topic, queue_id, ConsumeQueue.put, first_queue_offset, units)
+
+    def put_lists(self, topic: str, queue_id: int, first_queue_offset: int, commitlog_offsets: list[int],
+                  sizes: list[int], tags_codes: list[int]) -> int:
+        """`put` of units given as three lists (ConsumeQueue.put_lists)."""
+        queue = self.queues.get((topic, queue_id))
+        if queue is not None:
+            return queue.put_lists(first_queue_offset, commitlog_offsets, sizes, tags_codes)
+        return self._put_new(topic, queue_id, ConsumeQueue.put_lists, first_queue_offset, commitlog_offsets, sizes,
+                             tags_codes)
+
+    def _put_new(self, topic: str, queue_id: int, put, *args) -> int:
         assert self.writable
         queue = ConsumeQueue(os.path.join(self.directory, topic, str(queue_id)), topic, queue_id,
                              self.entries_per_file, writable=True)
-        written = queue.put(first_queue_offset, units)
+        written = put(queue, *args)
         with self._lock:
             self.queues.setdefault((topic, queue_id), queue)
         return written

@@ -65,8 +65,9 @@ class ConsumeQueueDispatcher:
             self.dispatched_entries += self.table.put(topic, queue_id, first, units)
 
     def _dispatch_few(self, batch: DispatchBatch) -> None:
-        """`_dispatch_many` in plain Python: the same groups, in the same order, with the same checks (its dozen
-        numpy calls cost more than the work for a few records)."""
+        """`_dispatch_many` in plain Python: the same groups, in the same order, with the same checks, each
+        group's units packed one by one (its dozen numpy calls, and a unit array a group, cost more than the work
+        for a few records)."""
         groups: dict[tuple[int, int], list[int]] = {}
         for row, (topic_id, queue_id, sys_flag) in enumerate(zip(
                 batch.topic_ids.tolist(), batch.queue_ids.tolist(), batch.sys_flags.tolist())):
@@ -79,9 +80,9 @@ class ConsumeQueueDispatcher:
             first = queue_offsets[rows[0]]
             if any(queue_offsets[row] != first + step for step, row in enumerate(rows)):
                 raise self._not_dense(names[topic_id], queue_id, batch)
-            units = cqf.make_units([offsets[row] for row in rows], [sizes[row] for row in rows],
-                                   [codes[row] for row in rows])
-            self.dispatched_entries += self.table.put(names[topic_id], queue_id, first, units)
+            self.dispatched_entries += self.table.put_lists(
+                names[topic_id], queue_id, first, [offsets[row] for row in rows], [sizes[row] for row in rows],
+                [codes[row] for row in rows])
 
     @staticmethod
     def _not_dense(topic: str, queue_id: int, batch: DispatchBatch) -> QueueGapError:

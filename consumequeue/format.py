@@ -30,6 +30,8 @@ decimal digits: the second default file is 00000000000006000000.
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from mqstore.commitlog.errors import CorruptionError
 
@@ -39,6 +41,8 @@ FILE_NAME_DIGITS = 20
 
 assert CONSUME_QUEUE_UNIT.itemsize == UNIT_SIZE_BYTES
 assert CONSUME_QUEUE_UNIT.fields["size"][1] == 8 and CONSUME_QUEUE_UNIT.fields["tags_code"][1] == 12
+UNIT_STRUCT = struct.Struct(">qiq")  # the same unit, packed one at a time
+assert UNIT_STRUCT.size == UNIT_SIZE_BYTES
 
 
 FILLER_COMMITLOG_OFFSET = 0

@@ -69,6 +69,52 @@ def test_a_put_that_would_leave_a_hole_is_refused(tmp_path):
     queue.close()
 
 
+def _put_lists(queue: ConsumeQueue, first_queue_offset: int, units: np.ndarray) -> int:
+    return queue.put_lists(first_queue_offset, units["commitlog_offset"].tolist(), units["size"].tolist(),
+                           units["tags_code"].tolist())
+
+
+def _files(directory) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def test_put_lists_writes_the_files_put_writes(tmp_path):
+    """put_lists (units packed one by one) against put (a unit array): the same files byte for byte, the same
+    counts, across file boundaries, with replayed entries skipped and negative tags codes."""
+    puts = [(0, _units(0, 3, tags_code=-7)), (3, _units(300, 1)), (2, _units(200, 4, tags_code=2**62)),
+            (6, _units(600, 6, size=33)), (12, _units(5000, 0)), (12, _units(5000, 2))]
+    counts = {}
+    for name, put in (("array", ConsumeQueue.put), ("lists", _put_lists)):
+        directory = tmp_path / name
+        queue = _queue(directory)
+        counts[name] = [put(queue, first, units) for first, units in puts]
+        assert queue.max_offset == 14
+        queue.close()
+    assert counts["lists"] == counts["array"] == [3, 1, 2, 6, 0, 2]
+    assert _files(tmp_path / "lists") == _files(tmp_path / "array")
+    assert len(_files(tmp_path / "lists")) == 4
+
+
+def test_put_lists_refuses_a_hole_as_put_does(tmp_path):
+    queue = _queue(tmp_path)
+    _put_lists(queue, 0, _units(0, 2))
+    with pytest.raises(CorruptionError) as raised:
+        _put_lists(queue, 3, _units(300, 1))
+    assert raised.value.rule == "consumequeue.dense" and queue.max_offset == 2
+    assert queue.read(0, 2)["commitlog_offset"].tolist() == [0, 100]
+    queue.close()
+
+
+def test_a_new_queue_joins_the_table_after_put_lists_wrote_to_it(tmp_path):
+    table = ConsumeQueueTable(str(tmp_path), PER_FILE, writable=True)
+    assert table.put_lists("t", 3, 0, [0, 100], [100, 100], [1, 2]) == 2
+    assert table.topics() == {"t": [3]}
+    assert table.put_lists("t", 3, 1, [100, 200], [100, 50], [2, 3]) == 1
+    units = table.get("t", 3).read(0, 3)
+    assert units["commitlog_offset"].tolist() == [0, 100, 200] and units["size"].tolist() == [100, 100, 50]
+    table.close()
+
+
 def test_reopen_restores_positions(tmp_path):
     queue = _queue(tmp_path)
     queue.put(0, _units(0, 6, tags_code=-7))
