@@ -344,6 +344,20 @@ def report_flush_modes_sync(data: dict) -> str:
     return "\n\n".join(parts)
 
 
+def report_sync_share(data: dict) -> str:
+    def error(row):  # the raw loop is the reference: no error of its own
+        value = row["ratio_standard_error"]
+        return "" if value is None or row["case"] == "raw" else f"± {value:.3f}"
+
+    intro = (f"One SYNC producer of {body(data.get('body_bytes'))} bodies ({size(data.get('record_bytes'))} records), "
+             f"{data.get('rounds')} rotated rounds of {data.get('puts_per_run', 0):,} puts a run, each run a fresh "
+             "process; the ratio is to the raw loop of the same round (mean, standard error).")
+    return intro + "\n\n" + table(data["rows"], [
+        ("case", "case", text), ("msgs/s (mean)", "mean_per_s", rate), ("ratio to the raw loop", "ratio_to_raw",
+                                                                       number(3)),
+        ("error", error, text)])
+
+
 def report_flush_modes_peers(data: dict) -> str:
     against = data.get("mqstore_vs") or {}
     rows = [{**row, "versus": against.get(row["name"])} for row in data["rows"]]
@@ -383,6 +397,7 @@ BENCHMARKS = {
     "native_scan": report_native_scan,
     "flush_modes_sync": report_flush_modes_sync,
     "flush_modes_peers": report_flush_modes_peers,
+    "sync_share": report_sync_share,
     "core": report_core,
 }
 TOP_README = HERE.parent / "README.md"
