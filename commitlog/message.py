@@ -42,7 +42,8 @@ class PutStatus(enum.Enum):
     """The outcome of a put, with RocketMQ's names."""
 
     PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # SYNC: stored, not yet durable when the timeout ended
+    FLUSH_DISK_FAILED = "FLUSH_DISK_FAILED"  # SYNC: stored, but its flush failed; the store now refuses writes
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
