@@ -840,6 +840,7 @@ class MessageStore(Reads, IndexLookups):
             "committed_offset": end,
             "flushed_offset": log_.flushed_position,
             "flush_lag_bytes": max(0, end - log_.flushed_position),
+            "failed": None if self._io_failure is None else str(self._io_failure),  # writes are refused while set
             "consume_queue_dirty_bytes": None if self._follows_queues else self._queues.dirty_bytes(),
             "commitlog_flusher": self._log_flusher.stats.as_dict(),
             "consume_queue_flusher": self._dispatch.flush_stats() if self._follows_queues

@@ -133,6 +133,7 @@ def run(scenario: str, root: str, mode: str, dispatch_process: bool, threads: in
         report["put_after"] = outcome(lambda: store.put(message(10**6 + 1)))
         report["put_batch_after"] = outcome(lambda: store.put_batch([message(10**6 + 2)]))
         report["durable_after"] = store.stats()["flush"]["flushed_offset"]
+        report["stats_failed"] = store.stats()["flush"]["failed"]
     report["close"] = outcome(store.close)
     report["failed_calls"] = failed_count()
     report["abort_marker"] = os.path.exists(os.path.join(root, ABORT_FILE_NAME))

@@ -30,6 +30,7 @@ def assert_kept(report: dict) -> None:
     assert report["flush"] == [REFUSED, REFUSED], "a second flush() must not succeed after a failed one"
     assert report["put_after"] == REFUSED
     assert report["put_batch_after"] == REFUSED
+    assert report["stats_failed"] and "fdatasync" in report["stats_failed"]
     assert report["close"] == REFUSED
     assert report["abort_marker"], "close() after a failed flush must leave the store to recover as after a crash"
 
