@@ -82,6 +82,7 @@ typedef struct {
      * file that reused the number. Changed only by a leader holding the log's flush lock, and by unbind (which
      * takes that lock), dealloc and clear (no leader then). */
     int sync_fd;
+    long long sync_fd_of;  /* the segment's `_fd` that sync_fd duplicates (a new `_fd` is duplicated anew) */
     PyObject *sync_segment;
     /* The flushes' statistics and the callers' leads (changed and read with the GIL held). */
     long long flushes, leads, last_ns, max_ns;  /* last_ns -1: no flush timed yet */
@@ -296,9 +297,17 @@ static int state_int(PyObject *state, int key, long long *out, PyObject **object
 /* A slot of a MappedFile (borrowed; NULL when unset). */
 static PyObject *slot_of(PyObject *object, Py_ssize_t at) { return *(PyObject **)((char *)object + at); }
 
-/* Whether `type` (a class) has `function` as its `flush` still: a test's stand-in goes through Python. */
+/* Whether `type` (a class) has `function` as its `flush` still: a test's stand-in goes through Python. (The
+ * attribute of the class, not of an instance: a plain function comes back as itself, from the type's cache.) */
 static int flush_is(PyObject *type, PyObject *function) {
-    return _PyType_Lookup((PyTypeObject *)type, gate_keys[G_FLUSH]) == function;
+    PyObject *found = PyObject_GetAttr(type, gate_keys[G_FLUSH]);
+    if (found == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = found == function;
+    Py_DECREF(found);
+    return same;
 }
 
 /* The segment's `_fd`, and the log offsets it spans, when it is an open MappedFile: 1, else 0. */
@@ -363,7 +372,7 @@ static int report_failed_sync(const gate_binding *b) {
  * segment's own file. */
 static int sync_descriptor(FlushGate *self, PyObject *segment, long long fd, int *own) {
     *own = self->bound.service == NULL;
-    if (!*own && segment == self->sync_segment) return self->sync_fd;
+    if (!*own && segment == self->sync_segment && fd == self->sync_fd_of) return self->sync_fd;
     int duplicate = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
     if (duplicate < 0 || *own) return duplicate;
     PyObject *old = self->sync_segment;
@@ -371,6 +380,7 @@ static int sync_descriptor(FlushGate *self, PyObject *segment, long long fd, int
     Py_INCREF(segment);
     self->sync_segment = segment;
     self->sync_fd = duplicate;
+    self->sync_fd_of = fd;
     Py_XDECREF(old);
     return duplicate;
 }
@@ -607,13 +617,16 @@ static PyObject *gate_bind(FlushGate *self, PyObject *args) {
     Py_ssize_t *offsets[] = {&b.fd_at, &b.closed_at, &b.view_at, &b.base_at, &b.size_at};
     int names[] = {G_FD, G_CLOSED, G_VIEW, G_BASE, G_SIZE};
     for (int i = 0; i < 5; i++) {
-        PyObject *slot = _PyType_Lookup((PyTypeObject *)b.segment_type, gate_keys[names[i]]);
+        PyObject *slot = PyObject_GetAttr(b.segment_type, gate_keys[names[i]]);  /* the class's member descriptor */
         if (slot == NULL || Py_TYPE(slot) != &PyMemberDescr_Type
             || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
+            Py_XDECREF(slot);
+            PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "bind(): %R has no slot %R", b.segment_type, gate_keys[names[i]]);
             return NULL;
         }
         *offsets[i] = ((PyMemberDescrObject *)slot)->d_member->offset;
+        Py_DECREF(slot);
     }
     if (Py_TYPE(b.checkpoint) != (PyTypeObject *)b.segment_type) {
         PyErr_SetString(PyExc_TypeError, "bind(): the checkpoint is not a segment_type");
