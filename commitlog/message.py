@@ -138,6 +138,9 @@ _RECORD_SIZE_MIN = fmt.RECORD_SIZE_MIN
 _I16 = fmt.I16
 _CRC_PREFIX = fmt.RECORD_CRC_PREFIX
 _NEVER = 1 << 63  # a record_crc_from no offset reaches
+# decode_records copies a record out of the mapping before checking it when it is at most this long; a longer
+# one (an index may claim up to 2 GiB) is checked in the mapping first, so that a hostile size costs no copy.
+_COPY_BYTES_MAX = 1 << 20
 
 
 def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | None = None,
@@ -219,6 +222,10 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
         if expected_size < _RECORD_SIZE_MIN or offset + expected_size > segment_end:
             raise CorruptionError(f"an index gives size {expected_size} for the record at offset {offset}",
                                   path=segment.path, offset=pos, rule="consumequeue.matches-log")
+        if expected_size > _COPY_BYTES_MAX:  # checked in place before a byte is copied: the sizes are untrusted
+            entry = None if expect_raw is None else (expect_topic, expect_queue_id, expected_queue_offset)
+            append(_decode_indexed_record(segment, pos, offset, expected_size, record_crc_from, entry))
+            continue
         raw = view[pos : pos + expected_size].tobytes()
         (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host, store_ts,
          store_host, reconsume, prepared, body_length) = unpack(raw)
