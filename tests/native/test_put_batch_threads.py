@@ -28,8 +28,8 @@ from mqstore.commitlog.message import decode_message
 from mqstore import Message, MessageStore, StoreConfig
 
 ROUNDS = 60
-MESSAGES_PER_BATCH = 8
-BODY_BYTES_MIN, BODY_BYTES_MAX = 24_000, 64_000  # 8 of them: over encode_run's 256 KiB, so it lets go of the GIL
+MESSAGES_PER_BATCH = 16
+BODY_BYTES_MIN, BODY_BYTES_MAX = 24_000, 64_000  # a batch: over encode_run's 256 KiB, so it lets go of the GIL
 SEGMENT_BYTES = 8 << 20
 BODY_HEAD = struct.Struct(">III")  # message number, version, length: what each body says it is
 
@@ -75,9 +75,12 @@ class Mutator(threading.Thread):
     def mutate(self, messages, runs) -> None:
         rng = self.rng
         choice = rng.random()
-        if messages and choice < 0.5:
+        if messages and choice < 0.3:
             message = rng.choice(messages)
             message.body = self.new_body(BODY_HEAD.unpack_from(message.body)[0])
+        elif messages and choice < 0.5:  # every body: then encode_run's lists may hold the last references
+            for message in messages:
+                message.body = self.new_body(BODY_HEAD.unpack_from(message.body)[0])
         elif messages and choice < 0.55:
             messages.clear()
         elif messages and choice < 0.6:
@@ -89,11 +92,12 @@ class Mutator(threading.Thread):
             if rng.random() < 0.2:
                 bodies.clear()
                 tails.clear()
+            freed = []
             for items in (bodies, tails):
-                if items:
-                    k = rng.randrange(len(items))
-                    items[k] = bytes(bytearray(items[k]))  # equal bytes, another object: the old one may go
-            garbage = [b"\xee" * rng.randrange(BODY_BYTES_MIN, BODY_BYTES_MAX) for _ in range(4)]
+                for k in range(len(items)):  # equal bytes, other objects: the old ones may go
+                    freed.append(len(items[k]))
+                    items[k] = bytes(bytearray(items[k]))
+            garbage = [b"\xee" * length for length in freed]  # the sizes just freed: their memory again, at once
             del garbage
 
 
