@@ -1,7 +1,8 @@
 """Walking a store's log: reading partitions into RecordBatches, finding the written end, admitting records.
 
 Partitions carry byte ranges fixed at planning: a `LogPartition` holds pieces of segments read by walking their
-records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned); a `QueuePartition` holds
+records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned; a longer record is read whole,
+once `check_unread_record` has found nothing wrong in its header and tail); a `QueuePartition` holds
 ConsumeQueue slices whose records are gathered with one pread per run of close records, and each record must
 be the size and topic its unit says. `written_end` finds where the last written segment's records end (the
 snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
