@@ -153,7 +153,8 @@ def test_put_batch_stores_consistent_messages_while_another_thread_changes_its_i
     try:
         with MessageStore.open(str(tmp_path / "store"), config) as store:
             log = store._commitlog
-            assert log.codec is _native, "the compiled codec is what this test is about"
+            if log.codec is not _native:
+                pytest.skip("the store runs the pure-Python codec (MQSTORE_NATIVE=0): it does not call encode_run")
             log.codec = CodecSpy(_native, mutator)
             for number in range(ROUNDS):
                 batch = [Message(topic="T", body=mutator.new_body(number * MESSAGES_PER_BATCH + i))
