@@ -248,20 +248,26 @@ static PyObject *held(PyObject *value) { return value == Py_None ? NULL : Py_New
  * put then returns None until the next refresh), -1 with an error. */
 static int read_state(AppenderObject *self) {
     forget_state(self);
-    PyObject *item[K_UNIQUE_KEYS + 1];
-    for (int k = K_APPEND_LIMIT; k <= K_UNIQUE_KEYS; k++) {
-        if (k == K_QUEUE_OFFSETS) continue;  /* read on every put */
-        item[k] = PyDict_GetItemWithError(self->state, keys[k]);
-        if (item[k] == NULL) return PyErr_Occurred() ? -1 : 0;
-    }
-    if (item[K_CODEC] == Py_None) return 0;  /* the pure-Python codec */
+    /* The UNIQ_KEY generator's compiled state first: its `core` may be Python code, after which the items read
+     * below are read (and held) with no Python code run between. */
+    PyObject *generator = PyDict_GetItemWithError(self->state, keys[K_UNIQUE_KEYS]);
+    if (generator == NULL) return PyErr_Occurred() ? -1 : 0;
     PyObject *unique_keys = NULL;
-    if (item[K_UNIQUE_KEYS] != Py_None) {  /* UNIQ_KEYs: from the generator's compiled state, else Python's */
-        unique_keys = PyObject_GetAttr(item[K_UNIQUE_KEYS], keys[K_CORE]);
+    if (generator != Py_None) {  /* UNIQ_KEYs: from the generator's compiled state, else Python's */
+        unique_keys = PyObject_GetAttr(generator, keys[K_CORE]);
         if (unique_keys == NULL) return -1;
         if (!mq_is_unique_keys(unique_keys)) {
             Py_DECREF(unique_keys);
             return 0;
+        }
+    }
+    PyObject *item[K_UNIQUE_KEYS + 1];
+    for (int k = K_APPEND_LIMIT; k <= K_UNIQUE_KEYS; k++) {
+        if (k == K_QUEUE_OFFSETS || k == K_UNIQUE_KEYS) continue;  /* read on every put; read above */
+        item[k] = PyDict_GetItemWithError(self->state, keys[k]);
+        if (item[k] == NULL || (k == K_CODEC && item[k] == Py_None)) {  /* None: the pure-Python codec */
+            Py_XDECREF(unique_keys);
+            return PyErr_Occurred() ? -1 : 0;
         }
     }
     writer_state *c = &self->cached;
@@ -329,7 +335,9 @@ static int store_clock_ms(AppenderObject *self, int64_t *ms) {
         *ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         return 0;
     }
+    Py_INCREF(clock);  /* held while it runs: it may replace itself */
     PyObject *value = PyObject_CallNoArgs(clock);  /* a test's clock */
+    Py_DECREF(clock);
     if (value == NULL) return -1;
     long long ns = PyLong_AsLongLong(value);
     Py_DECREF(value);
@@ -635,7 +643,7 @@ static int plan_properties(const mq_message_parts *m, int adds_unique_keys, prop
     }
     plan->unique_key = adds_unique_keys && !has_unique_key;
     if (plan->unique_key) total += sizeof name_unique + MQ_UNIQUE_KEY_DIGITS + 1;
-    PyObject *after = PyTuple_GET_ITEM(m->tails, 3);  /* \x02 + the record-CRC placeholder (or nothing) */
+    PyObject *after = PyTuple_GET_ITEM(m->common.tails, 3);  /* \x02 + the record-CRC placeholder (or nothing) */
     plan->suffix = PyBytes_AS_STRING(after) + 1;
     plan->suffix_length = PyBytes_GET_SIZE(after) - 1;
     total += plan->suffix_length;
@@ -671,7 +679,7 @@ static void put_text(cursor *c, PyObject *value) {
 /* TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES as prepare encodes them, into a new bytes object, with the
  * UNIQ_KEY's digits left as zeros at *key_at (NULL: no UNIQ_KEY); NULL with an error. */
 static PyObject *write_tail(const mq_message_parts *m, const properties_plan *plan, char **key_at) {
-    PyObject *prefix = PyTuple_GET_ITEM(m->tails, 0);  /* TOPICLENGTH + TOPIC */
+    PyObject *prefix = PyTuple_GET_ITEM(m->common.tails, 0);  /* TOPICLENGTH + TOPIC */
     Py_ssize_t prefix_length = PyBytes_GET_SIZE(prefix);
     PyObject *tail = PyBytes_FromStringAndSize(NULL, prefix_length + 2 + plan->length);
     if (tail == NULL) return NULL;
@@ -734,12 +742,15 @@ static int plan_record(AppenderObject *self, const writer_state *s, const mq_mes
         return 1;
     }
     if (!plan_properties(m, s->unique_keys != NULL, plan)) return 0;
-    *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) + PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->tails, 0)) + 2 +
+    *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) + PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->common.tails, 0)) + 2 +
             plan->length;
     return 1;
 }
 
-/* The put, with `s` a copy of the cached state whose objects the caller holds. */
+/* The put, with `s` a copy of the cached state whose objects the caller holds. The message's fields are taken
+ * (strong references) before they are checked, and the tail is built from its tags, keys and properties before
+ * the first point that can run Python code (the queue key tuple, a test's clock, the PutResult: any allocation
+ * of a tracked object may run a collection's finalizers): what is written is the message as it was taken. */
 static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
     mq_message_parts parts;
     const mq_common_parts *m = &parts.common;
@@ -747,24 +758,30 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     int64_t offset, size;
     PyObject *queue_offsets;
     int ready = read_end(self, &offset, &queue_offsets);
-    if (ready <= 0 || !mq_message_fields(message, self->topic_tails, self->queues_max, self->body_max, &parts) ||
-        !plan_record(self, s, &parts, &plan, &size)) {
-        if (ready < 0 || PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
+    if (ready <= 0) return ready < 0 ? NULL : Py_NewRef(Py_None);
+    if (!mq_message_fields(message, self->topic_tails, self->queues_max, self->body_max, &parts))
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(queue_offsets);  /* the log's table: a finalizer may replace the attribute */
+    PyObject *tail = NULL, *queue_key = NULL, *result = NULL, *found = NULL;
+    if (!plan_record(self, s, &parts, &plan, &size) ||
+        offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s->append_limit || offset < s->segment_base) {
+        result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);  /* the Python path; a roll is _roll's work */
+        goto done;
     }
-    if (offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s->append_limit || offset < s->segment_base)
-        Py_RETURN_NONE;  /* _roll's work (and _make_room's) */
-    int through = writes_through(self, s, size);
-    if (through < 0) return NULL;
-    if (through == 2 || (through && s->segment_fd < 0)) Py_RETURN_NONE;
-    /* From here on the put is made: the Python path is taken again only when a pwrite fails. The tail is built
-     * before anything that may run Python code (a test's clock) while the message's values are borrowed. */
+    /* The tail is built right after the plan measured it, before anything that may run Python code (the keys
+     * list and the properties dict are read in place) */
     char *key_at = NULL;
-    PyObject *tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
-    if (tail == NULL) return NULL;
+    tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
+    if (tail == NULL) goto done;
+    int through = writes_through(self, s, size);
+    if (through < 0) goto done;
+    if (through == 2 || (through && s->segment_fd < 0)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* From here on the put is made: the Python path is taken again only when a pwrite fails */
     Py_hash_t queue_hash = -1;
-    PyObject *queue_key = queue_key_of(self, m, &queue_hash);
-    PyObject *result = NULL, *found = NULL;
+    queue_key = queue_key_of(self, m, &queue_hash);
     if (queue_key == NULL) goto done;
     int64_t queue_offset = 0, store_ts;
     found = dict_get_known_hash(queue_offsets, queue_key, queue_hash);
@@ -805,7 +822,9 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
 done:
     Py_XDECREF(found);
     Py_XDECREF(queue_key);
-    Py_DECREF(tail);
+    Py_XDECREF(tail);
+    Py_DECREF(queue_offsets);
+    mq_message_parts_release(&parts);
     return result;
 }
 
