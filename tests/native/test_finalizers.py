@@ -4,12 +4,13 @@ message, and the bytes it stores are the bytes the pure-Python codec writes for 
 
 Any allocation of a GC-tracked object (a tuple, a list, a dict) may start a collection, and a collection runs the
 finalizers of the garbage it finds: arbitrary Python code, here code that changes the message being put (its
-body, topic, tags, keys, properties or queue id) or shrinks the batch. A gc callback counts the collections that
-start inside the call and, at the k-th, leaves an object with `__del__` in a reference cycle, which that same
-collection finds and finalizes; k sweeps every collection the call makes, with the allocation count shifted by
-one so that each allocation point is reached (a threshold of 1 collects at every second allocation). The
-finalizer also allocates objects of the sizes it let go of, so that memory a call still used after it was freed
-holds other bytes in a normal build (an ASan build with PYTHONMALLOC=malloc reports the use itself).
+body, topic, tags, keys, properties or queue id) or shrinks the batch. The collector's threshold is set so that
+the first collection inside the call starts at its k-th allocation of a tracked object (CPython's free lists
+emptied first: what they hand out is not counted), where a gc callback leaves an object with `__del__` in a
+reference cycle, which that collection finds and finalizes; k sweeps 1, 2, ... until the call ends before a
+collection. The finalizer also allocates objects of the sizes it let go of, so that memory a call still used
+after it was freed holds other bytes in a normal build (an ASan build with PYTHONMALLOC=malloc reports the use
+itself).
 
 From CPython 3.12 on, a collection starts only at the interpreter's eval-breaker checks, never inside an
 allocation made by C code, so no finalizer can run at these points there: the tests are skipped on 3.12+.
@@ -36,7 +37,10 @@ pytestmark = [
                        reason="CPython 3.12+ collects only at eval-breaker checks, never inside a C allocation"),
 ]
 
-SHIFTS = (0, 1)  # GC-tracked allocations made before the call: a threshold of 1 collects at every second one
+SPACERS = 3  # tracked objects made at the end of _arm (see there)
+ALLOCATIONS_MAX = 400  # allocations of tracked objects in one call, at most (a bound of the sweep)
+TUPLE_FREE_SIZES = 20  # CPython 3.11 keeps free lists of tuples of 1 to 19 items...
+FREE_LIST_MAX = 2000  # ...of up to 2000 each (80 lists, 80 dicts)
 BORN_MS = 1_600_000_000_000  # every message names its born time: the replay need not match the clock for it
 
 
@@ -51,36 +55,55 @@ class _Finalizer:
 
 
 class _Armed:
-    """A gc callback: counts the collections that start while `on`; at the `fire_at`-th, leaves a _Finalizer."""
+    """A gc callback: counts the collections that start while `on`; the first leaves a _Finalizer running `action`.
+    It keeps what `_arm` set up, for `_disarm`."""
 
-    def __init__(self, fire_at: int, action):
-        self.fire_at, self.action, self.on, self.count, self.fired = fire_at, action, False, 0, False
+    def __init__(self, action):
+        self.action, self.on, self.count = action, False, 0
+        self.threshold = self.drained = self.spacer = None
 
     def __call__(self, phase, info):
-        if phase != "start" or not self.on:
-            return
-        self.count += 1
-        if self.count == self.fire_at:
-            self.fired = True
-            _Finalizer(self.action)
+        if phase == "start" and self.on:
+            self.count += 1
+            if self.count == 1 and self.action is not None:
+                _Finalizer(self.action)
 
 
-@contextlib.contextmanager
-def _collecting(fire_at: int = 0, action=None, shift: int = 0):
-    """Inside: a collection at (about) every second GC-tracked allocation, the k-th running `action`."""
-    armed = _Armed(fire_at, action)
-    threshold = gc.get_threshold()
+def _arm(allocations: int, action=None) -> _Armed:
+    """Until _disarm: the first collection starts at about the `allocations`-th allocation of a tracked object after
+    the return, and runs `action` in a finalizer. The collector counts allocations less frees since the last
+    collection and starts one when the count passes its threshold; tuples, lists and dicts taken from CPython's
+    free lists are not counted, so the free lists are emptied (the objects stay alive till _disarm). Call the
+    function under test right after: a `with` statement would allocate and free its bound __enter__ between."""
+    armed = _Armed(action)
+    armed.threshold = gc.get_threshold()
     gc.collect()
+    drained = [tuple(range(size)) for size in range(1, TUPLE_FREE_SIZES) for _ in range(FREE_LIST_MAX)]
+    drained += [[] for _ in range(FREE_LIST_MAX)] + [{} for _ in range(FREE_LIST_MAX)]
+    armed.drained = drained
+    gc.collect(0)  # the count at 0; the free lists stay empty (no callback ran: its arguments' tuple is freed)
+    # The count over 1 when the call starts (a free or two on the way out of here may lower it): its first
+    # allocations pass the threshold at the lowest `allocations`, later ones at higher ones.
+    armed.spacer = [[] for _ in range(SPACERS)]
+    gc.set_threshold(allocations)
     gc.callbacks.append(armed)
-    spacer = [[] for _ in range(shift)]  # noqa: F841 (kept alive: the count of allocations since the collection)
-    gc.set_threshold(1)
     armed.on = True
-    try:
-        yield armed
-    finally:
-        armed.on = False
-        gc.set_threshold(*threshold)
-        gc.callbacks.remove(armed)
+    return armed
+
+
+def _disarm(armed: _Armed) -> int:
+    """Undo _arm; the number of collections that started in between."""
+    armed.on = False
+    gc.set_threshold(*armed.threshold)
+    gc.callbacks.remove(armed)
+    armed.drained = armed.spacer = None
+    return armed.count
+
+
+def _positions():
+    """1, 2, ... for _arm: the caller stops once a call ran no collection (every allocation point passed)."""
+    yield from range(1, ALLOCATIONS_MAX)
+    raise AssertionError(f"a call made over {ALLOCATIONS_MAX} allocations: the sweep would not end")
 
 
 def _fresh(text: str) -> str:
@@ -187,22 +210,19 @@ def _open_compiled(root, mode, replay: _Replay | None = None):
     return store
 
 
-def _collections_in(call) -> tuple[int, object]:
-    """The collections that start inside `call()` (none armed), and what it returned."""
-    with _collecting() as armed:
-        returned = call()
-    return armed.count, returned
-
-
 # --- the compiled single-message put: PutEntry (store.put) and the Appender under the writer lock ------------------
 
 
-def _put_one(store, target: str, message):
+@contextlib.contextmanager
+def _put_function(store, target: str):
+    """The put to call: the store's (PutEntry), or the Appender's with the writer lock held around it (taken here,
+    so that no Python code runs between the start of the sweep's count and the compiled call)."""
     if target == "entry":
-        return store.put(message)
+        yield store.put
+        return
     log = store._commitlog
     with log.lock:
-        return log._appender.put(message)
+        yield log._appender.put
 
 
 @pytest.mark.parametrize("mode", [FlushMode.ASYNC, FlushMode.SYNC], ids=["async", "sync"])
@@ -213,36 +233,40 @@ def test_a_finalizer_during_a_compiled_put_stores_one_consistent_message(tmp_pat
     replay = _Replay()
     store = _open_compiled(tmp_path / "compiled", mode, replay)
     outcomes = {"stored-original": 0, "stored-changed": 0, "left": 0, "raised": 0}
+    i = 0
+
+    def put_at(allocations: int, mutation: str) -> int:
+        nonlocal i
+        i += 1
+        message, kept = _message(i, shape), []
+        original = _copy(message)
+        end = store._commitlog.readable_end()
+        action = _mutator(message, mutation, i, kept)
+        with _put_function(store, target) as put:
+            armed = _arm(allocations, action)
+            try:
+                result = put(message)
+            except Exception:  # a clean error: nothing written
+                result = "raised"
+            finally:
+                _disarm(armed)
+        changed = _copy(message)
+        if result is None or result == "raised":
+            outcomes["left" if result is None else "raised"] += 1
+            assert store._commitlog.readable_end() == end, (mutation, allocations)
+            return armed.count
+        assert result.status is PutStatus.PUT_OK
+        stored = store.read_at(result.commitlog_offset)
+        same_as_original = _same(stored, original)
+        assert same_as_original or _same(stored, changed), (mutation, allocations, stored)
+        outcomes["stored-original" if same_as_original else "stored-changed"] += 1
+        replay.operations.append(("put", original if same_as_original else changed, result.store_timestamp_ms))
+        return armed.count
+
     with store:
-        first = _message(0, shape)
-        count, result = _collections_in(lambda: _put_one(store, target, first))
-        assert count >= 1, "no collection ran inside the put: the test would test nothing"
-        replay.operations.append(("put", first, result.store_timestamp_ms))
-        i = 1
         for mutation in MUTATIONS:
-            for fire_at in range(1, count + 2):
-                for shift in SHIFTS:
-                    i += 1
-                    message, kept = _message(i, shape), []
-                    original = _copy(message)
-                    end = store._commitlog.readable_end()
-                    with _collecting(fire_at, _mutator(message, mutation, i, kept), shift):
-                        try:
-                            result = _put_one(store, target, message)
-                        except Exception:  # a clean error: nothing written
-                            result = "raised"
-                    changed = _copy(message)
-                    if result is None or result == "raised":
-                        outcomes["left" if result is None else "raised"] += 1
-                        assert store._commitlog.readable_end() == end, (mutation, fire_at, shift)
-                        continue
-                    assert result.status is PutStatus.PUT_OK
-                    stored = store.read_at(result.commitlog_offset)
-                    same_as_original = _same(stored, original)
-                    assert same_as_original or _same(stored, changed), (mutation, fire_at, shift, stored)
-                    outcomes["stored-original" if same_as_original else "stored-changed"] += 1
-                    replay.operations.append(("put", original if same_as_original else changed,
-                                              result.store_timestamp_ms))
+            swept = next(allocations for allocations in _positions() if not put_at(allocations, mutation))
+            assert swept > 1, "no collection ran inside the put: the test would test nothing"
     print(outcomes)
     assert outcomes["stored-original"] > 0
     replay.check(tmp_path / "python", _files(tmp_path / "compiled"), monkeypatch, mode)
@@ -256,27 +280,32 @@ def test_a_finalizer_during_the_compiled_prepare_gives_the_python_record_of_one_
     with _open_compiled(tmp_path / "compiled", FlushMode.ASYNC) as store:
         log = store._commitlog
         prepare = log.compiled_prepare()
-        count = _collections_in(lambda: prepare(_message(0, "common")))[0]
-        assert count >= 1
         prepared = 0
+
+        def prepare_at(allocations: int, mutation: str) -> int:
+            nonlocal prepared
+            message, kept = _message(allocations, "common"), []
+            original = _copy(message)
+            action = _mutator(message, mutation, allocations, kept)
+            armed = _arm(allocations, action)
+            try:
+                record = prepare(message)
+            except Exception:
+                record = None
+            finally:
+                _disarm(armed)
+            if record is not None:
+                prepared += 1
+                changed = _copy(message)
+                expected = [log.prepare(original)]
+                if changed != original and not changed.tags and not changed.keys and not changed.properties:
+                    expected.append(log.prepare(changed))
+                assert record in expected, (mutation, allocations)
+            return armed.count
+
         for mutation in MUTATIONS:
-            for fire_at in range(1, count + 2):
-                for shift in SHIFTS:
-                    message, kept = _message(fire_at, "common"), []
-                    original = _copy(message)
-                    with _collecting(fire_at, _mutator(message, mutation, fire_at, kept), shift):
-                        try:
-                            record = prepare(message)
-                        except Exception:
-                            continue
-                    if record is None:
-                        continue
-                    prepared += 1
-                    changed = _copy(message)
-                    expected = [log.prepare(original)]
-                    if changed != original and not changed.tags and not changed.keys and not changed.properties:
-                        expected.append(log.prepare(changed))
-                    assert record in expected, (mutation, fire_at, shift)
+            swept = next(allocations for allocations in _positions() if not prepare_at(allocations, mutation))
+            assert swept > 1
         assert prepared > 0
 
 
@@ -313,60 +342,71 @@ def test_a_finalizer_during_prepare_batch_gives_the_python_columns_of_one_batch(
     monkeypatch.setattr(native, "NATIVE", _native)
     with _open_compiled(tmp_path / "compiled", FlushMode.ASYNC) as store:
         log = store._commitlog
-        count = _collections_in(lambda: log.prepare_batch(_batch(0)))[0]
-        assert count >= 1
+
+        def prepare_at(allocations: int, mutation: str) -> int:
+            batch, kept = _batch(allocations), []
+            originals = [_copy(m) for m in batch]
+            action = _batch_mutator(batch, mutation, allocations, kept)
+            armed = _arm(allocations, action)
+            try:
+                columns = log.prepare_batch(batch)
+            except Exception:
+                return armed.count
+            finally:
+                _disarm(armed)
+            changed = [_copy(m) for m in batch]
+            got = _columns(columns)
+            reference = [_columns(columns_from_records([log.prepare(m) for m in version]))
+                         for version in (originals, changed)]
+            if mutation != "shrink":  # one message changed: each is the original or the changed one
+                assert len(got) == BATCH, (mutation, allocations)
+                for n in range(BATCH):
+                    assert got[n] in (reference[0][n], reference[1][n]), (mutation, allocations, n)
+            else:
+                assert got in reference, (mutation, allocations)
+            return armed.count
+
         for mutation in BATCH_MUTATIONS:
-            for fire_at in range(1, count + 2):
-                for shift in SHIFTS:
-                    batch, kept = _batch(fire_at), []
-                    originals = [_copy(m) for m in batch]
-                    with _collecting(fire_at, _batch_mutator(batch, mutation, fire_at, kept), shift):
-                        try:
-                            columns = log.prepare_batch(batch)
-                        except Exception:
-                            continue
-                    changed = [_copy(m) for m in batch]
-                    got = _columns(columns)
-                    reference = [_columns(columns_from_records([log.prepare(m) for m in version]))
-                                 for version in (originals, changed)]
-                    if mutation != "shrink":  # one message changed: each is the original or the changed one
-                        assert len(got) == BATCH, (mutation, fire_at, shift)
-                        for n in range(BATCH):
-                            assert got[n] in (reference[0][n], reference[1][n]), (mutation, fire_at, shift, n)
-                    else:
-                        assert got in reference, (mutation, fire_at, shift)
+            swept = next(allocations for allocations in _positions() if not prepare_at(allocations, mutation))
+            assert swept > 1
 
 
 def test_a_finalizer_during_put_batch_stores_consistent_messages(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "NATIVE", _native)
     replay = _Replay()
     store = _open_compiled(tmp_path / "compiled", FlushMode.ASYNC, replay)
+    i = 0
+
+    def put_at(allocations: int, mutation: str) -> int:
+        nonlocal i
+        i += BATCH
+        batch, kept = _batch(i), []
+        originals = [_copy(m) for m in batch]
+        end = store._commitlog.readable_end()
+        action = _batch_mutator(batch, mutation, i, kept)
+        armed = _arm(allocations, action)
+        try:
+            results = store.put_batch(batch)
+        except Exception:
+            results = None
+        finally:
+            _disarm(armed)
+        if results is None:  # a clean error: nothing written
+            assert store._commitlog.readable_end() == end
+            return armed.count
+        changed = [_copy(m) for m in batch]
+        assert len(results) == BATCH and all(r.status is PutStatus.PUT_OK for r in results)
+        kept_versions = []
+        for n, result in enumerate(results):
+            stored = store.read_at(result.commitlog_offset)
+            version = originals[n] if _same(stored, originals[n]) else changed[n]
+            assert _same(stored, version), (mutation, allocations, n, stored)
+            kept_versions.append(version)
+        replay.operations.append(("batch", kept_versions, results[0].store_timestamp_ms))
+        return armed.count
+
     with store:
-        first = _batch(0)
-        count, results = _collections_in(lambda: store.put_batch(first))
-        assert count >= 1
-        replay.operations.append(("batch", first, results[0].store_timestamp_ms))
-        i = BATCH
         for mutation in BATCH_MUTATIONS[:-1]:  # put_batch copies the caller's list first: no shrink reaches it
-            for fire_at in range(1, count + 2):
-                for shift in SHIFTS:
-                    i += BATCH
-                    batch, kept = _batch(i), []
-                    originals = [_copy(m) for m in batch]
-                    end = store._commitlog.readable_end()
-                    with _collecting(fire_at, _batch_mutator(batch, mutation, i, kept), shift):
-                        try:
-                            results = store.put_batch(batch)
-                        except Exception:
-                            assert store._commitlog.readable_end() == end
-                            continue
-                    changed = [_copy(m) for m in batch]
-                    assert len(results) == BATCH and all(r.status is PutStatus.PUT_OK for r in results)
-                    kept_versions = []
-                    for n, result in enumerate(results):
-                        stored = store.read_at(result.commitlog_offset)
-                        version = originals[n] if _same(stored, originals[n]) else changed[n]
-                        assert _same(stored, version), (mutation, fire_at, shift, n, stored)
-                        kept_versions.append(version)
-                    replay.operations.append(("batch", kept_versions, results[0].store_timestamp_ms))
+            swept = next(allocations for allocations in _positions() if not put_at(allocations, mutation))
+            assert swept > 1
     replay.check(tmp_path / "python", _files(tmp_path / "compiled"), monkeypatch, FlushMode.ASYNC)
