@@ -270,26 +270,22 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     }
     Py_ssize_t body_length = PyBytes_GET_SIZE(m.body);
     uint32_t crc = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(m.body), (size_t)body_length) & 0x7FFFFFFFu;
-    PyObject *record = PyTuple_New(7);
-    PyObject *queue_key = record == NULL ? NULL : PyTuple_Pack(2, m.topic, m.queue_id);
-    if (queue_key == NULL) {
-        Py_XDECREF(record);
-        mq_common_parts_release(&m);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(record, 0, queue_key);  /* NULLs are fine: the tuple's dealloc skips them */
-    PyTuple_SET_ITEM(record, 1, PyLong_FromLongLong(m.flag));
-    PyTuple_SET_ITEM(record, 2, Py_NewRef(m.body));
-    PyTuple_SET_ITEM(record, 3, PyLong_FromUnsignedLong(crc));
-    PyTuple_SET_ITEM(record, 4, m.born_timestamp_ms < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(m.born_timestamp_ms));
-    PyTuple_SET_ITEM(record, 5, Py_NewRef(m.tail));
-    PyTuple_SET_ITEM(record, 6, PyLong_FromSsize_t(MQ_HEADER_SIZE + body_length + PyBytes_GET_SIZE(m.tail)));
+    /* each made only while the ones before were (no call with an exception set) */
+    PyObject *item[7] = {NULL};
+    item[0] = PyTuple_Pack(2, m.topic, m.queue_id);
+    item[1] = item[0] == NULL ? NULL : PyLong_FromLongLong(m.flag);
+    item[2] = Py_NewRef(m.body);
+    item[3] = item[1] == NULL ? NULL : PyLong_FromUnsignedLong(crc);
+    item[4] = m.born_timestamp_ms < 0 ? Py_NewRef(Py_None)
+              : item[3] == NULL ? NULL : PyLong_FromLongLong(m.born_timestamp_ms);
+    item[5] = Py_NewRef(m.tail);
+    item[6] = item[3] == NULL || item[4] == NULL ? NULL
+              : PyLong_FromSsize_t(MQ_HEADER_SIZE + body_length + PyBytes_GET_SIZE(m.tail));
+    PyObject *record = item[6] == NULL ? NULL : PyTuple_New(7);
     mq_common_parts_release(&m);
-    for (int i = 1; i < 7; i++) {
-        if (PyTuple_GET_ITEM(record, i) == NULL) {
-            Py_DECREF(record);
-            return NULL;
-        }
+    for (int i = 0; i < 7; i++) {
+        if (record == NULL) Py_XDECREF(item[i]);
+        else PyTuple_SET_ITEM(record, i, item[i]);
     }
     return record;
 }
@@ -531,9 +527,9 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
         if (mq_unique_key_clock(unique_keys, &now, &ran_python) < 0) goto done;
     }
     table.keys = PyList_New(0);
-    table.numbers = PyDict_New();
-    bodies = PyList_New(count);
-    tails = PyList_New(count);
+    table.numbers = table.keys == NULL ? NULL : PyDict_New();
+    bodies = table.numbers == NULL ? NULL : PyList_New(count);
+    tails = bodies == NULL ? NULL : PyList_New(count);
     if (table.keys == NULL || table.numbers == NULL || bodies == NULL || tails == NULL) goto done;
     if (unique_keys != NULL) {
         unique = PyMem_Malloc((size_t)count * MQ_UNIQUE_KEY_DIGITS);
@@ -603,7 +599,7 @@ int mq_message_init(PyObject *module) {
         if (field_strings[f] == NULL) return -1;
     }
     empty_tuple = PyTuple_New(0);
-    zero = PyLong_FromLong(0);
+    zero = empty_tuple == NULL ? NULL : PyLong_FromLong(0);
     if (empty_tuple == NULL || zero == NULL) return -1;
     message_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &message_spec, NULL);
     if (message_type == NULL) return -1;

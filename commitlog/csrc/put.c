@@ -191,7 +191,7 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     AppenderObject *self = (AppenderObject *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->state = PyObject_GenericGetDict(log, NULL);
-    self->topic_tails = PyObject_GetAttrString(log, "_topic_tails");
+    self->topic_tails = self->state == NULL ? NULL : PyObject_GetAttrString(log, "_topic_tails");
     self->clock_globals = Py_NewRef(clock_globals);
     self->time_ns = Py_NewRef(time_ns);
     self->write_at = Py_NewRef(write_at);
@@ -199,7 +199,7 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->ok_status = Py_NewRef(ok_status);
     self->cached.segment_fd = -1;
     self->cached.append_limit = -1;
-    PyObject *record_crc = self->state == NULL ? NULL : PyObject_GetAttrString(log, "record_crc");
+    PyObject *record_crc = self->topic_tails == NULL ? NULL : PyObject_GetAttrString(log, "record_crc");
     if (self->topic_tails == NULL || record_crc == NULL || !PyDict_Check(self->topic_tails) ||
         (self->record_crc = PyObject_IsTrue(record_crc)) < 0 ||
         attribute_int(log, "max_queues_per_topic", &self->queues_max) < 0 ||
@@ -404,9 +404,11 @@ static int write_record(PyObject *target, int64_t at, const mq_record *r, const 
 static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offset_value, PyObject *queue_offset,
                             PyObject *store_ts, int64_t size) {
     static const char hex[] = "0123456789ABCDEF";
+    /* each made only while the one before was (no call with an exception set) */
     PyObject *msg_id = PyUnicode_New(4 * MQ_HOST_V4_LENGTH, 127);
-    PyObject *size_value = PyLong_FromLongLong(size);
-    PyObject *result = ((PyTypeObject *)self->result_type)->tp_alloc((PyTypeObject *)self->result_type, 6);
+    PyObject *size_value = msg_id == NULL ? NULL : PyLong_FromLongLong(size);
+    PyObject *result = size_value == NULL ? NULL
+                       : ((PyTypeObject *)self->result_type)->tp_alloc((PyTypeObject *)self->result_type, 6);
     if (msg_id == NULL || size_value == NULL || result == NULL) {
         Py_XDECREF(msg_id);
         Py_XDECREF(size_value);
@@ -488,11 +490,14 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
 #endif
     int same_ts = unchanged && self->known && self->known_ts_value != NULL && self->known_ts == store_ts;
     int same_end = unchanged && self->known && self->known_end_value != NULL && self->known_end == offset;
+    /* each made only while the ones before were (no call with an exception set) */
     PyObject *queue_value = queue_found != NULL ? Py_NewRef(queue_found) : PyLong_FromLongLong(queue_offset);
-    PyObject *next_value = PyLong_FromLongLong(queue_offset + 1);
-    PyObject *store_value = same_ts ? Py_NewRef(self->known_ts_value) : PyLong_FromLongLong(store_ts);
-    PyObject *offset_value = same_end ? Py_NewRef(self->known_end_value) : PyLong_FromLongLong(offset);
-    PyObject *end_value = PyLong_FromLongLong(offset + size);
+    PyObject *next_value = queue_value == NULL ? NULL : PyLong_FromLongLong(queue_offset + 1);
+    PyObject *store_value = next_value == NULL ? NULL
+                            : same_ts ? Py_NewRef(self->known_ts_value) : PyLong_FromLongLong(store_ts);
+    PyObject *offset_value = store_value == NULL ? NULL
+                             : same_end ? Py_NewRef(self->known_end_value) : PyLong_FromLongLong(offset);
+    PyObject *end_value = offset_value == NULL ? NULL : PyLong_FromLongLong(offset + size);
     int failed = queue_value == NULL || next_value == NULL || store_value == NULL || offset_value == NULL ||
                  end_value == NULL;
     if (!failed) failed = dict_set_known_hash(queue_offsets, queue_key, next_value, queue_hash) < 0 ||
@@ -742,7 +747,8 @@ static int plan_record(AppenderObject *self, const writer_state *s, const mq_mes
         return 1;
     }
     if (!plan_properties(m, s->unique_keys != NULL, plan)) return 0;
-    *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) + PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->common.tails, 0)) + 2 +
+    *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) +
+            PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->common.tails, 0)) + 2 +
             plan->length;
     return 1;
 }
