@@ -360,24 +360,31 @@ static int writes_through(AppenderObject *self, const writer_state *s, int64_t s
     return held < 0 ? -1 : !held;
 }
 
-/* pwrite all of `data` at `position` of the segment's file, keeping the GIL (as flushwait.c's write_at): 0, or -1
- * with errno set (nothing is published then; the Python path writes the record again and reports the error). */
+/* pwrite all of `data` at `position` of the segment's file, with the GIL let go (a stalled disk must not stop
+ * every thread): 0, or -1 with errno set (nothing is published then; the Python path writes the record again and
+ * reports the error). The caller holds the writer lock, so that no other thread writes, rolls or closes the
+ * segment meanwhile, and a buffer of `data` (write_record), so that nothing can free or resize it. */
 static int write_all(int fd, const uint8_t *data, int64_t length, int64_t position) {
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
     while (length > 0) {
         ssize_t written = pwrite(fd, data, (size_t)length, (off_t)position);
         if (written < 0) {
             if (errno == EINTR) continue;
-            return -1;
+            error = errno;
+            break;
         }
         if (written == 0) {
-            errno = EIO;
-            return -1;
+            error = EIO;
+            break;
         }
         data += written;
         length -= written;
         position += written;
     }
-    return 0;
+    Py_END_ALLOW_THREADS
+    errno = error;
+    return error == 0 ? 0 : -1;
 }
 
 /* Encode the record into `target` at `at` (bounds checked here) and, with `fd` >= 0, pwrite it at `file_pos`:
