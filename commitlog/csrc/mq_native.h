@@ -16,6 +16,17 @@
 
 #include "mq_format.h"  /* the record layout, big-endian helpers and mq_crc32, without Python */
 
+/* CPython's private API, where it was measured to matter (docs/decisions/0031-private-cpython-api.md), for the
+ * versions it is there in; -DMQ_NO_DICT_VERSION / -DMQ_NO_KNOWN_HASH build the public path on any version.
+ * MQ_DICT_VERSION: a dict's ma_version_tag (3.11; deprecated in 3.12, gone in 3.14). MQ_KNOWN_HASH:
+ * _PyDict_GetItem_KnownHash / _PyDict_SetItem_KnownHash (3.11-3.12; internal from 3.13). */
+#if PY_VERSION_HEX < 0x030C0000 && !defined(MQ_NO_DICT_VERSION)
+#define MQ_DICT_VERSION 1
+#endif
+#if PY_VERSION_HEX < 0x030D0000 && !defined(MQ_NO_KNOWN_HASH)
+#define MQ_KNOWN_HASH 1
+#endif
+
 /* --- buffers passed from Python: scan.c --------------------------------------------------------------- */
 /* A C-contiguous int64 buffer (numpy int64) held in `view` (writable when asked), or -1 with TypeError. */
 int mq_int64_buffer(PyObject *object, Py_buffer *view, int writable, const char *what);

@@ -440,7 +440,7 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
 /* A dict's get and set with the key's hash known (the queue key's, kept in its slot): the private calls of
  * CPython 3.11-3.12, else the public ones, which hash the tuple again. */
 static PyObject *dict_get_known_hash(PyObject *dict, PyObject *key, Py_hash_t hash) {
-#if PY_VERSION_HEX < 0x030D0000
+#ifdef MQ_KNOWN_HASH
     return _PyDict_GetItem_KnownHash(dict, key, hash);
 #else
     (void)hash;
@@ -449,7 +449,7 @@ static PyObject *dict_get_known_hash(PyObject *dict, PyObject *key, Py_hash_t ha
 }
 
 static int dict_set_known_hash(PyObject *dict, PyObject *key, PyObject *value, Py_hash_t hash) {
-#if PY_VERSION_HEX < 0x030D0000
+#ifdef MQ_KNOWN_HASH
     return _PyDict_SetItem_KnownHash(dict, key, value, hash);
 #else
     (void)hash;
@@ -492,7 +492,7 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
     /* Unchanged: nobody wrote the log's __dict__ since this put read `_end` from it (a test's clock could have):
      * then `_end` and `last_store_timestamp_ms` hold the ints the last put wrote, which are used again here. */
     int unchanged = 0;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     unchanged = self->read_version != 0 && ((PyDictObject *)self->state)->ma_version_tag == self->read_version;
 #endif
     int same_ts = unchanged && self->known && self->known_ts_value != NULL && self->known_ts == store_ts;
@@ -521,7 +521,7 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
     }
     if (!failed) failed = PyDict_SetItem(self->state, keys[K_END], end_value) < 0;
     self->known = 0;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     if (!failed && unchanged) {
         /* What this put wrote is what the dict holds now: the next put need not read it */
         self->known = 1;
@@ -555,7 +555,7 @@ PyDoc_STRVAR(appender_put_doc,
 /* The log's end and its queue offset table, read from its __dict__ on every put: 1, 0 (None: the Python path)
  * or -1 with an error. */
 static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets) {
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     if (self->known && ((PyDictObject *)self->state)->ma_version_tag == self->known_version) {
         *end = self->known_end;  /* what the last put wrote, and nobody since */
         *queue_offsets = self->known_queue_offsets;
@@ -572,7 +572,7 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
     int overflow;
     *end = PyLong_AsLongLongAndOverflow(value, &overflow);
     *queue_offsets = table;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     self->read_version = ((PyDictObject *)self->state)->ma_version_tag;
 #endif
     return !overflow && *end >= 0;

@@ -316,7 +316,7 @@ static PyObject *store_item(PutEntryObject *self, int key) {
  * (a close, retention's disk-full flag, a test's replacement of _put_common); later versions read them on every
  * put (five lookups, about 0.5k instructions). */
 static int read_flags(PutEntryObject *self) {
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     uint64_t version = ((PyDictObject *)self->state)->ma_version_tag;
     if (self->version_known && version == self->version) return 0;
 #endif
@@ -340,7 +340,7 @@ static int read_flags(PutEntryObject *self) {
     if (sync < 0) return -1;
     self->waits = lag || sync;
     self->python_waits = lag || self->sync_timeout_s < 0;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     self->version = version;  /* reading changed nothing (bools and ints: no Python code ran) */
     self->version_known = 1;
 #endif
