@@ -292,54 +292,45 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
 
 /* The checks prepare makes of every field but tags, keys and properties: 1 when `object` is a compiled Message
  * that passes them, of a topic in `tails_table` (its parts in `out`, held), 0 when not (or a lookup failed:
- * PyErr_Occurred tells). put.c checks the tags, keys and properties itself. Every field is taken (a strong
- * reference) before the first check: the checks and the caller then see one state of the message, whatever a
- * finalizer run by a later allocation does to it. */
+ * PyErr_Occurred tells). put.c checks the tags, keys and properties itself. The fields kept are taken (strong
+ * references) before anything that could run Python code: the checks and the caller see one state of the
+ * message, whatever a finalizer run by a later allocation does to it. */
 int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_message_parts *out) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
-    PyObject *field[F_COUNT];
-    for (int f = 0; f < F_COUNT; f++) field[f] = Py_XNewRef(message->fields[f]);
-    PyObject *topic = field[F_TOPIC], *body = field[F_BODY], *queue_id = field[F_QUEUE_ID], *flag = field[F_FLAG],
-             *born = field[F_BORN], *tails = NULL;
-    int valid = topic != NULL && body != NULL && queue_id != NULL && flag != NULL && born != NULL &&
-                field[F_KEYS] != NULL && field[F_TAGS] != NULL && PyUnicode_CheckExact(topic) &&
-                PyLong_CheckExact(queue_id) && PyBytes_CheckExact(body) && PyLong_CheckExact(flag) &&
-                (born == Py_None || PyLong_CheckExact(born)) && PyBytes_GET_SIZE(body) <= body_max;
-    if (valid) {  /* an exact str key: the lookup runs no Python code */
-        tails = Py_XNewRef(PyDict_GetItemWithError(tails_table, topic));
-        valid = tails != NULL && PyTuple_Check(tails) && PyTuple_GET_SIZE(tails) >= 4;
-        for (int i = 0; valid && i < 4; i++) valid = PyBytes_Check(PyTuple_GET_ITEM(tails, i));
-    }
-    int overflow = 0;
-    long long queue = 0, flag_value = 0, born_value = -1;
-    if (valid) {
-        queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
-        valid = !overflow && queue >= 0 && queue < queues_max;
-    }
-    if (valid) {
-        flag_value = PyLong_AsLongLongAndOverflow(flag, &overflow);
-        valid = !overflow && flag_value >= INT32_MIN && flag_value <= INT32_MAX;
-    }
-    if (valid && born != Py_None) {
+    PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY],
+             *queue_id = message->fields[F_QUEUE_ID], *flag = message->fields[F_FLAG], *born = message->fields[F_BORN],
+             *tags = message->fields[F_TAGS], *keys = message->fields[F_KEYS];
+    /* The checks of the values, and the ints read, run no Python code: nothing can change the message until the
+     * topic's lookup, before which the objects kept are taken. */
+    if (topic == NULL || body == NULL || queue_id == NULL || flag == NULL || born == NULL || keys == NULL ||
+        tags == NULL || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
+        !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)) || PyBytes_GET_SIZE(body) > body_max)
+        return 0;
+    int overflow;
+    long long queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
+    if (overflow || queue < 0 || queue >= queues_max) return 0;
+    long long flag_value = PyLong_AsLongLongAndOverflow(flag, &overflow);
+    if (overflow || flag_value < INT32_MIN || flag_value > INT32_MAX) return 0;
+    long long born_value = -1;
+    if (born != Py_None) {
         born_value = PyLong_AsLongLongAndOverflow(born, &overflow);
-        valid = !overflow && born_value >= 0;
+        if (overflow || born_value < 0) return 0;
     }
-    Py_XDECREF(flag);
-    Py_XDECREF(born);
+    *out = (mq_message_parts){
+        .common = {.topic = Py_NewRef(topic), .body = Py_NewRef(body), .queue_id = Py_NewRef(queue_id),
+                   .queue_id_value = queue, .flag = flag_value, .born_timestamp_ms = born_value},
+        .tags = Py_NewRef(tags), .keys = Py_NewRef(keys), .properties = Py_XNewRef(message->fields[F_PROPERTIES])};
+    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
+    int valid = tails != NULL && PyTuple_Check(tails) && PyTuple_GET_SIZE(tails) >= 4;
+    for (int i = 0; valid && i < 4; i++) valid = PyBytes_Check(PyTuple_GET_ITEM(tails, i));
     if (!valid) {
-        Py_XDECREF(tails);
-        for (int f = 0; f < F_COUNT; f++)
-            if (f != F_FLAG && f != F_BORN) Py_XDECREF(field[f]);
+        mq_message_parts_release(out);
         return 0;
     }
-    out->common = (mq_common_parts){.topic = topic, .body = body, .queue_id = queue_id, .tails = tails,
-                                    .tail = PyTuple_GET_ITEM(tails, 1), .queue_id_value = queue, .flag = flag_value,
-                                    .born_timestamp_ms = born_value};
-    out->tags = field[F_TAGS];
-    out->keys = field[F_KEYS];
-    out->properties = field[F_PROPERTIES];
+    out->common.tails = Py_NewRef(tails);
+    out->common.tail = PyTuple_GET_ITEM(tails, 1);
     return 1;
 }
 

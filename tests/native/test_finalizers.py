@@ -225,7 +225,8 @@ def _put_function(store, target: str):
         yield log._appender.put
 
 
-@pytest.mark.parametrize("mode", [FlushMode.ASYNC, FlushMode.SYNC], ids=["async", "sync"])
+@pytest.mark.parametrize("mode", [FlushMode.ASYNC, pytest.param(FlushMode.SYNC, marks=pytest.mark.slow)],
+                         ids=["async", "sync"])  # SYNC: the gate's wait allocates, a longer sweep
 @pytest.mark.parametrize("shape", ["common", "tagged"])
 @pytest.mark.parametrize("target", ["entry", "appender"])
 def test_a_finalizer_during_a_compiled_put_stores_one_consistent_message(tmp_path, monkeypatch, mode, shape, target):
