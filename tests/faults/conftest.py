@@ -1,4 +1,4 @@
-"""Builds the fault-injecting double of fdatasync (fdatasync_fault.c) once per test session, with the C compiler
+"""Builds the fault-injecting double of fdatasync (disk_double.c) once per test session, with the C compiler
 that builds mqstore's own extension, and runs tests/faults/scenarios.py with it preloaded."""
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ SCENARIO_TIMEOUT_S = 180.0
 
 @pytest.fixture(scope="session")
 def fault_double(tmp_path_factory) -> Path:
-    """The shared object of fdatasync_fault.c, built for this session."""
+    """The shared object of disk_double.c, built for this session."""
     compiler = os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0]
     if shutil.which(compiler) is None:
         compiler = "cc"
-    built = tmp_path_factory.mktemp("fault-double") / "fdatasync_fault.so"
+    built = tmp_path_factory.mktemp("fault-double") / "disk_double.so"
     subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-o", str(built),
-                    str(HERE / "fdatasync_fault.c"), "-ldl"], check=True)
+                    str(HERE / "disk_double.c"), "-ldl"], check=True)
     return built
 
 

@@ -1,4 +1,4 @@
-"""Stores whose flushes fail: each scenario runs in a process of its own with tests/faults/fdatasync_fault.c
+"""Stores whose flushes fail: each scenario runs in a process of its own with tests/faults/disk_double.c
 preloaded, arms it at a chosen moment, and prints what the store did as one JSON line.
 
     python -m tests.faults.scenarios SCENARIO ROOT MODE [--dispatch-process] [--threads N]
@@ -28,6 +28,7 @@ from mqstore.store.markers import ABORT_FILE_NAME  # noqa: E402
 
 MESSAGES_BEFORE = 20  # puts made (and flushed) before the double is armed
 FAILURE_WAIT_S = 30.0  # how long a scenario waits for a background thread to meet the failure
+STALL_TIMEOUT_S = 5.0  # how long the double stalls a write nobody releases
 TOPIC = "faults"
 
 
@@ -188,6 +189,25 @@ def fd_reuse(root: str) -> dict:
     return report
 
 
+def write_stall(root: str) -> dict:
+    """A SYNC put's write of its record stalls (a disk that hangs): the process's other threads go on running
+    Python meanwhile, and release it; when the write keeps the interpreter lock, nobody can, and the double's timeout
+    ends the stall instead."""
+    store = MessageStore.open(root, config("SYNC", False))
+    store.put(message(0))
+    double = ctypes.CDLL(None)
+    double.mqfault_stall_write(directory(root, "commitlog").encode(), int(STALL_TIMEOUT_S * 1000))
+    putter = threading.Thread(target=lambda: report.update(put=outcome(lambda: store.put(message(1)))))
+    report: dict = {}
+    putter.start()
+    if wait_for(lambda: double.mqfault_held() == 1):
+        double.mqfault_release()  # only runs while the stalled put lets other threads run
+    putter.join()
+    report["released_by_another_thread"] = double.mqfault_write_released() == 1
+    report["close"] = outcome(store.close)
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario")
@@ -200,6 +220,8 @@ def main() -> None:
         report = child_queue(args.root, args.mode)
     elif args.scenario == "fd_reuse":
         report = fd_reuse(args.root)
+    elif args.scenario == "write_stall":
+        report = write_stall(args.root)
     else:
         report = run(args.scenario, args.root, args.mode, args.dispatch_process, args.threads)
     print(json.dumps(report))

@@ -1,6 +1,6 @@
 """A failed fdatasync is never forgotten (docs/recovery.md, "When a flush fails").
 
-Each test runs a scenario of tests/faults/scenarios.py in a process with fdatasync_fault.c preloaded: one fdatasync
+Each test runs a scenario of tests/faults/scenarios.py in a process with disk_double.c preloaded: one fdatasync
 of a chosen file fails with EIO and the next one succeeds, as Linux reports a writeback error once. The store must
 keep the failure: the SYNC put that waited on it gets FLUSH_DISK_FAILED, every later flush(), put, put_batch and
 close() raises FlushFailedError, the flushed offset and the checkpoint stay where they were, the abort marker stays.
@@ -147,11 +147,3 @@ def test_sync_producers_never_see_put_ok_past_a_failed_flush(tmp_path, run_scena
     ok = [MESSAGES_BEFORE + seq for seq, (status, _, _) in enumerate(results) if status == "PUT_OK"]
     assert_readable(root, "SYNC", list(range(MESSAGES_BEFORE)) + ok).close()
 
-
-@pytest.mark.parametrize("native", [True, False], ids=["compiled", "python"])
-def test_a_flush_syncs_its_own_file_when_the_descriptor_is_closed_meanwhile(tmp_path, run_scenario, native):
-    """A SYNC flush is held inside fdatasync while another thread closes the segment and its descriptor number is
-    given to another file: the sync lands on the segment all the same, never on the other file."""
-    report = run_scenario("fd_reuse", tmp_path / "store", "SYNC", native=native)
-    assert report["held"]
-    assert report["synced"] == report["segment"], f"the flush synced {report['synced']}"

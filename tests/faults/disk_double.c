@@ -1,4 +1,4 @@
-/* A test double of the disk's durability calls: preloaded (LD_PRELOAD) into a process whose fdatasync and fsync
+/* A test double of the disk's calls: preloaded (LD_PRELOAD) into a process whose fdatasync and fsync
  * of files whose path contains a pattern must fail, as a disk that refuses a writeback makes them fail.
  *
  * Linux reports a writeback error once per open file: the failing call returns -1 with EIO, and the next one on the
@@ -13,6 +13,11 @@
  * reaches libc, until `mqfault_release()`; `mqfault_held()` says whether a call waits now, and
  * `mqfault_synced_path()` which file the held call's descriptor named when it went on to libc (a test closes the
  * file's descriptor meanwhile and opens another, to see whether the sync lands on the file it was meant for).
+ *
+ * And it can stall one write: `mqfault_stall_write(pattern, timeout_ms)` makes the next pwrite of a matching file
+ * wait until `mqfault_release()` or the timeout, as a disk that stalls does; `mqfault_write_released()` then says
+ * whether the release came (1) or the timeout ended the wait (0): a process whose other threads cannot run while
+ * one waits in pwrite (its interpreter lock held through it) never releases it.
  * Built by tests/faults/conftest.py with the machine's C compiler; nothing of it is part of mqstore.
  */
 #define _GNU_SOURCE
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PATTERN_LENGTH_MAX 511
@@ -34,6 +40,9 @@ static pthread_cond_t hold_changed = PTHREAD_COND_INITIALIZER;
 static char hold_pattern[PATTERN_LENGTH_MAX + 1];
 static int holding, released;
 static char synced_path[4096];
+static char stall_pattern[PATTERN_LENGTH_MAX + 1];
+static long stall_timeout_ms;
+static int write_released = -1;  /* -1: no write stalled yet */
 
 int mqfault_arm(const char *wanted, long skip, long count, int error) {
     pthread_mutex_lock(&lock);
@@ -94,6 +103,46 @@ void mqfault_release(void) {
 
 const char *mqfault_synced_path(void) { return synced_path; }
 
+int mqfault_stall_write(const char *wanted, long timeout_ms) {
+    pthread_mutex_lock(&lock);
+    snprintf(stall_pattern, sizeof stall_pattern, "%s", wanted == NULL ? "" : wanted);
+    stall_timeout_ms = timeout_ms;
+    holding = released = 0;
+    write_released = -1;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+int mqfault_write_released(void) {
+    pthread_mutex_lock(&lock);
+    int value = write_released;
+    pthread_mutex_unlock(&lock);
+    return value;
+}
+
+/* A pwrite to a file matching the stall pattern waits here for mqfault_release() or the timeout. */
+static void stall(int fd) {
+    char path[4096];
+    pthread_mutex_lock(&lock);
+    if (stall_pattern[0] && path_of(fd, path) && strstr(path, stall_pattern) != NULL) {
+        stall_pattern[0] = 0;  /* one call */
+        holding = 1;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += stall_timeout_ms / 1000;
+        until.tv_nsec += (stall_timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        int timed_out = 0;
+        while (!released && !timed_out) timed_out = pthread_cond_timedwait(&hold_changed, &lock, &until) != 0;
+        write_released = released;
+        holding = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 /* A call on a file matching the hold pattern waits here for mqfault_release(), then notes what `fd` names. */
 static void hold(int fd) {
     char path[4096];
@@ -137,6 +186,20 @@ int fdatasync(int fd) {
     if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     hold(fd);
     return fails(fd) ? -1 : real(fd);
+}
+
+ssize_t pwrite(int fd, const void *data, size_t length, off_t offset) {
+    static ssize_t (*real)(int, const void *, size_t, off_t);
+    if (real == NULL) real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+    stall(fd);
+    return real(fd, data, length, offset);
+}
+
+ssize_t pwrite64(int fd, const void *data, size_t length, off64_t offset) {
+    static ssize_t (*real)(int, const void *, size_t, off64_t);
+    if (real == NULL) real = (ssize_t (*)(int, const void *, size_t, off64_t))dlsym(RTLD_NEXT, "pwrite64");
+    stall(fd);
+    return real(fd, data, length, offset);
 }
 
 int fsync(int fd) {
