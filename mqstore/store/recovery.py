@@ -95,7 +95,8 @@ from mqstore.commitlog.commitlog import CommitLog
 from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
-from mqstore.flush.checkpoint import Checkpoint
+from mqstore.flush.checkpoint import CHECKPOINT_DTYPE, Checkpoint
+from mqstore.store.markers import remove_marker, write_marker
 from mqstore.store.repair import count_dropped
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ RECOVERY_BATCH_RECORDS = 65_536  # records decoded at once while walking the log
 CLEAN_STOP_SEGMENTS_CHECKED = 3  # RocketMQ checks the last three files after a clean stop
 INDEX_RESUME_CHECKS_MAX = 16  # cuts of the index at an end where no message starts, before it is rebuilt whole
 SCAN_CHUNK_BYTES = 1 << 20  # bytes looked at per step when searching a segment's tail for data
+CHECKPOINT_DAMAGED_FILE_NAME = "checkpoint.damaged"  # marker: found damaged, no recovery completed since
+CHECKPOINT_TIME_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: a later checkpoint time is damage
 
 
 class RecoveryCase(StrEnum):
@@ -186,15 +189,24 @@ def note_queue_rebuilt(report: RecoveryReport, topic: str, queue_id: int) -> Non
 
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
-            repair: bool, check_crc: bool, salvage=None) -> RecoveryReport:
+            repair: bool, check_crc: bool, salvage=None, checkpoint_damage: str | None = None) -> RecoveryReport:
     """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's, from
-    `dispatch_start(report, ...)`. `salvage` (mqstore.store.repair.Salvage, with repair) keeps what a cut drops."""
+    `dispatch_start(report, ...)`. `salvage` (mqstore.store.repair.Salvage, with repair) keeps what a cut drops.
+    `checkpoint_damage` says why the checkpoint was replaced by zeros (corrupt, or missing while the log has
+    segments), if it was: it then cannot tell how far the log was flushed."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
+    if checkpoint_damage is None:
+        checkpoint_damage = _checkpoint_inconsistent(checkpoint, commitlog)
+        if checkpoint_damage is not None:
+            _forget_checkpoint(checkpoint, checkpoint_damage)
+    if checkpoint_damage is not None:
+        report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
     ends = {key: queue.max_offset for key, queue in queues.queues.items()}
-    _recover_log(commitlog, checkpoint, queues, report, crashed=crashed, repair=repair, check_crc=check_crc,
-                 with_index=index is not None, queue_ends=ends, salvage=salvage)
-    _recover_queues(commitlog, queues, report, crashed=crashed)
+    walked = _recover_log(commitlog, checkpoint, queues, report, crashed=crashed, repair=repair, check_crc=check_crc,
+                          with_index=index is not None, queue_ends=ends, salvage=salvage,
+                          checkpoint_damage=checkpoint_damage)
+    _recover_queues(commitlog, queues, report, crashed=crashed, walked=walked)
     _rebuild_queues_missing_first_files(commitlog, queues, report)
     if report.queues_rebuilt:
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
@@ -202,6 +214,8 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
         checkpoint.flush()
     if index is not None:
         _recover_index(commitlog, index, checkpoint, report, crashed=crashed)
+    if report.checkpoint_case is RecoveryCase.CHECKPOINT_REPLACED:
+        remove_marker(os.path.join(os.path.dirname(checkpoint.mapped.path), CHECKPOINT_DAMAGED_FILE_NAME))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -322,19 +336,32 @@ def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, 
     return start
 
 
+class WalkedQueues:
+    """What the walk of the log saw of each queue: the entry count the walked records end at, and the queues
+    whose entries name other records than the walked ones (another queue's, or another position)."""
+
+    def __init__(self):
+        self.ends: dict[tuple[str, int], int] = {}
+        self.mismatched: dict[tuple[str, int], str] = {}
+
+
 def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQueueTable, report: RecoveryReport, *,
-                 crashed: bool, repair: bool, check_crc: bool, with_index: bool, queue_ends: dict, salvage) -> None:
+                 crashed: bool, repair: bool, check_crc: bool, with_index: bool, queue_ends: dict, salvage,
+                 checkpoint_damage: str | None) -> WalkedQueues:
+    walked = WalkedQueues()
     if salvage is not None:
         _note_file_cases(report, salvage, commitlog.segment_size_bytes)
     last = commitlog.segments.last()
     if last is None:
         report.case = RecoveryCase.NEW_STORE
-        return
+        return walked
     # repair walks the whole log: damage anywhere is cut, not only in the segments a normal open checks
     start = commitlog.min_offset() if repair else _scan_start(commitlog, checkpoint, crashed=crashed,
                                                                with_index=with_index)
     report.scan_start = start
     limit = last.base_offset + last.size_bytes
+    flushed = checkpoint.physic_flushed_offset
+    flushed_at_boundary = flushed <= start
     offset = start
     last_valid_time = 0
     error: CorruptionError | None = None
@@ -345,6 +372,15 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
             last_valid_time = int(batch.store_timestamps_ms[-1])
             if report.replay_from is None:
                 report.replay_from = _first_missing_from_queues(batch, queue_ends, report)
+            _check_queue_entries(batch, queues, walked)
+            if not flushed_at_boundary and flushed <= batch.end_offset:
+                flushed_at_boundary = bool(flushed == batch.end_offset or np.any(batch.commitlog_offsets == flushed)
+                                           or np.any(batch.commitlog_offsets + batch.sizes == flushed))
+                if not flushed_at_boundary:
+                    checkpoint_damage = f"its flushed offset {flushed} lies inside a record of the log"
+                    _forget_checkpoint(checkpoint, checkpoint_damage)
+                    report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
+                    flushed_at_boundary = True
         if batch.error is not None:
             error = batch.error
             offset = batch.end_offset
@@ -359,9 +395,18 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
         error = _log_goes_on(commitlog, checkpoint, queues, end, written_end, crashed=crashed,
                              last_valid_time=last_valid_time,
                              gap_after=salvage.gap_after if salvage is not None else None)
+    torn = error is not None and crashed and _after_durable_point(checkpoint, end, last_valid_time)
+    if torn and checkpoint_damage is not None and written_end > end:
+        # Nothing says how far the log was flushed: valid records past the stop say the log goes on there.
+        count, first, last_found = count_dropped(commitlog, queues, end, salvage)
+        if count:
+            torn = False
+            error = _with_reason(error, f"{count} valid records follow it (commitlog offsets {first}..{last_found}) "
+                                        f"and the checkpoint cannot tell how far the log was flushed "
+                                        f"({checkpoint_damage})")
     if error is None:
         report.case = RecoveryCase.CRASH_CLEAN_TAIL if crashed else RecoveryCase.CLEAN
-    elif crashed and _after_durable_point(checkpoint, end, last_valid_time):
+    elif torn:
         report.case = RecoveryCase.CRASH_TORN_TAIL
         report.corruption = str(error)
     else:
@@ -374,6 +419,60 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
     _cut_log(commitlog, queues, end, written_end, report, salvage)
     report.log_end = end
     checkpoint.reset_flushed_offset(end)
+    return walked
+
+
+def _with_reason(error: CorruptionError, reason: str) -> CorruptionError:
+    """`error` with `reason` added to its message (same file, offset, rule and flags)."""
+    text = str(error)
+    if error.path is not None:
+        text = text.removesuffix(f" (file {error.path}, offset {error.offset})" if error.offset is not None
+                                 else f" (file {error.path})")
+    return CorruptionError(f"{text}; {reason}", path=error.path, offset=error.offset, rule=error.rule,
+                           length_sound=error.length_sound, not_a_record=error.not_a_record)
+
+
+def _checkpoint_inconsistent(checkpoint: Checkpoint, commitlog: CommitLog) -> str | None:
+    """Why a checkpoint that kept its own rules (flush/checkpoint.py) cannot be what mqstore or RocketMQ wrote,
+    or None: bytes past its fields that are not zero (both write only the fields), a time past the year 9999,
+    or an offset past the end of the log's files. (Its flushed offset is also checked against the records
+    while the log is walked: it must fall between two of them.)"""
+    raw = checkpoint.mapped.array
+    if raw[CHECKPOINT_DTYPE.itemsize :].any():
+        return "bytes past its fields are not zero"
+    for name, value in (("physic_msg_timestamp", checkpoint.physic_msg_timestamp_ms),
+                        ("logics_msg_timestamp", checkpoint.logics_msg_timestamp_ms),
+                        ("index_msg_timestamp", checkpoint.index_msg_timestamp_ms)):
+        if value > CHECKPOINT_TIME_MS_MAX:
+            return f"its {name} {value} lies past the year 9999"
+    last = commitlog.segments.last()
+    files_end = last.base_offset + last.size_bytes if last is not None else 0
+    for name, value in (("physic_flushed_offset", checkpoint.physic_flushed_offset),
+                        ("index_flushed_end", checkpoint.index_flushed_end)):
+        if value > files_end:
+            return f"its {name} {value} lies past the end of the log's files, {files_end}"
+    return None
+
+
+def _forget_checkpoint(checkpoint: Checkpoint, reason: str) -> None:
+    """Row CHECKPOINT_REPLACED for a checkpoint recovery found inconsistent: all zeros, as a replaced one (the
+    marker first, so that an open that fails after this still knows the zeros are not a new store's)."""
+    root = os.path.dirname(checkpoint.mapped.path)
+    log.warning("replacing the checkpoint of %s: %s", root, reason)
+    note_checkpoint_damage(root)
+    checkpoint.mapped.array[:] = 0
+    checkpoint.flush()
+
+
+def note_checkpoint_damage(root: str) -> None:
+    """Leave the marker saying the checkpoint was found damaged (and replaced by zeros, which alone would read
+    as "nothing flushed yet"), until a recovery completes."""
+    write_marker(os.path.join(root, CHECKPOINT_DAMAGED_FILE_NAME))
+
+
+def checkpoint_damage_noted(root: str) -> bool:
+    """Whether an open found the checkpoint damaged and no recovery has completed since."""
+    return os.path.exists(os.path.join(root, CHECKPOINT_DAMAGED_FILE_NAME))
 
 
 def _cut_log(commitlog: CommitLog, queues: ConsumeQueueTable, end: int, written_end: int, report: RecoveryReport,
@@ -493,6 +592,47 @@ def _first_missing_from_queues(batch, queue_ends: dict, report: RecoveryReport) 
     return int(batch.commitlog_offsets[missing[0]]) if len(missing) else None
 
 
+def _check_queue_entries(batch, queues: ConsumeQueueTable, walked: WalkedQueues) -> None:
+    """Compare the queue entries of the records in `batch` with the records: an entry that names another
+    position or size than its record's (a queue file of another queue, or damaged units that keep the rules)
+    marks its queue for a rebuild. Also notes the entry count each queue's walked records end at. Vectorised:
+    one read of units per distinct queue in the batch."""
+    transaction = batch.sys_flags & fmt.SYS_FLAG_TRANSACTION_MASK
+    counted = np.flatnonzero((transaction != fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE)
+                             & (transaction != fmt.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE))
+    if not len(counted):
+        return
+    keys, width, low = _queue_keys(batch)
+    order = counted[np.argsort(keys[counted], kind="stable")]
+    groups = np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
+    for rows in groups:
+        key = int(keys[rows[0]])
+        name = (batch.topic_names[key // width], key % width + low)
+        queue_offsets = batch.queue_offsets[rows]
+        walked.ends[name] = max(walked.ends.get(name, 0), int(queue_offsets.max()) + 1)
+        queue = queues.queues.get(name)
+        if queue is None or name in walked.mismatched:
+            continue
+        inside = (queue_offsets >= queue.min_offset) & (queue_offsets < queue.max_offset)
+        if not inside.any():
+            continue
+        queue_offsets, rows = queue_offsets[inside], rows[inside]
+        first = int(queue_offsets.min())
+        try:
+            units = queue.read(first, int(queue_offsets.max()) + 1 - first)
+        except CorruptionError as exc:
+            walked.mismatched[name] = str(exc)
+            continue
+        at = queue_offsets - first
+        wrong = np.flatnonzero((units["commitlog_offset"][at] != batch.commitlog_offsets[rows])
+                               | (units["size"][at] != batch.sizes[rows]))
+        if len(wrong):
+            bad = int(wrong[0])
+            walked.mismatched[name] = (f"entry {int(queue_offsets[bad])} names commitlog offset "
+                                       f"{int(units['commitlog_offset'][at[bad]])}, its record is at "
+                                       f"{int(batch.commitlog_offsets[rows[bad]])}")
+
+
 def _after_durable_point(checkpoint: Checkpoint, bad_offset: int, last_valid_time: int) -> bool:
     """Whether a bad record at `bad_offset` lies where a crash may have left unflushed bytes.
 
@@ -558,7 +698,8 @@ def _data_extents(fd: int | None, low: int, high: int):
         position = stop
 
 
-def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport, *, crashed: bool) -> None:
+def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport, *, crashed: bool,
+                    walked: WalkedQueues) -> None:
     for (topic, queue_id), error in list(queues.corrupt.items()):
         log.warning("rebuilding consume queue %s/%d from the CommitLog: %s", topic, queue_id, error)
         queues.remove(topic, queue_id)
@@ -578,6 +719,16 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
         if dropped:
             report.queue_entries_dropped += dropped
             report.queue_cases[f"{topic}/{queue_id}"] = RecoveryCase.QUEUE_TRUNCATED
+        walked_end = walked.ends.get((topic, queue_id))
+        why = walked.mismatched.get((topic, queue_id))
+        if why is None and walked_end is not None and queue.max_offset > walked_end:
+            why = f"it has {queue.max_offset - walked_end} entries past its last message in the log"
+        if why is not None:
+            # Derived data naming records that are not its own: rebuilt, never kept (repair appends after it).
+            log.warning("rebuilding consume queue %s/%d: %s", topic, queue_id, why)
+            queues.remove(topic, queue_id)
+            note_queue_rebuilt(report, topic, queue_id)
+            continue
         if crashed and queue.max_offset > queue.min_offset and not _last_entry_matches(commitlog, queue):
             log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)
             queues.remove(topic, queue_id)
