@@ -19,11 +19,16 @@ no `abort` marker; a record breaks the format rule, or    | CLEAN_CORRUPT      |
   (the process died, the page cache survived)             |                    |
 `abort` marker; the walk stops at a bad record, or at     | CRASH_TORN_TAIL    | cut the log there (zero the rest of
   zeros with written bytes after them, at or past the     |                    | the segment, delete later segments);
-  checkpoint's flushed offset (or, for a 4.x checkpoint,  |                    | cut queues and index; re-dispatch
-  after the last message it says was flushed)             |                    |
-  (power lost before unflushed pages reached the disk)    |                    |
+  checkpoint's flushed offset (or, for a 4.x checkpoint,  |                    | cut queues and index; re-dispatch;
+  after the last message it says was flushed); with a     |                    | the report names the valid records
+  replaced checkpoint, only where no valid record follows |                    | the cut dropped (dropped_messages,
+  (power lost before unflushed pages reached the disk)    |                    | dropped_offset_first/_last)
 `abort` marker; the walk stops (a bad record, zeros) below| CRASH_CORRUPT      | CorruptionError; repair=True: cut the
-  the checkpoint's flushed offset (flushed bytes damaged) |                    | log there (see Repair)
+  the checkpoint's flushed offset (flushed bytes damaged),|                    | log there (see Repair)
+  or anywhere with valid records after it while the       |                    |
+  checkpoint was replaced (CHECKPOINT_REPLACED: nothing   |                    |
+  says how far the log was flushed, so nothing says the   |                    |
+  damage lies past the flush)                             |                    |
 a segment file longer than the segment size (bytes        | SEGMENT_TOO_LONG   | CorruptionError (file size);
   appended to it)                                         |   (per file)       | repair=True: keep the extra bytes in
                                                           |                    | the repair folder, cut them
@@ -41,7 +46,11 @@ a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      |
   log), or dispatch finds it ends before entries the log  |                    |
   holds, or its first file is missing while the log still |                    |
   holds messages of it (not retention: that deletes a     |                    |
-  queue file only once all its messages are gone)         |                    |
+  queue file only once all its messages are gone), or an  |                    |
+  entry of a walked record names another position or size |                    |
+  (a file of another queue), or it has entries past its   |                    |
+  last message in the walked log (derived data naming     |                    |
+  records not its own is rebuilt, never kept)             |                    |
 a ConsumeQueue has entries for records past the end of a  | QUEUE_TRUNCATED    | drop those entries
   crashed (or repaired) log                               |   (per queue)      |
 the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
@@ -57,8 +66,12 @@ no `abort` marker; an index file's header disagrees with  | INDEX_INCONSISTENT |
   its entries or its place (rules 7, 8: a zeroed tail     |                    | at the first bad entry, delete later
   under a header counting it, an older file not full), or |                    | files; cut where no message starts;
   the index ends where no message starts                  |                    | re-dispatch the rest
-a corrupt checkpoint                                      | CHECKPOINT_REPLACED| replace it with zeros: scan everything
-                                                          |                    | (engine)
+a corrupt checkpoint (rules 1-2 of flush/checkpoint.py), | CHECKPOINT_REPLACED| replace it with zeros: scan everything
+  one with bytes past its fields that are not zero, a time|                    | (engine, or here); after a crash,
+  past the year 9999, an offset past the log's files, or a|                    | damage followed by valid records is
+  flushed offset inside a record; a missing one while the |                    | CRASH_CORRUPT, not a torn tail. The
+  log has segments (it is made before the first); or the  |                    | marker `checkpoint.damaged` says so
+  marker an open that found one so left                   |                    | until a recovery completes
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
 after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
@@ -372,7 +385,9 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
             last_valid_time = int(batch.store_timestamps_ms[-1])
             if report.replay_from is None:
                 report.replay_from = _first_missing_from_queues(batch, queue_ends, report)
-            _check_queue_entries(batch, queues, walked)
+            _note_queue_ends(batch, walked)
+            if repair or checkpoint_damage is not None:  # every entry (else the last of each queue, below)
+                _check_queue_entries(batch, queues, walked)
             if not flushed_at_boundary and flushed <= batch.end_offset:
                 flushed_at_boundary = bool(flushed == batch.end_offset or np.any(batch.commitlog_offsets == flushed)
                                            or np.any(batch.commitlog_offsets + batch.sizes == flushed))
@@ -592,45 +607,83 @@ def _first_missing_from_queues(batch, queue_ends: dict, report: RecoveryReport) 
     return int(batch.commitlog_offsets[missing[0]]) if len(missing) else None
 
 
-def _check_queue_entries(batch, queues: ConsumeQueueTable, walked: WalkedQueues) -> None:
-    """Compare the queue entries of the records in `batch` with the records: an entry that names another
-    position or size than its record's (a queue file of another queue, or damaged units that keep the rules)
-    marks its queue for a rebuild. Also notes the entry count each queue's walked records end at. Vectorised:
-    one read of units per distinct queue in the batch."""
+def _dense_queue_keys(batch):
+    """(rows with a queue entry, a dense key per record, a function from key to (topic, queue id)): the records
+    that are not transaction-prepared or rolled back (those never get an entry) and _queue_keys numbered densely."""
     transaction = batch.sys_flags & fmt.SYS_FLAG_TRANSACTION_MASK
     counted = np.flatnonzero((transaction != fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE)
                              & (transaction != fmt.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE))
+    keys, width, low = _queue_keys(batch)
+    distinct = None
+    if width == 1 << 32:  # a span of queue ids too wide to number densely: number the distinct keys
+        distinct, keys = np.unique(keys, return_inverse=True)
+
+    def name(key: int) -> tuple[str, int]:
+        dense = int(distinct[key]) if distinct is not None else key
+        return batch.topic_names[dense // width], dense % width + low
+
+    return counted, keys, name
+
+
+def _note_queue_ends(batch, walked: WalkedQueues) -> None:
+    """The entry count each queue's walked records end at (its last record's queue offset + 1)."""
+    counted, keys, name = _dense_queue_keys(batch)
     if not len(counted):
         return
-    keys, width, low = _queue_keys(batch)
-    order = counted[np.argsort(keys[counted], kind="stable")]
-    groups = np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
-    for rows in groups:
-        key = int(keys[rows[0]])
-        name = (batch.topic_names[key // width], key % width + low)
-        queue_offsets = batch.queue_offsets[rows]
-        walked.ends[name] = max(walked.ends.get(name, 0), int(queue_offsets.max()) + 1)
-        queue = queues.queues.get(name)
-        if queue is None or name in walked.mismatched:
+    last_row = np.full(int(keys.max()) + 1, -1, dtype=np.int64)
+    last_row[keys[counted]] = counted  # the last write wins: each queue's last record in the batch
+    for key in np.flatnonzero(last_row >= 0).tolist():
+        queue = name(key)
+        walked.ends[queue] = max(walked.ends.get(queue, 0), int(batch.queue_offsets[last_row[key]]) + 1)
+
+
+def _check_queue_entries(batch, queues: ConsumeQueueTable, walked: WalkedQueues) -> None:
+    """Compare the entry of every record in `batch` with the record: an entry that names another position or
+    size (a queue file of another queue, or damaged units that keep the rules) marks its queue for a rebuild.
+    Vectorised without sorting: a queue's records in a batch hold consecutive queue offsets, so one read of units
+    per distinct queue (from its first record's queue offset to its last's) and one gather check them all."""
+    counted, keys, name = _dense_queue_keys(batch)
+    if not len(counted):
+        return
+    key_count = int(keys.max()) + 1
+    first_row = np.full(key_count, -1, dtype=np.int64)
+    first_row[keys[counted][::-1]] = counted[::-1]  # the last write wins: each queue's first record in the batch
+    last_row = np.full(key_count, -1, dtype=np.int64)
+    last_row[keys[counted]] = counted
+    queue_offsets = batch.queue_offsets
+    read_first = np.zeros(key_count, dtype=np.int64)
+    read_stop = np.zeros(key_count, dtype=np.int64)  # [read_first, read_stop): the units read, at `at[key]`
+    at = np.zeros(key_count, dtype=np.int64)
+    parts, position = [], 0
+    for key in np.flatnonzero(last_row >= 0).tolist():
+        queue_name = name(key)
+        queue = queues.queues.get(queue_name)
+        if queue is None or queue_name in walked.mismatched:
             continue
-        inside = (queue_offsets >= queue.min_offset) & (queue_offsets < queue.max_offset)
-        if not inside.any():
+        start = max(int(queue_offsets[first_row[key]]), queue.min_offset)
+        stop = min(int(queue_offsets[last_row[key]]) + 1, queue.max_offset)
+        if not 0 < stop - start <= len(keys):  # more entries than records: queue offsets out of order, unchecked
             continue
-        queue_offsets, rows = queue_offsets[inside], rows[inside]
-        first = int(queue_offsets.min())
         try:
-            units = queue.read(first, int(queue_offsets.max()) + 1 - first)
+            units = queue.read(start, stop - start)
         except CorruptionError as exc:
-            walked.mismatched[name] = str(exc)
+            walked.mismatched[queue_name] = str(exc)
             continue
-        at = queue_offsets - first
-        wrong = np.flatnonzero((units["commitlog_offset"][at] != batch.commitlog_offsets[rows])
-                               | (units["size"][at] != batch.sizes[rows]))
-        if len(wrong):
-            bad = int(wrong[0])
-            walked.mismatched[name] = (f"entry {int(queue_offsets[bad])} names commitlog offset "
-                                       f"{int(units['commitlog_offset'][at[bad]])}, its record is at "
-                                       f"{int(batch.commitlog_offsets[rows[bad]])}")
+        read_first[key], read_stop[key], at[key] = start, start + len(units), position
+        parts.append(units)
+        position += len(units)
+    if not parts:
+        return
+    units = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    rows = counted[(queue_offsets[counted] >= read_first[keys[counted]])
+                   & (queue_offsets[counted] < read_stop[keys[counted]])]
+    where = at[keys[rows]] + queue_offsets[rows] - read_first[keys[rows]]
+    wrong = rows[(units["commitlog_offset"][where] != batch.commitlog_offsets[rows])
+                 | (units["size"][where] != batch.sizes[rows])]
+    for row in wrong.tolist():
+        walked.mismatched.setdefault(name(int(keys[row])), f"entry {int(queue_offsets[row])} does not name its "
+                                                           f"record at commitlog offset "
+                                                           f"{int(batch.commitlog_offsets[row])}")
 
 
 def _after_durable_point(checkpoint: Checkpoint, bad_offset: int, last_valid_time: int) -> bool:
@@ -729,7 +782,8 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
             queues.remove(topic, queue_id)
             note_queue_rebuilt(report, topic, queue_id)
             continue
-        if crashed and queue.max_offset > queue.min_offset and not _last_entry_matches(commitlog, queue):
+        if (crashed or report.case != RecoveryCase.CLEAN) and queue.max_offset > queue.min_offset \
+                and not _last_entry_matches(commitlog, queue):
             log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)
             queues.remove(topic, queue_id)
             note_queue_rebuilt(report, topic, queue_id)
