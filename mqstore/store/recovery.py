@@ -447,19 +447,32 @@ def _with_reason(error: CorruptionError, reason: str) -> CorruptionError:
                            length_sound=error.length_sound, not_a_record=error.not_a_record)
 
 
-def _checkpoint_inconsistent(checkpoint: Checkpoint, commitlog: CommitLog) -> str | None:
-    """Why a checkpoint that kept its own rules (flush/checkpoint.py) cannot be what mqstore or RocketMQ wrote,
-    or None: bytes past its fields that are not zero (both write only the fields), a time past the year 9999,
-    or an offset past the end of the log's files. (Its flushed offset is also checked against the records
-    while the log is walked: it must fall between two of them.)"""
+def checkpoint_fields_damage(checkpoint: Checkpoint) -> CorruptionError | None:
+    """What no writer of a checkpoint leaves, in one that kept its own rules (flush/checkpoint.py), or None:
+    bytes past its fields that are not zero (mqstore and RocketMQ write only the fields; `checkpoint.reserved`)
+    or a time past the year 9999 (`checkpoint.time`). Used by recovery and by `mqstore verify`."""
     raw = checkpoint.mapped.array
+    path = checkpoint.mapped.path
     if raw[CHECKPOINT_DTYPE.itemsize :].any():
-        return "bytes past its fields are not zero"
+        position = CHECKPOINT_DTYPE.itemsize + int(np.flatnonzero(raw[CHECKPOINT_DTYPE.itemsize :])[0])
+        return CorruptionError("bytes past the checkpoint's fields are not zero", path=path, offset=position,
+                               rule="checkpoint.reserved")
     for name, value in (("physic_msg_timestamp", checkpoint.physic_msg_timestamp_ms),
                         ("logics_msg_timestamp", checkpoint.logics_msg_timestamp_ms),
                         ("index_msg_timestamp", checkpoint.index_msg_timestamp_ms)):
         if value > CHECKPOINT_TIME_MS_MAX:
-            return f"its {name} {value} lies past the year 9999"
+            return CorruptionError(f"the checkpoint's {name} {value} lies past the year 9999", path=path,
+                                   offset=CHECKPOINT_DTYPE.fields[name][1], rule="checkpoint.time")
+    return None
+
+
+def _checkpoint_inconsistent(checkpoint: Checkpoint, commitlog: CommitLog) -> str | None:
+    """Why a checkpoint that kept its own rules cannot be what mqstore or RocketMQ wrote, or None: the damage
+    `checkpoint_fields_damage` finds, or an offset past the end of the log's files. (Its flushed offset is also
+    checked against the records while the log is walked: it must fall between two of them.)"""
+    damage = checkpoint_fields_damage(checkpoint)
+    if damage is not None:
+        return str(damage)
     last = commitlog.segments.last()
     files_end = last.base_offset + last.size_bytes if last is not None else 0
     for name, value in (("physic_flushed_offset", checkpoint.physic_flushed_offset),
