@@ -26,7 +26,13 @@ import time
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog import native
 from mqstore.commitlog.dispatch_batch import parse_records
-from mqstore.commitlog.errors import InvalidMessageError, SegmentWriteError, StoreClosedError, StoreIOError
+from mqstore.commitlog.errors import (
+    FlushFailedError,
+    InvalidMessageError,
+    SegmentWriteError,
+    StoreClosedError,
+    StoreIOError,
+)
 from mqstore.commitlog.mapped_file import PAGE_SIZE_BYTES, MappedFile, fsync_directory
 from mqstore.commitlog.message import (
     Message,
@@ -192,6 +198,8 @@ class CommitLog:
         # element 0 each time the end moves, after the bytes below it are written (one aligned 8-byte store).
         self._end_word = None
         self.flushed_timestamp_ms = 0  # store time of the newest record below flushed_position
+        # The first failed flush, kept under the flush lock by flush() and the compiled SYNC leader: see flush()
+        self.flush_error: FlushFailedError | None = None
         # Held while flush() runs; a WriterLock with the compiled core, which its SYNC leader takes (flushwait.c).
         writer_lock = getattr(self.codec, "WriterLock", None)
         self._flush_lock = threading.Lock() if writer_lock is None else writer_lock()
@@ -677,18 +685,29 @@ class CommitLog:
         return self._flush_lock
 
     def flush(self) -> int:
-        """Flush everything appended so far; returns the position now durable (the Flushable protocol)."""
+        """Flush everything appended so far; returns the position now durable (the Flushable protocol).
+
+        The first failure (FlushFailedError) is kept in `flush_error`, and every flush after it raises it again:
+        flushed_position never moves past the bytes it failed on (MappedFile.flush says why)."""
         with self._flush_lock:
+            if self.flush_error is not None:
+                raise FlushFailedError(f"the CommitLog is not flushed past offset {self.flushed_position}: an earlier "
+                                       f"flush failed ({self.flush_error})", path=self.flush_error.path) \
+                    from self.flush_error
             timestamp = self.last_store_timestamp_ms  # read before the end: never newer than what is flushed
             end = self._end
             flushed = self.flushed_position
             if end > flushed:
                 segment = self._segment  # SYNC's common case, one flush a put: the range is in the segment written
                 base = -1 if segment is None else segment.base_offset
-                if 0 <= base <= flushed and end <= base + segment.size_bytes:
-                    segment.flush(flushed - base, end - base)
-                else:
-                    self.flush_range(flushed, end)
+                try:
+                    if 0 <= base <= flushed and end <= base + segment.size_bytes:
+                        segment.flush(flushed - base, end - base)
+                    else:
+                        self.flush_range(flushed, end)
+                except FlushFailedError as exc:
+                    self.flush_error = exc
+                    raise
                 self.flushed_position = end
                 self.flushed_timestamp_ms = max(self.flushed_timestamp_ms, timestamp)
             return self.flushed_position

@@ -15,6 +15,8 @@
      |    +-- SettingsFileError     the store's settings file (config/mqstore.json) is damaged (repair rewrites it)
      +-- StoreIOError               the operating system failed a read, write, map or sync (raised from OSError)
      |    +-- SegmentWriteError     a record could not be written to its segment (a failed pwrite)
+     |    +-- FlushFailedError      a flush (fdatasync) of a store file failed: every later flush of it fails too,
+     |                              and the store refuses writes until it is reopened (docs/recovery.md)
      +-- SegmentFullError           internal: a record does not fit in what is left of a segment
      +-- DispatchProcessError       the dispatch process failed to start, or died (mqstore/store/dispatch_process.py)
      +-- CommitLogSourceError       (also a ValueError) a path or option given to the Spark commitlog source is bad
@@ -105,6 +107,17 @@ class StoreIOError(StoreError):
 
 class SegmentWriteError(StoreIOError):
     """A record could not be written to its segment (a failed pwrite); nothing of it was published."""
+
+
+class FlushFailedError(StoreIOError):
+    """A flush (fdatasync) of `path` failed, or failed earlier in this process: its dirty bytes may never reach
+    the disk, and a retry that succeeds proves nothing (Linux reports a writeback error once). Every later flush
+    of the file raises this again, durable positions stay where they were, and the store refuses writes until it
+    is reopened, when recovery checks the log again from what was durable (docs/recovery.md)."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
 
 
 class SegmentFullError(StoreError):

@@ -17,9 +17,10 @@ import logging
 import mmap
 import os
 import sys
+import threading
 
 import numpy as np
-from mqstore.commitlog.errors import CorruptionError, StoreClosedError, StoreIOError
+from mqstore.commitlog.errors import CorruptionError, FlushFailedError, StoreClosedError, StoreIOError
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class MappedFile:
     """A file of exactly `size_bytes` bytes, mapped read-write or read-only."""
 
     __slots__ = ("path", "base_offset", "size_bytes", "array", "view", "writable", "_closed", "_fd", "appending",
-                 "reserved_bytes")
+                 "reserved_bytes", "flush_error", "_fd_lock")
 
     def __init__(self, path: str, base_offset: int, size_bytes: int, array: np.memmap, writable: bool,
                  fd: int | None = None):
@@ -104,6 +105,8 @@ class MappedFile:
         self._fd = fd
         self.appending = False  # advised for appending (advise_appending)
         self.reserved_bytes = 0  # blocks are reserved for [0, reserved_bytes) (as far as this process knows)
+        self.flush_error: FlushFailedError | None = None  # the first failed flush: every later one raises it again
+        self._fd_lock = threading.Lock()  # held while `_fd` is duplicated for a flush, and while it is closed
 
     @classmethod
     def create(cls, path: str, base_offset: int, size_bytes: int, *, preallocate: bool = True,
@@ -169,6 +172,12 @@ class MappedFile:
         mapping dirtied, but CPython's mmap.flush holds the GIL for the whole msync (every other thread, puts
         included, stops for it), while os.fdatasync releases it. It writes every dirty page of the file,
         which is a superset of [start, end).
+
+        A failed fdatasync is never forgotten: Linux reports a writeback error once, and may have dropped the
+        pages it could not write, so a second fdatasync that returns 0 proves nothing. The first failure is kept
+        in `flush_error` and every later flush raises FlushFailedError without asking the disk again. The sync
+        runs on a duplicate of the descriptor, so a `close()` in another thread meanwhile cannot make it sync
+        whatever file reused the number.
         """
         if self._closed:
             raise StoreClosedError(f"{self.path} is closed")
@@ -177,10 +186,20 @@ class MappedFile:
         end = self.size_bytes if end is None else end
         if end <= start:
             return
+        if self.flush_error is not None:
+            raise FlushFailedError(f"{self.path} is not flushed: an earlier flush of it failed ({self.flush_error})",
+                                   path=self.path) from self.flush_error
+        with self._fd_lock:
+            if self._fd is None:
+                raise StoreClosedError(f"{self.path} is closed")
+            fd = os.dup(self._fd)
         try:
-            os.fdatasync(self._fd)
+            os.fdatasync(fd)
         except OSError as exc:
-            raise StoreIOError(f"fdatasync of {self.path} failed: {exc.strerror}") from exc
+            self.flush_error = FlushFailedError(f"fdatasync of {self.path} failed: {exc.strerror}", path=self.path)
+            raise self.flush_error from exc
+        finally:
+            os.close(fd)
 
     def reserve(self, end: int) -> None:
         """Reserve disk blocks for [reserved_bytes, end) of the file (posix_fallocate), so that writing there
@@ -242,9 +261,10 @@ class MappedFile:
         self.array = None
         if mapping is not None and sys.getrefcount(mapping) <= _ONLY_THIS_FRAME:
             mapping.close()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def delete(self) -> None:
         self.close()

@@ -42,7 +42,8 @@ class PutStatus(enum.Enum):
     """The outcome of a put, with RocketMQ's names."""
 
     PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # SYNC: stored, not yet durable when the timeout ended
+    FLUSH_DISK_FAILED = "FLUSH_DISK_FAILED"  # SYNC: stored, but its flush failed; the store now refuses writes
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
@@ -138,6 +139,9 @@ _RECORD_SIZE_MIN = fmt.RECORD_SIZE_MIN
 _I16 = fmt.I16
 _CRC_PREFIX = fmt.RECORD_CRC_PREFIX
 _NEVER = 1 << 63  # a record_crc_from no offset reaches
+# decode_records copies a record out of the mapping before checking it when it is at most this long; a longer
+# one (an index may claim up to 2 GiB) is checked in the mapping first, so that a hostile size costs no copy.
+_COPY_BYTES_MAX = 1 << 20
 
 
 def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path: str | None = None,
@@ -190,13 +194,11 @@ def decode_message(buf, pos: int, remaining: int, commitlog_offset: int, *, path
 def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
                    record_crc_from: int | None = None, queue: tuple[str, int, list[int]] | None = None
                    ) -> list[StoredMessage]:
-    """Decode the records at `commitlog_offsets` whose TOTALSIZE an index says is `sizes`.
-
-    `segments(offset)` returns the MappedFile holding an offset. Each record is copied out of the mapping
-    once and checked as decode_message checks it, CRCs included (a record whose size differs from the
-    index's is corrupt): damaged bytes are reported, never returned as a message. With `queue` = (topic,
-    queue_id, queue offsets), the ConsumeQueue entries they came from, each record must belong to that entry.
-    """
+    """Decode the records at `commitlog_offsets` whose TOTALSIZE an index says is `sizes`. `segments(offset)`
+    returns the MappedFile holding an offset. Each record (up to _COPY_BYTES_MAX) is copied out of the mapping
+    once and checked as decode_message checks it, CRCs included (a record whose size differs from the index's
+    is corrupt): damaged bytes are reported, never returned as a message. With `queue` = (topic, queue_id,
+    queue offsets), the ConsumeQueue entries they came from, each record must belong to that entry."""
     required = _NEVER if record_crc_from is None else record_crc_from
     if queue is not None:
         expect_topic, expect_queue_id, expect_offsets = queue
@@ -219,11 +221,12 @@ def decode_records(segments, commitlog_offsets: list[int], sizes: list[int], *,
         if expected_size < _RECORD_SIZE_MIN or offset + expected_size > segment_end:
             raise CorruptionError(f"an index gives size {expected_size} for the record at offset {offset}",
                                   path=segment.path, offset=pos, rule="consumequeue.matches-log")
-        raw = view[pos : pos + expected_size].tobytes()
+        # a record over _COPY_BYTES_MAX is checked in place (below), not copied first: an index's size is untrusted
+        raw = view[pos : pos + (expected_size if expected_size <= _COPY_BYTES_MAX else fmt.HEADER_SIZE)].tobytes()
         (size, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_host, store_ts,
          store_host, reconsume, prepared, body_length) = unpack(raw)
         body_end = 88 + body_length
-        if (magic == _MAGIC_V1 and not sys_flag & _V6_FLAGS and size == expected_size and physical == offset
+        if (magic == _MAGIC_V1 and not sys_flag & _V6_FLAGS and size == len(raw) and physical == offset
                 and 0 <= body_length and body_end + 3 <= size):
             topic_length = raw[body_end]
             properties_at = body_end + 1 + topic_length

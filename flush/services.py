@@ -4,6 +4,10 @@ They know nothing of messages. A `Flushable` reports how many bytes are dirty an
 so far, returning the position that is now durable (a byte offset for the CommitLog; any number that only grows
 for others). The store wires one `GroupCommitService` (SYNC mode) or one `IntervalFlusher` for the CommitLog,
 and one `IntervalFlusher` for the ConsumeQueues and the index.
+
+A failed flush is kept, never retried into a success: the flushables raise FlushFailedError from then on
+(MappedFile.flush says why), a service hands the first failure to its `on_failed` (the store then refuses writes)
+and SYNC waiters are released with their positions not durable.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import threading
 import time
 from typing import Callable, Protocol
 
-from mqstore.commitlog.errors import StoreIOError
+from mqstore.commitlog.errors import FlushFailedError
 from mqstore.commitlog.native import NATIVE
 
 log = logging.getLogger(__name__)
@@ -116,9 +120,11 @@ class GroupCommitService:
     """
 
     def __init__(self, flushable: Flushable, durable_position: int, *, name: str = "mqstore-group-commit",
-                 on_flushed: Callable[[], None] | None = None, native: bool | None = None):
+                 on_flushed: Callable[[], None] | None = None,
+                 on_failed: Callable[[BaseException], None] | None = None, native: bool | None = None):
         self._flushable = flushable
         self._on_flushed = on_flushed
+        self._on_failed = on_failed  # told of the flush that failed (once: every waiter fails from then on)
         self._durable_position = durable_position
         self._flush_lock = threading.Lock()  # held by whoever flushes: a leading caller or the thread
         self._parked_lock = threading.Lock()
@@ -244,7 +250,7 @@ class GroupCommitService:
                 self._on_flushed()
         except Exception as exc:  # noqa: BLE001 - reported to every waiter from now on
             log.exception("group commit flush failed")
-            self.stats.error = exc
+            self._failed(exc)
             return None
         elapsed = time.perf_counter() - started
         self.stats.record(elapsed)
@@ -254,15 +260,25 @@ class GroupCommitService:
                 self._durable_position = durable
         return durable
 
-    def _flush_failed(self, exc: Exception) -> None:
+    def _flush_failed(self, exc: Exception) -> Exception:
         """The gate's C flush failed (`exc`: the fdatasync's OSError, or what the checkpoint's callback raised): kept
-        in stats and reported to every waiter from now on, as `_flush_once` does (the gate closes itself)."""
+        and reported to every waiter from now on, as `_flush_once` does (the gate closes itself). Returns what is
+        kept: a FlushFailedError for a failed fdatasync, which the C leader stores as the log's `flush_error`
+        under its flush lock, so that no flush after it claims those bytes durable."""
         if isinstance(exc, OSError):  # its filename is the segment's path
-            error = StoreIOError(f"fdatasync of {exc.filename} failed: {exc.strerror}")
+            error = FlushFailedError(f"fdatasync of {exc.filename} failed: {exc.strerror}", path=exc.filename)
             error.__cause__ = exc
             exc = error
         log.error("group commit flush failed: %s", exc, exc_info=exc)
-        self.stats.error = exc
+        self._failed(exc)
+        return exc
+
+    def _failed(self, exc: BaseException) -> None:
+        """Keep the first failure (every waiter gets False from now on) and tell the owner."""
+        if self.stats.error is None:
+            self.stats.error = exc
+        if self._on_failed is not None:
+            self._on_failed(exc)
 
     def _lead_gate(self) -> None:
         """Holding the gate's lead: flush, wake the callers it made durable, and flush again while callers wait
@@ -387,6 +403,7 @@ class IntervalFlusher:
 
     def __init__(self, flushables: list[Flushable], *, interval_ms: int, least_pages: int, thorough_interval_ms: int,
                  name: str = "mqstore-flush", on_flushed: Callable[[], None] | None = None,
+                 on_failed: Callable[[BaseException], None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         assert interval_ms > 0 and least_pages >= 0 and thorough_interval_ms >= 0
         self._flushables = list(flushables)
@@ -394,6 +411,7 @@ class IntervalFlusher:
         self.least_pages = least_pages
         self.thorough_interval_ms = thorough_interval_ms
         self._on_flushed = on_flushed
+        self._on_failed = on_failed  # told of each round's FlushFailedError (its flushable keeps failing after it)
         self._clock = clock
         self._last_thorough = clock()
         self._wake = threading.Event()
@@ -432,8 +450,11 @@ class IntervalFlusher:
             try:
                 self.run_once()
             except BaseException as exc:  # noqa: BLE001 - kept for stats(); retried next round
-                log.exception("interval flush failed")
+                if self.stats.error is None or not isinstance(exc, FlushFailedError):
+                    log.exception("interval flush failed")
                 self.stats.error = exc
+                if isinstance(exc, FlushFailedError) and self._on_failed is not None:
+                    self._on_failed(exc)
 
     def stop(self) -> None:
         self._stopping = True

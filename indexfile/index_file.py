@@ -16,7 +16,13 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from mqstore.commitlog.errors import CorruptionError, ReadOnlyStoreError, StoreClosedError, StoreIOError
+from mqstore.commitlog.errors import (
+    CorruptionError,
+    FlushFailedError,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreIOError,
+)
 from mqstore.commitlog.mapped_file import create_unnamed, link_into_place
 from mqstore.commitlog.native import NATIVE
 from mqstore.indexfile import format as fmt
@@ -66,6 +72,7 @@ class IndexFile:
         self._slots = raw[fmt.slots_offset() : self._entries_at].view(fmt.SLOT)
         self._entries = raw[self._entries_at :].view(fmt.INDEX_ENTRY)
         self._dirty = False
+        self.flush_error: FlushFailedError | None = None  # the first failed flush: every later one raises it again
         try:
             self._read_header()
         except CorruptionError:
@@ -148,11 +155,16 @@ class IndexFile:
         keys of a second dirty pages all over the slot table). fdatasync releases it.
         """
         self._check_open()
+        if self.flush_error is not None:  # a failed fdatasync is never forgotten (MappedFile.flush says why)
+            raise FlushFailedError(f"{self.path} is not flushed: an earlier flush of it failed ({self.flush_error})",
+                                   path=self.path) from self.flush_error
         if self._dirty and not self.read_only:
             try:
                 os.fdatasync(self._fd)
             except OSError as exc:
-                raise StoreIOError(f"cannot flush index file {self.path}: {exc}") from exc
+                self.flush_error = FlushFailedError(f"fdatasync of index file {self.path} failed: {exc.strerror}",
+                                                    path=self.path)
+                raise self.flush_error from exc
             self._dirty = False
 
     def close(self) -> None:

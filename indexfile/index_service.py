@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from mqstore.commitlog.errors import (
     CorruptionError,
+    FlushFailedError,
     InvalidConfigError,
     InvalidMessageError,
     ReadOnlyStoreError,
@@ -450,8 +451,14 @@ class IndexService:
                 return
             self._closed = True
             files, self._files = self._files, []
+            failed = None  # every file is closed (unmapped) even after one's last flush failed; then that is raised
             for index_file in files:
-                index_file.close()
+                try:
+                    index_file.close()
+                except FlushFailedError as exc:
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
 
     def __enter__(self) -> IndexService:
         return self

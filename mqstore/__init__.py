@@ -10,6 +10,7 @@ __version__ = "0.1.0"  # the one place the version is written: pyproject.toml re
 from mqstore.commitlog.errors import (
                               ConfigMismatchError,
                               CorruptionError,
+                              FlushFailedError,
                               InvalidConfigError,
                               InvalidMessageError,
                               ReadOnlyStoreError,
@@ -27,6 +28,7 @@ from mqstore.store.reads import GetResult, GetStatus
 __all__ = [
     "ConfigMismatchError",
     "CorruptionError",
+    "FlushFailedError",
     "FlushMode",
     "GetResult",
     "GetStatus",

@@ -45,6 +45,7 @@ OLD_NAMES = {"commitlog", "consumequeue", "indexfile", "flush", "bench"}
 PUBLIC_API = [
     "ConfigMismatchError",
     "CorruptionError",
+    "FlushFailedError",
     "FlushMode",
     "GetResult",
     "GetStatus",

@@ -55,6 +55,17 @@ static int as_int64(PyObject *object, int64_t *value) {
     return 0;
 }
 
+/* list[index] as an int64: 1 when the list still has that item, 0 when it is shorter now, -1 with an exception.
+ * The item is held while it is converted: its __index__ may run Python code that changes the list. */
+static int list_item_int64(PyObject *list, Py_ssize_t index, int64_t *value) {
+    if (index >= PyList_GET_SIZE(list)) return 0;
+    PyObject *item = PyList_GET_ITEM(list, index);
+    Py_INCREF(item);
+    int status = as_int64(item, value) < 0 ? -1 : 1;
+    Py_DECREF(item);
+    return status;
+}
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Encoding                                                                                                       */
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -207,6 +218,8 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     int held = 0;
     PyObject *result = NULL;
     mq_record *records = NULL;
+    PyObject **strong = NULL;
+    Py_ssize_t held_items = 0;
     Py_buffer target;
     int have_target = 0;
     /* the run's length is the offsets array's */
@@ -220,7 +233,10 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
         goto done;
     }
     records = PyMem_Malloc(sizeof(mq_record) * (size_t)(count ? count : 1));
-    if (records == NULL) {
+    /* strong references to the bodies and tails the records point into, for the whole call: the GIL is let go
+     * while they are copied, and another thread may change the caller's lists meanwhile */
+    strong = PyMem_Malloc(sizeof(PyObject *) * (size_t)(2 * count + 1));
+    if (records == NULL || strong == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -228,11 +244,19 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
                   *flags = arrays[4].buf, *queue_offsets = arrays[5].buf, *born = arrays[6].buf;
     int64_t total = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
+        if (first + i >= PyList_GET_SIZE(bodies) || first + i >= PyList_GET_SIZE(tails)) {
+            PyErr_SetString(PyExc_ValueError, "the run goes past the bodies or tails");
+            goto done;
+        }
         PyObject *body = PyList_GET_ITEM(bodies, first + i), *tail = PyList_GET_ITEM(tails, first + i);
         if (!PyBytes_Check(body) || !PyBytes_Check(tail)) {
             PyErr_SetString(PyExc_TypeError, "bodies and tails must be bytes");
             goto done;
         }
+        Py_INCREF(body);
+        Py_INCREF(tail);
+        strong[held_items++] = body;
+        strong[held_items++] = tail;
         mq_record *r = &records[i];
         r->size = sizes[i];
         r->body_crc = crcs[i];
@@ -260,7 +284,6 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
                      (long long)total, (long long)position, target.len);
         goto done;
     }
-    /* The bodies and tails stay alive: the caller's lists hold them, and the lists are not touched meanwhile. */
     uint8_t *at = (uint8_t *)target.buf + position;
     if (fd >= 0) {  /* encode into the scratch buffer, then pwrite it: one stretch without the GIL */
         int error = 0;
@@ -294,6 +317,8 @@ done:
     if (have_target) PyBuffer_Release(&target);
     for (int i = 0; i < held; i++) PyBuffer_Release(&arrays[i]);
     PyMem_Free(records);
+    for (Py_ssize_t k = 0; k < held_items; k++) Py_DECREF(strong[k]);
+    PyMem_Free(strong);
     return result;
 }
 
@@ -356,7 +381,7 @@ static PyObject *build_message(PyTypeObject *type, const uint8_t *record, const 
     PyObject *message = type->tp_alloc(type, MQ_STORED_MESSAGE_FIELDS);
     if (message == NULL) return NULL;
     PyObject *items[MQ_STORED_MESSAGE_FIELDS];
-    items[0] = PyLong_FromLong(l->size);
+    items[0] = PyLong_FromLongLong(l->size);
     items[1] = PyLong_FromUnsignedLong(mq_get_u32(record + MQ_OFFSET_MAGIC_CODE));
     items[2] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_BODY_CRC));
     items[3] = PyLong_FromLong(l->queue_id);
@@ -370,15 +395,16 @@ static PyObject *build_message(PyTypeObject *type, const uint8_t *record, const 
     items[11] = host_bytes(record + MQ_OFFSET_STORE_HOST, store_cache);
     items[12] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_RECONSUME_TIMES));
     items[13] = PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_PREPARED_TRANSACTION_OFFSET));
-    items[14] = PyLong_FromLong(l->body_length);
-    items[15] = PyBytes_FromStringAndSize((const char *)record + MQ_OFFSET_BODY, l->body_length);
+    items[14] = PyLong_FromLongLong(l->body_length);
+    items[15] = PyBytes_FromStringAndSize((const char *)record + MQ_OFFSET_BODY, (Py_ssize_t)l->body_length);
     if (topic != NULL) {
         Py_INCREF(topic);
         items[16] = topic;
     } else {
-        items[16] = PyUnicode_DecodeASCII((const char *)record + l->topic_at, l->topic_length, NULL);
+        items[16] = PyUnicode_DecodeASCII((const char *)record + l->topic_at, (Py_ssize_t)l->topic_length, NULL);
     }
-    items[17] = PyBytes_FromStringAndSize((const char *)record + l->properties_at, l->properties_end - l->properties_at);
+    items[17] = PyBytes_FromStringAndSize((const char *)record + l->properties_at,
+                                         (Py_ssize_t)(l->properties_end - l->properties_at));
     int failed = 0;
     for (int i = 0; i < MQ_STORED_MESSAGE_FIELDS; i++) {
         if (items[i] == NULL) failed = 1;
@@ -489,11 +515,15 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     int64_t segment_length = (int64_t)view.len;
     PyObject *born = NULL, *store = NULL;
     Py_ssize_t i = (Py_ssize_t)first;
-    int failed = 0;
-    for (; i < count; i++) {
+    int failed = 0, status;
+    /* The lists are read item by item, each length checked again before each read: building a message
+     * allocates, a collection that starts can run finalizers, and they (or an item's __index__) can change the
+     * caller's lists. A list that no longer has item i ends the run there. */
+    for (;; i++) {
         int64_t offset, expected_size;
-        if (as_int64(PyList_GET_ITEM(offsets, i), &offset) < 0 || as_int64(PyList_GET_ITEM(sizes, i), &expected_size) < 0) {
-            failed = 1;
+        if ((status = list_item_int64(offsets, i, &offset)) <= 0 ||
+            (status = list_item_int64(sizes, i, &expected_size)) <= 0) {
+            failed = status < 0;
             break;
         }
         if (offset < segment_base || offset - segment_base >= segment_length) break;  /* another segment */
@@ -505,8 +535,8 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
             int64_t expected_entry;
             if (PyLong_Check(queue_offsets)) {
                 expected_entry = queue_start + (i - (Py_ssize_t)first);
-            } else if (as_int64(PyList_GET_ITEM(queue_offsets, i), &expected_entry) < 0) {
-                failed = 1;
+            } else if ((status = list_item_int64(queue_offsets, i, &expected_entry)) <= 0) {
+                failed = status < 0;
                 break;
             }
             if (layout.queue_id != expect_queue_id || layout.queue_offset != expected_entry ||

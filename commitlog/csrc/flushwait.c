@@ -25,6 +25,7 @@
 #include "flushwait.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <structmember.h>
 #include <limits.h>
 #include <string.h>
@@ -47,6 +48,7 @@
 #define FLUSH_DONE 1    /* flushed (or nothing to flush), the checkpoint raised, the flush recorded */
 #define FLUSH_PYTHON 0  /* not a case for C (a flush across segments, a test's stand-in): the Python path flushes */
 #define FLUSH_FAILED -1 /* the flush failed: the error is set (an Exception) and nothing was made durable */
+#define FLUSH_REPORTED -2 /* the fdatasync failed and `service._flush_failed` was told under the flush lock */
 
 /* What the leader's flush in C works on (bind()); every object held. `log_state` is the CommitLog's __dict__. */
 typedef struct {
@@ -75,6 +77,13 @@ typedef struct {
     int closed;         /* stopped or failed: every wait returns GATE_CLOSED unless its position is durable */
     int ready;          /* mutex and cond initialised */
     gate_binding bound; /* bound.service NULL: not bound, the leader flushes in Python */
+    /* The C leader's own duplicate of the descriptor of the segment it last flushed (-1: none), and that segment
+     * (held): fdatasync runs on it without the GIL, so a MappedFile.close meanwhile cannot make it sync another
+     * file that reused the number. Changed only by a leader holding the log's flush lock, and by unbind (which
+     * takes that lock), dealloc and clear (no leader then). */
+    int sync_fd;
+    long long sync_fd_of;  /* the segment's `_fd` that sync_fd duplicates (a new `_fd` is duplicated anew) */
+    PyObject *sync_segment;
     /* The flushes' statistics and the callers' leads (changed and read with the GIL held). */
     long long flushes, leads, last_ns, max_ns;  /* last_ns -1: no flush timed yet */
     long long recent_ns[GATE_DURATIONS_KEPT];
@@ -83,11 +92,11 @@ typedef struct {
 
 enum {
     G_END, G_FLUSHED, G_FLUSHED_TS, G_LAST_TS, G_SEGMENT, G_FD, G_CLOSED, G_VIEW, G_BASE, G_SIZE, G_FLUSH,
-    G_LEAD_PYTHON, G_FAILED, G_PATH, G_COUNT
+    G_LEAD_PYTHON, G_FAILED, G_PATH, G_FLUSH_ERROR, G_COUNT
 };
 static const char *gate_key_names[G_COUNT] = {
     "_end", "flushed_position", "flushed_timestamp_ms", "last_store_timestamp_ms", "_segment", "_fd", "_closed",
-    "view", "base_offset", "size_bytes", "flush", "_lead_gate_python", "_flush_failed", "path"};
+    "view", "base_offset", "size_bytes", "flush", "_lead_gate_python", "_flush_failed", "path", "flush_error"};
 static PyObject *gate_keys[G_COUNT];
 
 static void binding_hold(gate_binding *b) {
@@ -124,17 +133,28 @@ static int gate_traverse(FlushGate *self, visitproc visit, void *arg) {
     Py_VISIT(self->bound.segment_flush);
     Py_VISIT(self->bound.checkpoint);
     Py_VISIT(self->bound.on_flushed);
+    Py_VISIT(self->sync_segment);
     return 0;
+}
+
+/* Close the leader's descriptor (see FlushGate.sync_fd), for a caller that holds the log's flush lock, or when no
+ * leader can run. */
+static void sync_descriptor_drop(FlushGate *self) {
+    if (self->sync_fd >= 0) close(self->sync_fd);
+    self->sync_fd = -1;
+    Py_CLEAR(self->sync_segment);
 }
 
 static int gate_clear(FlushGate *self) {
     binding_drop(&self->bound);
+    sync_descriptor_drop(self);
     return 0;
 }
 
 static void gate_dealloc(FlushGate *self) {
     PyObject_GC_UnTrack(self);
     binding_drop(&self->bound);
+    sync_descriptor_drop(self);
     if (self->ready) {
         pthread_cond_destroy(&self->cond);
         pthread_mutex_destroy(&self->mutex);
@@ -277,9 +297,17 @@ static int state_int(PyObject *state, int key, long long *out, PyObject **object
 /* A slot of a MappedFile (borrowed; NULL when unset). */
 static PyObject *slot_of(PyObject *object, Py_ssize_t at) { return *(PyObject **)((char *)object + at); }
 
-/* Whether `type` (a class) has `function` as its `flush` still: a test's stand-in goes through Python. */
+/* Whether `type` (a class) has `function` as its `flush` still: a test's stand-in goes through Python. (The
+ * attribute of the class, not of an instance: a plain function comes back as itself, from the type's cache.) */
 static int flush_is(PyObject *type, PyObject *function) {
-    return _PyType_Lookup((PyTypeObject *)type, gate_keys[G_FLUSH]) == function;
+    PyObject *found = PyObject_GetAttr(type, gate_keys[G_FLUSH]);
+    if (found == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = found == function;
+    Py_DECREF(found);
+    return same;
 }
 
 /* The segment's `_fd`, and the log offsets it spans, when it is an open MappedFile: 1, else 0. */
@@ -317,10 +345,52 @@ static int checkpoint_raise(const gate_binding *b, long long ms, long long offse
     return done;
 }
 
+/* Report the fdatasync failure set as the current exception to `service._flush_failed`, for a caller holding the
+ * log's flush lock, and keep what it returns (the FlushFailedError) as the log's `flush_error`: no flush after this
+ * one, in C or in Python, can then claim the bytes it failed on durable (CommitLog.flush raises while it is set).
+ * FLUSH_REPORTED, or FLUSH_FAILED with an error (the report itself failed). */
+static int report_failed_sync(const gate_binding *b) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL) PyException_SetTraceback(value, traceback);
+    PyObject *kept = PyObject_CallMethodOneArg(b->service, gate_keys[G_FAILED], value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (kept == NULL) return FLUSH_FAILED;
+    int failed = PyDict_SetItem(b->log_state, gate_keys[G_FLUSH_ERROR], kept);
+    Py_DECREF(kept);
+    return failed ? FLUSH_FAILED : FLUSH_REPORTED;
+}
+
+/* The descriptor the leader syncs `segment` (whose `_fd` is `fd`) with: the gate's own duplicate, made when the
+ * segment changes (once a roll; a dup and a close cost about 1.4 us here, 1% of a SYNC put, so not once a flush),
+ * or, once unbound, a duplicate for this flush alone (*own set: close it after). -1 when none can be had. For a
+ * leader holding the log's flush lock, with the GIL, right after `segment_range` read the slots: MappedFile.close
+ * sets `_closed` before it closes `_fd` (and lets go of the GIL in os.close), so the duplicate is always of the
+ * segment's own file. */
+static int sync_descriptor(FlushGate *self, PyObject *segment, long long fd, int *own) {
+    *own = self->bound.service == NULL;
+    if (!*own && segment == self->sync_segment && fd == self->sync_fd_of) return self->sync_fd;
+    int duplicate = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+    if (duplicate < 0 || *own) return duplicate;
+    PyObject *old = self->sync_segment;
+    if (self->sync_fd >= 0) close(self->sync_fd);
+    Py_INCREF(segment);
+    self->sync_segment = segment;
+    self->sync_fd = duplicate;
+    self->sync_fd_of = fd;
+    Py_XDECREF(old);
+    return duplicate;
+}
+
 /* One flush by the leader, as the Python path's `_flush_once` with CommitLog.flush and MappedFile.flush and the
  * store's `_checkpoint_log` after it: under the log's flush lock, read the last store time and the end, fdatasync
- * the segment without the GIL when [flushed, end) lies in it, move flushed_position and flushed_timestamp_ms,
- * raise the checkpoint, record the duration. FLUSH_PYTHON, before anything is done, for every other case. */
+ * the segment without the GIL when [flushed, end) lies in it (on the gate's duplicate of its descriptor:
+ * `sync_descriptor`), move flushed_position and flushed_timestamp_ms, raise the checkpoint, record the duration.
+ * FLUSH_PYTHON, before anything is done, for every other case (a log whose flush failed before among them:
+ * CommitLog.flush raises that failure again). */
 static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable_out) {
     long long started = monotonic_ns();
     PyObject *state = b->log_state;
@@ -334,8 +404,11 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
     if (!mq_writer_lock_try(b->flush_lock)) return FLUSH_PYTHON;  /* another flush runs: Python waits for it */
     long long timestamp, end, flushed, flushed_ms;
     PyObject *timestamp_value, *end_value;
-    if (!state_int(state, G_LAST_TS, &timestamp, &timestamp_value) || !state_int(state, G_END, &end, &end_value)
-        || !state_int(state, G_FLUSHED, &flushed, NULL) || !state_int(state, G_FLUSHED_TS, &flushed_ms, NULL)) {
+    PyObject *earlier_failure = PyDict_GetItemWithError(state, gate_keys[G_FLUSH_ERROR]);
+    if (earlier_failure != Py_None || !state_int(state, G_LAST_TS, &timestamp, &timestamp_value)
+        || !state_int(state, G_END, &end, &end_value) || !state_int(state, G_FLUSHED, &flushed, NULL)
+        || !state_int(state, G_FLUSHED_TS, &flushed_ms, NULL)) {
+        PyErr_Clear();
         mq_writer_lock_release(b->flush_lock);
         return FLUSH_PYTHON;
     }
@@ -343,10 +416,12 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
     if (end > flushed) {
         PyObject *segment = PyDict_GetItemWithError(state, gate_keys[G_SEGMENT]);
         long long fd, base, limit;
-        if (!segment_range(b, segment, &fd, &base, &limit) || base > flushed || end > limit) {
+        int sync_fd = -1, own_fd = 0;
+        if (!segment_range(b, segment, &fd, &base, &limit) || base > flushed || end > limit
+            || (sync_fd = sync_descriptor(self, segment, fd, &own_fd)) < 0) {
             PyErr_Clear();
             mq_writer_lock_release(b->flush_lock);
-            return FLUSH_PYTHON;  /* no segment, a closed one, or the range spans a roll */
+            return FLUSH_PYTHON;  /* no segment, a closed one, the range spans a roll, or no descriptor to be had */
         }
         /* held through the fdatasync, as the Python path's names hold them (the ints are set below) */
         Py_INCREF(segment);  /* also for the error below, which names its file */
@@ -354,9 +429,11 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
         Py_INCREF(timestamp_value);
         int failed, error = 0;
         Py_BEGIN_ALLOW_THREADS
-        failed = fdatasync((int)fd);
+        failed = fdatasync(sync_fd);
         if (failed) error = errno;
+        if (own_fd) close(sync_fd);
         Py_END_ALLOW_THREADS
+        int outcome = FLUSH_DONE;
         if (!failed) {
             durable = end;
             failed = PyDict_SetItem(state, gate_keys[G_FLUSHED], end_value);
@@ -364,19 +441,21 @@ static int gate_flush(FlushGate *self, const gate_binding *b, long long *durable
                 durable_ms = timestamp;
                 failed = PyDict_SetItem(state, gate_keys[G_FLUSHED_TS], timestamp_value);
             }
+            if (failed) outcome = FLUSH_FAILED;
         } else {  /* an OSError with the segment's path as its filename, as MappedFile.flush reports it */
             PyObject *path = PyObject_GetAttr(segment, gate_keys[G_PATH]);
             PyErr_Clear();
             errno = error;
             PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
             Py_XDECREF(path);
+            outcome = report_failed_sync(b);  /* still under the flush lock */
         }
         Py_DECREF(segment);
         Py_DECREF(end_value);
         Py_DECREF(timestamp_value);
-        if (failed) {
+        if (outcome != FLUSH_DONE) {
             mq_writer_lock_release(b->flush_lock);
-            return FLUSH_FAILED;
+            return outcome;
         }
     }
     mq_writer_lock_release(b->flush_lock);
@@ -410,6 +489,10 @@ static int gate_lead(FlushGate *self) {
             PyObject *done = PyObject_CallMethodNoArgs(b.service, gate_keys[G_LEAD_PYTHON]);
             status = done == NULL ? -1 : 0;
             Py_XDECREF(done);
+            break;
+        }
+        if (flushed == FLUSH_REPORTED) {  /* the failure is kept: every waiter and every later flush fails */
+            gate_close_now(self);
             break;
         }
         if (flushed == FLUSH_FAILED) {
@@ -534,13 +617,16 @@ static PyObject *gate_bind(FlushGate *self, PyObject *args) {
     Py_ssize_t *offsets[] = {&b.fd_at, &b.closed_at, &b.view_at, &b.base_at, &b.size_at};
     int names[] = {G_FD, G_CLOSED, G_VIEW, G_BASE, G_SIZE};
     for (int i = 0; i < 5; i++) {
-        PyObject *slot = _PyType_Lookup((PyTypeObject *)b.segment_type, gate_keys[names[i]]);
+        PyObject *slot = PyObject_GetAttr(b.segment_type, gate_keys[names[i]]);  /* the class's member descriptor */
         if (slot == NULL || Py_TYPE(slot) != &PyMemberDescr_Type
             || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
+            Py_XDECREF(slot);
+            PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "bind(): %R has no slot %R", b.segment_type, gate_keys[names[i]]);
             return NULL;
         }
         *offsets[i] = ((PyMemberDescrObject *)slot)->d_member->offset;
+        Py_DECREF(slot);
     }
     if (Py_TYPE(b.checkpoint) != (PyTypeObject *)b.segment_type) {
         PyErr_SetString(PyExc_TypeError, "bind(): the checkpoint is not a segment_type");
@@ -559,6 +645,18 @@ static PyObject *gate_bind(FlushGate *self, PyObject *args) {
 static PyObject *gate_unbind(FlushGate *self, PyObject *Py_UNUSED(ignored)) {
     gate_binding old = self->bound;
     memset(&self->bound, 0, sizeof(self->bound));
+    /* The leader's descriptor is closed under the log's flush lock: a leader that took the binding before may be
+     * syncing on it now (leaders after this point use a duplicate of their own). */
+    if (self->sync_fd >= 0 && old.flush_lock != NULL) {
+        PyObject *taken = PyObject_CallMethod(old.flush_lock, "acquire", NULL);
+        if (taken == NULL) {
+            self->bound = old;  /* still bound: nothing changed */
+            return NULL;
+        }
+        Py_DECREF(taken);
+        sync_descriptor_drop(self);
+        mq_writer_lock_release(old.flush_lock);
+    }
     binding_drop(&old);
     Py_RETURN_NONE;
 }
@@ -694,6 +792,8 @@ static PyObject *native_flush_gate(PyObject *module, PyObject *args) {
     self->handovers = 0;
     self->closed = 0;
     memset(&self->bound, 0, sizeof(self->bound));
+    self->sync_fd = -1;
+    self->sync_segment = NULL;
     self->flushes = self->leads = self->max_ns = 0;
     self->last_ns = -1;
     self->recent_count = self->recent_next = 0;

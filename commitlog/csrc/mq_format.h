@@ -82,11 +82,13 @@ uint32_t mq_crc32_zlib(uint32_t crc, const uint8_t *data, size_t length);
 #define MQ_RECORD_CRC_PREFIX_LENGTH 9
 #define MQ_RECORD_CRC_DIGITS 10
 
-/* Where the parts of one accepted record lie (offsets from the record's first byte). */
+/* Where the parts of one accepted record lie (offsets from the record's first byte), in 64 bits like every
+ * position computed from lengths read from disk. */
 typedef struct {
-    int32_t size, body_length, queue_id;
+    int64_t size, body_length;
+    int32_t queue_id;
     int64_t queue_offset;
-    int32_t topic_at, topic_length, properties_at, properties_end;
+    int64_t topic_at, topic_length, properties_at, properties_end;
 } mq_layout;
 
 /* The fields of one record to write that vary; the hosts are the store's. */

@@ -73,35 +73,38 @@ void mq_write_record(uint8_t *at, const mq_record *r, const uint8_t *born_host, 
  * PHYSICALOFFSET == commitlog_offset (4); a record-CRC pair, when PROPERTIES end with one, holding 10 digits and
  * (when `check_crc`) the record's CRC (6); without one, none required at or past `required_from` (6) and the
  * body CRC right when `check_crc` (5). Every length read from the record is checked against TOTALSIZE, and
- * TOTALSIZE against `limit`, before any byte behind it is read. */
+ * TOTALSIZE against `limit`, before any byte behind it is read. Every position is computed in 64 bits: TOTALSIZE
+ * and BODYLENGTH may each be up to 2^31 - 1 and a position built from them (BODY + BODYLENGTH + 1 + TOPICLENGTH)
+ * does not fit 32 bits (a segment may be larger than 2 GiB). */
 int mq_locate_record(const uint8_t *record, int64_t limit, int64_t commitlog_offset, int64_t expected_size,
                      int check_crc, int64_t required_from, mq_layout *out) {
     if (limit < MQ_HEADER_SIZE + 4) return 0;
-    int32_t size = mq_get_i32(record + MQ_OFFSET_TOTAL_SIZE);
+    int64_t size = mq_get_i32(record + MQ_OFFSET_TOTAL_SIZE);
     if (mq_get_u32(record + MQ_OFFSET_MAGIC_CODE) != MQ_MESSAGE_MAGIC_CODE) return 0;
     if (mq_get_i32(record + MQ_OFFSET_SYS_FLAG) & MQ_V6_FLAGS) return 0;
-    if (size < MQ_RECORD_SIZE_MIN || (int64_t)size > limit) return 0;
+    if (size < MQ_RECORD_SIZE_MIN || size > limit) return 0;  /* from here [0, size) is readable */
     if (expected_size >= 0 && size != expected_size) return 0;
     if (mq_get_i64(record + MQ_OFFSET_PHYSICAL_OFFSET) != commitlog_offset) return 0;
-    int32_t body_length = mq_get_i32(record + MQ_OFFSET_BODY_LENGTH);
-    if (body_length < 0 || (int64_t)MQ_OFFSET_BODY + body_length + 3 > size) return 0;
-    int32_t body_end = MQ_OFFSET_BODY + body_length;
-    int32_t topic_length = record[body_end];
-    int32_t properties_length_at = body_end + 1 + topic_length;
+    int64_t body_length = mq_get_i32(record + MQ_OFFSET_BODY_LENGTH);
+    if (body_length < 0 || MQ_OFFSET_BODY + body_length + 3 > size) return 0;
+    int64_t body_end = MQ_OFFSET_BODY + body_length;
+    int64_t topic_length = record[body_end];
+    int64_t properties_length_at = body_end + 1 + topic_length;
     if (topic_length == 0 || properties_length_at + 2 > size) return 0;
-    int32_t properties_length = (int16_t)mq_get_u16(record + properties_length_at);
+    int64_t properties_length = (int16_t)mq_get_u16(record + properties_length_at);
     if (properties_length < 0 || properties_length_at + 2 + properties_length != size) return 0;
-    for (int32_t i = body_end + 1; i < properties_length_at; i++)
+    for (int64_t i = body_end + 1; i < properties_length_at; i++)
         if (record[i] >= 0x80) return 0;  /* rule 3: the topic is ASCII */
-    int32_t properties_at = properties_length_at + 2;
-    int32_t properties_end = size;
-    int32_t crc_at = size - MQ_RECORD_CRC_LENGTH;
+    int64_t properties_at = properties_length_at + 2;
+    int64_t properties_end = size;
+    int64_t crc_at = size - MQ_RECORD_CRC_LENGTH;
     if (crc_at >= properties_at && record[size - 1] == 2 &&
         memcmp(record + crc_at, MQ_RECORD_CRC_PREFIX, MQ_RECORD_CRC_PREFIX_LENGTH) == 0 &&
         (crc_at == properties_at || record[crc_at - 1] == 2)) {
         int64_t stored = crc_digits_value(record + crc_at + MQ_RECORD_CRC_PREFIX_LENGTH);
         if (stored < 0) return 0;
-        if (check_crc && (uint32_t)stored != (mq_crc32(0, record, (size_t)crc_at) & 0x7FFFFFFFu)) return 0;
+        /* all ten digits count: a value of 2^32 or more never matches (no truncation to 32 bits) */
+        if (check_crc && stored != (int64_t)(mq_crc32(0, record, (size_t)crc_at) & 0x7FFFFFFFu)) return 0;
         properties_end = crc_at;
     } else {
         if (commitlog_offset >= required_from) return 0;

@@ -19,7 +19,9 @@ process's: a get lists a queue's new entries, a lookup by key re-reads the index
 The child stops when the writer asks (at close, after dispatching to the end and flushing), and by itself when
 the writer's process is gone (a crash: the next open recovers as after any crash). When the child dies, dispatch
 has stopped: `stats()` says why, `wait_dispatched()` returns False, and puts go on being stored (the next open
-dispatches them), as when the dispatch thread stops on an error.
+dispatches them), as when the dispatch thread stops on an error. A failed flush of a queue or index file is more:
+the child raises FLUSH_FAILED and stops, and a watcher thread of the writer's hands the failure to the store,
+which refuses writes from then on, as after a failed flush of its own (docs/recovery.md).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from mqstore.commitlog.dispatch import (
     DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
     DispatchService,
 )
-from mqstore.commitlog.errors import StoreError, StoreIOError
+from mqstore.commitlog.errors import FlushFailedError, StoreError, StoreIOError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
 from mqstore.consumequeue.mark import DispatchedMark, MappedWords, mark_path
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 
 CONTROL_FILE_NAME = "dispatch_process"
 LOG_FILE_NAME = "dispatch_process.log"
-CONTROL_WORDS = 16
+CONTROL_WORDS = 17
 # The words (index: meaning; who writes it).
 END = 0  # the log's readable end; the writer
 DISPATCHED = 1  # everything below is in the queues and the index; the child
@@ -73,6 +75,7 @@ LAST_FLUSH_US = 12  # how long the last one took; the child
 CHILD_PID = 13  # the child's process id; the child
 FLUSH_TARGET = 14  # the flush asked for covers the log below this offset; the writer (before FLUSH_REQUESTED)
 MAX_FLUSH_US = 15  # the longest flush so far; the child
+FLUSH_FAILED = 16  # 1 once a flush of a queue or index file failed (the child stops); the child
 
 STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
 
@@ -82,6 +85,7 @@ POLL_S = 0.0005  # how often the writer first looks at the child's words while i
 POLL_MAX_S = 0.005  # ... then less and less often, down to this (a consumer may wait for new messages for long)
 IDLE_WAIT_S = 0.001  # the child's sleep when it has caught up (the dispatch thread's DISPATCH_IDLE_WAIT_S)
 PARENT_CHECK_S = 0.1  # how often the child checks that the writer is alive while it is busy
+WATCH_INTERVAL_S = 0.1  # how often the writer's watcher looks for a failed flush in the child
 
 
 def control_path(root: str) -> str:
@@ -170,6 +174,9 @@ class ProcessDispatch:
         self._failure: DispatchProcessError | None = None
         self._requests = threading.Lock()  # flush requests from several threads: target, then number
         self._log_path = os.path.join(root, "config", LOG_FILE_NAME)
+        self._flush_failure: FlushFailedError | None = None
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -196,8 +203,36 @@ class ProcessDispatch:
             self._kill()
             raise DispatchProcessError(f"the dispatch process of {self.root} did not start: {self._log_tail()}")
 
+    def watch(self, on_flush_failed) -> None:
+        """Call `on_flush_failed(FlushFailedError)` from a thread of this process, within WATCH_INTERVAL_S, when the
+        child reports a failed flush (once; the thread ends then, or at stop or close)."""
+        def run():
+            while not self._watch_stop.wait(WATCH_INTERVAL_S):
+                failure = self.flush_failure
+                if failure is not None:
+                    on_flush_failed(failure)
+                    return
+        self._watcher = threading.Thread(target=run, name="mqstore-dispatch-watch", daemon=True)
+        self._watcher.start()
+
+    def _stop_watching(self) -> None:
+        self._watch_stop.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join()
+        self._watcher = None
+
+    @property
+    def flush_failure(self) -> FlushFailedError | None:
+        """The child's failed flush of a queue or index file (FlushFailedError naming its log), or None."""
+        if self._flush_failure is None and self._control.words is not None and self._control[FLUSH_FAILED]:
+            self._flush_failure = FlushFailedError(
+                f"the dispatch process of {self.root} failed to flush a consume queue or index file: "
+                f"{self._log_tail()}", path=self._log_path)
+        return self._flush_failure
+
     def stop(self, timeout_s: float = 300.0) -> bool:
         """Ask the child to dispatch to the end, flush and exit; wait for it. True when it stopped cleanly."""
+        self._stop_watching()
         process = self._process
         if process is None:
             return False
@@ -214,6 +249,7 @@ class ProcessDispatch:
         return clean
 
     def close(self) -> None:
+        self._stop_watching()
         if self._process is not None:
             self._kill()
             self._process = None
@@ -374,7 +410,9 @@ class _Child:
         self.flusher = IntervalFlusher(self.flushables, interval_ms=settings["flush_consume_queue_interval_ms"],
                                        least_pages=settings["consume_queue_flush_least_pages"],
                                        thorough_interval_ms=settings["consume_queue_flush_thorough_interval_ms"],
-                                       name="mqstore-dispatch-process-flush", on_flushed=self.flushed)
+                                       name="mqstore-dispatch-process-flush", on_flushed=self.flushed,
+                                       on_failed=self.flush_failed)
+        self.failure: FlushFailedError | None = None  # the first failed flush: the child stops on it
         self.service = DispatchService(_FollowedLog(commitlog, control), dispatchers, control[DISPATCHED],
                                        check_crc=settings["check_crc_on_dispatch"])
         self.tail_batch = DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY if settings["sync_flush"] \
@@ -392,12 +430,23 @@ class _Child:
         control[MAX_FLUSH_US] = int(stats.max_duration_ms * 1000)
         control[FLUSHES] = stats.flush_count
 
+    def flush_failed(self, error: FlushFailedError) -> None:
+        """A queue or index file failed to flush: tell the writer (FLUSH_FAILED) and stop dispatching."""
+        if self.failure is None:
+            self.failure = error
+            log.error("a flush failed, the dispatch process stops: %s", error)
+        self.control[FLUSH_FAILED] = 1
+
     def flush_now(self) -> None:
         """A flush the writer asked for, of everything dirty (as the writer's own `flush()` does)."""
-        for flushable in self.flushables:
-            started = time.perf_counter()
-            flushable.flush()
-            self.flusher.stats.record(time.perf_counter() - started)
+        try:
+            for flushable in self.flushables:
+                started = time.perf_counter()
+                flushable.flush()
+                self.flusher.stats.record(time.perf_counter() - started)
+        except FlushFailedError as exc:
+            self.flush_failed(exc)
+            raise
         self.flushed()
 
     def trim(self, commitlog_min: int) -> None:
@@ -412,7 +461,10 @@ class _Child:
 
     def close(self) -> None:
         for part in reversed(self.parts):
-            part.close()
+            try:
+                part.close()
+            except FlushFailedError as exc:  # a file whose last flush failed (reported already): close the rest
+                log.error("closing after a failed flush: %s", exc)
         self.parts = []
 
 
@@ -451,6 +503,8 @@ def _follow(child: _Child, parent_pid: int) -> int:
     control, service = child.control, child.service
     checked_parent_at = time.monotonic()
     while True:
+        if child.failure is not None:
+            raise child.failure
         done = service.dispatch_available(child.tail_batch)
         control[RECORDS] = service.dispatched_records
         control[DISPATCHED] = service.dispatched_offset

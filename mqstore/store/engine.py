@@ -33,6 +33,7 @@ from mqstore.commitlog.dispatch import (
 )
 from mqstore.commitlog.errors import (
     CorruptionError,
+    FlushFailedError,
     InvalidMessageError,
     QueueGapError,
     ReadOnlyStoreError,
@@ -119,6 +120,9 @@ class MessageStore(Reads, IndexLookups):
         self._follows_queues = read_only or config.dispatch_process
         self._index_files_trimmed = False  # dispatch_process: retention deleted index files since the last lookup
         self._disk_full = False  # set by retention while disk usage is over disk_full_ratio
+        # The first failed flush of any of the store's files (FlushFailedError): from then on puts are refused and
+        # flush() and close() raise, until the store is reopened (docs/recovery.md, "When a flush fails").
+        self._io_failure: FlushFailedError | None = None
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
         self._checkpoint: Checkpoint | None = None
@@ -326,6 +330,7 @@ class MessageStore(Reads, IndexLookups):
         self._dispatch = ProcessDispatch(root, settings, start, self._commitlog.readable_end())
         self._commitlog.end_word = self._dispatch.end_word
         self._dispatch.start()
+        self._dispatch.watch(self._flush_failed)  # a failed flush of the queues or index refuses writes here too
 
     def _note_engine_cases(self, report: RecoveryReport) -> None:
         """The recovery table's rows decided here rather than in recovery.py: INDEX_REBUILT, CHECKPOINT_REPLACED."""
@@ -410,7 +415,8 @@ class MessageStore(Reads, IndexLookups):
         log_.near_end_listeners.append(lambda segment: allocator.request(segment.base_offset + segment.size_bytes))
         self._allocator = allocator
         if self._sync_flush:
-            self._group_commit = GroupCommitService(log_, log_.flushed_position, on_flushed=self._checkpoint_log)
+            self._group_commit = GroupCommitService(log_, log_.flushed_position, on_flushed=self._checkpoint_log,
+                                                    on_failed=self._flush_failed)
             if isinstance(log_.flush_lock, getattr(log_.codec, "WriterLock", ())):
                 # the leader flushes in C, and writes there what `_checkpoint_log` writes (decision 0030)
                 self._group_commit.flush_in_c(log_, log_.flush_lock, commitlog_module.DEFINED_FLUSH,
@@ -422,7 +428,8 @@ class MessageStore(Reads, IndexLookups):
             flusher = IntervalFlusher([log_], interval_ms=config.flush_interval_ms,
                                       least_pages=config.flush_least_pages,
                                       thorough_interval_ms=config.flush_thorough_interval_ms,
-                                      name="mqstore-flush-commitlog", on_flushed=self._checkpoint_log)
+                                      name="mqstore-flush-commitlog", on_flushed=self._checkpoint_log,
+                                      on_failed=self._flush_failed)
             flusher.start()
             self._services.append(flusher)
         self._log_flusher = self._services[-1]
@@ -434,10 +441,30 @@ class MessageStore(Reads, IndexLookups):
         queues_flusher = IntervalFlusher(logical, interval_ms=config.flush_consume_queue_interval_ms,
                                          least_pages=CONSUME_QUEUE_FLUSH_LEAST_PAGES,
                                          thorough_interval_ms=CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS,
-                                         name="mqstore-flush-consumequeue", on_flushed=self._checkpoint_queues)
+                                         name="mqstore-flush-consumequeue", on_flushed=self._checkpoint_queues,
+                                         on_failed=self._flush_failed)
         queues_flusher.start()
         self._services.append(queues_flusher)
         self._queues_flusher = queues_flusher
+
+    def _flush_failed(self, error: BaseException) -> None:
+        """A flush of one of the store's files failed (any thread: a flush service, or `flush()` and `close()`): keep
+        the first failure and refuse every put from now on. Puts that run in C see `_put_common` change and hand
+        over to `put`, which refuses them (commitlog/csrc/put_entry.c)."""
+        if not isinstance(error, FlushFailedError):
+            return  # not an I/O failure (a bug, an interrupt): the flush service keeps it in its stats
+        if self._io_failure is None:
+            self._io_failure = error
+            log.error("the store at %s refuses writes until it is reopened: %s", self.root_dir, error)
+        self._put_common = None
+
+    def _refuse_writes(self) -> None:
+        """Raise FlushFailedError when a flush of the store failed (`_flush_failed`)."""
+        failure = self._io_failure
+        if failure is not None:
+            raise FlushFailedError(f"the store at {self.root_dir} refuses writes since a flush failed ({failure}); "
+                                   "reopen it: recovery then checks the log from what was durable",
+                                   path=failure.path) from failure
 
     def _checkpoint_log(self) -> None:
         log_ = self._commitlog
@@ -504,13 +531,20 @@ class MessageStore(Reads, IndexLookups):
             if getattr(self, "_commitlog", None) is not None:
                 self._commitlog.end_word = None  # a view of the control file's mapping
             self._dispatch.close()
+        failed = None  # a file whose last flush fails as it closes (after a failed flush): the rest close all the same
         for part in ("_index", "_queues", "_commitlog", "_checkpoint", "_mark"):
             component = getattr(self, part, None)
             if component is not None:
-                component.close()
+                try:
+                    component.close()
+                except FlushFailedError as exc:
+                    failed = failed or exc
         if self._lock_handle is not None:
             self._lock_handle.close()
             self._lock_handle = None
+        if failed is not None:
+            self._flush_failed(failed)
+            raise failed
 
     def __enter__(self) -> "MessageStore":
         return self
@@ -527,6 +561,7 @@ class MessageStore(Reads, IndexLookups):
             raise StoreClosedError(f"the store at {self.root_dir} is closed")
         if self.read_only:
             raise ReadOnlyStoreError(f"the store at {self.root_dir} was opened read_only")
+        self._refuse_writes()
 
     # --- writing -------------------------------------------------------------------------------------------
     def put(self, message: Message) -> PutResult:
@@ -586,14 +621,21 @@ class MessageStore(Reads, IndexLookups):
         if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
             self._wait_for_lag_under_bound(end)
         if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
-            return _new_tuple(PutResult, (PutStatus.FLUSH_DISK_TIMEOUT, *result[1:]))
+            return _new_tuple(PutResult, (self._not_durable_status(), *result[1:]))
         return result
+
+    def _not_durable_status(self) -> PutStatus:
+        """The status of a SYNC put whose bytes are not durable after its wait: FLUSH_DISK_FAILED when a flush
+        failed (the bytes may never reach the disk), else FLUSH_DISK_TIMEOUT (they are still being flushed)."""
+        if self._io_failure is not None or self._group_commit.stats.error is not None:
+            return PutStatus.FLUSH_DISK_FAILED
+        return PutStatus.FLUSH_DISK_TIMEOUT
 
     def _sync_wait(self, result: PutResult, timeout_s: float) -> PutResult:
         """The SYNC wait of an appended put, for the compiled put entry's cases it leaves to Python (`timeout_s`: the
         time left of the store's timeout)."""
         if not self._group_commit.wait_durable(result[1] + result[3], timeout_s):
-            return _new_tuple(PutResult, (PutStatus.FLUSH_DISK_TIMEOUT, *result[1:]))
+            return _new_tuple(PutResult, (self._not_durable_status(), *result[1:]))
         return result
 
     def _put_prepared(self, message: Message) -> PutResult:
@@ -603,6 +645,7 @@ class MessageStore(Reads, IndexLookups):
         record = prepare(message) if prepare is not None else None
         if record is None:
             record = self._prepare(message)
+        self._refuse_writes()
         if self._disk_full:
             return _refused(PutStatus.DISK_FULL)
         writer = self._writer
@@ -627,7 +670,7 @@ class MessageStore(Reads, IndexLookups):
             self._wait_for_lag_under_bound(offset + record[RECORD_SIZE])
         status = _PUT_OK
         if self._sync_flush and not self._group_commit.wait_durable(offset + record[RECORD_SIZE], self._sync_timeout_s):
-            status = PutStatus.FLUSH_DISK_TIMEOUT
+            status = self._not_durable_status()
         return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
@@ -656,7 +699,7 @@ class MessageStore(Reads, IndexLookups):
             if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
                 self._wait_for_lag_under_bound(end)
             if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
-                ok = PutStatus.FLUSH_DISK_TIMEOUT
+                ok = self._not_durable_status()
         results = self._batch_results(ok, offsets, queue_offsets, sizes, placed, store_ts)
         if error is not None:
             log.error("put_batch stored %d of %d messages: %s", placed, len(messages), error)
@@ -695,10 +738,23 @@ class MessageStore(Reads, IndexLookups):
             self._flush_all()
 
     def _flush_all(self, *, closing: bool = False) -> None:
+        """Flush the log, then the queues and the index, and write the checkpoint; FlushFailedError, with nothing
+        flushed, once a flush of the store failed (then and every time after, until the store is reopened)."""
+        self._refuse_writes()
+        try:
+            self._flush_files(closing)
+        except FlushFailedError as exc:
+            self._flush_failed(exc)
+            raise
+
+    def _flush_files(self, closing: bool) -> None:
         self._commitlog.flush()
         self._checkpoint_log()
         if self._follows_queues:  # the dispatch process's: it flushed them as it stopped, when closing
-            if not closing and not self._dispatch.flush(CLOSE_DISPATCH_TIMEOUT_S):
+            flushed = closing or self._dispatch.flush(CLOSE_DISPATCH_TIMEOUT_S)
+            if self._dispatch.flush_failure is not None:
+                raise self._dispatch.flush_failure
+            if not flushed:
                 raise StoreError(f"the queues of {self.root_dir} were not flushed: "
                                  f"{self._dispatch.error or 'the dispatch process did not answer'}")
             self._checkpoint.flush()  # the log's fields too (the process wrote the queues' and flushed before)
@@ -806,6 +862,7 @@ class MessageStore(Reads, IndexLookups):
             "committed_offset": end,
             "flushed_offset": log_.flushed_position,
             "flush_lag_bytes": max(0, end - log_.flushed_position),
+            "failed": None if self._io_failure is None else str(self._io_failure),  # writes are refused while set
             "consume_queue_dirty_bytes": None if self._follows_queues else self._queues.dirty_bytes(),
             "commitlog_flusher": self._log_flusher.stats.as_dict(),
             "consume_queue_flusher": self._dispatch.flush_stats() if self._follows_queues

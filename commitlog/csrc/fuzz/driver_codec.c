@@ -59,13 +59,41 @@ static size_t below(size_t n) { return n ? (size_t)(next_random() % n) : 0; }
 
 static const int32_t INTERESTING[] = {0, 1, -1, 2, 3, 8, 20, 88, 91, 92, 127, 128, 255, 256, 32767, 32768, 65535,
                                       65536, 0x7FFFFFFF, (int32_t)0x80000000};
-/* where the length fields sit (after the flags byte): TOTALSIZE, BODYLENGTH */
-static const size_t FIELD_AT[] = {1 + 0, 1 + 84, 1 + 4, 1 + 28, 1 + 36};
+/* where the length fields sit (after the flags byte, and for a large record after its 6-byte prefix too):
+ * TOTALSIZE, BODYLENGTH, MAGICCODE, PHYSICALOFFSET, SYSFLAG */
+static const size_t FIELD_AT[] = {0, 84, 4, 28, 36};
+#define LARGE_FLAG 16
+#define LARGE_PREFIX 6
+
+static void put_i32(size_t at, int32_t v) {
+    if (at + 4 <= current_size) {
+        current[at] = (uint8_t)(v >> 24); current[at + 1] = (uint8_t)(v >> 16);
+        current[at + 2] = (uint8_t)(v >> 8); current[at + 3] = (uint8_t)v;
+    }
+}
+
+static int32_t get_i32(size_t at) {
+    if (at + 4 > current_size) return 0;
+    return (int32_t)(((uint32_t)current[at] << 24) | ((uint32_t)current[at + 1] << 16) |
+                     ((uint32_t)current[at + 2] << 8) | current[at + 3]);
+}
 
 static void mutate(void) {
     int rounds = 1 + (int)below(6);
+    uint8_t large = current_size ? (uint8_t)(current[0] & LARGE_FLAG) : 0;
+    size_t record_at = 1 + (large ? LARGE_PREFIX : 0);
     for (int round = 0; round < rounds; round++) {
-        switch (below(8)) {
+        switch (below(10)) {
+        case 8:  /* BODYLENGTH a few bytes short of what TOTALSIZE leaves: the tail's fields at TOTALSIZE's end */
+            put_i32(record_at + 84, (int32_t)(uint32_t)((int64_t)get_i32(record_at) - 88 - (int64_t)below(300)));
+            break;
+        case 9:  /* a large record's readable length (EXTRA) around its TOTALSIZE */
+            if (large) {
+                int64_t extra = (int64_t)get_i32(record_at) - (int64_t)(current_size - record_at) +
+                                (int64_t)below(9000) - 4500;
+                put_i32(1, (int32_t)(uint32_t)(extra < 0 ? 0 : extra));
+            }
+            break;
         case 0:  /* flip a bit */
             if (current_size) current[below(current_size)] ^= (uint8_t)(1u << below(8));
             break;
@@ -73,12 +101,8 @@ static void mutate(void) {
             if (current_size) current[below(current_size)] = (uint8_t)next_random();
             break;
         case 2: {  /* a boundary value in a field the decoder reads first */
-            size_t at = FIELD_AT[below(sizeof FIELD_AT / sizeof FIELD_AT[0])];
-            int32_t v = INTERESTING[below(sizeof INTERESTING / sizeof INTERESTING[0])];
-            if (at + 4 <= current_size) {
-                current[at] = (uint8_t)(v >> 24); current[at + 1] = (uint8_t)(v >> 16);
-                current[at + 2] = (uint8_t)(v >> 8); current[at + 3] = (uint8_t)v;
-            }
+            size_t at = record_at + FIELD_AT[below(sizeof FIELD_AT / sizeof FIELD_AT[0])];
+            put_i32(at, INTERESTING[below(sizeof INTERESTING / sizeof INTERESTING[0])]);
             break;
         }
         case 3:  /* a boundary value anywhere (1 or 2 bytes: TOPICLENGTH, PROPERTIESLENGTH) */
@@ -119,7 +143,7 @@ static void mutate(void) {
         }
         }
     }
-    if (current_size) current[0] = (uint8_t)next_random();  /* the flags byte */
+    if (current_size) current[0] = (uint8_t)((next_random() & ~LARGE_FLAG) | large);  /* flags; large stays */
 }
 
 int main(int argc, char **argv) {

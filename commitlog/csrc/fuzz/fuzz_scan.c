@@ -3,16 +3,25 @@
  *
  * Input: a 16-byte header, then the bytes of one segment (seeds are real segments: make_scan_seeds.py).
  *   0..7   i64  the segment's base offset (big-endian), so that PHYSICALOFFSET checks can pass
- *   8      u8   bit 0: zeros_end, bit 1: check_crc, bit 2: record CRCs required from the segment's middle
+ *   8      u8   bit 0: zeros_end, bit 1: check_crc, bit 2: record CRCs required from the segment's middle,
+ *               bit 3: a queue filter, bit 4: a time filter (Arrow), bit 6: a large segment (below)
  *   9..10  u16  records_max (0: no limit)
  *   11..13 u24  where the scan starts (taken modulo the segment's size)
  *   14..15  u8   the index file fuzz_index.c places keys into (its S and N, which parts are hostile)
- * The segment is copied to a buffer of exactly its size, so any read past it is caught. Every record the
+ * The segment is copied to a buffer of exactly its size, so any read past it is caught.
+ *
+ * A large segment (bit 6) is LARGE_SEGMENT_BYTES (4 GiB + 1 MiB) of zeros in large_window.h's window (a read past
+ * its end, or gigabytes before its start, faults), with the input's bytes placed at a position P past 2^31 or
+ * 2^32 or at the segment's end, chosen by bytes 11..13: the top 2 bits pick 2^31 - k, 2^31 + k, 2^32 - k or
+ * the end, the other 22 bits are k. The base offset is moved back by P, so that the input's records keep their
+ * commitlog offsets; the scans start at P. The CRC comparisons with zlib and the index placement are left out
+ * there (they read the input's bytes alone). Every record the
  * scan returns must lie inside the segment, and each must pass mq_locate again on its own. The Arrow decoder
  * (arrow_core.c) is run over the chain's records and over arbitrary positions, its buffers allocated to the
  * sizes it measured, so a fill that writes more than it measured is caught too. Each CRC-32 path this CPU can
  * run (crc32.c) must give zlib's value over spans of the segment, the last of them ending at its last byte.
  */
+#define _DEFAULT_SOURCE  /* MAP_ANONYMOUS, MAP_NORESERVE (large_window.h) */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +30,11 @@
 #include "../arrow_core.h"
 #include "../mq_native.h"
 #include "../scan_core.h"
+#include "large_window.h"
 
 #define HEADER 16
+#define LARGE_SEGMENT_BYTES (((int64_t)1 << 32) + ((int64_t)1 << 20))
+#define ARROW_FILL_BYTES_MAX ((int64_t)64 << 20)  /* a larger measured body total is measured, not filled */
 
 void fuzz_index(const uint8_t *input, size_t length, const uint8_t *segment, int64_t size_bytes);  /* fuzz_index.c */
 #define CAPACITY 4096
@@ -46,16 +58,36 @@ static void check_crc_paths(const uint8_t *segment, int64_t size_bytes, int64_t 
 
 int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
     if (length < HEADER) return 0;
-    int64_t size_bytes = (int64_t)(length - HEADER);
-    uint8_t *segment = malloc(size_bytes ? (size_t)size_bytes : 1);
-    memcpy(segment, input + HEADER, (size_t)size_bytes);
+    int64_t data_bytes = (int64_t)(length - HEADER);
     int64_t base = mq_get_i64(input);
     if (base < 0 || base > ((int64_t)1 << 50)) base = 0;
     uint8_t flags = input[8];
+    int large = (flags & 64) != 0;
     int64_t records_max = mq_get_u16(input + 9);
     if (records_max == 0 || records_max > CAPACITY) records_max = CAPACITY;
     int64_t start = ((int64_t)input[11] << 16 | (int64_t)input[12] << 8 | input[13]);
-    start = size_bytes ? start % size_bytes : 0;
+    int64_t size_bytes = data_bytes;
+    uint8_t *segment;
+    if (large) {
+        int64_t k = start & 0x3FFFFF, place;
+        switch (start >> 22) {
+        case 0: place = ((int64_t)1 << 31) - k; break;
+        case 1: place = ((int64_t)1 << 31) + k; break;
+        case 2: place = ((int64_t)1 << 32) - k; break;
+        default: place = LARGE_SEGMENT_BYTES - data_bytes - (k % 4096); break;
+        }
+        if (place > LARGE_SEGMENT_BYTES - data_bytes) place = LARGE_SEGMENT_BYTES - data_bytes;
+        if (place < 0) place = 0;
+        size_bytes = LARGE_SEGMENT_BYTES;
+        segment = large_window_open(size_bytes);
+        memcpy(segment + place, input + HEADER, (size_t)data_bytes);
+        base -= place;
+        start = place;
+    } else {
+        segment = malloc(size_bytes ? (size_t)size_bytes : 1);
+        memcpy(segment, input + HEADER, (size_t)size_bytes);
+        start = size_bytes ? start % size_bytes : 0;
+    }
 
     static int64_t columns[MQ_SCAN_COLUMNS * CAPACITY];
     mq_scan_out out;
@@ -116,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
         filter.has_time_lo = (flags >> 4) & 1;
         mq_arrow_sizes sizes;
         int status = mq_arrow_measure(segment, size_bytes, arrow_positions, arrow_offsets, n, &filter, &sizes);
-        if (status == MQ_ARROW_OK) {
+        if (status == MQ_ARROW_OK && sizes.body_bytes <= ARROW_FILL_BYTES_MAX) {
             int64_t r = sizes.rows;
             check(r >= 0 && r <= n);
             mq_arrow_out out;
@@ -156,6 +188,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
             check(at + layout.size <= size_bytes);
             (void)mq_crc_ok(segment, at, &layout);
         }
+    }
+    if (large) {  /* the CRC paths and the index placement take the input's bytes as they are: no new reach */
+        large_window_close();
+        return 0;
     }
     check_crc_paths(segment, size_bytes, start, mq_get_u32(input + 4));
     fuzz_index(input, length, segment, size_bytes);  /* index placement (index_core.c) */

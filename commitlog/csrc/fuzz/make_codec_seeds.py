@@ -4,7 +4,9 @@
 
 Takes the records of the given stores (RocketMQ's fixture store, say) and of a small store it writes itself
 (records of every shape the writer makes: record CRCs on and off, tags, keys, unicode properties, empty and
-large bodies), at most SEEDS_PER_STORE from each.
+large bodies), at most SEEDS_PER_STORE from each. From some of them it makes large-record seeds too (flags bit 4,
+fuzz_codec.c): the same topic and properties after a body of up to 2 GiB of zeros, in a record that a segment
+larger than 2 GiB could hold.
 """
 
 from __future__ import annotations
@@ -19,6 +21,25 @@ from mqstore.commitlog import format as fmt  # noqa: E402
 
 SEEDS_PER_STORE = 300
 FLAG_VALUES = (0, 1, 3, 9)  # no check; CRCs checked; and the index size; and record CRCs required
+LARGE_FLAG = 16  # fuzz_codec.c: EXTRA, HEAD_LENGTH, the record's head, its tail
+LARGE_SEEDS_PER_STORE = 12
+# TOTALSIZE of the large seeds: just under 2^31, and a few smaller sizes of more than 1 GiB. Each is a record of
+# a valid shape (the body as long as the size leaves), so the CRCs are not checked (a 2 GiB CRC costs a second).
+LARGE_SIZES = (0x7FFFFFFF, 0x7FFFFF00, 0x7FF00000, 0x40000001)
+
+
+def large_seeds(record: bytes) -> list[bytes]:
+    """The record's tail (TOPICLENGTH to the end) after a body grown to make each of LARGE_SIZES; head = header."""
+    body_length = int.from_bytes(record[fmt.OFFSET_BODY_LENGTH : fmt.OFFSET_BODY], "big", signed=True)
+    tail = record[fmt.OFFSET_BODY + body_length :]
+    seeds = []
+    for size in LARGE_SIZES:
+        header = bytearray(record[: fmt.HEADER_SIZE])
+        header[0:4] = size.to_bytes(4, "big")
+        header[fmt.OFFSET_BODY_LENGTH : fmt.OFFSET_BODY] = (size - fmt.HEADER_SIZE - len(tail)).to_bytes(4, "big")
+        extra = size - len(header)
+        seeds.append(bytes((LARGE_FLAG,)) + extra.to_bytes(4, "big") + len(header).to_bytes(2, "big") + header + tail)
+    return seeds
 
 
 def records_of(store_dir: str):
@@ -79,6 +100,11 @@ def main(argv: list[str]) -> int:
                 with open(os.path.join(out, f"seed-{count:05d}"), "wb") as handle:
                     handle.write(bytes((flags,)) + record)
                 count += 1
+                if number < LARGE_SEEDS_PER_STORE and record[4:8] == fmt.MESSAGE_MAGIC_CODE.to_bytes(4, "big"):
+                    for seed in large_seeds(record):
+                        with open(os.path.join(out, f"seed-{count:05d}"), "wb") as handle:
+                            handle.write(seed)
+                        count += 1
     print(f"make_codec_seeds: {count} seeds in {out}")
     return 0 if count else 1
 

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 SEGMENTS_PER_STORE = 4  # segments taken from each store (the first ones, a blank at each end)
+LARGE = 64  # fuzz_scan.c's large-segment flag; the start's top 2 bits pick 2^31 - k, 2^31 + k, 2^32 - k, the end
+LARGE_VARIANTS = ((LARGE | 2, 100), (LARGE | 3, (1 << 22) | 8), (LARGE | 6, (2 << 22) | 4096), (LARGE, 3 << 22))
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -28,6 +30,9 @@ def seeds_of(directory: Path, out: Path, label: str) -> int:
         data = (directory / name).read_bytes()
         for flags in (0, 1, 2, 3, 6):
             (out / f"{label}-{name}-{flags}").write_bytes(header(int(name), flags) + data)
+            written += 1
+        for flags, start in LARGE_VARIANTS:  # the same bytes past 2^31 or 2^32 or at the end of a 4 GiB segment
+            (out / f"{label}-{name}-large-{flags}-{start}").write_bytes(header(int(name), flags, start=start) + data)
             written += 1
     return written
 

@@ -15,7 +15,7 @@ import mqstore.commitlog.mapped_file as mapped_file
 import pytest
 from mqstore.commitlog import native
 
-from mqstore import FlushMode, Message, MessageStore, PutStatus, StoreIOError
+from mqstore import FlushFailedError, FlushMode, Message, MessageStore, PutStatus
 from tests.conftest import small_config
 
 NATIVE_ONLY = pytest.mark.skipif(native.NATIVE is None, reason="MQSTORE_NATIVE=0: the leader flushes in Python")
@@ -96,18 +96,23 @@ def test_a_failed_fdatasync_fails_that_put_and_every_sync_put_after_it(tmp_path)
             real_fd, segment._fd = segment._fd, read_end
             try:
                 failed = store.put(Message("t", b"lost?"))
-                later = store.put(Message("t", b"after"))
+                with pytest.raises(FlushFailedError):
+                    store.put(Message("t", b"after"))
             finally:
                 segment._fd = real_fd
-            assert failed.status is PutStatus.FLUSH_DISK_TIMEOUT and later.status is PutStatus.FLUSH_DISK_TIMEOUT
+            assert failed.status is PutStatus.FLUSH_DISK_FAILED
             error = store._group_commit.stats.error
-            assert isinstance(error, StoreIOError) and "fdatasync of" in str(error) and segment.path in str(error)
+            assert isinstance(error, FlushFailedError) and "fdatasync of" in str(error) and segment.path in str(error)
             assert "fdatasync" in store.stats()["flush"]["commitlog_flusher"]["error"]
-            # nothing was claimed durable past the failed flush: not the log, not the checkpoint
+            # nothing was claimed durable past the failed flush: not the log, not the checkpoint, not even with the
+            # real descriptor back (whose fdatasync would now succeed)
+            with pytest.raises(FlushFailedError):
+                store.flush()
             flushed = store._commitlog.flushed_position
             assert flushed == failed.commitlog_offset and _checkpoint_fields(store)[1] == flushed
         finally:
-            store.close()
+            with pytest.raises(FlushFailedError):
+                store.close()
     finally:
         os.close(read_end)
         os.close(write_end)
