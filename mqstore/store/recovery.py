@@ -374,7 +374,7 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
     report.scan_start = start
     limit = last.base_offset + last.size_bytes
     flushed = checkpoint.physic_flushed_offset
-    flushed_at_boundary = flushed <= start
+    flushed_checked = flushed <= start
     offset = start
     last_valid_time = 0
     error: CorruptionError | None = None
@@ -388,14 +388,9 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
             _note_queue_ends(batch, walked)
             if repair or checkpoint_damage is not None:  # every entry (else the last of each queue, below)
                 _check_queue_entries(batch, queues, walked)
-            if not flushed_at_boundary and flushed <= batch.end_offset:
-                flushed_at_boundary = bool(flushed == batch.end_offset or np.any(batch.commitlog_offsets == flushed)
-                                           or np.any(batch.commitlog_offsets + batch.sizes == flushed))
-                if not flushed_at_boundary:
-                    checkpoint_damage = f"its flushed offset {flushed} lies inside a record of the log"
-                    _forget_checkpoint(checkpoint, checkpoint_damage)
-                    report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
-                    flushed_at_boundary = True
+            if not flushed_checked and flushed <= batch.end_offset:
+                flushed_checked = True
+                checkpoint_damage = checkpoint_damage or _flushed_offset_inside_a_record(batch, checkpoint, report)
         if batch.error is not None:
             error = batch.error
             offset = batch.end_offset
@@ -412,13 +407,7 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
                              gap_after=salvage.gap_after if salvage is not None else None)
     torn = error is not None and crashed and _after_durable_point(checkpoint, end, last_valid_time)
     if torn and checkpoint_damage is not None and written_end > end:
-        # Nothing says how far the log was flushed: valid records past the stop say the log goes on there.
-        count, first, last_found = count_dropped(commitlog, queues, end, salvage)
-        if count:
-            torn = False
-            error = _with_reason(error, f"{count} valid records follow it (commitlog offsets {first}..{last_found}) "
-                                        f"and the checkpoint cannot tell how far the log was flushed "
-                                        f"({checkpoint_damage})")
+        error, torn = _valid_records_after(commitlog, queues, end, salvage, error, checkpoint_damage)
     if error is None:
         report.case = RecoveryCase.CRASH_CLEAN_TAIL if crashed else RecoveryCase.CLEAN
     elif torn:
@@ -435,6 +424,31 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
     report.log_end = end
     checkpoint.reset_flushed_offset(end)
     return walked
+
+
+def _flushed_offset_inside_a_record(batch, checkpoint: Checkpoint, report: RecoveryReport) -> str | None:
+    """Row CHECKPOINT_REPLACED when the checkpoint's flushed offset, which `batch` covers, falls inside one of its
+    records (a flush ends between records): why, or None."""
+    flushed = checkpoint.physic_flushed_offset
+    if flushed == batch.end_offset or np.any(batch.commitlog_offsets == flushed) or \
+            np.any(batch.commitlog_offsets + batch.sizes == flushed):
+        return None
+    damage = f"its flushed offset {flushed} lies inside a record of the log"
+    _forget_checkpoint(checkpoint, damage)
+    report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
+    return damage
+
+
+def _valid_records_after(commitlog: CommitLog, queues: ConsumeQueueTable, end: int, salvage,
+                         error: CorruptionError, checkpoint_damage: str) -> tuple[CorruptionError, bool]:
+    """(error, torn) for a crash whose checkpoint cannot tell how far the log was flushed and whose walk stopped
+    at `end` with bytes written after it: valid records there say the log goes on (not torn, an error that
+    names them); none, a torn tail."""
+    count, first, last = count_dropped(commitlog, queues, end, salvage)
+    if not count:
+        return error, True
+    return _with_reason(error, f"{count} valid records follow it (commitlog offsets {first}..{last}) and the "
+                               f"checkpoint cannot tell how far the log was flushed ({checkpoint_damage})"), False
 
 
 def _with_reason(error: CorruptionError, reason: str) -> CorruptionError:
