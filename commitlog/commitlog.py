@@ -61,7 +61,7 @@ SPACE_RESERVE_STEP_BYTES = 4 * 1024 * 1024
 # How near its segment's end the writer asks for the next segment (near_end_listeners); a quarter of the segment
 # when that is less, so that small segments are not asked for at once.
 NEXT_SEGMENT_LEAD_BYTES = 64 * 1024 * 1024
-# The compiled pwrite that keeps the GIL (commitlog/csrc/flushwait.c), for the write-through append; None: os.pwrite
+# The compiled pwrite of a whole buffer (commitlog/csrc/flushwait.c), for the write-through append; None: os.pwrite
 _write_at = None if NATIVE is None else NATIVE.write_at
 
 _RESERVED_PROPERTIES = frozenset((fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_RECORD_CRC))
@@ -441,7 +441,7 @@ class CommitLog:
         """pwrite an encoded record at `pos` of the current segment (nothing is published before it is all there)."""
         fd = self._segment_fd
         try:
-            if _write_at is not None:  # keeps the GIL: os.pwrite's letting go costs the put a GIL round trip
+            if _write_at is not None:  # the whole record in one call, the GIL let go around pwrite
                 _write_at(fd, record, pos)
                 return
             while record:
@@ -460,11 +460,10 @@ class CommitLog:
         fdatasyncs made 8.6% more a second with pwrite than with the mapping here (6 alternating runs).
         With ASYNC the mapping is cheaper: a page is cleaned once per flush interval, not once per put.
 
-        Only while no flush runs, which with SYNC is when other producers are waiting: os.pwrite lets go of the
-        GIL, here while this thread holds the writer lock, and with many producers each such put handed the
-        GIL away mid-append (64 SYNC producers, every append written through: 2.8k puts/s against 21k through
-        the mapping; 6.1-8.2k against 13.4-15.9k in session 9, and 12.5-13.8k with a pwrite that keeps the GIL,
-        through ctypes.PyDLL, which showed the cause: a pwrite beside a looping fdatasync takes 1 us here). So
+        Only while no flush runs, which with SYNC is when other producers are waiting: the pwrite lets go of
+        the GIL (a stalled disk must not stop every thread), here while this thread holds the writer lock, and
+        with many producers each such put handed the GIL away mid-append (64 SYNC producers, every append
+        written through: 2.8k puts/s against 21k through the mapping, before the HandOff parked busy puts). So
         appends made while `flush()` holds its lock are encoded in the mapping as always.
         """
         return self._scratch is not None

@@ -65,27 +65,29 @@ static PyObject *put_results(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *size_object = NULL;  /* the last size made: a batch's records often have one size */
     int64_t size_value = -1;
     for (Py_ssize_t i = 0; i < placed; i++) {
-        if (offsets[i] < 0 || queue_offsets[i] < 0 || sizes[i] < 0) {
+        /* read once: a collection's finalizer (at an allocation below) may write the arrays */
+        int64_t offset_value = offsets[i], queue_offset = queue_offsets[i], size = sizes[i];
+        if (offset_value < 0 || queue_offset < 0 || size < 0) {
             PyErr_SetString(PyExc_ValueError, "a negative offset or size");
             goto fail;
         }
-        if (sizes[i] != size_value || size_object == NULL) {
+        if (size != size_value || size_object == NULL) {
             Py_XDECREF(size_object);
-            size_value = sizes[i];
+            size_value = size;
             if ((size_object = PyLong_FromLongLong(size_value)) == NULL) goto fail;
         }
         PyObject *msg_id = PyUnicode_New(MQ_MSG_ID_DIGITS, 127);
         if (msg_id == NULL) goto fail;
         Py_UCS1 *digits = PyUnicode_1BYTE_DATA(msg_id);
         memcpy(digits, prefix_digits, MQ_MSG_ID_PREFIX_DIGITS);
-        uint64_t offset = (uint64_t)offsets[i];
+        uint64_t offset = (uint64_t)offset_value;
         for (int d = MQ_MSG_ID_DIGITS - 1; d >= MQ_MSG_ID_PREFIX_DIGITS; d--) {
             digits[d] = (Py_UCS1)hex_digits[offset & 0xF];
             offset >>= 4;
         }
-        PyObject *offset_object = PyLong_FromLongLong(offsets[i]);
-        PyObject *queue_object = PyLong_FromLongLong(queue_offsets[i]);
-        PyObject *result = type->tp_alloc(type, MQ_PUT_RESULT_FIELDS);
+        PyObject *offset_object = PyLong_FromLongLong(offset_value);
+        PyObject *queue_object = offset_object == NULL ? NULL : PyLong_FromLongLong(queue_offset);
+        PyObject *result = queue_object == NULL ? NULL : type->tp_alloc(type, MQ_PUT_RESULT_FIELDS);
         if (offset_object == NULL || queue_object == NULL || result == NULL) {
             Py_XDECREF(offset_object);
             Py_XDECREF(queue_object);

@@ -817,6 +817,9 @@ static PyObject *native_flush_gate(PyObject *module, PyObject *args) {
 /* pwrite of a whole buffer with the GIL kept: for a SYNC append's few hundred bytes into the page cache (about
  * a microsecond), where os.pwrite's letting go of the GIL hands the interpreter to another thread in the middle
  * of the put (while it holds the writer lock) and the put then waits to get it back. */
+/* write_at(fd, data, offset): pwrite all of `data`, with the GIL let go (a stalled disk must not stop every
+ * thread). `data`'s buffer is held (y*) until the end; the caller (CommitLog._write_through) holds the writer
+ * lock, so that no other thread writes, rolls or closes the segment meanwhile. */
 static PyObject *native_write_at(PyObject *module, PyObject *args) {
     int fd;
     Py_buffer view;
@@ -824,30 +827,36 @@ static PyObject *native_write_at(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iy*L:write_at", &fd, &view, &offset)) return NULL;
     const char *data = (const char *)view.buf;
     Py_ssize_t left = view.len;
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
     while (left > 0) {
         ssize_t written = pwrite(fd, data, (size_t)left, (off_t)offset);
         if (written < 0) {
             if (errno == EINTR) continue;
-            PyBuffer_Release(&view);
-            return PyErr_SetFromErrno(PyExc_OSError);
+            error = errno;
+            break;
         }
         if (written == 0) {
-            PyBuffer_Release(&view);
-            errno = EIO;
-            return PyErr_SetFromErrno(PyExc_OSError);
+            error = EIO;
+            break;
         }
         data += written;
         left -= written;
         offset += written;
     }
+    Py_END_ALLOW_THREADS
     Py_ssize_t total = view.len;
     PyBuffer_Release(&view);
+    if (error != 0) {
+        errno = error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     return PyLong_FromSsize_t(total);
 }
 
 PyMethodDef mq_flush_methods[] = {
     {"write_at", native_write_at, METH_VARARGS,
-     "write_at(fd, data, offset) -> int: pwrite all of `data` at `offset`, keeping the GIL (short writes only)."},
+     "write_at(fd, data, offset) -> int: pwrite all of `data` at `offset`, with the GIL let go."},
     {"flush_gate", native_flush_gate, METH_VARARGS,
      "flush_gate(durable) -> FlushGate: a new gate whose durable position starts at `durable`."},
     {NULL, NULL, 0, NULL},

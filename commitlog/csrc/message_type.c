@@ -97,11 +97,15 @@ static int set_fields(MessageObject *self, PyObject *const *args, Py_ssize_t nar
         return -1;
     }
     PyObject *defaults[F_COUNT] = {NULL, NULL, zero, Py_None, empty_tuple, NULL, zero, Py_None};
+    /* Every new value is held before an old one is let go of: freeing an old value may run its finalizer, which
+     * may change the arguments' containers or this message. */
+    PyObject *old[F_COUNT];
+    for (int f = 0; f < F_COUNT; f++) given[f] = Py_XNewRef(given[f] != NULL ? given[f] : defaults[f]);
     for (int f = 0; f < F_COUNT; f++) {
-        PyObject *v = given[f] != NULL ? given[f] : defaults[f];
-        Py_XINCREF(v);
-        Py_XSETREF(self->fields[f], v);
+        old[f] = self->fields[f];
+        self->fields[f] = given[f];
     }
+    for (int f = 0; f < F_COUNT; f++) Py_XDECREF(old[f]);
     return 0;
 }
 
@@ -126,8 +130,10 @@ static PyObject *message_vectorcall(PyObject *type, PyObject *const *args, size_
 
 static PyObject *message_get_properties(MessageObject *self, void *closure) {
     if (self->fields[F_PROPERTIES] == NULL) {
-        self->fields[F_PROPERTIES] = PyDict_New();
-        if (self->fields[F_PROPERTIES] == NULL) return NULL;
+        PyObject *made = PyDict_New();  /* may run a collection, whose finalizers may set the field */
+        if (made == NULL) return NULL;
+        if (self->fields[F_PROPERTIES] == NULL) self->fields[F_PROPERTIES] = made;
+        else Py_DECREF(made);
     }
     return Py_NewRef(self->fields[F_PROPERTIES]);
 }
@@ -162,11 +168,13 @@ static PyObject *message_astuple(MessageObject *self) {
 static PyObject *message_repr(MessageObject *self) {
     PyObject *values = message_astuple(self);
     if (values == NULL) return NULL;
-    PyObject *result = PyUnicode_FromFormat(
-        "%s(topic=%R, body=%R, queue_id=%R, tags=%R, keys=%R, properties=%R, flag=%R, born_timestamp_ms=%R)",
-        _PyType_Name(Py_TYPE(self)), PyTuple_GET_ITEM(values, 0), PyTuple_GET_ITEM(values, 1),
+    PyObject *name = PyType_GetName(Py_TYPE(self));  /* the public API's _PyType_Name (3.11) */
+    PyObject *result = name == NULL ? NULL : PyUnicode_FromFormat(
+        "%U(topic=%R, body=%R, queue_id=%R, tags=%R, keys=%R, properties=%R, flag=%R, born_timestamp_ms=%R)",
+        name, PyTuple_GET_ITEM(values, 0), PyTuple_GET_ITEM(values, 1),
         PyTuple_GET_ITEM(values, 2), PyTuple_GET_ITEM(values, 3), PyTuple_GET_ITEM(values, 4),
         PyTuple_GET_ITEM(values, 5), PyTuple_GET_ITEM(values, 6), PyTuple_GET_ITEM(values, 7));
+    Py_XDECREF(name);
     Py_DECREF(values);
     return result;
 }
@@ -253,81 +261,53 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
     }
     PyObject *object = args[3], *tails_table = args[0];
     if (Py_TYPE(object) != message_type || !PyDict_Check(tails_table)) Py_RETURN_NONE;
-    MessageObject *message = (MessageObject *)object;
     long long queues_max = PyLong_AsLongLong(args[1]), body_max = PyLong_AsLongLong(args[2]);
     if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
-    PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY],
-             *queue_id = message->fields[F_QUEUE_ID], *flag = message->fields[F_FLAG], *born = message->fields[F_BORN],
-             *keys = message->fields[F_KEYS], *properties = message->fields[F_PROPERTIES];
-    if (topic == NULL || body == NULL || queue_id == NULL || flag == NULL || born == NULL || keys == NULL ||
-        message->fields[F_TAGS] != Py_None)
-        Py_RETURN_NONE;
-    if (properties != NULL && !(PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) == 0)) Py_RETURN_NONE;
-    if (!((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
-          (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0)))
-        Py_RETURN_NONE;
-    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
-        !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)))
-        Py_RETURN_NONE;
-    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);  /* borrowed */
-    if (tails == NULL) {
+    mq_common_parts m;  /* held: the tuples made below may run a collection, and its finalizers */
+    if (!mq_common_message(object, tails_table, queues_max, body_max, &m)) {
         if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;  /* a topic not checked yet: the Python prepare checks and caches it */
+        Py_RETURN_NONE;  /* another shape, a bad value, a topic not checked yet: the Python prepare */
     }
-    if (!PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 2 || !PyBytes_Check(PyTuple_GET_ITEM(tails, 1)))
-        Py_RETURN_NONE;
-    int overflow;
-    long long queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
-    if (overflow || queue < 0 || queue >= queues_max) Py_RETURN_NONE;
-    long long flag_value = PyLong_AsLongLongAndOverflow(flag, &overflow);
-    if (overflow || flag_value < INT32_MIN || flag_value > INT32_MAX) Py_RETURN_NONE;
-    if (born != Py_None) {
-        long long born_value = PyLong_AsLongLongAndOverflow(born, &overflow);
-        if (overflow || born_value < 0) Py_RETURN_NONE;
-    }
-    Py_ssize_t body_length = PyBytes_GET_SIZE(body);
-    if (body_length > body_max) Py_RETURN_NONE;
-    PyObject *tail = PyTuple_GET_ITEM(tails, 1);
-    uint32_t crc = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(body), (size_t)body_length) & 0x7FFFFFFFu;
-    PyObject *record = PyTuple_New(7);
-    if (record == NULL) return NULL;
-    PyObject *queue_key = PyTuple_Pack(2, topic, queue_id);
-    PyObject *crc_value = PyLong_FromUnsignedLong(crc);
-    PyObject *size = PyLong_FromSsize_t(MQ_HEADER_SIZE + body_length + PyBytes_GET_SIZE(tail));
-    PyTuple_SET_ITEM(record, 0, queue_key);  /* NULLs are fine: the tuple's dealloc skips them */
-    PyTuple_SET_ITEM(record, 1, Py_NewRef(flag));
-    PyTuple_SET_ITEM(record, 2, Py_NewRef(body));
-    PyTuple_SET_ITEM(record, 3, crc_value);
-    PyTuple_SET_ITEM(record, 4, Py_NewRef(born));
-    PyTuple_SET_ITEM(record, 5, Py_NewRef(tail));
-    PyTuple_SET_ITEM(record, 6, size);
-    if (queue_key == NULL || crc_value == NULL || size == NULL) {
-        Py_DECREF(record);
-        return NULL;
+    Py_ssize_t body_length = PyBytes_GET_SIZE(m.body);
+    uint32_t crc = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(m.body), (size_t)body_length) & 0x7FFFFFFFu;
+    /* each made only while the ones before were (no call with an exception set) */
+    PyObject *item[7] = {NULL};
+    item[0] = PyTuple_Pack(2, m.topic, m.queue_id);
+    item[1] = item[0] == NULL ? NULL : PyLong_FromLongLong(m.flag);
+    item[2] = Py_NewRef(m.body);
+    item[3] = item[1] == NULL ? NULL : PyLong_FromUnsignedLong(crc);
+    item[4] = m.born_timestamp_ms < 0 ? Py_NewRef(Py_None)
+              : item[3] == NULL ? NULL : PyLong_FromLongLong(m.born_timestamp_ms);
+    item[5] = Py_NewRef(m.tail);
+    item[6] = item[3] == NULL || item[4] == NULL ? NULL
+              : PyLong_FromSsize_t(MQ_HEADER_SIZE + body_length + PyBytes_GET_SIZE(m.tail));
+    PyObject *record = item[6] == NULL ? NULL : PyTuple_New(7);
+    mq_common_parts_release(&m);
+    for (int i = 0; i < 7; i++) {
+        if (record == NULL) Py_XDECREF(item[i]);
+        else PyTuple_SET_ITEM(record, i, item[i]);
     }
     return record;
 }
 
 /* The checks prepare makes of every field but tags, keys and properties: 1 when `object` is a compiled Message
- * that passes them, of a topic in `tails_table` (its parts in `out`, borrowed), 0 when not (or a lookup failed:
- * PyErr_Occurred tells). put.c checks the tags, keys and properties itself. */
+ * that passes them, of a topic in `tails_table` (its parts in `out`, held), 0 when not (or a lookup failed:
+ * PyErr_Occurred tells). put.c checks the tags, keys and properties itself. The fields kept are taken (strong
+ * references) before anything that could run Python code: the checks and the caller see one state of the
+ * message, whatever a finalizer run by a later allocation does to it. */
 int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_message_parts *out) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
-    PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY], *queue_id = message->fields[F_QUEUE_ID],
-             *flag = message->fields[F_FLAG], *born = message->fields[F_BORN], *keys = message->fields[F_KEYS],
-             *tags = message->fields[F_TAGS];
+    PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY],
+             *queue_id = message->fields[F_QUEUE_ID], *flag = message->fields[F_FLAG], *born = message->fields[F_BORN],
+             *tags = message->fields[F_TAGS], *keys = message->fields[F_KEYS];
+    /* The checks of the values, and the ints read, run no Python code: nothing can change the message until the
+     * topic's lookup, before which the objects kept are taken. */
     if (topic == NULL || body == NULL || queue_id == NULL || flag == NULL || born == NULL || keys == NULL ||
-        tags == NULL)
+        tags == NULL || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
+        !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)) || PyBytes_GET_SIZE(body) > body_max)
         return 0;
-    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id) || !PyBytes_CheckExact(body) ||
-        !PyLong_CheckExact(flag) || !(born == Py_None || PyLong_CheckExact(born)))
-        return 0;
-    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
-    if (tails == NULL || !PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) < 4) return 0;
-    for (int i = 0; i < 4; i++)
-        if (!PyBytes_Check(PyTuple_GET_ITEM(tails, i))) return 0;
     int overflow;
     long long queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
     if (overflow || queue < 0 || queue >= queues_max) return 0;
@@ -338,35 +318,56 @@ int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_
         born_value = PyLong_AsLongLongAndOverflow(born, &overflow);
         if (overflow || born_value < 0) return 0;
     }
-    if (PyBytes_GET_SIZE(body) > body_max) return 0;
-    out->common.topic = topic;
-    out->common.body = body;
-    out->common.queue_id = queue_id;
+    *out = (mq_message_parts){
+        .common = {.topic = Py_NewRef(topic), .body = Py_NewRef(body), .queue_id = Py_NewRef(queue_id),
+                   .queue_id_value = queue, .flag = flag_value, .born_timestamp_ms = born_value},
+        .tags = Py_NewRef(tags), .keys = Py_NewRef(keys), .properties = Py_XNewRef(message->fields[F_PROPERTIES])};
+    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
+    int valid = tails != NULL && PyTuple_Check(tails) && PyTuple_GET_SIZE(tails) >= 4;
+    for (int i = 0; valid && i < 4; i++) valid = PyBytes_Check(PyTuple_GET_ITEM(tails, i));
+    if (!valid) {
+        mq_message_parts_release(out);
+        return 0;
+    }
+    out->common.tails = Py_NewRef(tails);
     out->common.tail = PyTuple_GET_ITEM(tails, 1);
-    out->common.queue_id_value = queue;
-    out->common.flag = flag_value;
-    out->common.born_timestamp_ms = born_value;
-    out->tails = tails;
-    out->tags = tags;
-    out->keys = keys;
-    out->properties = message->fields[F_PROPERTIES];
     return 1;
 }
 
+void mq_common_parts_release(mq_common_parts *parts) {
+    Py_CLEAR(parts->topic);
+    Py_CLEAR(parts->body);
+    Py_CLEAR(parts->queue_id);
+    Py_CLEAR(parts->tails);
+    parts->tail = NULL;
+}
+
+void mq_message_parts_release(mq_message_parts *parts) {
+    mq_common_parts_release(&parts->common);
+    Py_CLEAR(parts->tags);
+    Py_CLEAR(parts->keys);
+    Py_CLEAR(parts->properties);
+}
+
 /* The checks prepare_message makes, for one message: 1 when it is a compiled Message of the common shape (no
- * tags, keys or properties) and valid (its parts in `out`, borrowed), 0 when not (or a lookup failed:
- * PyErr_Occurred tells). */
+ * tags, keys or properties) and valid (its parts in `out`, held), 0 when not (or a lookup failed: PyErr_Occurred
+ * tells). */
 int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_common_parts *out) {
     mq_message_parts parts;
     if (!mq_message_fields(object, tails_table, queues_max, body_max, &parts)) return 0;
     PyObject *keys = parts.keys, *properties = parts.properties;
-    if (parts.tags != Py_None) return 0;
-    if (properties != NULL && !(PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) == 0)) return 0;
-    if (!((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
-          (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0)))
+    int common = parts.tags == Py_None &&
+                 (properties == NULL || (PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) == 0)) &&
+                 ((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
+                  (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0));
+    if (!common) {
+        mq_message_parts_release(&parts);
         return 0;
-    *out = parts.common;
+    }
+    *out = parts.common;  /* the common parts' references move to `out` */
+    parts.common = (mq_common_parts){0};
+    mq_message_parts_release(&parts);
     return 1;
 }
 
@@ -447,14 +448,24 @@ static Py_ssize_t key_number(key_table *table, PyObject *topic, PyObject *queue_
     return table->last = known;
 }
 
-/* Whether every message of the list is of the common shape: 1, 0, or -1 with an error. */
-static int all_common(PyObject *messages, PyObject *tails_table, long long queues_max, long long body_max) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
-        mq_common_parts common;
-        if (!mq_common_message(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &common))
+/* Every message of the list taken and checked (`parts`, `count` of them): 1 when all are of the common shape (their
+ * parts held, given back by release_all), 0 when one is not, -1 with an error (none held either way). */
+static int take_all(PyObject *messages, Py_ssize_t count, PyObject *tails_table, long long queues_max,
+                    long long body_max, mq_common_parts *parts) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        /* nothing here allocates a tracked object or calls Python: the list cannot change in this loop (checked
+         * all the same) */
+        if (i >= PyList_GET_SIZE(messages) ||
+            !mq_common_message(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &parts[i])) {
+            for (Py_ssize_t j = 0; j < i; j++) mq_common_parts_release(&parts[j]);
             return PyErr_Occurred() ? -1 : 0;
+        }
     }
     return 1;
+}
+
+static void release_all(mq_common_parts *parts, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) mq_common_parts_release(&parts[i]);
 }
 
 PyDoc_STRVAR(prepare_batch_doc,
@@ -480,33 +491,36 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     if (!PyDict_Check(tails_table) || !PyList_CheckExact(messages) || PyList_GET_SIZE(messages) == 0) Py_RETURN_NONE;
     long long queues_max = PyLong_AsLongLong(args[1]), body_max = PyLong_AsLongLong(args[2]);
     if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
+    /* Every message's parts are taken (strong references) and checked first; from then on only they are read.
+     * The tuples, lists and bytes made below, and a test's clock, may run Python code (a collection's finalizers)
+     * that changes the messages or the list: the batch prepared is the one taken here. */
     Py_ssize_t count = PyList_GET_SIZE(messages);
-    int common = all_common(messages, tails_table, queues_max, body_max);
+    if ((size_t)count > PY_SSIZE_T_MAX / sizeof(mq_common_parts)) return PyErr_NoMemory();
+    mq_common_parts *parts = PyMem_Malloc((size_t)count * sizeof(mq_common_parts));
+    if (parts == NULL) return PyErr_NoMemory();
+    int common = take_all(messages, count, tails_table, queues_max, body_max, parts);
     if (common <= 0) {
+        PyMem_Free(parts);
         if (common < 0) return NULL;
         Py_RETURN_NONE;
     }
     /* The clock is read once the batch is known to be of the common shape (a batch left to the Python path reads
-     * it there, once). A test's clock is Python code, which may change what was checked: then check again. */
+     * it there, once). */
     int64_t now = 0;
-    if (unique_keys != NULL) {
-        int ran_python = 0;
-        if (mq_unique_key_clock(unique_keys, &now, &ran_python) < 0) return NULL;
-        if (ran_python) {
-            count = PyList_GET_SIZE(messages);
-            common = count > 0 ? all_common(messages, tails_table, queues_max, body_max) : 0;
-            if (common <= 0) {
-                if (common < 0) return NULL;
-                Py_RETURN_NONE;
-            }
-        }
-    }
     enum { C_KEY, C_QUEUE, C_FLAG, C_BORN, C_LENGTH, C_CRC, C_SIZE, C_COUNT };
     PyObject *columns[C_COUNT] = {NULL};
-    key_table table = {.keys = PyList_New(0), .numbers = PyDict_New(), .last = -1};
-    PyObject *bodies = PyList_New(count), *tails = PyList_New(count);
+    key_table table = {.keys = NULL, .numbers = NULL, .last = -1};
+    PyObject *bodies = NULL, *tails = NULL;
     PyObject *result = NULL;
     char *unique = NULL;  /* the batch's UNIQ_KEYs, MQ_UNIQUE_KEY_DIGITS chars each */
+    if (unique_keys != NULL) {
+        int ran_python = 0;
+        if (mq_unique_key_clock(unique_keys, &now, &ran_python) < 0) goto done;
+    }
+    table.keys = PyList_New(0);
+    table.numbers = table.keys == NULL ? NULL : PyDict_New();
+    bodies = table.numbers == NULL ? NULL : PyList_New(count);
+    tails = bodies == NULL ? NULL : PyList_New(count);
     if (table.keys == NULL || table.numbers == NULL || bodies == NULL || tails == NULL) goto done;
     if (unique_keys != NULL) {
         unique = PyMem_Malloc((size_t)count * MQ_UNIQUE_KEY_DIGITS);
@@ -522,32 +536,22 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     int64_t *column[C_COUNT];
     for (int c = 0; c < C_COUNT; c++) column[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
-    /* the topic table is looked up again only when the topic changes */
-    PyObject *last_topic = NULL, *shapes = NULL, *tail = NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
-        MessageObject *message = (MessageObject *)PyList_GET_ITEM(messages, i);
-        PyObject *topic = message->fields[F_TOPIC], *queue_id = message->fields[F_QUEUE_ID],
-                 *body = message->fields[F_BODY], *born = message->fields[F_BORN];
-        if (last_topic == NULL || !same_text(last_topic, topic)) {
-            shapes = PyDict_GetItem(tails_table, topic);  /* checked above: there */
-            tail = PyTuple_GET_ITEM(shapes, 1);
-            last_topic = topic;
-        }
-        int64_t queue = PyLong_AsLongLong(queue_id);  /* checked above: in range */
-        Py_ssize_t key = key_number(&table, topic, queue_id, queue);
+        const mq_common_parts *m = &parts[i];
+        Py_ssize_t key = key_number(&table, m->topic, m->queue_id, m->queue_id_value);
         if (key < 0) goto done;
-        Py_ssize_t length = PyBytes_GET_SIZE(body);
+        Py_ssize_t length = PyBytes_GET_SIZE(m->body);
         column[C_KEY][i] = key;
-        column[C_QUEUE][i] = queue;
-        column[C_FLAG][i] = PyLong_AsLongLong(message->fields[F_FLAG]);
-        column[C_BORN][i] = born == Py_None ? -1 : PyLong_AsLongLong(born);
+        column[C_QUEUE][i] = m->queue_id_value;
+        column[C_FLAG][i] = m->flag;
+        column[C_BORN][i] = m->born_timestamp_ms;
         column[C_LENGTH][i] = length;
-        column[C_CRC][i] = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(body), (size_t)length) & 0x7FFFFFFFu;
+        column[C_CRC][i] = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(m->body), (size_t)length) & 0x7FFFFFFFu;
         PyObject *own_tail;
         if (unique == NULL) {
-            own_tail = Py_NewRef(tail);
+            own_tail = Py_NewRef(m->tail);
         } else {  /* the topic's shape with a UNIQ_KEY: head, the key, after (CommitLog._topic_tail) */
-            PyObject *head = PyTuple_GET_ITEM(shapes, 2), *after = PyTuple_GET_ITEM(shapes, 3);
+            PyObject *head = PyTuple_GET_ITEM(m->tails, 2), *after = PyTuple_GET_ITEM(m->tails, 3);
             Py_ssize_t head_length = PyBytes_GET_SIZE(head), after_length = PyBytes_GET_SIZE(after);
             own_tail = PyBytes_FromStringAndSize(NULL, head_length + MQ_UNIQUE_KEY_DIGITS + after_length);
             if (own_tail == NULL) goto done;
@@ -557,12 +561,14 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
             memcpy(at + head_length + MQ_UNIQUE_KEY_DIGITS, PyBytes_AS_STRING(after), (size_t)after_length);
         }
         column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(own_tail);
-        PyList_SET_ITEM(bodies, i, Py_NewRef(body));
+        PyList_SET_ITEM(bodies, i, Py_NewRef(m->body));
         PyList_SET_ITEM(tails, i, own_tail);
     }
     result = Py_BuildValue("(OOOOOOOOOO)", table.keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG],
                            columns[C_BORN], bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
 done:
+    release_all(parts, count);
+    PyMem_Free(parts);
     PyMem_Free(unique);
     Py_XDECREF(table.keys);
     Py_XDECREF(table.numbers);
@@ -584,7 +590,7 @@ int mq_message_init(PyObject *module) {
         if (field_strings[f] == NULL) return -1;
     }
     empty_tuple = PyTuple_New(0);
-    zero = PyLong_FromLong(0);
+    zero = empty_tuple == NULL ? NULL : PyLong_FromLong(0);
     if (empty_tuple == NULL || zero == NULL) return -1;
     message_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &message_spec, NULL);
     if (message_type == NULL) return -1;

@@ -90,7 +90,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "_native",
     "mqstore's compiled core: per-message byte work of the CommitLog format (see commitlog/format.py).",
-    -1, module_methods,
+    -1, module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {

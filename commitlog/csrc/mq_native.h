@@ -16,6 +16,17 @@
 
 #include "mq_format.h"  /* the record layout, big-endian helpers and mq_crc32, without Python */
 
+/* CPython's private API, where it was measured to matter (docs/decisions/0031-private-cpython-api.md), for the
+ * versions it is there in; -DMQ_NO_DICT_VERSION / -DMQ_NO_KNOWN_HASH build the public path on any version.
+ * MQ_DICT_VERSION: a dict's ma_version_tag (3.11; deprecated in 3.12, gone in 3.14). MQ_KNOWN_HASH:
+ * _PyDict_GetItem_KnownHash / _PyDict_SetItem_KnownHash (3.11-3.12; internal from 3.13). */
+#if PY_VERSION_HEX < 0x030C0000 && !defined(MQ_NO_DICT_VERSION)
+#define MQ_DICT_VERSION 1
+#endif
+#if PY_VERSION_HEX < 0x030D0000 && !defined(MQ_NO_KNOWN_HASH)
+#define MQ_KNOWN_HASH 1
+#endif
+
 /* --- buffers passed from Python: scan.c --------------------------------------------------------------- */
 /* A C-contiguous int64 buffer (numpy int64) held in `view` (writable when asked), or -1 with TypeError. */
 int mq_int64_buffer(PyObject *object, Py_buffer *view, int writable, const char *what);
@@ -27,23 +38,29 @@ extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the commo
 extern PyMethodDef mq_batch_methods[];   /* batch.c: put_batch's PutResults */
 
 /* message_type.c: a compiled Message of the common shape (no tags, keys or properties; a topic in the log's
- * topic tails), checked as CommitLog.prepare checks it; the objects are borrowed from the message. */
+ * topic tails), checked as CommitLog.prepare checks it. The objects are strong references taken from the message
+ * before any check (a collection's finalizer may change or free the message's fields at any allocation after),
+ * given back by mq_common_parts_release; `tail` is held through `tails`. */
 typedef struct {
-    PyObject *topic, *body, *queue_id, *tail;  /* tail: the topic's TOPICLENGTH..PROPERTIES bytes */
+    PyObject *topic, *body, *queue_id, *tails;  /* tails: the topic's entry in CommitLog._topic_tails (4 bytes) */
+    PyObject *tail;  /* tails[1]: the topic's TOPICLENGTH..PROPERTIES bytes (borrowed from `tails`) */
     int64_t queue_id_value, flag, born_timestamp_ms;  /* born -1: None (the store timestamp) */
 } mq_common_parts;
 int mq_common_message(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_common_parts *out);
+void mq_common_parts_release(mq_common_parts *parts);
 
 /* message_type.c: a compiled Message of any property shape, checked as CommitLog.prepare checks all but its
- * tags, keys and properties (put.c checks those); the objects are borrowed from the message. `tails` is the
- * topic's entry in the log's topic tails (CommitLog._topic_tail's four bytes objects). */
+ * tags, keys and properties (put.c checks those); strong references as in mq_common_parts, given back by
+ * mq_message_parts_release. A finalizer may still change the keys list or the properties dict in place: read
+ * them only before the next point that can run Python code. */
 typedef struct {
     mq_common_parts common;  /* common.tail: the tail without user properties (tails[1]) */
-    PyObject *tails, *tags, *keys, *properties;  /* tags: None or a value; properties: NULL when never made */
+    PyObject *tags, *keys, *properties;  /* tags: None or a value; properties: NULL when never made */
 } mq_message_parts;
 int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_message_parts *out);
+void mq_message_parts_release(mq_message_parts *parts);
 
 /* unique_key.c: the UNIQ_KEY generator (`UniqueKeys`). MQ_UNIQUE_KEY_DIGITS chars of the next key into `out`:
  * 0, or -1 with an error (no key used). */

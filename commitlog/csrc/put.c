@@ -191,7 +191,7 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     AppenderObject *self = (AppenderObject *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->state = PyObject_GenericGetDict(log, NULL);
-    self->topic_tails = PyObject_GetAttrString(log, "_topic_tails");
+    self->topic_tails = self->state == NULL ? NULL : PyObject_GetAttrString(log, "_topic_tails");
     self->clock_globals = Py_NewRef(clock_globals);
     self->time_ns = Py_NewRef(time_ns);
     self->write_at = Py_NewRef(write_at);
@@ -199,7 +199,7 @@ static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->ok_status = Py_NewRef(ok_status);
     self->cached.segment_fd = -1;
     self->cached.append_limit = -1;
-    PyObject *record_crc = self->state == NULL ? NULL : PyObject_GetAttrString(log, "record_crc");
+    PyObject *record_crc = self->topic_tails == NULL ? NULL : PyObject_GetAttrString(log, "record_crc");
     if (self->topic_tails == NULL || record_crc == NULL || !PyDict_Check(self->topic_tails) ||
         (self->record_crc = PyObject_IsTrue(record_crc)) < 0 ||
         attribute_int(log, "max_queues_per_topic", &self->queues_max) < 0 ||
@@ -248,20 +248,26 @@ static PyObject *held(PyObject *value) { return value == Py_None ? NULL : Py_New
  * put then returns None until the next refresh), -1 with an error. */
 static int read_state(AppenderObject *self) {
     forget_state(self);
-    PyObject *item[K_UNIQUE_KEYS + 1];
-    for (int k = K_APPEND_LIMIT; k <= K_UNIQUE_KEYS; k++) {
-        if (k == K_QUEUE_OFFSETS) continue;  /* read on every put */
-        item[k] = PyDict_GetItemWithError(self->state, keys[k]);
-        if (item[k] == NULL) return PyErr_Occurred() ? -1 : 0;
-    }
-    if (item[K_CODEC] == Py_None) return 0;  /* the pure-Python codec */
+    /* The UNIQ_KEY generator's compiled state first: its `core` may be Python code, after which the items read
+     * below are read (and held) with no Python code run between. */
+    PyObject *generator = PyDict_GetItemWithError(self->state, keys[K_UNIQUE_KEYS]);
+    if (generator == NULL) return PyErr_Occurred() ? -1 : 0;
     PyObject *unique_keys = NULL;
-    if (item[K_UNIQUE_KEYS] != Py_None) {  /* UNIQ_KEYs: from the generator's compiled state, else Python's */
-        unique_keys = PyObject_GetAttr(item[K_UNIQUE_KEYS], keys[K_CORE]);
+    if (generator != Py_None) {  /* UNIQ_KEYs: from the generator's compiled state, else Python's */
+        unique_keys = PyObject_GetAttr(generator, keys[K_CORE]);
         if (unique_keys == NULL) return -1;
         if (!mq_is_unique_keys(unique_keys)) {
             Py_DECREF(unique_keys);
             return 0;
+        }
+    }
+    PyObject *item[K_UNIQUE_KEYS + 1];
+    for (int k = K_APPEND_LIMIT; k <= K_UNIQUE_KEYS; k++) {
+        if (k == K_QUEUE_OFFSETS || k == K_UNIQUE_KEYS) continue;  /* read on every put; read above */
+        item[k] = PyDict_GetItemWithError(self->state, keys[k]);
+        if (item[k] == NULL || (k == K_CODEC && item[k] == Py_None)) {  /* None: the pure-Python codec */
+            Py_XDECREF(unique_keys);
+            return PyErr_Occurred() ? -1 : 0;
         }
     }
     writer_state *c = &self->cached;
@@ -329,7 +335,9 @@ static int store_clock_ms(AppenderObject *self, int64_t *ms) {
         *ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         return 0;
     }
+    Py_INCREF(clock);  /* held while it runs: it may replace itself */
     PyObject *value = PyObject_CallNoArgs(clock);  /* a test's clock */
+    Py_DECREF(clock);
     if (value == NULL) return -1;
     long long ns = PyLong_AsLongLong(value);
     Py_DECREF(value);
@@ -352,24 +360,31 @@ static int writes_through(AppenderObject *self, const writer_state *s, int64_t s
     return held < 0 ? -1 : !held;
 }
 
-/* pwrite all of `data` at `position` of the segment's file, keeping the GIL (as flushwait.c's write_at): 0, or -1
- * with errno set (nothing is published then; the Python path writes the record again and reports the error). */
+/* pwrite all of `data` at `position` of the segment's file, with the GIL let go (a stalled disk must not stop
+ * every thread): 0, or -1 with errno set (nothing is published then; the Python path writes the record again and
+ * reports the error). The caller holds the writer lock, so that no other thread writes, rolls or closes the
+ * segment meanwhile, and a buffer of `data` (write_record), so that nothing can free or resize it. */
 static int write_all(int fd, const uint8_t *data, int64_t length, int64_t position) {
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
     while (length > 0) {
         ssize_t written = pwrite(fd, data, (size_t)length, (off_t)position);
         if (written < 0) {
             if (errno == EINTR) continue;
-            return -1;
+            error = errno;
+            break;
         }
         if (written == 0) {
-            errno = EIO;
-            return -1;
+            error = EIO;
+            break;
         }
         data += written;
         length -= written;
         position += written;
     }
-    return 0;
+    Py_END_ALLOW_THREADS
+    errno = error;
+    return error == 0 ? 0 : -1;
 }
 
 /* Encode the record into `target` at `at` (bounds checked here) and, with `fd` >= 0, pwrite it at `file_pos`:
@@ -396,9 +411,11 @@ static int write_record(PyObject *target, int64_t at, const mq_record *r, const 
 static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offset_value, PyObject *queue_offset,
                             PyObject *store_ts, int64_t size) {
     static const char hex[] = "0123456789ABCDEF";
+    /* each made only while the one before was (no call with an exception set) */
     PyObject *msg_id = PyUnicode_New(4 * MQ_HOST_V4_LENGTH, 127);
-    PyObject *size_value = PyLong_FromLongLong(size);
-    PyObject *result = ((PyTypeObject *)self->result_type)->tp_alloc((PyTypeObject *)self->result_type, 6);
+    PyObject *size_value = msg_id == NULL ? NULL : PyLong_FromLongLong(size);
+    PyObject *result = size_value == NULL ? NULL
+                       : ((PyTypeObject *)self->result_type)->tp_alloc((PyTypeObject *)self->result_type, 6);
     if (msg_id == NULL || size_value == NULL || result == NULL) {
         Py_XDECREF(msg_id);
         Py_XDECREF(size_value);
@@ -423,7 +440,7 @@ static PyObject *put_result(AppenderObject *self, int64_t offset, PyObject *offs
 /* A dict's get and set with the key's hash known (the queue key's, kept in its slot): the private calls of
  * CPython 3.11-3.12, else the public ones, which hash the tuple again. */
 static PyObject *dict_get_known_hash(PyObject *dict, PyObject *key, Py_hash_t hash) {
-#if PY_VERSION_HEX < 0x030D0000
+#ifdef MQ_KNOWN_HASH
     return _PyDict_GetItem_KnownHash(dict, key, hash);
 #else
     (void)hash;
@@ -432,7 +449,7 @@ static PyObject *dict_get_known_hash(PyObject *dict, PyObject *key, Py_hash_t ha
 }
 
 static int dict_set_known_hash(PyObject *dict, PyObject *key, PyObject *value, Py_hash_t hash) {
-#if PY_VERSION_HEX < 0x030D0000
+#ifdef MQ_KNOWN_HASH
     return _PyDict_SetItem_KnownHash(dict, key, value, hash);
 #else
     (void)hash;
@@ -475,16 +492,19 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
     /* Unchanged: nobody wrote the log's __dict__ since this put read `_end` from it (a test's clock could have):
      * then `_end` and `last_store_timestamp_ms` hold the ints the last put wrote, which are used again here. */
     int unchanged = 0;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     unchanged = self->read_version != 0 && ((PyDictObject *)self->state)->ma_version_tag == self->read_version;
 #endif
     int same_ts = unchanged && self->known && self->known_ts_value != NULL && self->known_ts == store_ts;
     int same_end = unchanged && self->known && self->known_end_value != NULL && self->known_end == offset;
+    /* each made only while the ones before were (no call with an exception set) */
     PyObject *queue_value = queue_found != NULL ? Py_NewRef(queue_found) : PyLong_FromLongLong(queue_offset);
-    PyObject *next_value = PyLong_FromLongLong(queue_offset + 1);
-    PyObject *store_value = same_ts ? Py_NewRef(self->known_ts_value) : PyLong_FromLongLong(store_ts);
-    PyObject *offset_value = same_end ? Py_NewRef(self->known_end_value) : PyLong_FromLongLong(offset);
-    PyObject *end_value = PyLong_FromLongLong(offset + size);
+    PyObject *next_value = queue_value == NULL ? NULL : PyLong_FromLongLong(queue_offset + 1);
+    PyObject *store_value = next_value == NULL ? NULL
+                            : same_ts ? Py_NewRef(self->known_ts_value) : PyLong_FromLongLong(store_ts);
+    PyObject *offset_value = store_value == NULL ? NULL
+                             : same_end ? Py_NewRef(self->known_end_value) : PyLong_FromLongLong(offset);
+    PyObject *end_value = offset_value == NULL ? NULL : PyLong_FromLongLong(offset + size);
     int failed = queue_value == NULL || next_value == NULL || store_value == NULL || offset_value == NULL ||
                  end_value == NULL;
     if (!failed) failed = dict_set_known_hash(queue_offsets, queue_key, next_value, queue_hash) < 0 ||
@@ -501,7 +521,7 @@ static PyObject *publish(AppenderObject *self, const writer_state *s, PyObject *
     }
     if (!failed) failed = PyDict_SetItem(self->state, keys[K_END], end_value) < 0;
     self->known = 0;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     if (!failed && unchanged) {
         /* What this put wrote is what the dict holds now: the next put need not read it */
         self->known = 1;
@@ -535,7 +555,7 @@ PyDoc_STRVAR(appender_put_doc,
 /* The log's end and its queue offset table, read from its __dict__ on every put: 1, 0 (None: the Python path)
  * or -1 with an error. */
 static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets) {
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     if (self->known && ((PyDictObject *)self->state)->ma_version_tag == self->known_version) {
         *end = self->known_end;  /* what the last put wrote, and nobody since */
         *queue_offsets = self->known_queue_offsets;
@@ -552,7 +572,7 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
     int overflow;
     *end = PyLong_AsLongLongAndOverflow(value, &overflow);
     *queue_offsets = table;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     self->read_version = ((PyDictObject *)self->state)->ma_version_tag;
 #endif
     return !overflow && *end >= 0;
@@ -635,7 +655,7 @@ static int plan_properties(const mq_message_parts *m, int adds_unique_keys, prop
     }
     plan->unique_key = adds_unique_keys && !has_unique_key;
     if (plan->unique_key) total += sizeof name_unique + MQ_UNIQUE_KEY_DIGITS + 1;
-    PyObject *after = PyTuple_GET_ITEM(m->tails, 3);  /* \x02 + the record-CRC placeholder (or nothing) */
+    PyObject *after = PyTuple_GET_ITEM(m->common.tails, 3);  /* \x02 + the record-CRC placeholder (or nothing) */
     plan->suffix = PyBytes_AS_STRING(after) + 1;
     plan->suffix_length = PyBytes_GET_SIZE(after) - 1;
     total += plan->suffix_length;
@@ -671,7 +691,7 @@ static void put_text(cursor *c, PyObject *value) {
 /* TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES as prepare encodes them, into a new bytes object, with the
  * UNIQ_KEY's digits left as zeros at *key_at (NULL: no UNIQ_KEY); NULL with an error. */
 static PyObject *write_tail(const mq_message_parts *m, const properties_plan *plan, char **key_at) {
-    PyObject *prefix = PyTuple_GET_ITEM(m->tails, 0);  /* TOPICLENGTH + TOPIC */
+    PyObject *prefix = PyTuple_GET_ITEM(m->common.tails, 0);  /* TOPICLENGTH + TOPIC */
     Py_ssize_t prefix_length = PyBytes_GET_SIZE(prefix);
     PyObject *tail = PyBytes_FromStringAndSize(NULL, prefix_length + 2 + plan->length);
     if (tail == NULL) return NULL;
@@ -734,12 +754,16 @@ static int plan_record(AppenderObject *self, const writer_state *s, const mq_mes
         return 1;
     }
     if (!plan_properties(m, s->unique_keys != NULL, plan)) return 0;
-    *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) + PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->tails, 0)) + 2 +
+    *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) +
+            PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->common.tails, 0)) + 2 +
             plan->length;
     return 1;
 }
 
-/* The put, with `s` a copy of the cached state whose objects the caller holds. */
+/* The put, with `s` a copy of the cached state whose objects the caller holds. The message's fields are taken
+ * (strong references) before they are checked, and the tail is built from its tags, keys and properties before
+ * the first point that can run Python code (the queue key tuple, a test's clock, the PutResult: any allocation
+ * of a tracked object may run a collection's finalizers): what is written is the message as it was taken. */
 static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
     mq_message_parts parts;
     const mq_common_parts *m = &parts.common;
@@ -747,24 +771,30 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     int64_t offset, size;
     PyObject *queue_offsets;
     int ready = read_end(self, &offset, &queue_offsets);
-    if (ready <= 0 || !mq_message_fields(message, self->topic_tails, self->queues_max, self->body_max, &parts) ||
-        !plan_record(self, s, &parts, &plan, &size)) {
-        if (ready < 0 || PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
+    if (ready <= 0) return ready < 0 ? NULL : Py_NewRef(Py_None);
+    if (!mq_message_fields(message, self->topic_tails, self->queues_max, self->body_max, &parts))
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(queue_offsets);  /* the log's table: a finalizer may replace the attribute */
+    PyObject *tail = NULL, *queue_key = NULL, *result = NULL, *found = NULL;
+    if (!plan_record(self, s, &parts, &plan, &size) ||
+        offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s->append_limit || offset < s->segment_base) {
+        result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);  /* the Python path; a roll is _roll's work */
+        goto done;
     }
-    if (offset + size + MQ_END_FILE_MIN_BLANK_LENGTH > s->append_limit || offset < s->segment_base)
-        Py_RETURN_NONE;  /* _roll's work (and _make_room's) */
-    int through = writes_through(self, s, size);
-    if (through < 0) return NULL;
-    if (through == 2 || (through && s->segment_fd < 0)) Py_RETURN_NONE;
-    /* From here on the put is made: the Python path is taken again only when a pwrite fails. The tail is built
-     * before anything that may run Python code (a test's clock) while the message's values are borrowed. */
+    /* The tail is built right after the plan measured it, before anything that may run Python code (the keys
+     * list and the properties dict are read in place) */
     char *key_at = NULL;
-    PyObject *tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
-    if (tail == NULL) return NULL;
+    tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
+    if (tail == NULL) goto done;
+    int through = writes_through(self, s, size);
+    if (through < 0) goto done;
+    if (through == 2 || (through && s->segment_fd < 0)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* From here on the put is made: the Python path is taken again only when a pwrite fails */
     Py_hash_t queue_hash = -1;
-    PyObject *queue_key = queue_key_of(self, m, &queue_hash);
-    PyObject *result = NULL, *found = NULL;
+    queue_key = queue_key_of(self, m, &queue_hash);
     if (queue_key == NULL) goto done;
     int64_t queue_offset = 0, store_ts;
     found = dict_get_known_hash(queue_offsets, queue_key, queue_hash);
@@ -805,7 +835,9 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
 done:
     Py_XDECREF(found);
     Py_XDECREF(queue_key);
-    Py_DECREF(tail);
+    Py_XDECREF(tail);
+    Py_DECREF(queue_offsets);
+    mq_message_parts_release(&parts);
     return result;
 }
 

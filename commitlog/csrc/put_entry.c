@@ -275,23 +275,26 @@ static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     }
     PyObject *state = PyObject_GenericGetDict(store, NULL);
     if (state == NULL) return NULL;
-    PyObject *put_common = PyDict_GetItemWithError(state, entry_keys[E_PUT_COMMON]);
+    /* held before the attribute lookup below, which may run Python code */
+    PyObject *put_common = Py_XNewRef(PyDict_GetItemWithError(state, entry_keys[E_PUT_COMMON]));
     PyObject *parked = put_common == NULL ? NULL : PyObject_GetAttrString(handoff, "pending");
     if (parked == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the store has no _put_common");
         Py_DECREF(state);
+        Py_XDECREF(put_common);
         return NULL;
     }
     PutEntryObject *self = (PutEntryObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
         Py_DECREF(state);
         Py_DECREF(parked);
+        Py_DECREF(put_common);
         return NULL;
     }
     self->store = Py_NewRef(store);
     self->state = state;
     self->appender = Py_NewRef(appender);
-    self->put_common = Py_NewRef(put_common);
+    self->put_common = put_common;
     self->lock = Py_NewRef(lock);
     self->handoff = Py_NewRef(handoff);
     self->parked = parked;
@@ -313,7 +316,7 @@ static PyObject *store_item(PutEntryObject *self, int key) {
  * (a close, retention's disk-full flag, a test's replacement of _put_common); later versions read them on every
  * put (five lookups, about 0.5k instructions). */
 static int read_flags(PutEntryObject *self) {
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     uint64_t version = ((PyDictObject *)self->state)->ma_version_tag;
     if (self->version_known && version == self->version) return 0;
 #endif
@@ -326,13 +329,18 @@ static int read_flags(PutEntryObject *self) {
     PyObject *timeout = sync_flush == NULL ? NULL : store_item(self, E_SYNC_TIMEOUT);
     if (timeout == NULL) return -1;
     self->common = closed == Py_False && disk_full == Py_False && put_common == self->put_common;
-    int lag = PyObject_IsTrue(lag_limit), sync = lag < 0 ? -1 : PyObject_IsTrue(sync_flush);
-    if (sync < 0) return -1;
-    /* only a float timeout is read here (no Python code runs); another type waits through Python */
+    /* only a float timeout is read (no Python code runs), before the truth tests, which may run some (a type
+     * of the store's own): another type waits through Python */
     self->sync_timeout_s = PyFloat_CheckExact(timeout) ? PyFloat_AS_DOUBLE(timeout) : -1.0;
+    Py_INCREF(lag_limit);  /* held: the dict's references may go while a truth test runs */
+    Py_INCREF(sync_flush);
+    int lag = PyObject_IsTrue(lag_limit), sync = lag < 0 ? -1 : PyObject_IsTrue(sync_flush);
+    Py_DECREF(lag_limit);
+    Py_DECREF(sync_flush);
+    if (sync < 0) return -1;
     self->waits = lag || sync;
     self->python_waits = lag || self->sync_timeout_s < 0;
-#if PY_VERSION_HEX < 0x030C0000
+#ifdef MQ_DICT_VERSION
     self->version = version;  /* reading changed nothing (bools and ints: no Python code ran) */
     self->version_known = 1;
 #endif
@@ -342,6 +350,21 @@ static int read_flags(PutEntryObject *self) {
 static PyObject *python_put(PutEntryObject *self, PyObject *message) {
     PyObject *args[2] = {self->store, message};
     return PyObject_Vectorcall(self->python_put, args, 2, NULL);
+}
+
+/* The number of puts parked behind the lock (`handoff.pending`, a deque), asked with no exception set: the put's
+ * error, if any, is put aside and restored (a debug CPython aborts on a call made with one set). An error of
+ * the length itself counts as parked: drain then runs and reports what is wrong. */
+static Py_ssize_t parked_count(PutEntryObject *self) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    Py_ssize_t count = PyObject_Size(self->parked);
+    if (count < 0) {
+        PyErr_Clear();
+        count = 1;
+    }
+    PyErr_Restore(type, value, traceback);
+    return count;
 }
 
 /* `handoff.drain()` after the release, as the `finally` of MessageStore.put: an error of it replaces the put's
@@ -408,7 +431,7 @@ static PyObject *entry_put(PutEntryObject *self, PyObject *message) {
         result = PyObject_CallMethodOneArg(self->store, entry_keys[E_APPEND_PYTHON], message);
     }
     mq_writer_lock_release(self->lock);
-    if (PyObject_Size(self->parked) > 0) result = drain_parked(self, result);  /* a deque's length cannot fail */
+    if (parked_count(self) > 0) result = drain_parked(self, result);
     if (result == NULL) {
         if (!PyErr_ExceptionMatches(self->io_error)) return NULL;
         PyObject *type, *value, *traceback;

@@ -89,7 +89,9 @@ static int clock_ms(UniqueKeysObject *self, int64_t *ms) {
         *ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         return 0;
     }
+    Py_INCREF(clock);  /* held while it runs: it may replace itself */
     PyObject *value = PyObject_CallNoArgs(clock);  /* a test's clock */
+    Py_DECREF(clock);
     if (value == NULL) return -1;
     long long ns = PyLong_AsLongLong(value);
     Py_DECREF(value);

@@ -1,7 +1,8 @@
 """Walking a store's log: reading partitions into RecordBatches, finding the written end, admitting records.
 
 Partitions carry byte ranges fixed at planning: a `LogPartition` holds pieces of segments read by walking their
-records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned); a `QueuePartition` holds
+records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned; a longer record is read whole,
+once `check_unread_record` has found nothing wrong in its header and tail); a `QueuePartition` holds
 ConsumeQueue slices whose records are gathered with one pread per run of close records, and each record must
 be the size and topic its unit says. `written_end` finds where the last written segment's records end (the
 snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
@@ -44,6 +45,11 @@ MIB = 1 << 20
 READ_CHUNK_BYTES = 16 * MIB  # a reader holds at most this much of a segment at once (or one larger record)
 QUEUE_GAP_BYTES = 16 * 1024  # ConsumeQueue path: records closer than this are read with one pread
 TAIL_CRC_RECORDS = 64  # records before a written end whose body CRC is checked when planning
+# What a record's validity rules (1) to (4) and (6)'s shape read of it (commitlog/format.py): the header (hosts of
+# up to 20 bytes each), from TOPICLENGTH on (2 bytes in v2, the longest topic, PROPERTIESLENGTH), the last bytes.
+HEADER_BYTES_MAX = fmt.OFFSET_BODY + 2 * (fmt.HOST_V6_LENGTH - fmt.HOST_V4_LENGTH)
+TAIL_BYTES_MAX = 2 + 0xFFFF + 2
+LAST_BYTES = fmt.RECORD_CRC_LENGTH + 1  # the record-CRC pair and the separator before it
 
 
 # --- partitions -----------------------------------------------------------------------------------------------
@@ -113,6 +119,7 @@ def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piec
                                           rule="commitlog.2")
                 if following == 0:
                     assert size > want, (size, want)  # else locate_records would have returned the record
+                    check_unread_record(fd, path, piece.base, position, size, segment_end)
                     want_min = size
             position += following
     finally:
@@ -122,6 +129,48 @@ def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piec
 def _record_size(buf: np.ndarray, length: int, at: int) -> int:
     """TOTALSIZE of the record at `at`, or 0 when its first 4 bytes are not in buf[:length]."""
     return fmt.I32.unpack_from(buf, at)[0] if at + 4 <= length else 0
+
+
+def check_unread_record(fd: int, path: str, base: int, offset: int, size: int, segment_end: int, *,
+                        expect_size: int | None = None) -> None:
+    """Before a record longer than a read chunk is read whole: the CorruptionError reading it would raise when
+    that error depends only on its header and tail, so a hostile TOTALSIZE costs a few small reads, not gigabytes.
+
+    `size` (at most what the segment has left from `offset`) is the TOTALSIZE the read would fetch, or, with
+    `expect_size`, the size a ConsumeQueue unit gives. The bytes validity rules (1) to (4) and the shape of (6)
+    look at are read into a zero image of the record at their own places (pages not written take no memory),
+    and the image gets the decoder's own checks: a ConsumeQueue unit's size against TOTALSIZE, then
+    arrow_decode.FastLayout; a record it does not take is checked as decode_message checks it (format.locate,
+    then the record-CRC pair). A record that passes is read whole as before; so is one of a valid shape, whose
+    remaining checks (topic, body) need the bytes.
+    """
+    file_offset = offset - base
+    head_length = min(size, HEADER_BYTES_MAX)
+    head = pread_segment(fd, path, file_offset, head_length)
+    total = fmt.I32.unpack_from(head, 0)[0]
+    if expect_size is not None and total != expect_size:  # what Decoder.decode checks first on this path
+        raise CorruptionError(f"a ConsumeQueue unit says {expect_size} bytes, the record there has TOTALSIZE "
+                              f"{total}", path=path, offset=offset, rule="consumequeue.matches-log")
+    image = np.zeros(size + BUFFER_PAD_BYTES, dtype=np.uint8)
+    image[:head_length] = head[:head_length]
+    tail_at = _topic_length_at(head)
+    for start, stop in ((tail_at, tail_at + TAIL_BYTES_MAX), (size - LAST_BYTES, size)):
+        start, stop = max(start, head_length), min(stop, size)
+        if start < stop:
+            pread_segment(fd, path, file_offset + start, stop - start, out=image, out_at=start)
+    if FastLayout(image, np.zeros(1, dtype=np.int64), np.array([offset], dtype=np.int64)).fast[0]:
+        return
+    layout = fmt.locate(image, 0, segment_end - offset, offset, path=path)
+    fmt.check_crcs(image, layout, 0, offset, required=False, check_crc=False, path=path)
+
+
+def _topic_length_at(head: np.ndarray) -> int:
+    """Where a record's TOPICLENGTH lies by its header: after the body, whose length follows the two hosts
+    (8 or 20 bytes each by SYSFLAG; format.py's table)."""
+    sys_flag = fmt.I32.unpack_from(head, fmt.OFFSET_SYS_FLAG)[0]
+    wide_hosts = bool(sys_flag & fmt.SYS_FLAG_BORNHOST_V6) + bool(sys_flag & fmt.SYS_FLAG_STOREHOST_V6)
+    body_length_at = fmt.OFFSET_BODY_LENGTH + wide_hosts * (fmt.HOST_V6_LENGTH - fmt.HOST_V4_LENGTH)
+    return body_length_at + 4 + fmt.I32.unpack_from(head, body_length_at)[0]
 
 
 def _read_queue_slices(decoder: Decoder, partition: QueuePartition):
@@ -187,6 +236,9 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
             gaps = offsets[at + 1:] - ends[at:-1]
             budget = np.cumsum(sizes[at:])
             stop = at + max(int(np.searchsorted(budget, READ_CHUNK_BYTES, side="right")), 1)
+            if int(sizes[at]) > READ_CHUNK_BYTES:  # a record read alone
+                check_unread_record(fd, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
+                                    expect_size=int(sizes[at]))
             run_breaks = np.flatnonzero(gaps[:stop - at - 1] > QUEUE_GAP_BYTES) + at + 1
             run_starts = np.concatenate(([at], run_breaks))
             run_stops = np.concatenate((run_breaks, [stop]))
@@ -262,6 +314,10 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
             elif state == NEXT_MORE and following == 0:  # one record larger than a read chunk
                 want_min = _record_size(buf, want, 0)
                 assert want_min > want, (want_min, want)  # else locate_records would have returned it
+                try:
+                    check_unread_record(fd, path, base, position, want_min, segment_end)
+                except CorruptionError:
+                    end = position  # what _structure_valid would find once the record is read
             else:
                 want_min = 0
                 position += following

@@ -26,8 +26,8 @@ def _log(directory, *, write_through: bool) -> CommitLog:
 
 
 def _patch_pwrite(monkeypatch, writer: str, replacement) -> None:
-    """Put `replacement(fd, data, position)` where the write-through append writes: the compiled write_at
-    (which keeps the GIL) or os.pwrite (the pure-Python path, also when the core is not built)."""
+    """Put `replacement(fd, data, position)` where the write-through append writes: the compiled write_at (which
+    lets go of the GIL, as os.pwrite does) or os.pwrite (the pure-Python path, also when the core is not built)."""
     if writer == "write_at":
         if commitlog_module.NATIVE is None:
             pytest.skip("the compiled core is not built or MQSTORE_NATIVE=0")
