@@ -67,7 +67,15 @@ from mqstore.store.dispatch_process import ProcessDispatch, stop_leftover
 from mqstore.store.index_queries import IndexFlushable, IndexLookups, checkpoint_logical_flush
 from mqstore.store.markers import ABORT_FILE_NAME, remove_marker, write_marker
 from mqstore.store.reads import Reads
-from mqstore.store.recovery import RecoveryCase, RecoveryReport, dispatch_start, note_queue_rebuilt, recover
+from mqstore.store.recovery import (
+    RecoveryCase,
+    RecoveryReport,
+    checkpoint_damage_noted,
+    dispatch_start,
+    note_checkpoint_damage,
+    note_queue_rebuilt,
+    recover,
+)
 from mqstore.store.repair import Salvage
 from mqstore.store.retention import Retention
 from mqstore.store.settings import resolve_config, saved_settings_damage
@@ -234,7 +242,8 @@ class MessageStore(Reads, IndexLookups):
         self._mark = DispatchedMark(mark_path(root))
         self._mark.publish(0)
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
-                         repair=self._repair, check_crc=config.check_crc_on_recover, salvage=self._salvage)
+                         repair=self._repair, check_crc=config.check_crc_on_recover, salvage=self._salvage,
+                         checkpoint_damage=self._checkpoint_damage)
         self._note_engine_cases(report)
         salvage = self._salvage
         if salvage is not None and salvage.directory is not None:  # also when only the settings file was set aside
@@ -363,15 +372,28 @@ class MessageStore(Reads, IndexLookups):
                               path=os.path.join(self.root_dir, "consumequeue"), rule="consumequeue.dense")
 
     def _open_checkpoint(self) -> Checkpoint:
-        """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log."""
-        self._checkpoint_replaced = False
+        """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log. A corrupt
+        one, a missing one while the log has segments (it is made before the first), or one an earlier open
+        found so (the marker of recovery.note_checkpoint_damage) is named in `_checkpoint_damage`: recovery
+        cannot tell how far the log was flushed (recovery.py, CRASH_CORRUPT)."""
+        root = self.root_dir
+        path = os.path.join(root, CHECKPOINT_FILE_NAME)
+        damage = "an earlier open found it damaged" if checkpoint_damage_noted(root) else None
+        if damage is None and not os.path.exists(path) and _has_segments(self._commitlog.directory):
+            damage = "the checkpoint file is missing"
         try:
-            return Checkpoint.open(self.root_dir, writable=True)
+            checkpoint = Checkpoint.open(root, writable=True)
         except CorruptionError as exc:
-            log.warning("replacing the corrupt checkpoint of %s: %s", self.root_dir, exc)
-            self._checkpoint_replaced = True
-            os.unlink(os.path.join(self.root_dir, CHECKPOINT_FILE_NAME))
-            return Checkpoint.open(self.root_dir, writable=True)
+            log.warning("replacing the corrupt checkpoint of %s: %s", root, exc)
+            damage = f"the checkpoint was corrupt: {exc}"
+            note_checkpoint_damage(root)  # before the evidence goes: an open that then fails leaves the marker
+            os.unlink(path)
+            checkpoint = Checkpoint.open(root, writable=True)
+        if damage is not None:
+            note_checkpoint_damage(root)
+        self._checkpoint_replaced = damage is not None
+        self._checkpoint_damage = damage
+        return checkpoint
 
     def _start_flush_services(self) -> None:
         config = self.config

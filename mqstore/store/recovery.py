@@ -19,11 +19,16 @@ no `abort` marker; a record breaks the format rule, or    | CLEAN_CORRUPT      |
   (the process died, the page cache survived)             |                    |
 `abort` marker; the walk stops at a bad record, or at     | CRASH_TORN_TAIL    | cut the log there (zero the rest of
   zeros with written bytes after them, at or past the     |                    | the segment, delete later segments);
-  checkpoint's flushed offset (or, for a 4.x checkpoint,  |                    | cut queues and index; re-dispatch
-  after the last message it says was flushed)             |                    |
-  (power lost before unflushed pages reached the disk)    |                    |
+  checkpoint's flushed offset (or, for a 4.x checkpoint,  |                    | cut queues and index; re-dispatch;
+  after the last message it says was flushed); with a     |                    | the report names the valid records
+  replaced checkpoint, only where no valid record follows |                    | the cut dropped (dropped_messages,
+  (power lost before unflushed pages reached the disk)    |                    | dropped_offset_first/_last)
 `abort` marker; the walk stops (a bad record, zeros) below| CRASH_CORRUPT      | CorruptionError; repair=True: cut the
-  the checkpoint's flushed offset (flushed bytes damaged) |                    | log there (see Repair)
+  the checkpoint's flushed offset (flushed bytes damaged),|                    | log there (see Repair)
+  or anywhere with valid records after it while the       |                    |
+  checkpoint was replaced (CHECKPOINT_REPLACED: nothing   |                    |
+  says how far the log was flushed, so nothing says the   |                    |
+  damage lies past the flush)                             |                    |
 a segment file longer than the segment size (bytes        | SEGMENT_TOO_LONG   | CorruptionError (file size);
   appended to it)                                         |   (per file)       | repair=True: keep the extra bytes in
                                                           |                    | the repair folder, cut them
@@ -41,7 +46,11 @@ a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      |
   log), or dispatch finds it ends before entries the log  |                    |
   holds, or its first file is missing while the log still |                    |
   holds messages of it (not retention: that deletes a     |                    |
-  queue file only once all its messages are gone)         |                    |
+  queue file only once all its messages are gone), or an  |                    |
+  entry of a walked record names another position or size |                    |
+  (a file of another queue), or it has entries past its   |                    |
+  last message in the walked log (derived data naming     |                    |
+  records not its own is rebuilt, never kept)             |                    |
 a ConsumeQueue has entries for records past the end of a  | QUEUE_TRUNCATED    | drop those entries
   crashed (or repaired) log                               |   (per queue)      |
 the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
@@ -57,8 +66,12 @@ no `abort` marker; an index file's header disagrees with  | INDEX_INCONSISTENT |
   its entries or its place (rules 7, 8: a zeroed tail     |                    | at the first bad entry, delete later
   under a header counting it, an older file not full), or |                    | files; cut where no message starts;
   the index ends where no message starts                  |                    | re-dispatch the rest
-a corrupt checkpoint                                      | CHECKPOINT_REPLACED| replace it with zeros: scan everything
-                                                          |                    | (engine)
+a corrupt checkpoint (rules 1-2 of flush/checkpoint.py), | CHECKPOINT_REPLACED| replace it with zeros: scan everything
+  one with bytes past its fields that are not zero, a time|                    | (engine, or here); after a crash,
+  past the year 9999, an offset past the log's files, or a|                    | damage followed by valid records is
+  flushed offset inside a record; a missing one while the |                    | CRASH_CORRUPT, not a torn tail. The
+  log has segments (it is made before the first); or the  |                    | marker `checkpoint.damaged` says so
+  marker an open that found one so left                   |                    | until a recovery completes
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
 after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
@@ -95,7 +108,8 @@ from mqstore.commitlog.commitlog import CommitLog
 from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
-from mqstore.flush.checkpoint import Checkpoint
+from mqstore.flush.checkpoint import CHECKPOINT_DTYPE, Checkpoint
+from mqstore.store.markers import remove_marker, write_marker
 from mqstore.store.repair import count_dropped
 
 log = logging.getLogger(__name__)
@@ -104,6 +118,8 @@ RECOVERY_BATCH_RECORDS = 65_536  # records decoded at once while walking the log
 CLEAN_STOP_SEGMENTS_CHECKED = 3  # RocketMQ checks the last three files after a clean stop
 INDEX_RESUME_CHECKS_MAX = 16  # cuts of the index at an end where no message starts, before it is rebuilt whole
 SCAN_CHUNK_BYTES = 1 << 20  # bytes looked at per step when searching a segment's tail for data
+CHECKPOINT_DAMAGED_FILE_NAME = "checkpoint.damaged"  # marker: found damaged, no recovery completed since
+CHECKPOINT_TIME_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: a later checkpoint time is damage
 
 
 class RecoveryCase(StrEnum):
@@ -186,15 +202,24 @@ def note_queue_rebuilt(report: RecoveryReport, topic: str, queue_id: int) -> Non
 
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
-            repair: bool, check_crc: bool, salvage=None) -> RecoveryReport:
+            repair: bool, check_crc: bool, salvage=None, checkpoint_damage: str | None = None) -> RecoveryReport:
     """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's, from
-    `dispatch_start(report, ...)`. `salvage` (mqstore.store.repair.Salvage, with repair) keeps what a cut drops."""
+    `dispatch_start(report, ...)`. `salvage` (mqstore.store.repair.Salvage, with repair) keeps what a cut drops.
+    `checkpoint_damage` says why the checkpoint was replaced by zeros (corrupt, or missing while the log has
+    segments), if it was: it then cannot tell how far the log was flushed."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
+    if checkpoint_damage is None:
+        checkpoint_damage = _checkpoint_inconsistent(checkpoint, commitlog)
+        if checkpoint_damage is not None:
+            _forget_checkpoint(checkpoint, checkpoint_damage)
+    if checkpoint_damage is not None:
+        report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
     ends = {key: queue.max_offset for key, queue in queues.queues.items()}
-    _recover_log(commitlog, checkpoint, queues, report, crashed=crashed, repair=repair, check_crc=check_crc,
-                 with_index=index is not None, queue_ends=ends, salvage=salvage)
-    _recover_queues(commitlog, queues, report, crashed=crashed)
+    walked = _recover_log(commitlog, checkpoint, queues, report, crashed=crashed, repair=repair, check_crc=check_crc,
+                          with_index=index is not None, queue_ends=ends, salvage=salvage,
+                          checkpoint_damage=checkpoint_damage)
+    _recover_queues(commitlog, queues, report, crashed=crashed, walked=walked)
     _rebuild_queues_missing_first_files(commitlog, queues, report)
     if report.queues_rebuilt:
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
@@ -202,6 +227,8 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
         checkpoint.flush()
     if index is not None:
         _recover_index(commitlog, index, checkpoint, report, crashed=crashed)
+    if report.checkpoint_case is RecoveryCase.CHECKPOINT_REPLACED:
+        remove_marker(os.path.join(os.path.dirname(checkpoint.mapped.path), CHECKPOINT_DAMAGED_FILE_NAME))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -322,19 +349,32 @@ def _scan_start(commitlog: CommitLog, checkpoint: Checkpoint, *, crashed: bool, 
     return start
 
 
+class WalkedQueues:
+    """What the walk of the log saw of each queue: the entry count the walked records end at, and the queues
+    whose entries name other records than the walked ones (another queue's, or another position)."""
+
+    def __init__(self):
+        self.ends: dict[tuple[str, int], int] = {}
+        self.mismatched: dict[tuple[str, int], str] = {}
+
+
 def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQueueTable, report: RecoveryReport, *,
-                 crashed: bool, repair: bool, check_crc: bool, with_index: bool, queue_ends: dict, salvage) -> None:
+                 crashed: bool, repair: bool, check_crc: bool, with_index: bool, queue_ends: dict, salvage,
+                 checkpoint_damage: str | None) -> WalkedQueues:
+    walked = WalkedQueues()
     if salvage is not None:
         _note_file_cases(report, salvage, commitlog.segment_size_bytes)
     last = commitlog.segments.last()
     if last is None:
         report.case = RecoveryCase.NEW_STORE
-        return
+        return walked
     # repair walks the whole log: damage anywhere is cut, not only in the segments a normal open checks
     start = commitlog.min_offset() if repair else _scan_start(commitlog, checkpoint, crashed=crashed,
                                                                with_index=with_index)
     report.scan_start = start
     limit = last.base_offset + last.size_bytes
+    flushed = checkpoint.physic_flushed_offset
+    flushed_checked = flushed <= start
     offset = start
     last_valid_time = 0
     error: CorruptionError | None = None
@@ -345,6 +385,12 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
             last_valid_time = int(batch.store_timestamps_ms[-1])
             if report.replay_from is None:
                 report.replay_from = _first_missing_from_queues(batch, queue_ends, report)
+            _note_queue_ends(batch, walked)
+            if repair or checkpoint_damage is not None:  # every entry (else the last of each queue, below)
+                _check_queue_entries(batch, queues, walked)
+            if not flushed_checked and flushed <= batch.end_offset:
+                flushed_checked = True
+                checkpoint_damage = checkpoint_damage or _flushed_offset_inside_a_record(batch, checkpoint, report)
         if batch.error is not None:
             error = batch.error
             offset = batch.end_offset
@@ -359,9 +405,12 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
         error = _log_goes_on(commitlog, checkpoint, queues, end, written_end, crashed=crashed,
                              last_valid_time=last_valid_time,
                              gap_after=salvage.gap_after if salvage is not None else None)
+    torn = error is not None and crashed and _after_durable_point(checkpoint, end, last_valid_time)
+    if torn and checkpoint_damage is not None and written_end > end:
+        error, torn = _valid_records_after(commitlog, queues, end, salvage, error, checkpoint_damage)
     if error is None:
         report.case = RecoveryCase.CRASH_CLEAN_TAIL if crashed else RecoveryCase.CLEAN
-    elif crashed and _after_durable_point(checkpoint, end, last_valid_time):
+    elif torn:
         report.case = RecoveryCase.CRASH_TORN_TAIL
         report.corruption = str(error)
     else:
@@ -374,6 +423,98 @@ def _recover_log(commitlog: CommitLog, checkpoint: Checkpoint, queues: ConsumeQu
     _cut_log(commitlog, queues, end, written_end, report, salvage)
     report.log_end = end
     checkpoint.reset_flushed_offset(end)
+    return walked
+
+
+def _flushed_offset_inside_a_record(batch, checkpoint: Checkpoint, report: RecoveryReport) -> str | None:
+    """Row CHECKPOINT_REPLACED when the checkpoint's flushed offset, which `batch` covers, falls inside one of its
+    records (a flush ends between records): why, or None."""
+    flushed = checkpoint.physic_flushed_offset
+    if flushed == batch.end_offset or np.any(batch.commitlog_offsets == flushed) or \
+            np.any(batch.commitlog_offsets + batch.sizes == flushed):
+        return None
+    damage = f"its flushed offset {flushed} lies inside a record of the log"
+    _forget_checkpoint(checkpoint, damage)
+    report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
+    return damage
+
+
+def _valid_records_after(commitlog: CommitLog, queues: ConsumeQueueTable, end: int, salvage,
+                         error: CorruptionError, checkpoint_damage: str) -> tuple[CorruptionError, bool]:
+    """(error, torn) for a crash whose checkpoint cannot tell how far the log was flushed and whose walk stopped
+    at `end` with bytes written after it: valid records there say the log goes on (not torn, an error that
+    names them); none, a torn tail."""
+    count, first, last = count_dropped(commitlog, queues, end, salvage)
+    if not count:
+        return error, True
+    return _with_reason(error, f"{count} valid records follow it (commitlog offsets {first}..{last}) and the "
+                               f"checkpoint cannot tell how far the log was flushed ({checkpoint_damage})"), False
+
+
+def _with_reason(error: CorruptionError, reason: str) -> CorruptionError:
+    """`error` with `reason` added to its message (same file, offset, rule and flags)."""
+    text = str(error)
+    if error.path is not None:
+        text = text.removesuffix(f" (file {error.path}, offset {error.offset})" if error.offset is not None
+                                 else f" (file {error.path})")
+    return CorruptionError(f"{text}; {reason}", path=error.path, offset=error.offset, rule=error.rule,
+                           length_sound=error.length_sound, not_a_record=error.not_a_record)
+
+
+def checkpoint_fields_damage(checkpoint: Checkpoint) -> CorruptionError | None:
+    """What no writer of a checkpoint leaves, in one that kept its own rules (flush/checkpoint.py), or None:
+    bytes past its fields that are not zero (mqstore and RocketMQ write only the fields; `checkpoint.reserved`)
+    or a time past the year 9999 (`checkpoint.time`). Used by recovery and by `mqstore verify`."""
+    raw = checkpoint.mapped.array
+    path = checkpoint.mapped.path
+    if raw[CHECKPOINT_DTYPE.itemsize :].any():
+        position = CHECKPOINT_DTYPE.itemsize + int(np.flatnonzero(raw[CHECKPOINT_DTYPE.itemsize :])[0])
+        return CorruptionError("bytes past the checkpoint's fields are not zero", path=path, offset=position,
+                               rule="checkpoint.reserved")
+    for name, value in (("physic_msg_timestamp", checkpoint.physic_msg_timestamp_ms),
+                        ("logics_msg_timestamp", checkpoint.logics_msg_timestamp_ms),
+                        ("index_msg_timestamp", checkpoint.index_msg_timestamp_ms)):
+        if value > CHECKPOINT_TIME_MS_MAX:
+            return CorruptionError(f"the checkpoint's {name} {value} lies past the year 9999", path=path,
+                                   offset=CHECKPOINT_DTYPE.fields[name][1], rule="checkpoint.time")
+    return None
+
+
+def _checkpoint_inconsistent(checkpoint: Checkpoint, commitlog: CommitLog) -> str | None:
+    """Why a checkpoint that kept its own rules cannot be what mqstore or RocketMQ wrote, or None: the damage
+    `checkpoint_fields_damage` finds, or an offset past the end of the log's files. (Its flushed offset is also
+    checked against the records while the log is walked: it must fall between two of them.)"""
+    damage = checkpoint_fields_damage(checkpoint)
+    if damage is not None:
+        return str(damage)
+    last = commitlog.segments.last()
+    files_end = last.base_offset + last.size_bytes if last is not None else 0
+    for name, value in (("physic_flushed_offset", checkpoint.physic_flushed_offset),
+                        ("index_flushed_end", checkpoint.index_flushed_end)):
+        if value > files_end:
+            return f"its {name} {value} lies past the end of the log's files, {files_end}"
+    return None
+
+
+def _forget_checkpoint(checkpoint: Checkpoint, reason: str) -> None:
+    """Row CHECKPOINT_REPLACED for a checkpoint recovery found inconsistent: all zeros, as a replaced one (the
+    marker first, so that an open that fails after this still knows the zeros are not a new store's)."""
+    root = os.path.dirname(checkpoint.mapped.path)
+    log.warning("replacing the checkpoint of %s: %s", root, reason)
+    note_checkpoint_damage(root)
+    checkpoint.mapped.array[:] = 0
+    checkpoint.flush()
+
+
+def note_checkpoint_damage(root: str) -> None:
+    """Leave the marker saying the checkpoint was found damaged (and replaced by zeros, which alone would read
+    as "nothing flushed yet"), until a recovery completes."""
+    write_marker(os.path.join(root, CHECKPOINT_DAMAGED_FILE_NAME))
+
+
+def checkpoint_damage_noted(root: str) -> bool:
+    """Whether an open found the checkpoint damaged and no recovery has completed since."""
+    return os.path.exists(os.path.join(root, CHECKPOINT_DAMAGED_FILE_NAME))
 
 
 def _cut_log(commitlog: CommitLog, queues: ConsumeQueueTable, end: int, written_end: int, report: RecoveryReport,
@@ -493,6 +634,85 @@ def _first_missing_from_queues(batch, queue_ends: dict, report: RecoveryReport) 
     return int(batch.commitlog_offsets[missing[0]]) if len(missing) else None
 
 
+def _dense_queue_keys(batch):
+    """(rows with a queue entry, a dense key per record, a function from key to (topic, queue id)): the records
+    that are not transaction-prepared or rolled back (those never get an entry) and _queue_keys numbered densely."""
+    transaction = batch.sys_flags & fmt.SYS_FLAG_TRANSACTION_MASK
+    counted = np.flatnonzero((transaction != fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE)
+                             & (transaction != fmt.SYS_FLAG_TRANSACTION_ROLLBACK_TYPE))
+    keys, width, low = _queue_keys(batch)
+    distinct = None
+    if width == 1 << 32:  # a span of queue ids too wide to number densely: number the distinct keys
+        distinct, keys = np.unique(keys, return_inverse=True)
+
+    def name(key: int) -> tuple[str, int]:
+        dense = int(distinct[key]) if distinct is not None else key
+        return batch.topic_names[dense // width], dense % width + low
+
+    return counted, keys, name
+
+
+def _note_queue_ends(batch, walked: WalkedQueues) -> None:
+    """The entry count each queue's walked records end at (its last record's queue offset + 1)."""
+    counted, keys, name = _dense_queue_keys(batch)
+    if not len(counted):
+        return
+    last_row = np.full(int(keys.max()) + 1, -1, dtype=np.int64)
+    last_row[keys[counted]] = counted  # the last write wins: each queue's last record in the batch
+    for key in np.flatnonzero(last_row >= 0).tolist():
+        queue = name(key)
+        walked.ends[queue] = max(walked.ends.get(queue, 0), int(batch.queue_offsets[last_row[key]]) + 1)
+
+
+def _check_queue_entries(batch, queues: ConsumeQueueTable, walked: WalkedQueues) -> None:
+    """Compare the entry of every record in `batch` with the record: an entry that names another position or
+    size (a queue file of another queue, or damaged units that keep the rules) marks its queue for a rebuild.
+    Vectorised without sorting: a queue's records in a batch hold consecutive queue offsets, so one read of units
+    per distinct queue (from its first record's queue offset to its last's) and one gather check them all."""
+    counted, keys, name = _dense_queue_keys(batch)
+    if not len(counted):
+        return
+    key_count = int(keys.max()) + 1
+    first_row = np.full(key_count, -1, dtype=np.int64)
+    first_row[keys[counted][::-1]] = counted[::-1]  # the last write wins: each queue's first record in the batch
+    last_row = np.full(key_count, -1, dtype=np.int64)
+    last_row[keys[counted]] = counted
+    queue_offsets = batch.queue_offsets
+    read_first = np.zeros(key_count, dtype=np.int64)
+    read_stop = np.zeros(key_count, dtype=np.int64)  # [read_first, read_stop): the units read, at `at[key]`
+    at = np.zeros(key_count, dtype=np.int64)
+    parts, position = [], 0
+    for key in np.flatnonzero(last_row >= 0).tolist():
+        queue_name = name(key)
+        queue = queues.queues.get(queue_name)
+        if queue is None or queue_name in walked.mismatched:
+            continue
+        start = max(int(queue_offsets[first_row[key]]), queue.min_offset)
+        stop = min(int(queue_offsets[last_row[key]]) + 1, queue.max_offset)
+        if not 0 < stop - start <= len(keys):  # more entries than records: queue offsets out of order, unchecked
+            continue
+        try:
+            units = queue.read(start, stop - start)
+        except CorruptionError as exc:
+            walked.mismatched[queue_name] = str(exc)
+            continue
+        read_first[key], read_stop[key], at[key] = start, start + len(units), position
+        parts.append(units)
+        position += len(units)
+    if not parts:
+        return
+    units = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    rows = counted[(queue_offsets[counted] >= read_first[keys[counted]])
+                   & (queue_offsets[counted] < read_stop[keys[counted]])]
+    where = at[keys[rows]] + queue_offsets[rows] - read_first[keys[rows]]
+    wrong = rows[(units["commitlog_offset"][where] != batch.commitlog_offsets[rows])
+                 | (units["size"][where] != batch.sizes[rows])]
+    for row in wrong.tolist():
+        walked.mismatched.setdefault(name(int(keys[row])), f"entry {int(queue_offsets[row])} does not name its "
+                                                           f"record at commitlog offset "
+                                                           f"{int(batch.commitlog_offsets[row])}")
+
+
 def _after_durable_point(checkpoint: Checkpoint, bad_offset: int, last_valid_time: int) -> bool:
     """Whether a bad record at `bad_offset` lies where a crash may have left unflushed bytes.
 
@@ -558,7 +778,8 @@ def _data_extents(fd: int | None, low: int, high: int):
         position = stop
 
 
-def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport, *, crashed: bool) -> None:
+def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport, *, crashed: bool,
+                    walked: WalkedQueues) -> None:
     for (topic, queue_id), error in list(queues.corrupt.items()):
         log.warning("rebuilding consume queue %s/%d from the CommitLog: %s", topic, queue_id, error)
         queues.remove(topic, queue_id)
@@ -578,7 +799,18 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
         if dropped:
             report.queue_entries_dropped += dropped
             report.queue_cases[f"{topic}/{queue_id}"] = RecoveryCase.QUEUE_TRUNCATED
-        if crashed and queue.max_offset > queue.min_offset and not _last_entry_matches(commitlog, queue):
+        walked_end = walked.ends.get((topic, queue_id))
+        why = walked.mismatched.get((topic, queue_id))
+        if why is None and walked_end is not None and queue.max_offset > walked_end:
+            why = f"it has {queue.max_offset - walked_end} entries past its last message in the log"
+        if why is not None:
+            # Derived data naming records that are not its own: rebuilt, never kept (repair appends after it).
+            log.warning("rebuilding consume queue %s/%d: %s", topic, queue_id, why)
+            queues.remove(topic, queue_id)
+            note_queue_rebuilt(report, topic, queue_id)
+            continue
+        if (crashed or report.case != RecoveryCase.CLEAN) and queue.max_offset > queue.min_offset \
+                and not _last_entry_matches(commitlog, queue):
             log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)
             queues.remove(topic, queue_id)
             note_queue_rebuilt(report, topic, queue_id)

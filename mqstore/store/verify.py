@@ -17,6 +17,10 @@ Everything here maps files read-only, takes no lock and writes nothing, so it ma
         first break in each file is reported). With index_enabled=False, or index files of another size than the
         config's index_slot_count and index_entry_count_max make (written with other settings, which the
         command line can give), they are not checked and the report says why (`index_not_checked`).
+    (7) the checkpoint is there when the log has segments (`checkpoint.missing`), keeps rules 1-2 of
+        flush/checkpoint.py, and holds nothing a writer never leaves (mqstore/store/recovery.py's
+        checkpoint_fields_damage: bytes past its fields, a time past the year 9999). A crash recovery could not
+        tell from it how far the log was flushed.
 
 At most VERIFY_PROBLEMS_MAX problems are kept; the rest are counted. A problem is a CorruptionError carrying
 the file and the byte position inside it (commitlog/errors.py).
@@ -34,10 +38,12 @@ from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError, Store
 from mqstore.commitlog.segments import SegmentList
 from mqstore.consumequeue import format as cqf
 from mqstore.consumequeue.consume_queue import ConsumeQueue
+from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from mqstore.indexfile import format as index_format
 from mqstore.indexfile.index_service import IndexService
 from mqstore.store.config import RECORD_CRC_FROM_KEY, StoreConfig, save_or_check_format
 from mqstore.store.index_queries import check_index_sizes
+from mqstore.store.recovery import checkpoint_fields_damage
 
 INDEX_DISABLED = "the config has index_enabled=False"
 VERIFY_PROBLEMS_MAX = 100  # problems a report keeps (the rest are only counted)
@@ -299,11 +305,32 @@ def verify_store(root, config: StoreConfig, make_progress=_no_progress) -> Verif
         finally:
             progress.close()
         _check_index(os.path.join(root, "index"), config, report)
+        _check_checkpoint(root, segments, report)
     finally:
         for queue in queues:
             queue.close()
         segments.close()
     return report
+
+
+def _check_checkpoint(root: str, segments: SegmentList, report: VerifyReport) -> None:
+    """(7): the checkpoint."""
+    try:
+        checkpoint = Checkpoint.open(root, writable=False)
+    except CorruptionError as exc:
+        report.add(exc)
+        return
+    if checkpoint is None:
+        if segments.segments:
+            report.add(CorruptionError("the checkpoint is missing while the log has segments",
+                                       path=os.path.join(root, CHECKPOINT_FILE_NAME), rule="checkpoint.missing"))
+        return
+    try:
+        damage = checkpoint_fields_damage(checkpoint)
+        if damage is not None:
+            report.add(damage)
+    finally:
+        checkpoint.close()
 
 
 def _check_index(directory: str, config: StoreConfig, report: VerifyReport) -> None:

@@ -12,8 +12,10 @@ What must survive: SYNC, every put that returned PUT_OK before the crash point; 
 before a store.flush() that returned before it; under the "live" policy (a process kill: the page cache
 survives), every acknowledged put in both modes. Round 2 adds every message round 2's open kept.
 
-Run with `pytest -s` to see the counts. `MQSTORE_LONG_CRASH_SWEEP=1` runs the long sweep (many more runs, crash
-points and images per point: tens of minutes).
+Run with `pytest -s` to see the counts. `MQSTORE_LONG_CRASH_SWEEP=1` runs the long sweep (more crash points and
+images per point, and runs added round after round until it has made IMAGES_LONG_MIN images: how many crash
+points a run yields follows the writer's timing, so the count of runs does not fix the count of images; tens of
+minutes). It fails, with its counts, if the machine is too slow to make them within LONG_SWEEP_SECONDS_MAX.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from tests.crash.checks import (
 from tests.crash.simulator import PAGE_SIZE_BYTES, POLICIES, FlushRecorder, ImageStats, image_files, write_tree
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
-RUNS = 9 if LONG else 2  # per scenario: the long sweep makes about 11,000 images (4 x 9 x 20 points x 8 x 2 rounds)
-IMAGES_LONG_MIN = 10_000  # what the long sweep must reach
+RUNS = 9 if LONG else 2  # per scenario, at least (about 4 x 9 x 20 points x 8 x 2 rounds = 11,500 images when long)
+IMAGES_LONG_MIN = 10_000  # what the long sweep makes: it adds rounds of runs (one per scenario) until it has them
+RUNS_LONG_MAX = 60  # per scenario: the long sweep's bound on rounds (a run makes 1 to 2 x 22 x 8 images)
+LONG_SWEEP_SECONDS_MAX = 2.5 * 3600  # no round starts after this: the sweep then fails with its counts
 OPS_PER_RUN = 600 if LONG else 320  # puts (or batches) over both producers
 POINTS_PER_RUN = 20 if LONG else 6
 EXTRA_MIXED_IMAGES = 4 if LONG else 1  # more "mixed" images per point, each its own random choices
@@ -240,24 +244,37 @@ def run_scenario(sweep: Sweep, mode: FlushMode, index: bool, run_seed: int, work
 SCENARIOS = [(FlushMode.SYNC, False), (FlushMode.SYNC, True), (FlushMode.ASYNC, False), (FlushMode.ASYNC, True)]
 
 
+done_seconds: list[float] = []  # the sweep's wall time, for test_the_sweep_ran's message
+
+
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory) -> list[Sweep]:
-    """Every scenario's runs, crash points and images, verified once; the tests below read the outcome."""
-    done = []
-    for scenario_index, (mode, index) in enumerate(SCENARIOS):
+    """Every scenario's runs, crash points and images, verified once; the tests below read the outcome. Runs go in
+    rounds, one run of each scenario a round: RUNS rounds, and when long, more until IMAGES_LONG_MIN images are
+    made (at most RUNS_LONG_MAX rounds, none started after LONG_SWEEP_SECONDS_MAX)."""
+    done, bases, seconds = [], [], []
+    for mode, index in SCENARIOS:
         name = f"{mode.value}{'+index' if index else ''}"
-        base = tmp_path_factory.mktemp(f"crash-images-{name}")
-        sweep = Sweep(name, str(base / "failing-images"))
-        started = time.perf_counter()
-        for run in range(RUNS):
+        bases.append(tmp_path_factory.mktemp(f"crash-images-{name}"))
+        done.append(Sweep(name, str(bases[-1] / "failing-images")))
+        seconds.append(0.0)
+    started = time.perf_counter()
+    run = 0
+    while run < RUNS or (LONG and sum(sweep.images for sweep in done) < IMAGES_LONG_MIN and run < RUNS_LONG_MAX
+                         and time.perf_counter() - started < LONG_SWEEP_SECONDS_MAX):
+        for scenario_index, (mode, index) in enumerate(SCENARIOS):
+            run_started = time.perf_counter()
             run_seed = SEED * 1000 + run * 10 + scenario_index
-            run_dir = base / f"run{run}"
-            run_scenario(sweep, mode, index, run_seed, str(run_dir))
+            run_dir = bases[scenario_index] / f"run{run}"
+            run_scenario(done[scenario_index], mode, index, run_seed, str(run_dir))
             shutil.rmtree(run_dir, ignore_errors=True)
-        print(sweep.summary() + f" seconds={time.perf_counter() - started:.1f}")
+            seconds[scenario_index] += time.perf_counter() - run_started
+        run += 1
+    for sweep, spent in zip(done, seconds):
+        print(sweep.summary() + f" seconds={spent:.1f}")
         if sweep.kept_images:
-            print(f"[crash images {name}] failing images kept under {sweep.failures_dir}")
-        done.append(sweep)
+            print(f"[crash images {sweep.name}] failing images kept under {sweep.failures_dir}")
+    done_seconds.append(time.perf_counter() - started)
     return done
 
 
@@ -275,7 +292,10 @@ def test_the_sweep_ran(sweeps):
           f"{total} images, {sum(s.must_have for s in sweeps)} acknowledged messages checked")
     assert total >= len(SCENARIOS) * RUNS * POINTS_PER_RUN
     if LONG:
-        assert total >= IMAGES_LONG_MIN
+        assert total >= IMAGES_LONG_MIN, (
+            f"the long sweep made {total} of its {IMAGES_LONG_MIN} images in {done_seconds[-1]:.0f} s "
+            f"({sum(s.runs for s in sweeps)} runs): the machine is too slow (or too loaded) to make them within "
+            f"LONG_SWEEP_SECONDS_MAX = {LONG_SWEEP_SECONDS_MAX:.0f} s or RUNS_LONG_MAX = {RUNS_LONG_MAX} rounds")
     assert all(sweep.cases.get("CRASH_TORN_TAIL") for sweep in sweeps)  # the images do tear the log
 
 

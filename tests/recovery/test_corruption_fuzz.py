@@ -1,16 +1,20 @@
 """A seeded corruption fuzz of whole stores: damage a copy of a store, open it plainly, then with repair=True.
 
-Two base stores of BASE_MESSAGES messages in 64 KiB segments: one stopped cleanly, one copied while its writer
-ran after a flush (a crash). Each trial damages a copy with 1-3 random corruptions of random files (bit flips,
-truncation, a zeroed page, an overwritten range, a deleted file, appended garbage, two ConsumeQueue files
-swapped, the saved settings damaged) and asserts:
+Two base stores of BASE_MESSAGES messages of two topics in random queues, in 64 KiB segments: one stopped
+cleanly, one copied while its writer ran after a flush (a crash). Each trial damages a copy with 1-3 random
+corruptions of random files (bit flips, truncation, a zeroed page, an overwritten range, a deleted file,
+appended garbage, two ConsumeQueue files swapped (often two of the same name: entries naming another queue's
+records), the saved settings damaged, the checkpoint damaged); in a third of the crashed base's trials the
+checkpoint is damaged too, so that a crash meets a checkpoint that cannot tell how far the log was flushed.
+It asserts:
 
 - opening raises nothing but `StoreError`s, plainly or with repair (a hang is stopped by pytest's timeout);
-- no message is ever returned with bytes other than the ones put;
-- a plain open that succeeds keeps every message whose record bytes are intact (`read_at` returns it);
-- a repaired store keeps every intact message below its new end, reopens with case CLEAN, takes puts and
-  reopens CLEAN again; its report counts no more messages than lay past the cut and at least those a walk
-  from a segment's start reaches, and names the last of them;
+- no message is ever returned with bytes other than the ones put, nor by a get of another queue;
+- a plain open that succeeds keeps every message whose record bytes are intact (`read_at` returns it): no
+  damage is taken for the end of the log, whatever happened to the checkpoint;
+- a repaired store keeps every intact message below its new end, reopens with a plain open and case CLEAN
+  (nothing left to rebuild), takes puts and reopens CLEAN again; its report counts no more messages than lay
+  past the cut and at least those a walk from a segment's start reaches, and names the last of them;
 - nothing cut by repair is destroyed: every intact message past the cut is in the repair folder, byte for
   byte at its place.
 
@@ -36,10 +40,14 @@ FUZZ_TRIALS = 40  # per base store, in the default run (about 30 s for both)
 FUZZ_TRIALS_LONG = 1500
 SEED = int(os.environ.get("MQSTORE_FUZZ_SEED", "20261125"))
 BASE_MESSAGES = 1500
+TOPICS = ("t", "u")
 QUEUES = 3
+CHECKPOINT_DAMAGE_SHARE = 1 / 3  # of the crashed base's trials: the checkpoint is damaged as well
+CHECKPOINT_DAMAGES = ("truncate", "overwrite", "bit flips", "delete", "append")
 SEGMENT = 64 * 1024
 PAGE = 4096
-DAMAGES = ("bit flips", "truncate", "zero page", "overwrite", "delete", "append", "swap queue files", "settings")
+DAMAGES = ("bit flips", "truncate", "zero page", "overwrite", "delete", "append", "swap queue files", "settings",
+           "checkpoint")
 
 pytestmark = pytest.mark.timeout(3 * 3600 if LONG else 600)
 
@@ -59,6 +67,7 @@ class Base:
         self.root = root
         self.crashed = crashed
         self.records: dict[int, tuple[int, bytes]] = {}
+        self.queues: dict[int, tuple[str, int]] = {}  # number -> (topic, queue id)
 
 
 def _make_base(root: pathlib.Path, crashed: bool) -> Base:
@@ -66,7 +75,10 @@ def _make_base(root: pathlib.Path, crashed: bool) -> Base:
     live = root.parent / (root.name + "-live")
     store = MessageStore.open(live, _config())
     try:
-        results = store.put_batch([Message("t", _body(i), queue_id=i % QUEUES) for i in range(BASE_MESSAGES)])
+        rng = random.Random(BASE_MESSAGES)  # the same placement in both bases
+        base.queues = {i: (rng.choice(TOPICS), rng.randrange(QUEUES)) for i in range(BASE_MESSAGES)}
+        results = store.put_batch([Message(base.queues[i][0], _body(i), queue_id=base.queues[i][1])
+                                   for i in range(BASE_MESSAGES)])
         if crashed:
             store.flush()
             assert store.wait_dispatched(30)
@@ -93,53 +105,72 @@ def _files(root: pathlib.Path, part: str) -> list[pathlib.Path]:
     return sorted(p for p in (root / part).rglob("*") if p.is_file())
 
 
-def _damage(root: pathlib.Path, rng: random.Random) -> list[str]:
-    """1-3 random corruptions of random files; what was done, for the failure message."""
+def _damage(root: pathlib.Path, rng: random.Random, checkpoint: bool = False) -> list[str]:
+    """1-3 random corruptions of random files (and one of the checkpoint first, if asked); what was done, for
+    the failure message."""
     done = []
+    if checkpoint:
+        done.append(_damage_file(root, root / "checkpoint", rng.choice(CHECKPOINT_DAMAGES), rng))
     for _ in range(rng.randint(1, 3)):
         kind = rng.choice(DAMAGES)
         files = _files(root, "commitlog") + _files(root, "consumequeue")
         if not files:
             break
-        path = rng.choice(files)
-        size = path.stat().st_size
-        if kind == "bit flips" and size:
-            data = bytearray(path.read_bytes())
-            for _ in range(rng.randint(1, 8)):
-                data[rng.randrange(size)] ^= 1 << rng.randrange(8)
-            path.write_bytes(bytes(data))
-        elif kind == "truncate":
-            os.truncate(path, rng.randrange(size + 1))
-        elif kind == "zero page" and size:
-            start = rng.randrange(0, size, PAGE)
-            with open(path, "r+b") as handle:
-                handle.seek(start)
-                handle.write(bytes(min(PAGE, size - start)))
-        elif kind == "overwrite" and size:
-            start = rng.randrange(size)
-            with open(path, "r+b") as handle:
-                handle.seek(start)
-                handle.write(rng.randbytes(min(rng.randint(1, 2 * PAGE), size - start)))
-        elif kind == "delete":
-            path.unlink()
-        elif kind == "append":
-            with open(path, "ab") as handle:
-                handle.write(rng.randbytes(rng.randint(1, 100)))
-        elif kind == "swap queue files":
-            queue_files = _files(root, "consumequeue")
-            if len(queue_files) >= 2:
-                first, second = rng.sample(queue_files, 2)
-                a, b = first.read_bytes(), second.read_bytes()
-                first.write_bytes(b)
-                second.write_bytes(a)
-                path = first
-        elif kind == "settings":
-            path = root / "config" / "mqstore.json"
-            data = bytearray(path.read_bytes())
-            data[rng.randrange(len(data))] = rng.randrange(256)
-            path.write_bytes(bytes(data))
-        done.append(f"{kind} {path.relative_to(root)}")
+        path = root / "checkpoint" if kind == "checkpoint" else rng.choice(files)
+        if kind == "checkpoint":
+            kind = rng.choice(CHECKPOINT_DAMAGES)
+        done.append(_damage_file(root, path, kind, rng))
     return done
+
+
+def _damage_file(root: pathlib.Path, path: pathlib.Path, kind: str, rng: random.Random) -> str:
+    """One corruption of one file. A checkpoint is never zeroed whole: all zeros is a valid checkpoint (nothing
+    flushed yet, as after a crash before the first flush), which no reader can tell from damage."""
+    if not path.exists():
+        return f"{kind} {path.relative_to(root)} (missing)"
+    size = path.stat().st_size
+    if kind == "bit flips" and size:
+        data = bytearray(path.read_bytes())
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(size)] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data))
+    elif kind == "truncate":
+        os.truncate(path, rng.randrange(size + 1))
+    elif kind == "zero page" and size:
+        start = rng.randrange(0, size, PAGE)
+        with open(path, "r+b") as handle:
+            handle.seek(start)
+            handle.write(bytes(min(PAGE, size - start)))
+    elif kind == "overwrite" and size:
+        start = rng.randrange(size)
+        with open(path, "r+b") as handle:
+            handle.seek(start)
+            handle.write(rng.randbytes(min(rng.randint(1, 2 * PAGE), size - start)))
+    elif kind == "delete":
+        path.unlink()
+    elif kind == "append":
+        with open(path, "ab") as handle:
+            handle.write(rng.randbytes(rng.randint(1, 100)))
+    elif kind == "swap queue files":
+        queue_files = _files(root, "consumequeue")
+        by_name: dict[str, list[pathlib.Path]] = {}
+        for queue_file in queue_files:
+            by_name.setdefault(queue_file.name, []).append(queue_file)
+        shared = [files for files in by_name.values() if len(files) >= 2]
+        if shared and rng.random() < 0.5:  # the same file of two queues: entries naming the other's records
+            queue_files = rng.choice(shared)
+        if len(queue_files) >= 2:
+            first, second = rng.sample(queue_files, 2)
+            a, b = first.read_bytes(), second.read_bytes()
+            first.write_bytes(b)
+            second.write_bytes(a)
+            path = first
+    elif kind == "settings":
+        path = root / "config" / "mqstore.json"
+        data = bytearray(path.read_bytes())
+        data[rng.randrange(len(data))] = rng.randrange(256)
+        path.write_bytes(bytes(data))
+    return f"{kind} {path.relative_to(root)}"
 
 
 def _intact(root: pathlib.Path, base: Base) -> dict[int, tuple[int, bytes]]:
@@ -160,11 +191,11 @@ def _intact(root: pathlib.Path, base: Base) -> dict[int, tuple[int, bytes]]:
 
 def _check_returned(store, base: Base, failures: list[str], label: str) -> None:
     """No message comes back with other bytes than were put (a get may report damage: a StoreError)."""
-    for queue_id in range(QUEUES):
-        offset = store.min_offset("t", queue_id)
-        while offset < store.max_offset("t", queue_id):
+    for topic, queue_id in [(topic, queue_id) for topic in TOPICS for queue_id in range(QUEUES)]:
+        offset = store.min_offset(topic, queue_id)
+        while offset < store.max_offset(topic, queue_id):
             try:
-                result = store.get("t", queue_id, offset, max_count=256)
+                result = store.get(topic, queue_id, offset, max_count=256)
             except StoreError:
                 offset += 1
                 continue
@@ -172,6 +203,9 @@ def _check_returned(store, base: Base, failures: list[str], label: str) -> None:
                 number = int(message.body[:5])
                 if message.body != _body(number) or base.records[number][0] != message.commitlog_offset:
                     failures.append(f"{label}: get returned message {number} with wrong bytes or place")
+                elif base.queues[number] != (topic, queue_id):
+                    failures.append(f"{label}: get of {topic}/{queue_id} returned message {number} of "
+                                    f"{base.queues[number]}")
             if result.next_offset <= offset:
                 break
             offset = result.next_offset
@@ -239,7 +273,7 @@ def _check_repaired(image: pathlib.Path, work: pathlib.Path, base: Base, intact,
         with MessageStore.open(work, _config()) as store:
             if store.recovery_report.cases() != [RecoveryCase.CLEAN]:
                 failures.append(f"{label}: the repaired store reopens as {store.recovery_report.cases()}")
-            store.put(Message("t", _body(99_999 % 100_000)))
+            store.put(Message("t", _body(99_999)))
         with MessageStore.open(work, _config()) as store:
             if store.recovery_report.cases() != [RecoveryCase.CLEAN]:
                 failures.append(f"{label}: after a put the repaired store reopens as {store.recovery_report.cases()}")
@@ -252,7 +286,7 @@ def _trial(base: Base, seed: int, work: pathlib.Path, failures: list[str]) -> st
     rng = random.Random(seed)
     image = work / "image"
     shutil.copytree(base.root, image)
-    done = _damage(image, rng)
+    done = _damage(image, rng, checkpoint=base.crashed and rng.random() < CHECKPOINT_DAMAGE_SHARE)
     label = f"{'crashed' if base.crashed else 'clean'} seed={seed} damage={done}"
     intact = _intact(image, base)
     plain = work / "plain"
