@@ -112,10 +112,13 @@ MQSTORE_WERROR ?= 1
 ASAN_ENV = MQSTORE_NATIVE_LIBRARY=$(ASAN_LIBRARY) PYTHONPATH=fuzz/sanitizer LD_PRELOAD=$(ASAN_RUNTIME) \
 	PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:print_summary=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# What the sanitizer pass runs: the tests of the compiled core and its bindings, the two-codec differential tests,
-# the golden bytes, the compiled put, the flush gate, and the crash tests that do not sweep (about N minutes).
+# What the sanitizer pass runs: the tests of the compiled core and its bindings (tests/native, with the fuzz
+# harnesses' short pass), the two-codec differential tests, the golden bytes, the compiled put, the flush gate, and
+# the kill -9 series of the crash tests (writer processes, which load the sanitizer build too).
 ASAN_TESTS ?= tests/native tests/unit/commitlog/test_native_codec.py tests/unit/mqstore/test_compiled_put.py \
-	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format tests/test_fuzz_python.py
+	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format \
+	tests/crash/test_kill_writer.py
+ASAN_PYTEST_ARGS ?= -q
 
 asan-build: $(STAMP)
 	CC=$(ASAN_CC) MQSTORE_SANITIZE=1 MQSTORE_WERROR=$(MQSTORE_WERROR) $(BIN)/python setup.py -q build_ext \
@@ -123,7 +126,7 @@ asan-build: $(STAMP)
 
 test-asan: asan-build
 	$(ASAN_ENV) $(BIN)/python -c "from mqstore.commitlog import _native; print('sanitizer build:', _native.__file__)"
-	$(ASAN_ENV) $(BIN)/python -m pytest -q -p asan_check -p no:cacheprovider $(wildcard $(ASAN_TESTS))
+	$(ASAN_ENV) $(BIN)/python -m pytest $(ASAN_PYTEST_ARGS) -p asan_check -p no:cacheprovider $(wildcard $(ASAN_TESTS))
 
 # The Python-level harnesses (fuzz/: the put path, Message, the FlushGate, the codec bindings, each differential
 # against the pure-Python codec or against invariants) under atheris, SECONDS seconds each, coverage-guided with the
