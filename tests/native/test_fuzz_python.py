@@ -1,6 +1,7 @@
 """A short pass of each Python-level fuzz harness (fuzz/, `make fuzz-python` runs them under atheris): a few hundred
-random inputs each, through the compiled core and the pure-Python codec side by side, without atheris. Under
-`make test-asan` the same pass runs with the sanitizer build."""
+random inputs each, through the compiled core and the pure-Python codec side by side, without atheris; and the proof
+that a harness fails when the compiled side lies. Under `make test-asan` the same pass runs with the sanitizer
+build."""
 
 from __future__ import annotations
 
@@ -61,6 +62,67 @@ def test_the_codec_harness_reports_a_compiled_decoder_that_differs(monkeypatch):
     with pytest.raises(AssertionError, match="decode_record"):
         for _ in range(2000):
             codec.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_put_path_harness_reports_a_compiled_store_that_differs(monkeypatch):
+    from fuzz import put_path
+
+    class Lying:
+        """The compiled codec's store, but every put's queue offset is reported one higher."""
+
+        def __init__(self, store):
+            self.store = store
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+        def put(self, message):
+            result = self.store.put(message)
+            return result._replace(queue_offset=result.queue_offset + 1)
+
+    honest_init = put_path.Pair.__init__
+
+    def lying_init(self):
+        honest_init(self)
+        self.stores["compiled"] = Lying(self.stores["compiled"])
+
+    monkeypatch.setattr(put_path.Pair, "__init__", lying_init)
+    rng = random.Random(1)
+    try:
+        with pytest.raises(AssertionError, match=r"operation \d+ \(put\)"):
+            for _ in range(500):
+                put_path.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
+    finally:
+        put_path.close()
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_flush_gate_harness_reports_a_gate_that_forgets_an_advance(monkeypatch):
+    from fuzz import flush_gate
+
+    class Forgetful:
+        """A FlushGate whose advance() lets go of the lead but never moves `durable`."""
+
+        def __init__(self, gate):
+            self.gate = gate
+
+        def __getattr__(self, name):
+            return getattr(self.gate, name)
+
+        def advance(self, durable, keep):
+            return self.gate.advance(self.gate.durable, False)
+
+    class Codec:
+        @staticmethod
+        def flush_gate(durable):
+            return Forgetful(native.NATIVE.flush_gate(durable))
+
+    monkeypatch.setattr(flush_gate, "native", type("Native", (), {"NATIVE": Codec}))
+    rng = random.Random(1)
+    with pytest.raises(AssertionError, match="highest advance"):
+        for _ in range(2000):
+            flush_gate.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
 
 
 @pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
