@@ -103,13 +103,13 @@ fuzz-codec:
 # run unless it did. ASan's runtime must be the first library loaded, hence LD_PRELOAD (of gcc's libasan: gcc builds
 # the module); PYTHONMALLOC=malloc sends Python's objects through ASan's malloc, so that a freed object read again is
 # a heap-use-after-free; detect_leaks=0 because CPython does not free everything at exit, by design.
-ASAN_DIR ?= build/asan
+ASAN_DIR ?= $(CURDIR)/build/asan
 ASAN_CC ?= gcc
 ASAN_LIBRARY = $(ASAN_DIR)/lib/mqstore/commitlog/_native$(shell $(BIN)/python -c \
 	"import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 ASAN_RUNTIME = $(shell $(ASAN_CC) -print-file-name=libasan.so)
 MQSTORE_WERROR ?= 1
-ASAN_ENV = MQSTORE_NATIVE_LIBRARY=$(ASAN_LIBRARY) PYTHONPATH=fuzz/sanitizer LD_PRELOAD=$(ASAN_RUNTIME) \
+ASAN_ENV = MQSTORE_NATIVE_LIBRARY=$(ASAN_LIBRARY) PYTHONPATH=$(CURDIR)/fuzz/sanitizer LD_PRELOAD=$(ASAN_RUNTIME) \
 	PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:print_summary=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # What the sanitizer pass runs: the tests of the compiled core and its bindings (tests/native, with the fuzz
