@@ -125,6 +125,7 @@ def test_the_flush_gate_harness_reports_a_gate_that_forgets_an_advance(monkeypat
             flush_gate.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
 
 
+@pytest.mark.slow  # a subprocess importing atheris and instrumenting every mqstore module: 5-10 s
 @pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
 def test_the_atheris_runner_runs_a_harness(tmp_path):
     pytest.importorskip("atheris", reason="atheris is not installed (the `fuzz` extra: pip install -e '.[fuzz]')")
