@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-python lint install bench docs clean-demo fuzz fuzz-scan fuzz-codec
+.PHONY: demo test test-fast test-python lint install bench docs clean-demo fuzz fuzz-scan fuzz-codec asan-build \
+	test-asan fuzz-python
 
 NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
 
@@ -12,7 +13,7 @@ NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench,fuzz]'
 	$(BIN)/python -m mqstore.spark.jvm
 	touch $(STAMP)
 
@@ -95,3 +96,53 @@ fuzz-codec:
 	    commitlog/csrc/fuzz/driver_codec.c -lz -o $(FUZZ_DIR)/fuzz_codec && cd $(FUZZ_DIR) && \
 	    ./fuzz_codec $(SECONDS) codec-seeds; \
 	fi
+
+# The compiled core built with AddressSanitizer and UndefinedBehaviorSanitizer (setup.py: MQSTORE_SANITIZE=1) into
+# $(ASAN_DIR), beside the normal build, which stays in place. fuzz/sanitizer/sitecustomize.py makes every Python
+# process started with $(ASAN_ENV) import it instead of the normal build, and the pytest plugin asan_check refuses to
+# run unless it did. ASan's runtime must be the first library loaded, hence LD_PRELOAD (of gcc's libasan: gcc builds
+# the module); PYTHONMALLOC=malloc sends Python's objects through ASan's malloc, so that a freed object read again is
+# a heap-use-after-free; detect_leaks=0 because CPython does not free everything at exit, by design.
+ASAN_DIR ?= $(CURDIR)/build/asan
+ASAN_CC ?= gcc
+ASAN_LIBRARY = $(ASAN_DIR)/lib/mqstore/commitlog/_native$(shell $(BIN)/python -c \
+	"import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+ASAN_RUNTIME = $(shell $(ASAN_CC) -print-file-name=libasan.so)
+MQSTORE_WERROR ?= 1
+ASAN_ENV = MQSTORE_NATIVE_LIBRARY=$(ASAN_LIBRARY) PYTHONPATH=$(CURDIR)/fuzz/sanitizer LD_PRELOAD=$(ASAN_RUNTIME) \
+	PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:print_summary=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# What the sanitizer pass runs: the tests of the compiled core and its bindings (tests/native, with the fuzz
+# harnesses' short pass), the two-codec differential tests, the golden bytes, the compiled put, the flush gate, and
+# the kill -9 series of the crash tests (writer processes, which load the sanitizer build too).
+ASAN_TESTS ?= tests/native tests/unit/commitlog/test_native_codec.py tests/unit/mqstore/test_compiled_put.py \
+	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format \
+	tests/crash/test_kill_writer.py
+ASAN_PYTEST_ARGS ?= -q
+
+asan-build: $(STAMP)
+	CC=$(ASAN_CC) MQSTORE_SANITIZE=1 MQSTORE_WERROR=$(MQSTORE_WERROR) $(BIN)/python setup.py -q build_ext \
+		--build-lib $(ASAN_DIR)/lib --build-temp $(ASAN_DIR)/temp
+
+test-asan: asan-build
+	$(ASAN_ENV) $(BIN)/python -c "from mqstore.commitlog import _native; print('sanitizer build:', _native.__file__)"
+	$(ASAN_ENV) $(BIN)/python -m pytest $(ASAN_PYTEST_ARGS) -p asan_check -p no:cacheprovider $(wildcard $(ASAN_TESTS))
+
+# The Python-level harnesses (fuzz/: the put path, Message, the FlushGate, the codec bindings, each differential
+# against the pure-Python codec or against invariants) under atheris, SECONDS seconds each, coverage-guided with the
+# normal build (atheris's coverage of Python code; a preloaded ASan runtime would take over its coverage hooks),
+# then every input of the corpus that grew is run again with the sanitizer build above. Corpora stay in
+# $(FUZZ_DIR)/python/NAME/corpus; a failing input is written beside them (crash-*).
+FUZZ_HARNESSES ?= put_path message_type flush_gate codec
+
+fuzz-python: asan-build
+	@for name in $(FUZZ_HARNESSES); do \
+		out=$(FUZZ_DIR)/python/$$name; mkdir -p $$out/corpus && echo "fuzz-python: $$name, $(SECONDS) s" && \
+		{ MQSTORE_NATIVE=1 $(BIN)/python -m fuzz.run $$name -max_total_time=$(SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$$out/ $$out/corpus > $$out/fuzz.log 2>&1 || { tail -40 $$out/fuzz.log; exit 1; }; } && \
+		grep -E -e '^(stat::(number_of_executed_units|new_units_added)|FINDING)' $$out/fuzz.log; \
+		echo "fuzz-python: $$name, its corpus with the sanitizer build" && \
+		{ $(ASAN_ENV) $(BIN)/python -m fuzz.run $$name -runs=0 -artifact_prefix=$$out/ $$out/corpus \
+			> $$out/replay.log 2>&1 || { tail -40 $$out/replay.log; exit 1; }; } && \
+		grep -E -e '^#[0-9]+[[:space:]]+DONE' $$out/replay.log; \
+	done

@@ -1,0 +1,135 @@
+"""A short pass of each Python-level fuzz harness (fuzz/, `make fuzz-python` runs them under atheris): a few hundred
+random inputs each, through the compiled core and the pure-Python codec side by side, without atheris; and the proof
+that a harness fails when the compiled side lies. Under `make test-asan` the same pass runs with the sanitizer
+build."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mqstore.commitlog import native
+
+ROOT = Path(__file__).resolve().parents[2]
+INPUTS = {"put_path": 600, "message_type": 2000, "flush_gate": 500, "codec": 2000}  # a second or two each
+INPUT_BYTES_MAX = 400
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_a_short_pass_of_each_harness_finds_nothing(name):
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    harness = importlib.import_module(f"fuzz.{name}")
+    rng = random.Random(seed)
+    try:
+        for _ in range(INPUTS[name]):
+            data = rng.randbytes(rng.randrange(INPUT_BYTES_MAX))
+            try:
+                harness.one_input(data)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\ninput: {data.hex()}") from exc
+    finally:
+        if hasattr(harness, "close"):
+            harness.close()
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_codec_harness_reports_a_compiled_decoder_that_differs(monkeypatch):
+    from fuzz import codec
+
+    honest = codec.COMPILED
+
+    class Lying:
+        """The compiled codec, but decode_record returns the message with its queue id moved by one."""
+
+        def __getattr__(self, name):
+            return getattr(honest, name)
+
+        @staticmethod
+        def decode_record(*args):
+            message = honest.decode_record(*args)
+            if message is None:
+                return None
+            return type(message)((*message[:3], message[3] + 1, *message[4:]))
+
+    monkeypatch.setattr(codec, "COMPILED", Lying())
+    rng = random.Random(1)
+    with pytest.raises(AssertionError, match="decode_record"):
+        for _ in range(2000):
+            codec.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_put_path_harness_reports_a_compiled_store_that_differs(monkeypatch):
+    from fuzz import put_path
+
+    class Lying:
+        """The compiled codec's store, but every put's queue offset is reported one higher."""
+
+        def __init__(self, store):
+            self.store = store
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+        def put(self, message):
+            result = self.store.put(message)
+            return result._replace(queue_offset=result.queue_offset + 1)
+
+    honest_init = put_path.Pair.__init__
+
+    def lying_init(self):
+        honest_init(self)
+        self.stores["compiled"] = Lying(self.stores["compiled"])
+
+    monkeypatch.setattr(put_path.Pair, "__init__", lying_init)
+    rng = random.Random(1)
+    try:
+        with pytest.raises(AssertionError, match=r"operation \d+ \(put\)"):
+            for _ in range(500):
+                put_path.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
+    finally:
+        put_path.close()
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_flush_gate_harness_reports_a_gate_that_forgets_an_advance(monkeypatch):
+    from fuzz import flush_gate
+
+    class Forgetful:
+        """A FlushGate whose advance() lets go of the lead but never moves `durable`."""
+
+        def __init__(self, gate):
+            self.gate = gate
+
+        def __getattr__(self, name):
+            return getattr(self.gate, name)
+
+        def advance(self, durable, keep):
+            return self.gate.advance(self.gate.durable, False)
+
+    class Codec:
+        @staticmethod
+        def flush_gate(durable):
+            return Forgetful(native.NATIVE.flush_gate(durable))
+
+    monkeypatch.setattr(flush_gate, "native", type("Native", (), {"NATIVE": Codec}))
+    rng = random.Random(1)
+    with pytest.raises(AssertionError, match="highest advance"):
+        for _ in range(2000):
+            flush_gate.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
+
+
+@pytest.mark.slow  # a subprocess importing atheris and instrumenting every mqstore module: 5-10 s
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_atheris_runner_runs_a_harness(tmp_path):
+    pytest.importorskip("atheris", reason="atheris is not installed (the `fuzz` extra: pip install -e '.[fuzz]')")
+    done = subprocess.run([sys.executable, "-m", "fuzz.run", "codec", "-runs=300", f"-artifact_prefix={tmp_path}/"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Done 300 runs" in done.stderr
