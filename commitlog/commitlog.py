@@ -51,6 +51,7 @@ from mqstore.commitlog.write_batch import Columns, PreparedRecord, append_column
 TOPIC_PATTERN = re.compile("[A-Za-z0-9_%|-]{1," + str(fmt.TOPIC_LENGTH_MAX) + "}")
 FIND_END_BATCH_RECORDS = 65_536  # records decoded at once while looking for the end of the log
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MAX = 2**63 - 1  # BORNTIMESTAMP is a signed 64-bit field
 DESCRIBED_TAIL_BYTES_MAX = 4096  # bytes of topic and properties above which a record is not described
 # With `write_through`, records up to this size are encoded in a buffer and written with pwrite; larger ones are
 # encoded in the mapping as always (their copy costs more than the page faults pwrite saves).
@@ -297,8 +298,8 @@ class CommitLog:
         if flag.__class__ is not int or not INT32_MIN <= flag <= INT32_MAX:
             raise InvalidMessageError(f"flag must be a 32-bit int, got {flag!r}")
         born = message.born_timestamp_ms
-        if born is not None and (born.__class__ is not int or born < 0):
-            raise InvalidMessageError(f"born_timestamp_ms must be a non-negative int or None, got {born!r}")
+        if born is not None and (born.__class__ is not int or not 0 <= born <= INT64_MAX):
+            raise InvalidMessageError(f"born_timestamp_ms must be an int in [0, 2**63) or None, got {born!r}")
         unique_keys = self._unique_keys
         if message.tags is None and not message.keys and not message.properties:
             tail = tails[1] if unique_keys is None else tails[2] + unique_keys.next() + tails[3]

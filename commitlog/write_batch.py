@@ -125,7 +125,7 @@ def _prepare_common(log, messages: list[Message]) -> Columns | None:
         return None
     born_values = set(borns)
     born_values.discard(None)
-    if born_values and (set(map(type, born_values)) != {int} or min(born_values) < 0):
+    if born_values and (set(map(type, born_values)) != {int} or min(born_values) < 0 or max(born_values) >= 2**63):
         return None
     tag_values = set(tags)
     tag_values.discard(None)

@@ -15,7 +15,7 @@ import pytest
 from mqstore.commitlog import native
 
 ROOT = Path(__file__).resolve().parents[2]
-INPUTS = {"put_path": 600, "message_type": 2000, "flush_gate": 500, "codec": 2000}  # a second or two each
+INPUTS = {"put_path": 600, "message_type": 2000, "flush_gate": 500, "codec": 2000, "finalizers": 150}  # 1-3 s each
 INPUT_BYTES_MAX = 400
 
 

@@ -64,6 +64,7 @@ BAD_MESSAGES = {
     "flag over int32": Message("t", b"x", flag=2**31),
     "flag str": Message("t", b"x", flag="1"),
     "born timestamp negative": Message("t", b"x", born_timestamp_ms=-1),
+    "born timestamp past int64": Message("t", b"x", born_timestamp_ms=2**63),
     "born timestamp float": Message("t", b"x", born_timestamp_ms=1.5),
     "not a Message": ("t", b"x"),
 }
