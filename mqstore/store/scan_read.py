@@ -33,6 +33,8 @@ from mqstore.commitlog.arrow_decode import (
     Decoder,
     FastLayout,
     big_endian_ints,
+    decode_record,
+    in_file,
     locate_records,
 )
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
@@ -106,17 +108,17 @@ def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piec
                 yield from decoder.decode(buf, positions, offsets, np.full(len(positions), segment_end), path)
             if state == NEXT_BLANK:
                 if piece.end != segment_end:
-                    raise CorruptionError(f"a blank ends the segment at {position + following}, before the end "
-                                          f"{piece.end} planned for this read", path=path,
-                                          offset=position + following, rule="commitlog.blank")
+                    raise CorruptionError(f"a blank ends the segment at commitlog offset {position + following}, "
+                                          f"before the end {piece.end} planned for this read", path=path,
+                                          offset=position + following - piece.base, rule="commitlog.blank")
                 return
             want_min = 0
             if state == NEXT_MORE:
                 size = _record_size(buf, want, following)
                 if position + following + max(size, fmt.END_FILE_MIN_BLANK_LENGTH) > piece.end:
-                    raise CorruptionError(f"the record at {position + following} runs past the end {piece.end} "
-                                          f"planned for this read", path=path, offset=position + following,
-                                          rule="commitlog.2")
+                    raise CorruptionError(f"the record at commitlog offset {position + following} runs past the "
+                                          f"end {piece.end} planned for this read", path=path,
+                                          offset=position + following - piece.base, rule="commitlog.2")
                 if following == 0:
                     assert size > want, (size, want)  # else locate_records would have returned the record
                     check_unread_record(fd, path, piece.base, position, size, segment_end)
@@ -150,7 +152,7 @@ def check_unread_record(fd: int, path: str, base: int, offset: int, size: int, s
     total = fmt.I32.unpack_from(head, 0)[0]
     if expect_size is not None and total != expect_size:  # what Decoder.decode checks first on this path
         raise CorruptionError(f"a ConsumeQueue unit says {expect_size} bytes, the record there has TOTALSIZE "
-                              f"{total}", path=path, offset=offset, rule="consumequeue.matches-log")
+                              f"{total}", path=path, offset=file_offset, rule="consumequeue.matches-log")
     image = np.zeros(size + BUFFER_PAD_BYTES, dtype=np.uint8)
     image[:head_length] = head[:head_length]
     tail_at = _topic_length_at(head)
@@ -160,8 +162,11 @@ def check_unread_record(fd: int, path: str, base: int, offset: int, size: int, s
             pread_segment(fd, path, file_offset + start, stop - start, out=image, out_at=start)
     if FastLayout(image, np.zeros(1, dtype=np.int64), np.array([offset], dtype=np.int64)).fast[0]:
         return
-    layout = fmt.locate(image, 0, segment_end - offset, offset, path=path)
-    fmt.check_crcs(image, layout, 0, offset, required=False, check_crc=False, path=path)
+    try:
+        layout = fmt.locate(image, 0, segment_end - offset, offset, path=path)
+        fmt.check_crcs(image, layout, 0, offset, required=False, check_crc=False, path=path)
+    except CorruptionError as exc:
+        raise in_file(exc, path, offset) from None
 
 
 def _topic_length_at(head: np.ndarray) -> int:
@@ -225,7 +230,7 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
     if np.any(sizes < fmt.RECORD_SIZE_MIN) or np.any(offsets + sizes > base + segment_size):
         bad = int(np.flatnonzero((sizes < fmt.RECORD_SIZE_MIN) | (offsets + sizes > base + segment_size))[0])
         raise CorruptionError(f"a ConsumeQueue unit of topic {topic!r} says {int(sizes[bad])} bytes at "
-                              f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]),
+                              f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]) - base,
                               rule="consumequeue.matches-log")
     fd = open_segment(path)
     try:
@@ -328,7 +333,7 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
             if offset >= end:
                 break
             record = pread_segment(fd, path, offset - base, record_size)
-            message = decode_message(record.data, 0, segment_end - offset, offset, path=path)
+            message = decode_record(record.data, 0, segment_end - offset, offset, path)
             if fmt.body_crc(message.body) != message.body_crc:
                 end = offset  # a record still being written: not part of the snapshot
                 break
