@@ -199,8 +199,9 @@ def _digits_well_formed(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray) -
 class FastLayout:
     """Where the parts of many records lie, computed at once for version-1 records with IPv4 hosts.
 
-    `fast[i]` is True when record i is such a record and passes validity rules (2) to (4) (its PHYSICALOFFSET
-    is `offsets[i]`); every other record (version 2, IPv6 hosts, or invalid) goes through decode_message.
+    `fast[i]` is True when record i is such a record, passes validity rules (2) to (4) (its PHYSICALOFFSET
+    is `offsets[i]`) and its record-CRC pair, if it has one, holds 10 digits (rule 6's shape); every other record
+    (version 2, IPv6 hosts, or invalid) goes through decode_message. `structure[i]`: the same without rule 6.
     """
 
     def __init__(self, buf: np.ndarray, positions: np.ndarray, offsets: np.ndarray):
@@ -221,11 +222,11 @@ class FastLayout:
         fast &= (length < 0x8000) & (properties_at + 2 + length == positions + size)
         # The record-CRC pair (format rule 6) is the store's, not a user property: it is left out of `properties`.
         has_crc = fmt.record_crc_present(buf, properties_at + 2, length, positions + size, fast)
+        self.properties_length = np.where(has_crc, length - fmt.RECORD_CRC_LENGTH, length)
+        self.structure = fast  # rules (2) to (4) hold (the planning walk's test of where the written log ends)
         # Rule 6's shape includes the pair's 10 ASCII digits: a pair holding anything else goes to decode_message,
         # which reports it (as read_at does).
-        fast &= ~has_crc | _digits_well_formed(buf, positions + size - _CRC_DIGITS_FROM_END, has_crc)
-        self.properties_length = np.where(has_crc, length - fmt.RECORD_CRC_LENGTH, length)
-        self.fast = fast
+        self.fast = fast & (~has_crc | _digits_well_formed(buf, positions + size - _CRC_DIGITS_FROM_END, has_crc))
 
 
 class Decoder:

@@ -345,7 +345,7 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
 def _structure_valid(buf, positions, buf_abs, segment_end, path) -> np.ndarray:
     """Rules (1) to (4) for each located record (vectorized; decode_message for the rare kinds)."""
     layout = FastLayout(buf, positions, positions + buf_abs)
-    valid = layout.fast.copy()
+    valid = layout.structure.copy()
     for i in np.flatnonzero(~valid).tolist():
         offset = int(positions[i]) + buf_abs
         try:
