@@ -321,8 +321,9 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
                 assert want_min > want, (want_min, want)  # else locate_records would have returned it
                 try:
                     check_unread_record(fd, path, base, position, want_min, segment_end)
-                except CorruptionError:
-                    end = position  # what _structure_valid would find once the record is read
+                except CorruptionError as exc:
+                    if not exc.length_sound:  # rules 1 to 4: what _structure_valid would find once it is read
+                        end = position  # (a rule-6 shape error is raised by the CRC pass below, as for any record)
             else:
                 want_min = 0
                 position += following
