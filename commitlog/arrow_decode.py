@@ -110,8 +110,8 @@ def locate_records(buf: np.ndarray, length: int, buf_abs: int, segment_end: int,
     if NATIVE is not None:  # the same chain, walked in C (commitlog/csrc/scan_core.c's mq_walk_chain)
         positions = np.empty(max(0, length) // fmt.RECORD_SIZE_MIN + 1, dtype=np.int64)
         count, following = NATIVE.walk_chain(buf, length, buf_abs, positions)
-        return positions[:count], following, _classify_next(buf, length, buf_abs, following, segment_end, lenient,
-                                                            path)
+        return positions[:count], following, _next_state(buf, length, buf_abs, positions[:count], following,
+                                                         segment_end, lenient, path)
     limit = length - fmt.RECORD_SIZE_MIN  # the last start of a complete record
     positions = np.empty(0, dtype=np.int64)
     if limit >= 0:
@@ -130,7 +130,23 @@ def locate_records(buf: np.ndarray, length: int, buf_abs: int, segment_end: int,
                     return _walk_python(buf, length, buf_abs, segment_end, lenient=lenient, path=path)
                 positions = hits.astype(np.int64)
     following = int(positions[-1] + sizes[-1]) if len(positions) else 0
-    return positions, following, _classify_next(buf, length, buf_abs, following, segment_end, lenient, path)
+    return positions, following, _next_state(buf, length, buf_abs, positions, following, segment_end, lenient, path)
+
+
+def _next_state(buf, length, buf_abs, positions, at, segment_end, lenient, path) -> str:
+    """_classify_next; in strict mode, a TOTALSIZE that led the chain off the records is reported at its own
+    record (as read_at reports it) rather than at the bytes it points to."""
+    try:
+        return _classify_next(buf, length, buf_abs, at, segment_end, lenient, path)
+    except CorruptionError:
+        if len(positions):
+            last = int(positions[-1])
+            offset = buf_abs + last
+            try:
+                fmt.locate(buf, last, segment_end - offset, offset, path=path)
+            except CorruptionError as exc:
+                raise in_file(exc, path, offset) from None
+        raise
 
 
 def _classify_next(buf, length, buf_abs, at, segment_end, lenient, path) -> str:
@@ -181,8 +197,8 @@ def _walk_python(buf, length, buf_abs, segment_end, *, lenient, path) -> tuple[n
             break
         positions.append(at)
         at += size
-    return (np.array(positions, dtype=np.int64), at,
-            _classify_next(buf, length, buf_abs, at, segment_end, lenient, path))
+    positions = np.array(positions, dtype=np.int64)
+    return positions, at, _next_state(buf, length, buf_abs, positions, at, segment_end, lenient, path)
 
 
 _CRC_DIGITS_FROM_END = fmt.RECORD_CRC_LENGTH - len(fmt.RECORD_CRC_PREFIX)  # the digits start this far before the end
