@@ -80,11 +80,12 @@ def in_file(exc: CorruptionError, path: str, commitlog_offset: int) -> Corruptio
                            not_a_record=exc.not_a_record)
 
 
-def decode_record(raw, position: int, remaining: int, commitlog_offset: int, path: str):
+def decode_record(raw, position: int, remaining: int, commitlog_offset: int, path: str,
+                  record_crc_from: int | None = None):
     """decode_message of the record at `position` of a buffer read from the segment file `path`; its
     CorruptionError names the record's position in the file."""
     try:
-        return decode_message(raw, position, remaining, commitlog_offset, path=path)
+        return decode_message(raw, position, remaining, commitlog_offset, path=path, record_crc_from=record_crc_from)
     except CorruptionError as exc:
         raise in_file(exc, path, commitlog_offset) from None
 
@@ -216,11 +217,13 @@ class FastLayout:
     """Where the parts of many records lie, computed at once for version-1 records with IPv4 hosts.
 
     `fast[i]` is True when record i is such a record, passes validity rules (2) to (4) (its PHYSICALOFFSET
-    is `offsets[i]`) and its record-CRC pair, if it has one, holds 10 digits (rule 6's shape); every other record
-    (version 2, IPv6 hosts, or invalid) goes through decode_message. `structure[i]`: the same without rule 6.
+    is `offsets[i]`) and rule 6's shape (its record-CRC pair, if it has one, holds 10 digits; it has one when its
+    offset is at or past `record_crc_from`); every other record (version 2, IPv6 hosts, or invalid) goes through
+    decode_message. `structure[i]`: the same without rule 6.
     """
 
-    def __init__(self, buf: np.ndarray, positions: np.ndarray, offsets: np.ndarray):
+    def __init__(self, buf: np.ndarray, positions: np.ndarray, offsets: np.ndarray,
+                 record_crc_from: int | None = None):
         self.positions = positions
         self.header_bytes = _window(buf, fmt.HEADER_SIZE)[positions]
         self.header = header = self.header_bytes.view(HEADER_DTYPE).reshape(-1)
@@ -243,13 +246,16 @@ class FastLayout:
         # Rule 6's shape includes the pair's 10 ASCII digits: a pair holding anything else goes to decode_message,
         # which reports it (as read_at does).
         self.fast = fast & (~has_crc | _digits_well_formed(buf, positions + size - _CRC_DIGITS_FROM_END, has_crc))
+        if record_crc_from is not None:  # a record CRC is required from there on
+            self.fast &= has_crc | (offsets < record_crc_from)
 
 
 class Decoder:
     """Turns located records into RecordBatches of one Arrow schema, applying a row filter to every record."""
 
-    def __init__(self, arrow_schema: pa.Schema, row_filter, label: str | None):
+    def __init__(self, arrow_schema: pa.Schema, row_filter, label: str | None, record_crc_from: int | None = None):
         self.schema = arrow_schema
+        self.record_crc_from = record_crc_from  # records from this commitlog offset on must carry a record CRC
         self.row_filter = row_filter
         self.label = label
         self.map_type = arrow_schema.field("properties").type
@@ -276,7 +282,7 @@ class Decoder:
             batch = self._native_part(buf, positions, offsets, expect_topic, expect_sizes)
             if batch is not _USE_PYTHON:
                 return batch
-        layout = FastLayout(buf, positions, offsets)
+        layout = FastLayout(buf, positions, offsets, self.record_crc_from)
         if expect_sizes is not None:
             mismatch = np.flatnonzero(layout.size != expect_sizes)
             if len(mismatch):
@@ -305,7 +311,7 @@ class Decoder:
             buf, np.ascontiguousarray(positions, dtype=np.int64), np.ascontiguousarray(offsets, dtype=np.int64),
             self.queue_values, f.offset_lo, f.offset_hi, f.time_lo_us, f.time_hi_us, self.topic_bytes,
             None if expect_topic is None else expect_topic.encode("utf-8"),
-            None if expect_sizes is None else np.ascontiguousarray(expect_sizes, dtype=np.int64))
+            None if expect_sizes is None else np.ascontiguousarray(expect_sizes, dtype=np.int64), self.record_crc_from)
         if found is None:
             return _USE_PYTHON
         n, tags_nulls, keys, pairs, raw = found
@@ -376,7 +382,7 @@ class Decoder:
             bad = int(rows[np.flatnonzero(~np.asarray(pc.string_is_ascii(topics)))[0]])
             offset = int(layout.header["physical_offset"][bad])
             position = int(layout.positions[bad])  # decode_message raises the error read_at gives (rule 3)
-            decode_record(buf.data, position, int(segment_ends[bad]) - offset, offset, path)
+            decode_record(buf.data, position, int(segment_ends[bad]) - offset, offset, path, self.record_crc_from)
             raise AssertionError(f"decode_message took the non-ASCII topic of the record at {offset}")
         if expect_topic is not None:
             wrong = np.flatnonzero(~np.asarray(pc.equal(topics, expect_topic)))
@@ -496,7 +502,7 @@ class Decoder:
         messages = []
         raw = buf.data
         for position, offset, segment_end in zip(positions.tolist(), offsets.tolist(), segment_ends.tolist()):
-            message = decode_record(raw, position, segment_end - offset, offset, path)
+            message = decode_record(raw, position, segment_end - offset, offset, path, self.record_crc_from)
             if expect_topic is not None and message.topic != expect_topic:
                 raise CorruptionError(f"a ConsumeQueue of topic {expect_topic!r} points at a record of topic "
                                       f"{message.topic!r}", path=path, offset=file_offset(path, offset),

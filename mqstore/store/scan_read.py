@@ -40,7 +40,9 @@ from mqstore.commitlog.arrow_decode import (
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.message import decode_message
 from mqstore.consumequeue import format as cqfmt
+from mqstore.store.config import RECORD_CRC_FROM_KEY
 from mqstore.store.scan_options import RowFilter, StoreRef
+from mqstore.store.settings import read_saved_settings
 from mqstore.store.store_files import QueueIndex, Segments, list_segments, open_segment, pread_segment
 
 MIB = 1 << 20
@@ -81,14 +83,23 @@ class QueuePartition(InputPartition):
 
 def read_partition(partition, arrow_schema: pa.Schema, row_filter: RowFilter) -> Iterator[pa.RecordBatch]:
     """The RecordBatches of one partition (shared by the batch and the stream reader)."""
+    crc_from = record_crc_from(partition.root)
     if isinstance(partition, LogPartition):
-        decoder = Decoder(arrow_schema, row_filter, partition.label)
+        decoder = Decoder(arrow_schema, row_filter, partition.label, crc_from)
         directory = os.path.join(partition.root, "commitlog")
         for piece in partition.pieces:
             yield from _read_piece(decoder, directory, partition.segment_size, piece)
     elif isinstance(partition, QueuePartition):
-        decoder = Decoder(arrow_schema, row_filter, partition.label)
+        decoder = Decoder(arrow_schema, row_filter, partition.label, crc_from)
         yield from _read_queue_slices(decoder, partition)
+
+
+def record_crc_from(root: str) -> int | None:
+    """The commitlog offset from which the store's records must carry a record CRC (format rule 6), as its
+    settings file says, as read_at requires it; None without one (a RocketMQ store, one written without record
+    CRCs, or a settings file that is not mqstore's, which the store's own open reports)."""
+    value = read_saved_settings(root).get(RECORD_CRC_FROM_KEY)
+    return value if type(value) is int and value >= 0 else None
 
 
 def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piece):

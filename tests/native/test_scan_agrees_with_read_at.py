@@ -60,6 +60,7 @@ DAMAGES = {
         "commitlog.4"),
     "record-CRC digit not a digit": (lambda r: r[:-11] + b"x" + r[-10:], "commitlog.6"),
     "record-CRC digit a space": (lambda r: r[:-3] + b" " + r[-2:], "commitlog.6"),
+    "record-CRC name": (lambda r: r[:-20] + b"X" + r[-19:], "commitlog.6"),  # required on every record of the store
 }
 
 
