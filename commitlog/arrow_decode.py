@@ -19,6 +19,8 @@ record that breaks a format rule raises CorruptionError with file, offset and ru
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +61,35 @@ NEXT_BLANK = "blank"  # a valid end-of-segment blank
 NEXT_END = "end"  # zeros or an invalid header (lenient mode only: strict mode raises)
 
 
+def file_offset(path: str, commitlog_offset: int) -> int:
+    """Where `commitlog_offset` lies inside the segment file `path`: CorruptionError's `offset` (commitlog/errors.py).
+    The segment's base comes from its file name (format.segment_name); a path that is not a segment name keeps
+    the commitlog offset, as format.locate does."""
+    base = fmt.parse_segment_name(os.path.basename(path))
+    return commitlog_offset if base is None else commitlog_offset - base
+
+
+def in_file(exc: CorruptionError, path: str, commitlog_offset: int) -> CorruptionError:
+    """`exc` (raised by a check of the record at `commitlog_offset` read into a buffer, where it lies at another
+    position than in its file) naming the record's position in the file `path` instead."""
+    position = file_offset(path, commitlog_offset)
+    if exc.path == path and exc.offset == position:
+        return exc
+    message = str(exc).removesuffix(f" (file {exc.path}, offset {exc.offset})")
+    return CorruptionError(message, path=path, offset=position, rule=exc.rule, length_sound=exc.length_sound,
+                           not_a_record=exc.not_a_record)
+
+
+def decode_record(raw, position: int, remaining: int, commitlog_offset: int, path: str,
+                  record_crc_from: int | None = None):
+    """decode_message of the record at `position` of a buffer read from the segment file `path`; its
+    CorruptionError names the record's position in the file."""
+    try:
+        return decode_message(raw, position, remaining, commitlog_offset, path=path, record_crc_from=record_crc_from)
+    except CorruptionError as exc:
+        raise in_file(exc, path, commitlog_offset) from None
+
+
 def _window(buf: np.ndarray, width: int) -> np.ndarray:
     return sliding_window_view(buf, width)
 
@@ -80,8 +111,8 @@ def locate_records(buf: np.ndarray, length: int, buf_abs: int, segment_end: int,
     if NATIVE is not None:  # the same chain, walked in C (commitlog/csrc/scan_core.c's mq_walk_chain)
         positions = np.empty(max(0, length) // fmt.RECORD_SIZE_MIN + 1, dtype=np.int64)
         count, following = NATIVE.walk_chain(buf, length, buf_abs, positions)
-        return positions[:count], following, _classify_next(buf, length, buf_abs, following, segment_end, lenient,
-                                                            path)
+        return positions[:count], following, _next_state(buf, length, buf_abs, positions[:count], following,
+                                                         segment_end, lenient, path)
     limit = length - fmt.RECORD_SIZE_MIN  # the last start of a complete record
     positions = np.empty(0, dtype=np.int64)
     if limit >= 0:
@@ -100,7 +131,23 @@ def locate_records(buf: np.ndarray, length: int, buf_abs: int, segment_end: int,
                     return _walk_python(buf, length, buf_abs, segment_end, lenient=lenient, path=path)
                 positions = hits.astype(np.int64)
     following = int(positions[-1] + sizes[-1]) if len(positions) else 0
-    return positions, following, _classify_next(buf, length, buf_abs, following, segment_end, lenient, path)
+    return positions, following, _next_state(buf, length, buf_abs, positions, following, segment_end, lenient, path)
+
+
+def _next_state(buf, length, buf_abs, positions, at, segment_end, lenient, path) -> str:
+    """_classify_next; in strict mode, a TOTALSIZE that led the chain off the records is reported at its own
+    record (as read_at reports it) rather than at the bytes it points to."""
+    try:
+        return _classify_next(buf, length, buf_abs, at, segment_end, lenient, path)
+    except CorruptionError:
+        if len(positions):
+            last = int(positions[-1])
+            offset = buf_abs + last
+            try:
+                fmt.locate(buf, last, segment_end - offset, offset, path=path)
+            except CorruptionError as exc:
+                raise in_file(exc, path, offset) from None
+        raise
 
 
 def _classify_next(buf, length, buf_abs, at, segment_end, lenient, path) -> str:
@@ -112,8 +159,9 @@ def _classify_next(buf, length, buf_abs, at, segment_end, lenient, path) -> str:
             return NEXT_MORE  # the header continues in the next read
         if lenient:
             return NEXT_END
-        raise CorruptionError(f"{length - at} bytes are left at the end of the segment, less than a blank",
-                              path=path, offset=buf_abs + at, rule="commitlog.1")
+        raise CorruptionError(f"{length - at} bytes are left at the end of the segment (commitlog offset "
+                              f"{buf_abs + at}), less than a blank", path=path, offset=file_offset(path, buf_abs + at),
+                              rule="commitlog.1")
     size, magic = fmt.BLANK.unpack_from(buf, at)
     offset = buf_abs + at
     if magic == fmt.BLANK_MAGIC_CODE and size == segment_end - offset:
@@ -124,10 +172,15 @@ def _classify_next(buf, length, buf_abs, at, segment_end, lenient, path) -> str:
     if lenient:
         return NEXT_END
     if size == 0 and magic == 0:
-        raise CorruptionError(f"the log ends at offset {offset}, before the end planned for this read: was the "
-                              f"store truncated or a segment replaced?", path=path, offset=offset, rule="commitlog.end")
-    fmt.locate(buf, at, segment_end - offset, offset, path=path)  # raises with the rule that failed
-    raise CorruptionError("a record the chain check refused", path=path, offset=offset, rule="commitlog.4")
+        raise CorruptionError(f"the log ends at commitlog offset {offset}, before the end planned for this read: "
+                              f"was the store truncated or a segment replaced?", path=path,
+                              offset=file_offset(path, offset), rule="commitlog.end")
+    try:
+        fmt.locate(buf, at, segment_end - offset, offset, path=path)  # raises with the rule that failed
+    except CorruptionError as exc:
+        raise in_file(exc, path, offset) from None
+    raise CorruptionError(f"a record the chain check refused at commitlog offset {offset}", path=path,
+                          offset=file_offset(path, offset), rule="commitlog.4")
 
 
 def _walk_python(buf, length, buf_abs, segment_end, *, lenient, path) -> tuple[np.ndarray, int, str]:
@@ -145,19 +198,32 @@ def _walk_python(buf, length, buf_abs, segment_end, *, lenient, path) -> tuple[n
             break
         positions.append(at)
         at += size
-    return (np.array(positions, dtype=np.int64), at,
-            _classify_next(buf, length, buf_abs, at, segment_end, lenient, path))
+    positions = np.array(positions, dtype=np.int64)
+    return positions, at, _next_state(buf, length, buf_abs, positions, at, segment_end, lenient, path)
+
+
+_CRC_DIGITS_FROM_END = fmt.RECORD_CRC_LENGTH - len(fmt.RECORD_CRC_PREFIX)  # the digits start this far before the end
+_ZERO_DIGIT = np.uint8(ord("0"))
+
+
+def _digits_well_formed(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each row in `rows`, whether buf[start : start + RECORD_CRC_DIGITS] are ASCII digits (True elsewhere)."""
+    digits = _window(buf, fmt.RECORD_CRC_DIGITS)[np.where(rows, starts, 0)]
+    return ~rows | ((digits - _ZERO_DIGIT) < 10).all(axis=1)  # uint8: bytes below '0' wrap to large values
 
 
 # --- decoding into Arrow --------------------------------------------------------------------------------------
 class FastLayout:
     """Where the parts of many records lie, computed at once for version-1 records with IPv4 hosts.
 
-    `fast[i]` is True when record i is such a record and passes validity rules (2) to (4) (its PHYSICALOFFSET
-    is `offsets[i]`); every other record (version 2, IPv6 hosts, or invalid) goes through decode_message.
+    `fast[i]` is True when record i is such a record, passes validity rules (2) to (4) (its PHYSICALOFFSET
+    is `offsets[i]`) and rule 6's shape (its record-CRC pair, if it has one, holds 10 digits; it has one when its
+    offset is at or past `record_crc_from`); every other record (version 2, IPv6 hosts, or invalid) goes through
+    decode_message. `structure[i]`: the same without rule 6.
     """
 
-    def __init__(self, buf: np.ndarray, positions: np.ndarray, offsets: np.ndarray):
+    def __init__(self, buf: np.ndarray, positions: np.ndarray, offsets: np.ndarray,
+                 record_crc_from: int | None = None):
         self.positions = positions
         self.header_bytes = _window(buf, fmt.HEADER_SIZE)[positions]
         self.header = header = self.header_bytes.view(HEADER_DTYPE).reshape(-1)
@@ -176,14 +242,20 @@ class FastLayout:
         # The record-CRC pair (format rule 6) is the store's, not a user property: it is left out of `properties`.
         has_crc = fmt.record_crc_present(buf, properties_at + 2, length, positions + size, fast)
         self.properties_length = np.where(has_crc, length - fmt.RECORD_CRC_LENGTH, length)
-        self.fast = fast
+        self.structure = fast  # rules (2) to (4) hold (the planning walk's test of where the written log ends)
+        # Rule 6's shape includes the pair's 10 ASCII digits: a pair holding anything else goes to decode_message,
+        # which reports it (as read_at does).
+        self.fast = fast & (~has_crc | _digits_well_formed(buf, positions + size - _CRC_DIGITS_FROM_END, has_crc))
+        if record_crc_from is not None:  # a record CRC is required from there on
+            self.fast &= has_crc | (offsets < record_crc_from)
 
 
 class Decoder:
     """Turns located records into RecordBatches of one Arrow schema, applying a row filter to every record."""
 
-    def __init__(self, arrow_schema: pa.Schema, row_filter, label: str | None):
+    def __init__(self, arrow_schema: pa.Schema, row_filter, label: str | None, record_crc_from: int | None = None):
         self.schema = arrow_schema
+        self.record_crc_from = record_crc_from  # records from this commitlog offset on must carry a record CRC
         self.row_filter = row_filter
         self.label = label
         self.map_type = arrow_schema.field("properties").type
@@ -210,19 +282,20 @@ class Decoder:
             batch = self._native_part(buf, positions, offsets, expect_topic, expect_sizes)
             if batch is not _USE_PYTHON:
                 return batch
-        layout = FastLayout(buf, positions, offsets)
+        layout = FastLayout(buf, positions, offsets, self.record_crc_from)
         if expect_sizes is not None:
             mismatch = np.flatnonzero(layout.size != expect_sizes)
             if len(mismatch):
                 i = mismatch[0]
                 raise CorruptionError(f"a ConsumeQueue unit says {int(expect_sizes[i])} bytes, the record there has "
-                                      f"TOTALSIZE {int(layout.size[i])}", path=path, offset=int(offsets[i]),
+                                      f"TOTALSIZE {int(layout.size[i])}", path=path,
+                                      offset=file_offset(path, int(offsets[i])),
                                       rule="consumequeue.matches-log")
         fast = layout.fast
         keep_fast = np.flatnonzero(self._numeric_mask(layout.header, offsets) & fast)
         batch = None
         if len(keep_fast):
-            batch = self._fast_batch(buf, layout, keep_fast, expect_topic, path)
+            batch = self._fast_batch(buf, layout, keep_fast, segment_ends, expect_topic, path)
         slow = np.flatnonzero(~fast)
         if len(slow):
             batch = self._merge_slow(batch, buf, positions[slow], offsets[slow], segment_ends[slow], path,
@@ -238,7 +311,7 @@ class Decoder:
             buf, np.ascontiguousarray(positions, dtype=np.int64), np.ascontiguousarray(offsets, dtype=np.int64),
             self.queue_values, f.offset_lo, f.offset_hi, f.time_lo_us, f.time_hi_us, self.topic_bytes,
             None if expect_topic is None else expect_topic.encode("utf-8"),
-            None if expect_sizes is None else np.ascontiguousarray(expect_sizes, dtype=np.int64))
+            None if expect_sizes is None else np.ascontiguousarray(expect_sizes, dtype=np.int64), self.record_crc_from)
         if found is None:
             return _USE_PYTHON
         n, tags_nulls, keys, pairs, raw = found
@@ -298,7 +371,7 @@ class Decoder:
                 keep &= stored_us < f.time_hi_us
         return keep
 
-    def _fast_batch(self, buf, layout: "FastLayout", rows: np.ndarray, expect_topic, path):
+    def _fast_batch(self, buf, layout: "FastLayout", rows: np.ndarray, segment_ends, expect_topic, path):
         chosen = slice(None) if len(rows) == len(layout.positions) else rows  # a slice copies nothing
         header_bytes, header, positions = layout.header_bytes[chosen], layout.header[chosen], layout.positions[chosen]
         body_length, topic_at = layout.body_length[chosen], layout.topic_at[chosen]
@@ -306,15 +379,18 @@ class Decoder:
         properties_at, properties_length = layout.properties_at[chosen], layout.properties_length[chosen]
         topics = _slices(pa.string(), buf, topic_at + 1, topic_length)
         if len(topics) and int(np.frombuffer(topics.buffers()[2], dtype=np.uint8).max(initial=0)) >= 0x80:
-            bad = int(np.flatnonzero(~np.asarray(pc.string_is_ascii(topics)))[0])
-            raise CorruptionError(f"topic is not ASCII: {topics[bad]}", path=path,
-                                  offset=int(header["physical_offset"][bad]), rule="commitlog.3")
+            bad = int(rows[np.flatnonzero(~np.asarray(pc.string_is_ascii(topics)))[0]])
+            offset = int(layout.header["physical_offset"][bad])
+            position = int(layout.positions[bad])  # decode_message raises the error read_at gives (rule 3)
+            decode_record(buf.data, position, int(segment_ends[bad]) - offset, offset, path, self.record_crc_from)
+            raise AssertionError(f"decode_message took the non-ASCII topic of the record at {offset}")
         if expect_topic is not None:
             wrong = np.flatnonzero(~np.asarray(pc.equal(topics, expect_topic)))
             if len(wrong):
                 raise CorruptionError(f"a ConsumeQueue of topic {expect_topic!r} points at a record of topic "
                                       f"{topics[int(wrong[0])].as_py()!r}", path=path,
-                                      offset=int(header["physical_offset"][wrong[0]]), rule="consumequeue.matches-log")
+                                      offset=file_offset(path, int(header["physical_offset"][wrong[0]])),
+                                      rule="consumequeue.matches-log")
         if self.topic_values is not None:
             chosen = np.flatnonzero(np.asarray(pc.is_in(topics, value_set=self.topic_values)))
             if len(chosen) < len(topics):
@@ -426,10 +502,11 @@ class Decoder:
         messages = []
         raw = buf.data
         for position, offset, segment_end in zip(positions.tolist(), offsets.tolist(), segment_ends.tolist()):
-            message = decode_message(raw, position, segment_end - offset, offset, path=path)
+            message = decode_record(raw, position, segment_end - offset, offset, path, self.record_crc_from)
             if expect_topic is not None and message.topic != expect_topic:
                 raise CorruptionError(f"a ConsumeQueue of topic {expect_topic!r} points at a record of topic "
-                                      f"{message.topic!r}", path=path, offset=offset, rule="consumequeue.matches-log")
+                                      f"{message.topic!r}", path=path, offset=file_offset(path, offset),
+                                      rule="consumequeue.matches-log")
             stored_us = message.store_timestamp_ms * 1000
             if ((f.topics is None or message.topic in f.topics)
                     and (f.queue_ids is None or message.queue_id in f.queue_ids)

@@ -19,16 +19,18 @@ static int optional_int64(PyObject *object, int *has, int64_t *value) {
 
 PyObject *mq_arrow_columns(PyObject *self, PyObject *args) {
     PyObject *buf_object, *positions_object, *offsets_object, *queue_object, *olo, *ohi, *tlo, *thi, *topics_object;
-    PyObject *expect_topic_object, *expect_sizes_object;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &buf_object, &positions_object, &offsets_object, &queue_object, &olo,
-                          &ohi, &tlo, &thi, &topics_object, &expect_topic_object, &expect_sizes_object))
+    PyObject *expect_topic_object, *expect_sizes_object, *crc_from_object = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO|O", &buf_object, &positions_object, &offsets_object, &queue_object, &olo,
+                          &ohi, &tlo, &thi, &topics_object, &expect_topic_object, &expect_sizes_object,
+                          &crc_from_object))
         return NULL;
     mq_arrow_filter filter;
     memset(&filter, 0, sizeof filter);
     if (optional_int64(olo, &filter.has_offset_lo, &filter.offset_lo) < 0 ||
         optional_int64(ohi, &filter.has_offset_hi, &filter.offset_hi) < 0 ||
         optional_int64(tlo, &filter.has_time_lo, &filter.time_lo_us) < 0 ||
-        optional_int64(thi, &filter.has_time_hi, &filter.time_hi_us) < 0)
+        optional_int64(thi, &filter.has_time_hi, &filter.time_hi_us) < 0 ||
+        optional_int64(crc_from_object, &filter.has_record_crc_from, &filter.record_crc_from) < 0)
         return NULL;
     const uint8_t *topic_pointers[64];
     int64_t topic_lengths[64];

@@ -126,8 +126,14 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
         int64_t properties_start = properties_at + 2;
         int64_t at = size - MQ_RECORD_CRC_LENGTH;  /* the record-CRC pair is the store's: left out */
         if (properties_length >= MQ_RECORD_CRC_LENGTH && memcmp(p + at, CRC_NAME, sizeof CRC_NAME) == 0 &&
-            p[size - 1] == 0x02 && (at == properties_start || p[at - 1] == 0x02))
+            p[size - 1] == 0x02 && (at == properties_start || p[at - 1] == 0x02)) {
+            /* rule 6's shape includes 10 ASCII digits: anything else is reported by the Python decoder */
+            for (int64_t k = at + (int64_t)sizeof CRC_NAME; k < size - 1; k++)
+                if (p[k] < '0' || p[k] > '9') return MQ_ARROW_FALLBACK;
             properties_length -= MQ_RECORD_CRC_LENGTH;
+        } else if (f->has_record_crc_from && offsets[i] >= f->record_crc_from) {
+            return MQ_ARROW_FALLBACK;  /* a record CRC is required there: the Python decoder raises rule 6 */
+        }
         /* the row filter (arrow_decode.Decoder._numeric_mask) */
         if (f->queue_ids != NULL && !queue_kept(f, mq_get_i32(p + MQ_OFFSET_QUEUE_ID))) continue;
         if (f->has_offset_lo && offsets[i] < f->offset_lo) continue;

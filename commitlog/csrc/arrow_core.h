@@ -27,6 +27,8 @@ typedef struct {
     const uint8_t *expect_topic;   /* the ConsumeQueue path: every kept record must be of this topic */
     int64_t expect_topic_length;
     const int64_t *expect_sizes;   /* the ConsumeQueue path: each record's TOTALSIZE must be this */
+    int has_record_crc_from;       /* records at or past record_crc_from must carry a record CRC (format rule 6) */
+    int64_t record_crc_from;
 } mq_arrow_filter;
 
 typedef struct {  /* where one kept record's parts lie */

@@ -33,12 +33,16 @@ from mqstore.commitlog.arrow_decode import (
     Decoder,
     FastLayout,
     big_endian_ints,
+    decode_record,
+    in_file,
     locate_records,
 )
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.message import decode_message
 from mqstore.consumequeue import format as cqfmt
+from mqstore.store.config import RECORD_CRC_FROM_KEY
 from mqstore.store.scan_options import RowFilter, StoreRef
+from mqstore.store.settings import read_saved_settings
 from mqstore.store.store_files import QueueIndex, Segments, list_segments, open_segment, pread_segment
 
 MIB = 1 << 20
@@ -79,14 +83,23 @@ class QueuePartition(InputPartition):
 
 def read_partition(partition, arrow_schema: pa.Schema, row_filter: RowFilter) -> Iterator[pa.RecordBatch]:
     """The RecordBatches of one partition (shared by the batch and the stream reader)."""
+    crc_from = record_crc_from(partition.root)
     if isinstance(partition, LogPartition):
-        decoder = Decoder(arrow_schema, row_filter, partition.label)
+        decoder = Decoder(arrow_schema, row_filter, partition.label, crc_from)
         directory = os.path.join(partition.root, "commitlog")
         for piece in partition.pieces:
             yield from _read_piece(decoder, directory, partition.segment_size, piece)
     elif isinstance(partition, QueuePartition):
-        decoder = Decoder(arrow_schema, row_filter, partition.label)
+        decoder = Decoder(arrow_schema, row_filter, partition.label, crc_from)
         yield from _read_queue_slices(decoder, partition)
+
+
+def record_crc_from(root: str) -> int | None:
+    """The commitlog offset from which the store's records must carry a record CRC (format rule 6), as its
+    settings file says, as read_at requires it; None without one (a RocketMQ store, one written without record
+    CRCs, or a settings file that is not mqstore's, which the store's own open reports)."""
+    value = read_saved_settings(root).get(RECORD_CRC_FROM_KEY)
+    return value if type(value) is int and value >= 0 else None
 
 
 def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piece):
@@ -106,17 +119,17 @@ def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piec
                 yield from decoder.decode(buf, positions, offsets, np.full(len(positions), segment_end), path)
             if state == NEXT_BLANK:
                 if piece.end != segment_end:
-                    raise CorruptionError(f"a blank ends the segment at {position + following}, before the end "
-                                          f"{piece.end} planned for this read", path=path,
-                                          offset=position + following, rule="commitlog.blank")
+                    raise CorruptionError(f"a blank ends the segment at commitlog offset {position + following}, "
+                                          f"before the end {piece.end} planned for this read", path=path,
+                                          offset=position + following - piece.base, rule="commitlog.blank")
                 return
             want_min = 0
             if state == NEXT_MORE:
                 size = _record_size(buf, want, following)
                 if position + following + max(size, fmt.END_FILE_MIN_BLANK_LENGTH) > piece.end:
-                    raise CorruptionError(f"the record at {position + following} runs past the end {piece.end} "
-                                          f"planned for this read", path=path, offset=position + following,
-                                          rule="commitlog.2")
+                    raise CorruptionError(f"the record at commitlog offset {position + following} runs past the "
+                                          f"end {piece.end} planned for this read", path=path,
+                                          offset=position + following - piece.base, rule="commitlog.2")
                 if following == 0:
                     assert size > want, (size, want)  # else locate_records would have returned the record
                     check_unread_record(fd, path, piece.base, position, size, segment_end)
@@ -150,7 +163,7 @@ def check_unread_record(fd: int, path: str, base: int, offset: int, size: int, s
     total = fmt.I32.unpack_from(head, 0)[0]
     if expect_size is not None and total != expect_size:  # what Decoder.decode checks first on this path
         raise CorruptionError(f"a ConsumeQueue unit says {expect_size} bytes, the record there has TOTALSIZE "
-                              f"{total}", path=path, offset=offset, rule="consumequeue.matches-log")
+                              f"{total}", path=path, offset=file_offset, rule="consumequeue.matches-log")
     image = np.zeros(size + BUFFER_PAD_BYTES, dtype=np.uint8)
     image[:head_length] = head[:head_length]
     tail_at = _topic_length_at(head)
@@ -160,8 +173,11 @@ def check_unread_record(fd: int, path: str, base: int, offset: int, size: int, s
             pread_segment(fd, path, file_offset + start, stop - start, out=image, out_at=start)
     if FastLayout(image, np.zeros(1, dtype=np.int64), np.array([offset], dtype=np.int64)).fast[0]:
         return
-    layout = fmt.locate(image, 0, segment_end - offset, offset, path=path)
-    fmt.check_crcs(image, layout, 0, offset, required=False, check_crc=False, path=path)
+    try:
+        layout = fmt.locate(image, 0, segment_end - offset, offset, path=path)
+        fmt.check_crcs(image, layout, 0, offset, required=False, check_crc=False, path=path)
+    except CorruptionError as exc:
+        raise in_file(exc, path, offset) from None
 
 
 def _topic_length_at(head: np.ndarray) -> int:
@@ -225,7 +241,7 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
     if np.any(sizes < fmt.RECORD_SIZE_MIN) or np.any(offsets + sizes > base + segment_size):
         bad = int(np.flatnonzero((sizes < fmt.RECORD_SIZE_MIN) | (offsets + sizes > base + segment_size))[0])
         raise CorruptionError(f"a ConsumeQueue unit of topic {topic!r} says {int(sizes[bad])} bytes at "
-                              f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]),
+                              f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]) - base,
                               rule="consumequeue.matches-log")
     fd = open_segment(path)
     try:
@@ -316,8 +332,9 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
                 assert want_min > want, (want_min, want)  # else locate_records would have returned it
                 try:
                     check_unread_record(fd, path, base, position, want_min, segment_end)
-                except CorruptionError:
-                    end = position  # what _structure_valid would find once the record is read
+                except CorruptionError as exc:
+                    if not exc.length_sound:  # rules 1 to 4: what _structure_valid would find once it is read
+                        end = position  # (a rule-6 shape error is raised by the CRC pass below, as for any record)
             else:
                 want_min = 0
                 position += following
@@ -328,7 +345,7 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
             if offset >= end:
                 break
             record = pread_segment(fd, path, offset - base, record_size)
-            message = decode_message(record.data, 0, segment_end - offset, offset, path=path)
+            message = decode_record(record.data, 0, segment_end - offset, offset, path)
             if fmt.body_crc(message.body) != message.body_crc:
                 end = offset  # a record still being written: not part of the snapshot
                 break
@@ -340,7 +357,7 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
 def _structure_valid(buf, positions, buf_abs, segment_end, path) -> np.ndarray:
     """Rules (1) to (4) for each located record (vectorized; decode_message for the rare kinds)."""
     layout = FastLayout(buf, positions, positions + buf_abs)
-    valid = layout.fast.copy()
+    valid = layout.structure.copy()
     for i in np.flatnonzero(~valid).tolist():
         offset = int(positions[i]) + buf_abs
         try:
