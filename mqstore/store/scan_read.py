@@ -82,7 +82,10 @@ class QueuePartition(InputPartition):
 
 
 def read_partition(partition, arrow_schema: pa.Schema, row_filter: RowFilter) -> Iterator[pa.RecordBatch]:
-    """The RecordBatches of one partition (shared by the batch and the stream reader)."""
+    """The RecordBatches of one partition (shared by the batch and the stream reader); none for a partition of
+    another kind (an empty plan's placeholder)."""
+    if not isinstance(partition, (LogPartition, QueuePartition)):
+        return
     crc_from = record_crc_from(partition.root)
     if isinstance(partition, LogPartition):
         decoder = Decoder(arrow_schema, row_filter, partition.label, crc_from)
