@@ -595,14 +595,22 @@ class MessageStore(Reads, IndexLookups):
         return result
 
     def _put_refused(self, exc: StoreIOError) -> PutResult:
-        """The PutResult of a put whose append raised `exc` (`put` and its compiled entry)."""
+        """The PutResult of a put whose append raised `exc` (`put` and its compiled entry); a FlushFailedError (the
+        store refuses writes) is raised again."""
+        if isinstance(exc, FlushFailedError):
+            raise exc
         log.error("put refused: %s", exc)
         return _refused(_refusal_status(exc))
 
     def _put_holding_lock(self, message: Message) -> PutResult:
         """For a caller holding the writer lock: the compiled put, else prepare and append (an invalid message
-        raises InvalidMessageError with nothing written)."""
-        result = self._put_common(message)
+        raises InvalidMessageError with nothing written). A put handed in before a flush failed and run after it
+        finds `_put_common` None (`_flush_failed`) and is refused."""
+        put_common = self._put_common
+        if put_common is None:
+            self._refuse_writes()
+            return self._append_message_holding_lock(message)
+        result = put_common(message)
         return result if result is not None else self._append_message_holding_lock(message)
 
     def _append_message_holding_lock(self, message: Message) -> PutResult:
