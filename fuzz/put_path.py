@@ -53,6 +53,7 @@ class Pair:
     def __init__(self):
         self.directory = tempfile.mkdtemp(prefix="mqstore-fuzz-put-")
         self.clock = StoreClock()
+        self.real_clock = commitlog_module._time_ns  # given back at close: later stores of the process get real times
         commitlog_module._time_ns = self.clock
         self.stores = {}
         for name, codec in (("python", None), ("compiled", COMPILED)):
@@ -65,9 +66,12 @@ class Pair:
         self.inputs: list[bytes] = []  # since the stores were opened: a finding may need all of them to replay
 
     def close(self):
-        for store in self.stores.values():
-            store.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        try:
+            for store in self.stores.values():
+                store.close()
+        finally:
+            commitlog_module._time_ns = self.real_clock
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 _pair: Pair | None = None
