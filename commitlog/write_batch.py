@@ -1,8 +1,9 @@
 """Batched writes: many messages checked, encoded and appended with a few numpy steps instead of a loop.
 
 `prepare_columns` checks a batch and encodes what the store does not assign (body CRC, topic, properties) as
-columns; messages of the common shapes (no keys, no user properties; tags or not) are checked all at once,
-any other batch goes message by message through `CommitLog.prepare`, with the same checks and errors.
+columns: with the compiled codec in one call for every message shape (`_prepare_compiled`); in Python, messages
+of the common shapes (no keys, no user properties; tags or not) are checked all at once, any other batch goes
+message by message through `CommitLog.prepare`, with the same checks and errors.
 `append_columns` then writes the batch (its caller holds the writer lock): the 88-byte headers of a whole run of records
 come from one numpy array, the records are joined into one buffer and copied into the segment with one
 memcpy, and the record-CRC digits (format rule 6) are written for all records at once. A run ends where a
@@ -81,8 +82,10 @@ def columns_from_records(records: list[PreparedRecord]) -> Columns:
 
 
 def _prepare_compiled(log, messages: list[Message]) -> Columns | None:
-    """_prepare_common in compiled code for batches of compiled Messages without tags, keys or properties, of
-    known topics (with the log's UNIQ_KEYs when it adds them); None for any other batch (or a bad message)."""
+    """The batch prepared in compiled code (commitlog/csrc/message_type.c `prepare_batch`): compiled Messages of
+    known topics, with or without tags, keys and user properties, their PROPERTIES written as the compiled put
+    writes them (with the log's UNIQ_KEYs when it adds them); None for any other batch (or a bad message), which
+    the Python paths below then prepare (and report)."""
     codec = log.codec
     if codec is None or messages.__class__ is not list or not hasattr(codec, "prepare_batch"):
         return None

@@ -9,6 +9,8 @@
  * prepare_message does CommitLog.prepare's work for a message without tags, keys or properties, of a known
  * topic: every check prepare makes, then the body CRC. Any other message returns None, and the Python prepare
  * handles it (and raises its InvalidMessageError), so both give the same result and the same errors.
+ * prepare_batch does it for a whole put_batch, messages with tags, keys and properties included (their
+ * PROPERTIES written by put.c's code, as the compiled single put writes them).
  */
 #include "mq_native.h"
 
@@ -448,34 +450,114 @@ static Py_ssize_t key_number(key_table *table, PyObject *topic, PyObject *queue_
     return table->last = known;
 }
 
-/* Every message of the list taken and checked (`parts`, `count` of them): 1 when all are of the common shape (their
- * parts held, given back by release_all), 0 when one is not, -1 with an error (none held either way). */
+/* A message of a batch, taken and checked: its common parts and its own tail (all held). */
+typedef struct {
+    mq_common_parts common;
+    PyObject *tail;  /* TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES: common.tail, or one made for it */
+    char *key_at;    /* where its UNIQ_KEY's digits go in `tail` (zeros until the batch's keys are drawn), or NULL */
+} batch_entry;
+
+static void release_entry(batch_entry *entry) {
+    mq_common_parts_release(&entry->common);
+    Py_CLEAR(entry->tail);
+    entry->key_at = NULL;
+}
+
+/* One message taken, checked and its tail built as the compiled put builds it (put.c's mq_plan_properties and
+ * mq_write_tail: tags, keys, user properties, the UNIQ_KEY's place when `adds_unique_keys` and the message has
+ * none, the record-CRC placeholder): 1, 0 when the Python path must prepare it, -1 with an error (nothing held
+ * unless 1). The tail is written right after its plan, before anything that may run Python code. */
+static int take_one(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                    int adds_unique_keys, batch_entry *entry) {
+    mq_message_parts parts;
+    if (!mq_message_fields(object, tails_table, queues_max, body_max, &parts)) return PyErr_Occurred() ? -1 : 0;
+    PyObject *keys = parts.keys, *properties = parts.properties;
+    int simple = !adds_unique_keys && parts.tags == Py_None &&
+                 (properties == NULL || (PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) == 0)) &&
+                 ((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
+                  (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0));
+    PyObject *tail = NULL;
+    char *key_at = NULL;
+    mq_properties_plan plan;
+    if (simple) {
+        tail = Py_NewRef(parts.common.tail);
+    } else if (mq_plan_properties(&parts, adds_unique_keys, &plan)) {
+        tail = mq_write_tail(&parts, &plan, &key_at);
+    }
+    if (tail == NULL) {
+        mq_message_parts_release(&parts);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    entry->common = parts.common;  /* the common parts' references move to the entry */
+    parts.common = (mq_common_parts){0};
+    mq_message_parts_release(&parts);
+    entry->tail = tail;
+    entry->key_at = key_at;
+    return 1;
+}
+
+/* Every message of the list taken and checked (`entries`, `count` of them): 1 when all are of a shape the compiled
+ * path writes (their parts held, given back by release_all), 0 when one is not, -1 with an error (none held
+ * either way). */
 static int take_all(PyObject *messages, Py_ssize_t count, PyObject *tails_table, long long queues_max,
-                    long long body_max, mq_common_parts *parts) {
+                    long long body_max, int adds_unique_keys, batch_entry *entries) {
     for (Py_ssize_t i = 0; i < count; i++) {
-        /* nothing here allocates a tracked object or calls Python: the list cannot change in this loop (checked
-         * all the same) */
-        if (i >= PyList_GET_SIZE(messages) ||
-            !mq_common_message(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, &parts[i])) {
-            for (Py_ssize_t j = 0; j < i; j++) mq_common_parts_release(&parts[j]);
-            return PyErr_Occurred() ? -1 : 0;
+        /* nothing here allocates a tracked object or calls Python (the tails are bytes, untracked): the list
+         * cannot change in this loop (checked all the same) */
+        int taken = i < PyList_GET_SIZE(messages)
+                    ? take_one(PyList_GET_ITEM(messages, i), tails_table, queues_max, body_max, adds_unique_keys,
+                               &entries[i])
+                    : 0;
+        if (taken <= 0) {
+            for (Py_ssize_t j = 0; j < i; j++) release_entry(&entries[j]);
+            return taken;
         }
     }
     return 1;
 }
 
-static void release_all(mq_common_parts *parts, Py_ssize_t count) {
-    for (Py_ssize_t i = 0; i < count; i++) mq_common_parts_release(&parts[i]);
+static void release_all(batch_entry *entries, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) release_entry(&entries[i]);
+}
+
+/* The batch's UNIQ_KEYs, one clock reading for all as UniqueKeys.next_many takes them, written into the tails that
+ * have a place for one, in order: 0, or -1 with an error (no key used then). */
+static int draw_unique_keys(PyObject *unique_keys, batch_entry *entries, Py_ssize_t count) {
+    Py_ssize_t wanted = 0;
+    for (Py_ssize_t i = 0; i < count; i++) wanted += entries[i].key_at != NULL;
+    if (wanted == 0) return 0;
+    char *drawn = PyMem_Malloc((size_t)wanted * MQ_UNIQUE_KEY_DIGITS);
+    if (drawn == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t now = 0;
+    int ran_python = 0;
+    if (mq_unique_key_clock(unique_keys, &now, &ran_python) < 0) {
+        PyMem_Free(drawn);
+        return -1;
+    }
+    mq_unique_key_fill(unique_keys, now, drawn, wanted);
+    const char *next = drawn;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (entries[i].key_at != NULL) {
+            memcpy(entries[i].key_at, next, MQ_UNIQUE_KEY_DIGITS);
+            next += MQ_UNIQUE_KEY_DIGITS;
+        }
+    }
+    PyMem_Free(drawn);
+    return 0;
 }
 
 PyDoc_STRVAR(prepare_batch_doc,
 "prepare_batch(topic_tails, max_queues_per_topic, max_message_size_bytes, messages, unique_keys=None)\n"
 "    -> columns or None\n\n"
-"batch._prepare_common for a list of compiled Messages all of the shape prepare_message takes: (queue_keys,\n"
-"key_ids, queue_ids, flags, born_ms, bodies, body_lengths, body_crcs, tails, sizes), the int64 columns as bytes\n"
-"(native byte order). None when any message is of another shape or breaks a rule: the Python path then\n"
-"handles the batch. With `unique_keys` (the log's UniqueKeys) each tail holds the next UNIQ_KEY, the batch's\n"
-"keys taken at once as UniqueKeys.next_many takes them.");
+"write_batch.prepare_columns for a list of compiled Messages of topics in `topic_tails`, with or without tags,\n"
+"keys and user properties: (queue_keys, key_ids, queue_ids, flags, born_ms, bodies, body_lengths, body_crcs,\n"
+"tails, sizes), the int64 columns as bytes (native byte order), each tail as the compiled put writes it. None\n"
+"when any message is of another type or breaks a rule: the Python path then handles the batch (and raises its\n"
+"error). With `unique_keys` (the log's UniqueKeys) each message without a UNIQ_KEY property gets the next one,\n"
+"the batch's keys taken at once as UniqueKeys.next_many takes them.");
 
 static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 && nargs != 5) {
@@ -491,45 +573,32 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     if (!PyDict_Check(tails_table) || !PyList_CheckExact(messages) || PyList_GET_SIZE(messages) == 0) Py_RETURN_NONE;
     long long queues_max = PyLong_AsLongLong(args[1]), body_max = PyLong_AsLongLong(args[2]);
     if ((queues_max == -1 || body_max == -1) && PyErr_Occurred()) return NULL;
-    /* Every message's parts are taken (strong references) and checked first; from then on only they are read.
-     * The tuples, lists and bytes made below, and a test's clock, may run Python code (a collection's finalizers)
-     * that changes the messages or the list: the batch prepared is the one taken here. */
+    /* Every message's parts are taken (strong references), checked and its tail written first; from then on only
+     * they are read. The tuples, lists and bytes made below, and a test's clock, may run Python code (a
+     * collection's finalizers) that changes the messages or the list: the batch prepared is the one taken here. */
     Py_ssize_t count = PyList_GET_SIZE(messages);
-    if ((size_t)count > PY_SSIZE_T_MAX / sizeof(mq_common_parts)) return PyErr_NoMemory();
-    mq_common_parts *parts = PyMem_Malloc((size_t)count * sizeof(mq_common_parts));
-    if (parts == NULL) return PyErr_NoMemory();
-    int common = take_all(messages, count, tails_table, queues_max, body_max, parts);
-    if (common <= 0) {
-        PyMem_Free(parts);
-        if (common < 0) return NULL;
+    if ((size_t)count > PY_SSIZE_T_MAX / sizeof(batch_entry)) return PyErr_NoMemory();
+    batch_entry *entries = PyMem_Calloc((size_t)count, sizeof(batch_entry));
+    if (entries == NULL) return PyErr_NoMemory();
+    int taken = take_all(messages, count, tails_table, queues_max, body_max, unique_keys != NULL, entries);
+    if (taken <= 0) {
+        PyMem_Free(entries);
+        if (taken < 0) return NULL;
         Py_RETURN_NONE;
     }
-    /* The clock is read once the batch is known to be of the common shape (a batch left to the Python path reads
-     * it there, once). */
-    int64_t now = 0;
     enum { C_KEY, C_QUEUE, C_FLAG, C_BORN, C_LENGTH, C_CRC, C_SIZE, C_COUNT };
     PyObject *columns[C_COUNT] = {NULL};
     key_table table = {.keys = NULL, .numbers = NULL, .last = -1};
     PyObject *bodies = NULL, *tails = NULL;
     PyObject *result = NULL;
-    char *unique = NULL;  /* the batch's UNIQ_KEYs, MQ_UNIQUE_KEY_DIGITS chars each */
-    if (unique_keys != NULL) {
-        int ran_python = 0;
-        if (mq_unique_key_clock(unique_keys, &now, &ran_python) < 0) goto done;
-    }
+    /* The clock is read once the batch is known to be one this path writes (a batch left to the Python path reads
+     * it there) */
+    if (unique_keys != NULL && draw_unique_keys(unique_keys, entries, count) < 0) goto done;
     table.keys = PyList_New(0);
     table.numbers = table.keys == NULL ? NULL : PyDict_New();
     bodies = table.numbers == NULL ? NULL : PyList_New(count);
     tails = bodies == NULL ? NULL : PyList_New(count);
     if (table.keys == NULL || table.numbers == NULL || bodies == NULL || tails == NULL) goto done;
-    if (unique_keys != NULL) {
-        unique = PyMem_Malloc((size_t)count * MQ_UNIQUE_KEY_DIGITS);
-        if (unique == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        mq_unique_key_fill(unique_keys, now, unique, count);
-    }
     for (int c = 0; c < C_COUNT; c++) {
         columns[c] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
         if (columns[c] == NULL) goto done;
@@ -537,7 +606,7 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
     int64_t *column[C_COUNT];
     for (int c = 0; c < C_COUNT; c++) column[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
     for (Py_ssize_t i = 0; i < count; i++) {
-        const mq_common_parts *m = &parts[i];
+        const mq_common_parts *m = &entries[i].common;
         Py_ssize_t key = key_number(&table, m->topic, m->queue_id, m->queue_id_value);
         if (key < 0) goto done;
         Py_ssize_t length = PyBytes_GET_SIZE(m->body);
@@ -547,29 +616,15 @@ static PyObject *prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t
         column[C_BORN][i] = m->born_timestamp_ms;
         column[C_LENGTH][i] = length;
         column[C_CRC][i] = mq_crc32(0, (const uint8_t *)PyBytes_AS_STRING(m->body), (size_t)length) & 0x7FFFFFFFu;
-        PyObject *own_tail;
-        if (unique == NULL) {
-            own_tail = Py_NewRef(m->tail);
-        } else {  /* the topic's shape with a UNIQ_KEY: head, the key, after (CommitLog._topic_tail) */
-            PyObject *head = PyTuple_GET_ITEM(m->tails, 2), *after = PyTuple_GET_ITEM(m->tails, 3);
-            Py_ssize_t head_length = PyBytes_GET_SIZE(head), after_length = PyBytes_GET_SIZE(after);
-            own_tail = PyBytes_FromStringAndSize(NULL, head_length + MQ_UNIQUE_KEY_DIGITS + after_length);
-            if (own_tail == NULL) goto done;
-            char *at = PyBytes_AS_STRING(own_tail);
-            memcpy(at, PyBytes_AS_STRING(head), (size_t)head_length);
-            memcpy(at + head_length, unique + i * MQ_UNIQUE_KEY_DIGITS, MQ_UNIQUE_KEY_DIGITS);
-            memcpy(at + head_length + MQ_UNIQUE_KEY_DIGITS, PyBytes_AS_STRING(after), (size_t)after_length);
-        }
-        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(own_tail);
+        column[C_SIZE][i] = MQ_HEADER_SIZE + length + PyBytes_GET_SIZE(entries[i].tail);
         PyList_SET_ITEM(bodies, i, Py_NewRef(m->body));
-        PyList_SET_ITEM(tails, i, own_tail);
+        PyList_SET_ITEM(tails, i, Py_NewRef(entries[i].tail));
     }
     result = Py_BuildValue("(OOOOOOOOOO)", table.keys, columns[C_KEY], columns[C_QUEUE], columns[C_FLAG],
                            columns[C_BORN], bodies, columns[C_LENGTH], columns[C_CRC], tails, columns[C_SIZE]);
 done:
-    release_all(parts, count);
-    PyMem_Free(parts);
-    PyMem_Free(unique);
+    release_all(entries, count);
+    PyMem_Free(entries);
     Py_XDECREF(table.keys);
     Py_XDECREF(table.numbers);
     Py_XDECREF(bodies);

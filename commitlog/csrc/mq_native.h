@@ -62,6 +62,23 @@ int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_
                       mq_message_parts *out);
 void mq_message_parts_release(mq_message_parts *parts);
 
+/* put.c: what commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) gives a message, as
+ * checked and measured by mq_plan_properties (1, or 0 when the Python path must run: another type, a value it
+ * refuses, PROPERTIES over the limit); mq_write_tail then writes TOPICLENGTH + TOPIC + PROPERTIESLENGTH +
+ * PROPERTIES into a new bytes object, the UNIQ_KEY's digits left as zeros at *key_at (NULL: no UNIQ_KEY), or
+ * returns NULL with an error. Neither runs Python code nor allocates a tracked object: call mq_write_tail right
+ * after mq_plan_properties, before anything that may (the keys list and the properties dict are read in place). */
+typedef struct {
+    PyObject *tags;        /* an exact str, or NULL: no TAGS */
+    PyObject *keys;        /* an exact tuple or list of exact strs, or NULL: no KEYS */
+    PyObject *properties;  /* an exact dict of exact strs, or NULL: no user properties */
+    int unique_key;        /* a UNIQ_KEY is added (the log adds them and the message has none) */
+    const char *suffix;    /* the record-CRC placeholder, or "" */
+    Py_ssize_t suffix_length, length;  /* length: all of PROPERTIES */
+} mq_properties_plan;
+int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_properties_plan *plan);
+PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *plan, char **key_at);
+
 /* unique_key.c: the UNIQ_KEY generator (`UniqueKeys`). MQ_UNIQUE_KEY_DIGITS chars of the next key into `out`:
  * 0, or -1 with an error (no key used). */
 #define MQ_UNIQUE_KEY_DIGITS 32

@@ -3,7 +3,7 @@
  * `Appender(log, clock_globals, time_ns, write_at, result_type, ok_status)` is made once per writable CommitLog
  * (CommitLog.compiled_put). Its `put(message)` does, for a compiled Message of a topic the log has seen, what
  * `prepare` + `append_holding_lock` + the PutResult of MessageStore.put do: the checks of prepare (the fields:
- * mq_message_fields; tags, keys and user properties: plan_properties, as commitlog.py's _properties_text), the
+ * mq_message_fields; tags, keys and user properties: mq_plan_properties, as commitlog.py's _properties_text), the
  * PROPERTIES string in prepare's order (TAGS, KEYS, the user properties in dict order, the UNIQ_KEY when the log
  * adds them and the message has none, the record-CRC placeholder), the body CRC, the record encoded into the
  * mapped segment (or into the write-through scratch and pwrite), the queue offset assigned and advanced, the
@@ -580,17 +580,6 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
 
 /* --- PROPERTIES of a message with tags, keys, user properties or a UNIQ_KEY ------------------------------- */
 
-/* What commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) would give a message, as
- * checked and measured by plan_properties; write_properties then writes it. */
-typedef struct {
-    PyObject *tags;        /* an exact str, or NULL: no TAGS */
-    PyObject *keys;        /* an exact tuple or list of exact strs, or NULL: no KEYS */
-    PyObject *properties;  /* an exact dict of exact strs, or NULL: no user properties */
-    int unique_key;        /* a UNIQ_KEY is added (the log adds them and the message has none) */
-    const char *suffix;    /* the record-CRC placeholder, or "" */
-    Py_ssize_t suffix_length, length;  /* length: all of PROPERTIES */
-} properties_plan;
-
 static const char name_tags[] = "TAGS", name_keys[] = "KEYS", name_unique[] = "UNIQ_KEY", name_crc[] = "__CRC32#";
 
 /* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
@@ -614,11 +603,12 @@ static int is_name(const char *text, Py_ssize_t length, const char *name) {
 }
 
 /* Check the tags, keys and properties as _properties_text does and measure PROPERTIES: 1, or 0 when the Python
- * path must run (another type, a value it refuses, PROPERTIES over the limit). */
-static int plan_properties(const mq_message_parts *m, int adds_unique_keys, properties_plan *plan) {
+ * path must run (another type, a value it refuses, PROPERTIES over the limit). Used by put_batch's prepare_batch
+ * too (message_type.c): one encoding of PROPERTIES for both compiled paths. */
+int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_properties_plan *plan) {
     const char *text;
     Py_ssize_t length, total = 0;
-    *plan = (properties_plan){NULL, NULL, NULL, 0, "", 0, 0};
+    *plan = (mq_properties_plan){NULL, NULL, NULL, 0, "", 0, 0};
     if (m->tags != Py_None) {
         if (!checked_text(m->tags, 0, &text, &length) || length == 0) return 0;
         plan->tags = m->tags;
@@ -679,7 +669,7 @@ static void put_bytes(cursor *c, const char *data, Py_ssize_t length) {
 
 static void put_text(cursor *c, PyObject *value) {
     Py_ssize_t length;
-    const char *text = PyUnicode_AsUTF8AndSize(value, &length);  /* cached by plan_properties */
+    const char *text = PyUnicode_AsUTF8AndSize(value, &length);  /* cached by mq_plan_properties */
     if (text == NULL) {
         PyErr_Clear();
         c->at = c->end + 1;
@@ -690,7 +680,7 @@ static void put_text(cursor *c, PyObject *value) {
 
 /* TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES as prepare encodes them, into a new bytes object, with the
  * UNIQ_KEY's digits left as zeros at *key_at (NULL: no UNIQ_KEY); NULL with an error. */
-static PyObject *write_tail(const mq_message_parts *m, const properties_plan *plan, char **key_at) {
+PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *plan, char **key_at) {
     PyObject *prefix = PyTuple_GET_ITEM(m->common.tails, 0);  /* TOPICLENGTH + TOPIC */
     Py_ssize_t prefix_length = PyBytes_GET_SIZE(prefix);
     PyObject *tail = PyBytes_FromStringAndSize(NULL, prefix_length + 2 + plan->length);
@@ -743,7 +733,7 @@ static PyObject *write_tail(const mq_message_parts *m, const properties_plan *pl
 /* The record's tail (a new reference; `key_at` where its UNIQ_KEY digits go, or NULL): 1, 0 for the Python path,
  * -1 with an error. Sets *size to the record's size. */
 static int plan_record(AppenderObject *self, const writer_state *s, const mq_message_parts *m,
-                       properties_plan *plan, int64_t *size) {
+                       mq_properties_plan *plan, int64_t *size) {
     int simple = m->tags == Py_None && s->unique_keys == NULL &&
                  ((PyTuple_CheckExact(m->keys) && PyTuple_GET_SIZE(m->keys) == 0) ||
                   (PyList_CheckExact(m->keys) && PyList_GET_SIZE(m->keys) == 0)) &&
@@ -753,7 +743,7 @@ static int plan_record(AppenderObject *self, const writer_state *s, const mq_mes
         *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) + PyBytes_GET_SIZE(m->common.tail);
         return 1;
     }
-    if (!plan_properties(m, s->unique_keys != NULL, plan)) return 0;
+    if (!mq_plan_properties(m, s->unique_keys != NULL, plan)) return 0;
     *size = MQ_HEADER_SIZE + PyBytes_GET_SIZE(m->common.body) +
             PyBytes_GET_SIZE(PyTuple_GET_ITEM(m->common.tails, 0)) + 2 +
             plan->length;
@@ -767,7 +757,7 @@ static int plan_record(AppenderObject *self, const writer_state *s, const mq_mes
 static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
     mq_message_parts parts;
     const mq_common_parts *m = &parts.common;
-    properties_plan plan = {0};
+    mq_properties_plan plan = {0};
     int64_t offset, size;
     PyObject *queue_offsets;
     int ready = read_end(self, &offset, &queue_offsets);
@@ -784,7 +774,7 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     /* The tail is built right after the plan measured it, before anything that may run Python code (the keys
      * list and the properties dict are read in place) */
     char *key_at = NULL;
-    tail = plan.length < 0 ? Py_NewRef(m->tail) : write_tail(&parts, &plan, &key_at);
+    tail = plan.length < 0 ? Py_NewRef(m->tail) : mq_write_tail(&parts, &plan, &key_at);
     if (tail == NULL) goto done;
     int through = writes_through(self, s, size);
     if (through < 0) goto done;

@@ -361,8 +361,9 @@ def test_the_compiled_batch_prepare_gives_the_python_columns_or_leaves_them(tmp_
         assert getattr(compiled, name) == getattr(reference, name), name
     for name in ("key_ids", "queue_ids", "flags", "born_ms", "body_lengths", "body_crcs", "sizes"):
         assert np.array_equal(getattr(compiled, name), getattr(reference, name)), name
-    for odd in (message("a", b"x", tags="t"), message("c", b"x"), message("a", b"x" * 1001), message("a", b"x", 4),
-                message("a", b"x", keys=["k"]), message("a", bytearray(b"x")), message("a", b"x", flag=2**31)):
+    for odd in (message("a", b"x", tags=""), message("c", b"x"), message("a", b"x" * 1001), message("a", b"x", 4),
+                message("a", b"x", keys=["k k"]), message("a", bytearray(b"x")), message("a", b"x", flag=2**31),
+                message("a", b"x", keys="k"), message("a", b"x", properties={"TAGS": "t"})):
         assert write_batch._prepare_compiled(log, good[:5] + [odd] + good[5:9]) is None, odd
     log.close()
 

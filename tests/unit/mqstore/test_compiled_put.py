@@ -467,3 +467,62 @@ def test_batches_with_uniq_keys_are_prepared_in_c_and_write_the_python_bytes(tmp
     assert written["native"][1] == written["python"][1]
     assert written["native"][3] == written["python"][3]
     assert all(result.status is PutStatus.PUT_OK for result in written["native"][0])
+
+
+class StoppedClock:
+    """A clock that stays at one instant: the Python path's one-by-one UNIQ_KEYs (a reading each) and the compiled
+    batch's (one reading a batch) then have the same time digits."""
+
+    def __call__(self):
+        return 1_700_000_000_000 * 1_000_000
+
+
+def _batches_of_every_shape(root, path: str, monkeypatch, seed: int, index: bool):
+    """put_batch of tags, keys, user properties (a caller's UNIQ_KEY too), in batches of 23, topics known; the
+    PutResults, the files, and how many batches the compiled prepare_batch left to Python."""
+    from mqstore.commitlog import write_batch
+
+    monkeypatch.setattr(native, "NATIVE", None if path == "python" else _native)
+    monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+    _same_unique_keys(monkeypatch)
+    monkeypatch.setattr(unique_key_module, "_time_ns", StoppedClock())
+    left = collections.Counter()
+    reference = write_batch.columns_from_records
+
+    def counted(records, reference=reference, left=left):
+        left["one by one"] += 1
+        return reference(records)
+
+    monkeypatch.setattr(write_batch, "columns_from_records", counted)
+    messages = [m for m in _messages(seed) if not m.topic.startswith("fresh")]
+    with MessageStore.open(root, config(max_message_size_bytes=MAX_BODY_BYTES, index_enabled=index)) as store:
+        results = store.put_batch([Message(f"topic{t}", b"") for t in range(4)])  # every topic known from here on
+        for at in range(0, len(messages), 23):
+            results += store.put_batch(messages[at : at + 23])
+        errors = []
+        end = store._commitlog.readable_end()
+        for bad in INVALID:
+            with pytest.raises(Exception) as raised:
+                store.put_batch([messages[0], bad, messages[1]])
+            errors.append((type(raised.value).__name__, str(raised.value)))
+        assert store._commitlog.readable_end() == end  # a bad message in a batch writes none of it
+        assert store.wait_dispatched(30)
+    files = _segment_files(root), list(_segment_files(root, "index").values()) if index else []
+    return results, files, errors, left["one by one"]
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["no-index", "index"])
+def test_batches_with_tags_keys_and_properties_are_prepared_in_c_and_write_the_python_bytes(tmp_path, monkeypatch,
+                                                                                           index):
+    """put_batch of messages with tags, keys and user properties: the compiled prepare_batch takes every batch
+    (before, any key or property sent the batch message by message through the Python prepare) and writes the
+    pure-Python codec's bytes, with and without the index's UNIQ_KEYs; invalid messages give the same errors."""
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    python = _batches_of_every_shape(tmp_path / "python", "python", monkeypatch, seed, index)
+    compiled = _batches_of_every_shape(tmp_path / "native", "native", monkeypatch, seed, index)
+    assert compiled[0] == python[0]
+    assert compiled[1] == python[1]
+    assert compiled[2] == python[2] and {kind for kind, _ in python[2]} == {"InvalidMessageError"}
+    assert python[3] >= 10  # the Python codec prepares keyed batches one by one
+    assert compiled[3] == 0  # compiled: none (a batch holding an invalid message raises in the Python prepare)

@@ -1,0 +1,138 @@
+"""Diagnostic for issue 30's write rows: puts of user-shaped messages (a tag and a key each) into a store with
+the default StoreConfig (index on, a UNIQ_KEY per message, dispatch process), against RocketMQ 4.4.0's
+putMessage of the same shape (`rmq put`, warmed), interleaved rounds, medians.
+
+Rows (each round runs every row once, in turn; each row in a fresh process and store on the same disk):
+- put: ASYNC put() of 100 B bodies, tag + key, one thread, the Message built in the loop (1 GiB segments, as
+  `rmq put DIR 1073741824 N 100 async 4 4 1`).
+- batch keys / batch nokeys / batch keys noindex: put_batch of 1000 x 1 KB, 64 MiB segments (the run rolls), the
+  Messages of a batch built in the loop before its put_batch (inside the clock), a tag + a key each (nokeys: the
+  tag only; noindex: index_enabled=False).
+- batch keys prebuilt: the same, the Messages built before the clock (the store's own cost).
+- rmq put 100 B: RocketMQ's putMessage, ASYNC, 4 topics x 4 queues, one thread, tag + key, JIT warmed.
+
+    .venv/bin/python bench/put_keys.py [--rounds 3] [--count 1000000] [--batch-count 300000] [--rows put,batch]
+Prints one line per row and round, then medians with min-max; `--quick` is a smoke run. Not in bench/README's
+tables: a diagnostic of issue 30 (the README rows come from the benchmark the issue asks for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOPICS = 4
+QUEUES = 4
+TAG_COUNT = 7
+
+
+def _worker(row: str, directory: str, count: int) -> dict:
+    from mqstore import Message, MessageStore, StoreConfig
+
+    if row == "put":
+        body = os.urandom(100)
+        topics = [f"T{t}" for t in range(TOPICS)]
+        tags = [f"tag{t}" for t in range(TAG_COUNT)]
+        with MessageStore.open(directory, StoreConfig()) as store:
+            put = store.put
+            started = time.perf_counter()
+            cpu = time.thread_time()
+            for g in range(count):
+                put(Message(topics[g % TOPICS], body, (g // TOPICS) % QUEUES, tags[g % TAG_COUNT], (f"k{g}",)))
+            cpu = time.thread_time() - cpu
+            seconds = time.perf_counter() - started
+        return {"msgs_per_s": count / seconds, "mb_per_s": count * 100 / seconds / 1e6,
+                "cpu_msgs_per_s": count / cpu}
+    keys = "nokeys" not in row
+    index = "noindex" not in row
+    prebuilt = "prebuilt" in row
+    body = os.urandom(1024)
+    config = StoreConfig(segment_size_bytes=64 << 20, index_enabled=index)
+
+    def batch(start: int) -> list:
+        return [Message(f"T{(start // 1000) % TOPICS}", body, (start // 1000 // TOPICS) % QUEUES,
+                        f"tag{i % TAG_COUNT}", (f"order-{i}",) if keys else ()) for i in range(start, start + 1000)]
+
+    with MessageStore.open(directory, config) as store:
+        batches = [batch(start) for start in range(0, count, 1000)] if prebuilt else None
+        started = time.perf_counter()
+        cpu = time.thread_time()
+        for number, start in enumerate(range(0, count, 1000)):
+            store.put_batch(batches[number] if prebuilt else batch(start))
+        cpu = time.thread_time() - cpu
+        seconds = time.perf_counter() - started
+        segments = store.stats()["commitlog"]["segments"]
+    return {"msgs_per_s": count / seconds, "mb_per_s": count * 1024 / seconds / 1e6, "cpu_msgs_per_s": count / cpu,
+            "segments": segments}
+
+
+def _rocketmq(directory: str, count: int) -> dict | str:
+    home = os.environ.get("MQSTORE_ROCKETMQ_HOME") or os.path.join(ROOT, "..", "shared", "rocketmq-4.4.0")
+    if not os.path.isfile(os.path.join(home, "rmq")) or shutil.which("java") is None:
+        return "no RocketMQ 4.4.0 or no java"
+    env = dict(os.environ, RMQ_CACHE=os.environ.get("RMQ_CACHE", "/tmp/rmq-cache-codec"))
+    done = subprocess.run([os.path.join(home, "rmq"), "put", os.path.join(directory, "s"), str(1 << 30), str(count),
+                           "100", "async", str(TOPICS), str(QUEUES), "1"], capture_output=True, text=True, env=env,
+                          timeout=900)
+    found = re.search(r"([\d.]+) msg/s\s+([\d.]+) MB/s", done.stdout)
+    if done.returncode != 0 or found is None:
+        return f"rmq put failed: {(done.stdout + done.stderr)[-300:]}"
+    return {"msgs_per_s": float(found.group(1)), "mb_per_s": float(found.group(2))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--count", type=int, default=1_000_000, help="put() messages a round")
+    parser.add_argument("--batch-count", type=int, default=300_000, help="put_batch messages a round")
+    parser.add_argument("--rows", default="put,rmq,batch keys,batch keys prebuilt,batch nokeys,batch keys noindex")
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        row, directory, count = args.worker
+        print(json.dumps(_worker(row, directory, int(count))))
+        return 0
+    if args.quick:
+        args.rounds, args.count, args.batch_count = 1, 5_000, 5_000
+    rows = args.rows.split(",")
+    results: dict[str, list[dict]] = {row: [] for row in rows}
+    work = tempfile.mkdtemp(prefix="put-keys-", dir=os.environ.get("MQSTORE_BENCH_DIR", ROOT))
+    try:
+        for round_number in range(args.rounds):
+            for row in rows:
+                directory = os.path.join(work, f"{round_number}-{row.replace(' ', '-')}")
+                if row == "rmq":
+                    result = _rocketmq(directory, args.count)
+                else:
+                    count = args.count if row == "put" else args.batch_count
+                    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", row, directory,
+                                           str(count)], capture_output=True, text=True, timeout=1800)
+                    result = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-500:]
+                shutil.rmtree(directory, ignore_errors=True)
+                print(f"round {round_number} {row:<22} {result}", flush=True)
+                if isinstance(result, dict):
+                    results[row].append(result)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"medians of {args.rounds} rounds, load {os.getloadavg()[0]:.1f}:")
+    for row, values in results.items():
+        if values:
+            rates = [v["msgs_per_s"] for v in values]
+            mbs = [v["mb_per_s"] for v in values]
+            print(f"  {row:<22} {statistics.median(rates):>12,.0f} msgs/s ({min(rates):,.0f}-{max(rates):,.0f}) "
+                  f"{statistics.median(mbs):>8,.0f} MB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
