@@ -427,6 +427,41 @@ def test_the_compiled_put_results_are_the_python_ones(tmp_path, monkeypatch):
     assert native_part[3].status is PutStatus.FLUSH_DISK_TIMEOUT and native_part[3].store_timestamp_ms == 123
 
 
+def test_compiled_put_results_start_no_collection_and_keep_the_collectors_state():
+    """put_results makes a batch's PutResults with the cyclic collector held off (its collection runs at the
+    caller's next allocation, once put_batch let go of the batch's Messages) and leaves it on or off as it was."""
+    import gc
+
+    from mqstore.commitlog.message import PutResult, PutStatus
+
+    values = np.arange(1000, dtype=np.int64)
+    arguments = (PutResult, PutStatus.PUT_OK, values, values, values, 1000, 1, "0A000001000004D2")
+    started = []
+
+    def note(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+
+    threshold = gc.get_threshold()
+    was_enabled = gc.isenabled()
+    gc.callbacks.append(note)
+    try:
+        gc.enable()
+        gc.set_threshold(10)  # a collection every few allocations, were the collector let run
+        results = _native.put_results(*arguments)
+        assert started == [] and gc.isenabled() and len(results) == 1000
+        gc.disable()
+        _native.put_results(*arguments)
+        assert started == [] and not gc.isenabled()
+        gc.enable()
+        [[] for _ in range(20)]  # the next allocations collect as usual
+        assert started
+    finally:
+        gc.callbacks.remove(note)
+        gc.set_threshold(*threshold)
+        (gc.enable if was_enabled else gc.disable)()
+
+
 def test_compiled_put_results_check_their_arguments():
     from mqstore.commitlog.message import PutResult, PutStatus
 
