@@ -9,7 +9,10 @@ Rows (each round runs every row once, in turn; each row in a fresh process and s
   Messages of a batch built in the loop before its put_batch (inside the clock), a tag + a key each (nokeys: the
   tag only; noindex: index_enabled=False).
 - batch keys prebuilt: the same, the Messages built before the clock (the store's own cost).
-- rmq put 100 B: RocketMQ's putMessage, ASYNC, 4 topics x 4 queues, one thread, tag + key, JIT warmed.
+- rmq: RocketMQ's putMessage of 100 B, ASYNC, 4 topics x 4 queues, one thread, tag + key, JIT warmed.
+- demo: `mqstore demo`'s writes (its messages, put_batch of 1000, the default StoreConfig).
+With `--baseline OTHER/.venv/bin/python` every row but rmq also runs on that checkout ("base ROW"), in the same
+rounds: before/after of a change in one sitting.
 
     .venv/bin/python bench/put_keys.py [--rounds 3] [--count 1000000] [--batch-count 300000] [--rows put,batch]
 Prints one line per row and round, then medians with min-max; `--quick` is a smoke run. Not in bench/README's
@@ -36,6 +39,7 @@ TAG_COUNT = 7
 
 
 def _worker(row: str, directory: str, count: int) -> dict:
+    import mqstore
     from mqstore import Message, MessageStore, StoreConfig
 
     if row == "put":
@@ -51,7 +55,18 @@ def _worker(row: str, directory: str, count: int) -> dict:
             cpu = time.thread_time() - cpu
             seconds = time.perf_counter() - started
         return {"msgs_per_s": count / seconds, "mb_per_s": count * 100 / seconds / 1e6,
-                "cpu_msgs_per_s": count / cpu}
+                "cpu_msgs_per_s": count / cpu, "mqstore": os.path.dirname(os.path.dirname(mqstore.__file__))}
+    if row == "demo":  # mqstore demo's writes: its messages, put_batch of 1000, the default StoreConfig
+        from mqstore.demo import _message
+
+        with MessageStore.open(directory, StoreConfig()) as store:
+            started = time.perf_counter()
+            cpu = time.thread_time()
+            for start in range(0, count, 1000):
+                store.put_batch([_message(i) for i in range(start, min(count, start + 1000))])
+            cpu = time.thread_time() - cpu
+            seconds = time.perf_counter() - started
+        return {"msgs_per_s": count / seconds, "mb_per_s": 0.0, "cpu_msgs_per_s": count / cpu}
     keys = "nokeys" not in row
     index = "noindex" not in row
     prebuilt = "prebuilt" in row
@@ -95,7 +110,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--count", type=int, default=1_000_000, help="put() messages a round")
     parser.add_argument("--batch-count", type=int, default=300_000, help="put_batch messages a round")
-    parser.add_argument("--rows", default="put,rmq,batch keys,batch keys prebuilt,batch nokeys,batch keys noindex")
+    parser.add_argument("--rows", default="put,rmq,batch keys,batch keys prebuilt,batch nokeys,batch keys noindex,demo")
+    parser.add_argument("--baseline", default=None,
+                        help="another checkout's Python (its .venv/bin/python): its rows run too, as 'base ROW'")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -105,6 +122,8 @@ def main() -> int:
     if args.quick:
         args.rounds, args.count, args.batch_count = 1, 5_000, 5_000
     rows = args.rows.split(",")
+    if args.baseline:
+        rows += [f"base {row}" for row in rows if row != "rmq"]
     results: dict[str, list[dict]] = {row: [] for row in rows}
     work = tempfile.mkdtemp(prefix="put-keys-", dir=os.environ.get("MQSTORE_BENCH_DIR", ROOT))
     try:
@@ -114,8 +133,9 @@ def main() -> int:
                 if row == "rmq":
                     result = _rocketmq(directory, args.count)
                 else:
-                    count = args.count if row == "put" else args.batch_count
-                    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", row, directory,
+                    python, worker_row = (args.baseline, row[5:]) if row.startswith("base ") else (sys.executable, row)
+                    count = args.count if worker_row == "put" else args.batch_count
+                    done = subprocess.run([python, os.path.abspath(__file__), "--worker", worker_row, directory,
                                            str(count)], capture_output=True, text=True, timeout=1800)
                     result = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-500:]
                 shutil.rmtree(directory, ignore_errors=True)
@@ -129,8 +149,16 @@ def main() -> int:
         if values:
             rates = [v["msgs_per_s"] for v in values]
             mbs = [v["mb_per_s"] for v in values]
-            print(f"  {row:<22} {statistics.median(rates):>12,.0f} msgs/s ({min(rates):,.0f}-{max(rates):,.0f}) "
-                  f"{statistics.median(mbs):>8,.0f} MB/s")
+            cpu = [v["cpu_msgs_per_s"] for v in values if "cpu_msgs_per_s" in v]
+            print(f"  {row:<26} {statistics.median(rates):>12,.0f} msgs/s ({min(rates):,.0f}-{max(rates):,.0f}) "
+                  f"{statistics.median(mbs):>8,.0f} MB/s" +
+                  (f"  writer CPU rate {statistics.median(cpu):,.0f} msgs/s" if cpu else ""))
+    rmq = [v["msgs_per_s"] for v in results.get("rmq", [])]
+    for row in ("put", "base put"):
+        if rmq and results.get(row) and len(results[row]) == len(rmq):
+            ratios = [v["msgs_per_s"] / r for v, r in zip(results[row], rmq)]
+            print(f"  {row} / rmq, per round: median {statistics.median(ratios):.2f} "
+                  f"({min(ratios):.2f}-{max(ratios):.2f})")
     return 0
 
 

@@ -45,7 +45,7 @@ WARM_CHUNK_BYTES = 256 * 1024  # zeros written per pwrite; bounds how long take(
 POPULATE_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted per madvise call (each call then waits for the GIL)
 AHEAD_WINDOW_BYTES = 32 * 1024 * 1024  # how far ahead of the writer the current segment is pre-faulted
 AHEAD_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted ahead per madvise call (each then waits for the GIL)
-AHEAD_POLL_S = 0.005  # how often the idle thread looks at the writer's position
+AHEAD_POLL_S = 0.01  # how often the idle thread looks at the writer's position (each look takes the GIL)
 _ZEROS = bytes(WARM_CHUNK_BYTES)
 
 
