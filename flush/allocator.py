@@ -14,20 +14,16 @@ requested: making that one comes first). Where the kernel lacks it (before Linux
 5.14), the thread writes zeros over the file with pwrite instead, and `take()` stops that at the next chunk
 boundary first, so it never writes over a record. Either way the pages are dirty: the zeros are written back.
 
-With a `writer_position` (ASYNC stores), the thread also pre-faults the segment being written, up to
-AHEAD_WINDOW_BYTES ahead of the writer, whenever it has nothing else to do: the writer's first touch of a fresh
-page costs a page fault that allocates and zeroes it (about 0.5 GB/s here, a third of a 100 B put's CPU), which
-the thread takes on the other core instead. Without `warm` it reads them in (MADV_POPULATE_READ): the pages are
-zeroed and mapped read-only but stay clean, so nothing more is written back to disk, and the writer's first store
-into each is a cheap write-protect fault (docs/decisions/0038-user-shaped-puts.md). With `warm`, MADV_POPULATE_WRITE
-maps them writable (dirty: their zeros are written back). Only with madvise: zeros written ahead of a live writer
-could overwrite its records.
+With `warm=True` and a `writer_position`, the thread also pre-faults the segment being written, up to
+AHEAD_WINDOW_BYTES ahead of the writer, whenever it has nothing else to do (a store's first segment, a
+reopened store's current one, and any segment the writer reaches before warming got there): the writer's
+first touch of a page costs a page fault (about 0.5 GB/s here), which the thread takes on the other core
+instead. Only with MADV_POPULATE_WRITE: zeros written ahead of a live writer could overwrite its records.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
 import logging
 import mmap
 import os
@@ -37,7 +33,7 @@ from typing import Callable
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreIOError
-from mqstore.commitlog.mapped_file import MADV_POPULATE_READ, MADV_POPULATE_WRITE, MappedFile, madvise
+from mqstore.commitlog.mapped_file import MADV_POPULATE_WRITE, MappedFile, madvise
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +41,7 @@ WARM_CHUNK_BYTES = 256 * 1024  # zeros written per pwrite; bounds how long take(
 POPULATE_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted per madvise call (each call then waits for the GIL)
 AHEAD_WINDOW_BYTES = 32 * 1024 * 1024  # how far ahead of the writer the current segment is pre-faulted
 AHEAD_CHUNK_BYTES = 4 * 1024 * 1024  # bytes pre-faulted ahead per madvise call (each then waits for the GIL)
-AHEAD_POLL_S = 0.01  # how often the idle thread looks at the writer's position (each look takes the GIL)
+AHEAD_POLL_S = 0.005  # how often the idle thread looks at the writer's position
 _ZEROS = bytes(WARM_CHUNK_BYTES)
 
 
@@ -74,7 +70,7 @@ class SegmentAllocator:
                  writer_position: Callable[[], tuple] | None = None, advise_random: bool = False,
                  reserve_bytes: int | None = None):
         """`writer_position()` -> (mapping array, base offset, log end) of the segment being written (array None
-        before the first); the thread pre-faults that segment ahead of the writer (see the module doc). With
+        before the first); with `warm`, the thread pre-faults that segment ahead of the writer. With
         `advise_random` new segments are advised for appending (MappedFile.advise_appending) before anything
         touches them. With `preallocate`, the first `reserve_bytes` of a new segment get their disk reserved
         (all of it when None)."""
@@ -86,9 +82,7 @@ class SegmentAllocator:
         self._lock = threading.Lock()
         self._pending: dict[int, _Allocation] = {}
         self._requests: queue.SimpleQueue = queue.SimpleQueue()  # allocations, segments to retire; None stops
-        self._writer_position = writer_position if _madvise is not None else None
-        # clean pages read in ahead of the writer, or (warm) pages made writable, which are then written back
-        self.ahead_advice = MADV_POPULATE_WRITE if warm else MADV_POPULATE_READ
+        self._writer_position = writer_position if warm and _madvise is not None else None
         self.advise_random = advise_random
         self._ahead_base: int | None = None  # the segment pre-faulted ahead of the writer ...
         self._ahead_until = 0  # ... up to this position in it
@@ -181,7 +175,7 @@ class SegmentAllocator:
 
     def _warm_ahead(self) -> None:
         """Pre-fault the writer's segment up to AHEAD_WINDOW_BYTES past its end, a chunk at a time, until a
-        request comes (`ahead_advice` writes nothing: records written meanwhile are untouched)."""
+        request comes (MADV_POPULATE_WRITE writes nothing: records written meanwhile are untouched)."""
         array, base, end = self._writer_position()  # read without the writer lock: at worst one roll stale
         if array is None:
             return
@@ -194,11 +188,8 @@ class SegmentAllocator:
         address = array.ctypes.data  # `array` keeps the mapping alive while it is pre-faulted, even once closed
         while start < target and self._requests.empty():
             length = min(AHEAD_CHUNK_BYTES, target - start)
-            if _madvise(address + start, length, self.ahead_advice) != 0:
-                error = ctypes.get_errno()
-                # EINVAL: a kernel before 5.14 (every ASYNC store tries it); else worth a line
-                (log.debug if error == errno.EINVAL else log.warning)(
-                    "pre-faulting ahead of the writer stopped: %s", os.strerror(error))
+            if _madvise(address + start, length, MADV_POPULATE_WRITE) != 0:
+                log.warning("pre-faulting ahead of the writer stopped: %s", os.strerror(ctypes.get_errno()))
                 self._writer_position = None  # an optimisation: not tried again
                 return
             start += length

@@ -112,9 +112,7 @@ class StoreConfig:
     warm_segments: bool = False
     """pre-fault the next segment's pages in the background (madvise MADV_POPULATE_WRITE) so first writes into it
     are cheap, and with ASYNC flushing the segment being written too, up to 32 MiB ahead of the writer; the zero
-    pages are written back like data (such a store takes the disk of whole segments: docs/storage.md). Without it
-    an ASYNC store still reads the 32 MiB ahead of the writer in (MADV_POPULATE_READ: clean pages, nothing written
-    back), which takes the fresh pages' zeroing off the writer (docs/decisions/0038-user-shaped-puts.md)."""
+    pages are written back like data (such a store takes the disk of whole segments: docs/storage.md)."""
 
     write_fault_readahead: bool = True
     """whether a put's page fault in the segment being written may read around (the kernel's readahead on a fault

@@ -398,9 +398,8 @@ class MessageStore(Reads, IndexLookups):
     def _start_flush_services(self) -> None:
         config = self.config
         log_ = self._commitlog
-        # With ASYNC flushing the allocator also pre-faults the segment being written, ahead of the writer (clean
-        # pages read in; with warm_segments, dirty ones: decision 0038). Not with SYNC, where puts and batches are
-        # written with pwrite and warm_segments' dirty zero pages would go out with each put's fdatasync.
+        # With ASYNC flushing the allocator also pre-faults the segment being written, ahead of the writer. Not
+        # with SYNC: each put's fdatasync would write those zero pages back too, and the next put waits for it.
         allocator = SegmentAllocator(log_.directory, config.segment_size_bytes,
                                      preallocate=config.preallocate_segments, warm=config.warm_segments,
                                      writer_position=None if self._sync_flush else log_.writer_position,

@@ -80,27 +80,16 @@ def _wait_for(condition, what: str) -> None:
 
 
 @pytest.mark.skipif(allocator_module._madvise is None, reason="needs madvise")
-@pytest.mark.parametrize("warm", [True, False], ids=["warm", "read-ahead-only"])
-def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, monkeypatch, warm):
-    """With warm segments the pages ahead are made writable (dirty); without, read in (clean), so that an ASYNC
-    store with the default settings takes fresh pages' zeroing off its writer and writes nothing more back."""
-    from mqstore.commitlog.mapped_file import MADV_POPULATE_READ, MADV_POPULATE_WRITE, MappedFile
+def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, monkeypatch):
+    from mqstore.commitlog.mapped_file import MappedFile
 
     window = 1024 * 1024
     monkeypatch.setattr(allocator_module, "AHEAD_WINDOW_BYTES", window)
-    advice = []
-    real_madvise = allocator_module._madvise
-
-    def recording(address, length, kind):
-        advice.append(kind)
-        return real_madvise(address, length, kind)
-
-    monkeypatch.setattr(allocator_module, "_madvise", recording)
     segment = MappedFile.create(str(tmp_path / fmt.segment_name(0)), 0, SEGMENT_BYTES)
     written = os.urandom(100_000)
     segment.view[: len(written)] = written
     position = [segment.array, 0, len(written)]
-    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=warm,
+    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=True,
                                  writer_position=lambda: tuple(position))
     try:
         page = mmap.PAGESIZE
@@ -118,7 +107,6 @@ def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, 
         _wait_for(lambda: allocator._ahead_until == SEGMENT_BYTES, "pre-faulting up to the segment's end")
         assert bytes(segment.view[: len(written)]) == written  # pre-faulting wrote nothing
         assert not any(segment.array[len(written):])
-        assert set(advice) == {MADV_POPULATE_WRITE if warm else MADV_POPULATE_READ}
     finally:
         allocator.close()
         segment.close()
@@ -132,20 +120,3 @@ def test_without_a_writer_position_nothing_is_pre_faulted_ahead(tmp_path):
     finally:
         allocator.close()
     assert allocator.warmed_ahead_bytes == 0
-
-
-@pytest.mark.skipif(allocator_module._madvise is None, reason="needs madvise")
-def test_an_async_store_reads_the_pages_ahead_of_its_writer_in_and_a_sync_one_does_not(tmp_path):
-    from mqstore.commitlog.mapped_file import MADV_POPULATE_READ
-
-    from mqstore import FlushMode, Message, MessageStore
-    from tests.conftest import small_config
-
-    with MessageStore.open(tmp_path / "async", small_config()) as store:  # warm_segments off, as by default
-        allocator = store._allocator
-        assert allocator.ahead_advice == MADV_POPULATE_READ
-        store.put(Message("t", b"x"))
-        assert wait_until(lambda: allocator.warmed_ahead_bytes > 0)
-    with MessageStore.open(tmp_path / "sync", small_config(flush_mode=FlushMode.SYNC)) as store:
-        store.put(Message("t", b"x"))
-        assert store._allocator._writer_position is None and store._allocator.warmed_ahead_bytes == 0
