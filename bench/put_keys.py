@@ -113,6 +113,7 @@ def main() -> int:
     parser.add_argument("--rows", default="put,rmq,batch keys,batch keys prebuilt,batch nokeys,batch keys noindex,demo")
     parser.add_argument("--baseline", default=None,
                         help="another checkout's Python (its .venv/bin/python): its rows run too, as 'base ROW'")
+    parser.add_argument("--out", default=None, help="also write every round's figures to this JSON file")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -144,6 +145,9 @@ def main() -> int:
                     results[row].append(result)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump({"rounds": args.rounds, "load_average": os.getloadavg()[0], "rows": results}, handle, indent=1)
     print(f"medians of {args.rounds} rounds, load {os.getloadavg()[0]:.1f}:")
     for row, values in results.items():
         if values:

@@ -1,0 +1,18 @@
+"""The user-shaped put diagnostic's --quick mode runs every mqstore row end to end."""
+
+from __future__ import annotations
+
+import json
+
+from tests.bench.quick import run_quick
+
+
+def test_put_keys_quick_runs_every_row(tmp_path):
+    out = tmp_path / "put_keys.json"
+    rows = ["put", "batch keys", "batch nokeys", "batch keys noindex", "batch keys prebuilt", "demo"]
+    completed = run_quick("put_keys.py", "--rows", ",".join(rows), "--out", str(out))
+    result = json.loads(out.read_text())
+    assert sorted(result["rows"]) == sorted(rows)
+    for row in rows:
+        assert len(result["rows"][row]) == 1 and result["rows"][row][0]["msgs_per_s"] > 0, row
+        assert row in completed.stdout
