@@ -9,6 +9,7 @@ Rows (each round runs every row once, in turn; each row in a fresh process and s
   Messages of a batch built in the loop before its put_batch (inside the clock), a tag + a key each (nokeys: the
   tag only; noindex: index_enabled=False).
 - batch keys prebuilt: the same, the Messages built before the clock (the store's own cost).
+- put 1k: the messages of "batch keys" put one by one with put(), built in the loop (64 MiB segments).
 - rmq: RocketMQ's putMessage of 100 B, ASYNC, 4 topics x 4 queues, one thread, tag + key, JIT warmed.
 - demo: `mqstore demo`'s writes (its messages, put_batch of 1000, the default StoreConfig).
 With `--baseline OTHER/.venv/bin/python` every row but rmq also runs on that checkout ("base ROW"), in the same
@@ -72,6 +73,17 @@ def _worker(row: str, directory: str, count: int) -> dict:
     prebuilt = "prebuilt" in row
     body = os.urandom(1024)
     config = StoreConfig(segment_size_bytes=64 << 20, index_enabled=index)
+    if row == "put 1k":  # the batch rows' messages put one by one, for "never slower a message than put()"
+        with MessageStore.open(directory, config) as store:
+            put = store.put
+            started = time.perf_counter()
+            cpu = time.thread_time()
+            for i in range(count):
+                put(Message(f"T{(i // 1000) % TOPICS}", body, (i // 1000 // TOPICS) % QUEUES, f"tag{i % TAG_COUNT}",
+                            (f"order-{i}",)))
+            cpu = time.thread_time() - cpu
+            seconds = time.perf_counter() - started
+        return {"msgs_per_s": count / seconds, "mb_per_s": count * 1024 / seconds / 1e6, "cpu_msgs_per_s": count / cpu}
 
     def batch(start: int) -> list:
         return [Message(f"T{(start // 1000) % TOPICS}", body, (start // 1000 // TOPICS) % QUEUES,
@@ -135,7 +147,7 @@ def main() -> int:
                     result = _rocketmq(directory, args.count)
                 else:
                     python, worker_row = (args.baseline, row[5:]) if row.startswith("base ") else (sys.executable, row)
-                    count = args.count if worker_row == "put" else args.batch_count
+                    count = args.count if worker_row == "put" else args.batch_count  # "put 1k" too
                     done = subprocess.run([python, os.path.abspath(__file__), "--worker", worker_row, directory,
                                            str(count)], capture_output=True, text=True, timeout=1800)
                     result = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-500:]
