@@ -464,7 +464,8 @@ ROWS = (("sync", sync_rows), ("aio", aio_row), ("async", async_rows), ("get", ge
         ("demo", demo_row))
 
 
-def run_rows(run: Run, only: set[str] | None) -> list[dict]:
+def run_rows(run: Run, only: set[str] | None, save) -> list[dict]:
+    """Each row group in turn; `save(rows)` after each, so that a run cut short keeps what it measured."""
     rows = []
     for name, function in ROWS:
         if only and name not in only:
@@ -477,49 +478,77 @@ def run_rows(run: Run, only: set[str] | None) -> list[dict]:
             made = [unavailable_row(name, name, "-", f"failed: {str(exc)[-300:]}")]
         for row in made:
             row["seconds"] = round(time.time() - began, 1)
+            row["started_utc"] = time.strftime("%H:%M", time.gmtime(began))
         rows.extend(made)
+        save(rows)
     return rows
 
 
-def main(argv=None) -> int:
+def merged(previous: dict, rows: list[dict]) -> list[dict]:
+    """`previous`'s rows with those of the same names replaced by `rows` (--merge), in ROWS' order."""
+    fresh = {row["name"] for row in rows}
+    kept = [row for row in previous.get("rows", []) if row["name"] not in fresh]
+    order = {name: i for i, (name, _) in enumerate(ROWS)}
+
+    def group(row):
+        return order.get(row["name"].split("-")[0], len(order))
+    return sorted(kept + rows, key=group)
+
+
+def arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of small counts, one round")
     parser.add_argument("--only", help="comma-separated row groups: " + ", ".join(name for name, _ in ROWS))
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; 1 with --quick)")
+    parser.add_argument("--merge", action="store_true", help="keep the result file's other rows (with --only)")
     parser.add_argument("--out", help="result JSON path")
     parser.add_argument("--note", default="", help="a sentence on the run's conditions, kept in the JSON")
     args = parser.parse_args(argv)
-    rounds = args.rounds or (1 if args.quick else 5)
-    only = set(args.only.split(",")) if args.only else None
-    unknown = (only or set()) - {name for name, _ in ROWS}
+    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.only = set(args.only.split(",")) if args.only else None
+    unknown = (args.only or set()) - {name for name, _ in ROWS}
     if unknown:
         parser.error(f"unknown rows {sorted(unknown)}; known: {[name for name, _ in ROWS]}")
-    out = args.out or os.path.join(HERE, "results", "users_quick.json" if args.quick else "users.json")
+    args.out = args.out or os.path.join(HERE, "results", "users_quick.json" if args.quick else "users.json")
+    return args
+
+
+def main(argv=None) -> int:
+    args = arguments(argv)
     global WORKER_TIMEOUT_S
     if args.quick:
         WORKER_TIMEOUT_S = 180
     began, load_before = time.time(), os.getloadavg()[0]
+    previous = {}
+    if args.merge and os.path.exists(args.out):
+        with open(args.out, encoding="utf-8") as handle:
+            previous = json.load(handle)
     work = tempfile.mkdtemp(prefix="users-bench-")
+    run = Run(args.rounds, args.quick, work)
+
+    def save(rows: list[dict], partial: bool = True) -> dict:
+        rows = merged(previous, rows) if previous else rows
+        readme = [row for row in rows if row["readme"]]
+        result = {"command": "bench/users.py" + (f" --rounds {args.rounds}" if args.rounds != 5 else ""),
+                  "rounds": args.rounds, "quick": args.quick, "only": sorted(args.only) if args.only else None,
+                  "partial": partial, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(began)),
+                  "minutes": round((time.time() - began) / 60, 1), "note": args.note,
+                  "machine": {"python": platform.python_version(), "cores": os.cpu_count(),
+                              "load_average_1min_before": round(load_before, 2),
+                              "load_average_1min_after": round(os.getloadavg()[0], 2)},
+                  "rocketmq": "rmq harness found" if run.rmq_home else NO_RMQ, "rows": rows, "errors": run.errors,
+                  "met": sum(1 for row in readme if row["met"]),
+                  "not_met": sum(1 for row in readme if row["met"] is False)}
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=1)
+        return result
+
     try:
-        run = Run(rounds, args.quick, work)
-        rows = run_rows(run, only)
-        errors = run.errors
+        result = save(run_rows(run, args.only, save), partial=False)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    readme = [row for row in rows if row["readme"]]
-    result = {"command": "bench/users.py" + (f" --rounds {rounds}" if rounds != 5 else ""), "rounds": rounds,
-              "quick": args.quick, "only": sorted(only) if only else None,
-              "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(began)),
-              "minutes": round((time.time() - began) / 60, 1), "note": args.note,
-              "machine": {"python": platform.python_version(), "cores": os.cpu_count(),
-                          "load_average_1min_before": round(load_before, 2),
-                          "load_average_1min_after": round(os.getloadavg()[0], 2)},
-              "rocketmq": "rmq harness found" if rocketmq_home() else NO_RMQ, "rows": rows, "errors": errors,
-              "met": sum(1 for row in readme if row["met"]), "not_met": sum(1 for row in readme if row["met"] is False)}
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=1)
-    for row in rows:
+    for row in result["rows"]:
         verdict = {True: "met", False: "NOT met", None: "-"}[row["met"]]
         print(f"{verdict:>8}  {row['label']}: {row['measured_text']} | {row['reference_text']} | "
               f"ratio {row['ratio_text']} | {row['target']}")
