@@ -59,11 +59,11 @@ class Run:
         self.rounds, self.quick, self.work = rounds, quick, work
         self.sizes = QUICK if quick else FULL
         self.rmq_home = rocketmq_home()
-        self.rmq_sync_by_round: list[list[float]] = [[] for _ in range(rounds)]
+        self.rows: list[dict] = []  # the rows measured so far (with --merge, the result file's first)
         self.read_store: str | None = None
         self.parquet: str | None = None
         self.errors: list[str] = []
-        self.timeout_s = 180 if quick else 1200
+        self.timeout_s = 180 if quick else 400  # rmq runs: a JVM whose main thread died can linger
 
     def fresh(self, prefix: str) -> str:
         return tempfile.mkdtemp(prefix=prefix, dir=self.work)
@@ -111,14 +111,38 @@ def rmq_env(run: Run, **extra) -> dict:
     return env
 
 
+def rmq_process(run: Run, arguments: list[str], env: dict) -> subprocess.CompletedProcess:
+    """Run `rmq ARGUMENTS`; again (up to 3 times) when its main thread died at start, e.g. on a port another
+    RocketMQ holds (its HA service binds one): such a JVM does not exit, its store threads keep it alive."""
+    for attempt in range(3):
+        with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
+            process = subprocess.Popen([os.path.join(run.rmq_home, "rmq"), *arguments], stdout=out, stderr=err,
+                                       text=True, env=env)
+            deadline, died = time.monotonic() + run.timeout_s, False
+            while process.poll() is None and time.monotonic() < deadline and not died:
+                time.sleep(0.5)
+                err.seek(0)
+                died = 'Exception in thread "main"' in err.read()
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            out.seek(0)
+            err.seek(0)
+            done = subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())
+        if not died:
+            return done
+        print(f"    rmq's main thread died (attempt {attempt + 1}): {done.stderr[-160:]!r}", flush=True)
+        time.sleep(5)
+    return done
+
+
 def rmq_put(run: Run, body: int, mode: str, threads: int, count: int, lock: str = "spin") -> float:
     """msgs/s of `rmq put DIR 1GiB N BODY mode 4 4 THREADS` (warmed, index on), RMQ_LOCK=reentrant for that lock."""
     directory = run.fresh("rmq-")
     extra = {"RMQ_LOCK": "reentrant"} if lock == "reentrant" else {}
     try:
-        done = subprocess.run([os.path.join(run.rmq_home, "rmq"), "put", directory, str(SEGMENT_BYTES), str(count),
-                               str(body), mode, "4", "4", str(threads)], capture_output=True, text=True,
-                              env=rmq_env(run, **extra), timeout=run.timeout_s)
+        done = rmq_process(run, ["put", directory, str(SEGMENT_BYTES), str(count), str(body), mode, "4", "4",
+                                 str(threads)], rmq_env(run, **extra))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     found = re.search(r"n=(\d+) .*: ([\d.]+) msg/s", done.stdout)
@@ -135,8 +159,7 @@ def rmq_load_seconds(run: Run, store: str) -> float:
     try:
         shutil.copytree(store, copy, dirs_exist_ok=True, ignore=shutil.ignore_patterns("lock", "config"))
         open(os.path.join(copy, "abort"), "w").close()
-        done = subprocess.run([os.path.join(run.rmq_home, "rmq"), "load", copy, str(SEGMENT_BYTES)],
-                              capture_output=True, text=True, env=rmq_env(run), timeout=run.timeout_s)
+        done = rmq_process(run, ["load", copy, str(SEGMENT_BYTES)], rmq_env(run))
     finally:
         shutil.rmtree(copy, ignore_errors=True)
     found = re.search(r"load\(\): ([\d.]+) s", done.stdout)
@@ -216,7 +239,7 @@ def make_row(name: str, label: str, target: str, threshold: float | None, mine: 
 def unavailable_row(name: str, label: str, target: str, why: str, readme: bool = True) -> dict:
     return {"name": name, "label": label, "target": target, "threshold": None, "unit": "", "mine": None,
             "reference": None, "ratio": None, "reference_label": "-", "value": None, "met": False if readme else None,
-            "gap": why, "readme": readme, "note": why, "measured_text": why, "reference_text": "-",
+            "gap": "", "readme": readme, "note": why, "measured_text": why, "reference_text": "-",
             "ratio_text": "-"}
 
 
@@ -241,10 +264,7 @@ def sync_rows(run: Run) -> list[dict]:
                                                            count=count)["rate"], references)
         best = [max(filter(None, pair), default=None)
                 for pair in zip(*(refs[lock] for lock in ("RocketMQ spin", "RocketMQ reentrant") if lock in refs))]
-        for k, value in enumerate(best):
-            if value is not None:
-                run.rmq_sync_by_round[k].append(value)
-        extra = {"rocketmq_spin": spread(refs.get("RocketMQ spin")),
+        extra = {"producers": producers, "rocketmq_spin": spread(refs.get("RocketMQ spin")),
                  "rocketmq_reentrant": spread(refs.get("RocketMQ reentrant"))}
         label = f"SYNC put 100 B, tag+key, {producers} producer thread{'s' if producers > 1 else ''}"
         if producers == 1:
@@ -270,13 +290,21 @@ def aio_row(run: Run) -> list[dict]:
             return [unavailable_row("aio", label, target, "no asyncio API (mqstore.aio)")]
         mine.append(result["rate"])
         print(f"    round {k + 1}: {mine[-1]:.4g}", flush=True)
-    best = [max(values) for values in run.rmq_sync_by_round if values]
-    if len(best) != len(mine):
+    best = rocketmq_best_sync(run.rows)
+    if best is None:
         return [make_row("aio", label, target, 4.0, mine, "msgs/s", by_ratio=False, reference_label=(
-            "RocketMQ's best SYNC rate: run the sync rows in the same invocation" if run.rmq_home else NO_RMQ))
-                | {"met": None}]
-    return [make_row("aio", label, target, 4.0, mine, "msgs/s", reference=best,
-                     reference_label="RocketMQ's best SYNC (any count, any lock), same round")]
+            "RocketMQ's best SYNC rate: run the sync rows first (or --merge into a file that has them)"
+            if run.rmq_home else NO_RMQ)) | {"met": None}]
+    count, lock, rate = best
+    return [make_row("aio", label, target, 4.0, mine, "msgs/s", reference=[rate] * len(mine),
+                     reference_label=f"RocketMQ's best SYNC median of the run ({count} threads, {lock} lock)")]
+
+
+def rocketmq_best_sync(rows: list[dict]) -> tuple[int, str, float] | None:
+    """(threads, lock, msgs/s) of the best median RocketMQ SYNC rate among the SYNC rows."""
+    found = [(row["producers"], lock, row[f"rocketmq_{lock}"]["median"]) for row in rows
+             if row["name"].startswith("sync-") for lock in ("spin", "reentrant") if row.get(f"rocketmq_{lock}")]
+    return max(found, key=lambda item: item[2], default=None)
 
 
 def async_rows(run: Run) -> list[dict]:
@@ -480,6 +508,7 @@ def run_rows(run: Run, only: set[str] | None, save) -> list[dict]:
             row["seconds"] = round(time.time() - began, 1)
             row["started_utc"] = time.strftime("%H:%M", time.gmtime(began))
         rows.extend(made)
+        run.rows.extend(made)
         save(rows)
     return rows
 
@@ -525,6 +554,7 @@ def main(argv=None) -> int:
             previous = json.load(handle)
     work = tempfile.mkdtemp(prefix="users-bench-")
     run = Run(args.rounds, args.quick, work)
+    run.rows = list(previous.get("rows", []))
 
     def save(rows: list[dict], partial: bool = True) -> dict:
         rows = merged(previous, rows) if previous else rows
