@@ -396,6 +396,10 @@ def report_users(data: dict, readme_only: bool = False) -> str:
              "median (min-max) of each side and of the per-round ratio.")
     if data.get("note"):
         intro += " " + data["note"]
+    reruns = data.get("reruns", [])
+    if reruns:
+        intro += " Measured again later (`--only ... --merge`): " + "; ".join(
+            f"{', '.join(run['only'])} at {run['date_utc']} UTC, {run['rounds']} rounds" for run in reruns) + "."
     verdict = {True: "met", False: "**not met**", None: "-"}
     return intro + "\n\n" + table(rows, [
         ("workload", "label", text), ("mqstore", "measured_text", text), ("reference, same run", "reference_text",

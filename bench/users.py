@@ -287,7 +287,7 @@ def aio_row(run: Run) -> list[dict]:
     for k in range(run.rounds):
         result = in_fresh_dir(run, "aio_put", inflight=run.sizes["aio_inflight"], count=run.sizes["aio_puts"])
         if "unavailable" in result:
-            return [unavailable_row("aio", label, target, "no asyncio API (mqstore.aio)")]
+            return [unavailable_row("aio", label, target, "no asyncio API")]
         mine.append(result["rate"])
         print(f"    round {k + 1}: {mine[-1]:.4g}", flush=True)
     best = rocketmq_best_sync(run.rows)
@@ -569,6 +569,13 @@ def main(argv=None) -> int:
                   "rocketmq": "rmq harness found" if run.rmq_home else NO_RMQ, "rows": rows, "errors": run.errors,
                   "met": sum(1 for row in readme if row["met"]),
                   "not_met": sum(1 for row in readme if row["met"] is False)}
+        if previous:  # the first run's record, and when which rows were measured again
+            result.update({key: previous[key] for key in ("date_utc", "minutes", "machine", "note", "rounds")
+                           if key in previous})
+            result["reruns"] = previous.get("reruns", []) + [
+                {"only": sorted(args.only or ()), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(began)),
+                 "rounds": args.rounds, "minutes": round((time.time() - began) / 60, 1)}]
+            result["errors"] = previous.get("errors", []) + run.errors
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=1)

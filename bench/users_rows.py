@@ -183,6 +183,10 @@ def worker_get(root: str) -> dict:
 
 def worker_scan(root: str, topic: str | None = None) -> dict:
     """store.scan() (every column), or scan(topic=...): rows of the Table per second, rows counted."""
+    import pyarrow  # noqa: F401  imported before the clock, as in a program that uses Arrow already
+
+    import mqstore.store.scan  # noqa: F401  scan()'s own lazy import
+
     with MessageStore.open(root, read_only=True) as store:
         began = time.perf_counter()
         reader = store.scan() if topic is None else store.scan(topic=topic)
