@@ -128,8 +128,14 @@ final class Planner {
     }
 
     static StorePlan planStore(ReadOptions.StoreRef ref) {
+        return planStore(ref, -1);
+    }
+
+    /** The snapshot, the walk to the written end starting at `knownStart` (a record start, or -1) when it helps. */
+    static StorePlan planStore(ReadOptions.StoreRef ref, long knownStart) {
         Segments segments = listSegments(ref.root);
-        return new StorePlan(ref, segments, writtenEnd(segments, dispatchedEnd(ref.root, segments)));
+        long dispatched = dispatchedEnd(ref.root, segments);
+        return new StorePlan(ref, segments, writtenEnd(segments, Math.max(dispatched, knownStart)));
     }
 
     static final int CQ_UNIT_SIZE = 20;  // i64 commitlog offset, i32 size, i64 tags code (consumequeue/format.py)
@@ -236,7 +242,7 @@ final class Planner {
 
     /**
      * The written end of the log: the last segment whose first header is not zero, walked to its end from its
-     * start, or from `dispatched` (a record start) when that lies in it.
+     * start, or from `dispatched` (a record start, the furthest one known) when that lies in it.
      */
     static long writtenEnd(Segments segments, long dispatched) {
         if (segments.bases.length == 0) {
@@ -376,6 +382,26 @@ final class Planner {
             partitions.addAll(group(plans.get(s), pieces.get(s), target));
         }
         return partitions;
+    }
+
+    /** The partitions of one store's records in [lo, hi) (both record starts): one streaming micro-batch. */
+    static List<LogPartition> planStream(ReadOptions.StoreRef ref, long lo, long hi) {
+        Segments segments = listSegments(ref.root);
+        long first = segments.bases.length == 0 ? 0 : segments.bases[0];
+        if (lo < first) {
+            throw new UncheckedIOException(new IOException("store " + ref.root + ": the records from commitlog offset "
+                    + lo + " were deleted by retention before this query read them (the log now starts at " + first
+                    + ")"));
+        }
+        List<long[]> pieces = new ArrayList<>();
+        for (long base : segments.bases) {
+            long segmentEnd = base + segments.size;
+            if (segmentEnd <= lo || base >= hi) {
+                continue;
+            }
+            pieces.add(new long[] {base, Math.max(base, lo), Math.min(segmentEnd, hi)});
+        }
+        return group(new StorePlan(ref, segments, hi), pieces, partitionTarget(hi - lo));
     }
 
     private static List<LogPartition> group(StorePlan plan, List<long[]> pieces, long target) {
