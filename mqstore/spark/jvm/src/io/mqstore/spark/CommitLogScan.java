@@ -99,7 +99,7 @@ final class CommitLogScan implements Scan, Batch {
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-            return new LogReader((LogPartition) partition, filter, schema, offHeap);
+            return new LogReader((StorePartition) partition, filter, schema, offHeap);
         }
 
         @Override

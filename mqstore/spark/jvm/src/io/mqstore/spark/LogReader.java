@@ -1,5 +1,7 @@
 package io.mqstore.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
@@ -31,13 +33,18 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     static final int BATCH_BODY_BYTES = 16 << 20;  // a batch ends once its bodies pass this many bytes
     static final int PROPERTY_PAIRS_MAX = 32768 / 2;  // PROPERTIESLENGTH is an i16: at most this many pairs
 
-    private final LogPartition partition;
+    static final int QUEUE_GAP_BYTES = 16 * 1024;  // ConsumeQueue path: records closer than this are read at once
+
+    private final StorePartition partition;
+    private final LogPartition log;  // one of these two is null
+    private final QueuePartition queue;
     private final RowFilter.Compiled filter;
     private final WritableColumnVector[] byId = new WritableColumnVector[Columns.COUNT];
     private final WritableColumnVector[] vectors;
     private final ColumnarBatch batch;
     private final LogFormat.Layout layout = new LogFormat.Layout();
     private final byte[] label;
+    private final long recordCrcFrom;  // records at or after this commitlog offset must have the pair; -1: none
 
     private int piece = -1;
     private FileChannel channel;
@@ -60,8 +67,19 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private int pairCount;  // elements of the properties map's key and value vectors in this batch
     private int keyCount;  // elements of the keys array's vector in this batch
 
-    LogReader(LogPartition partition, RowFilter filter, StructType schema, boolean offHeap) {
+    // the ConsumeQueue path: the records of one topic in one segment, sorted by offset
+    private int queueTopic = -1;  // index into queueTopics
+    private String[] queueTopics;
+    private byte[] expectTopic;
+    private long[] queueOffsets = new long[0];
+    private long[] queueSizes = new long[0];
+    private int queueAt;  // the next record of queueOffsets
+    private int queueGroupEnd;  // records [queueAt, queueGroupEnd) lie in the segment `base`
+
+    LogReader(StorePartition partition, RowFilter filter, StructType schema, boolean offHeap) {
         this.partition = partition;
+        this.log = partition instanceof LogPartition ? (LogPartition) partition : null;
+        this.queue = partition instanceof QueuePartition ? (QueuePartition) partition : null;
         this.filter = filter.compile();
         int[] ids = Columns.ids(schema);
         vectors = new WritableColumnVector[ids.length];
@@ -72,6 +90,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         batch = new ColumnarBatch(vectors.clone());
         label = partition.label == null ? new byte[0] : partition.label.getBytes(StandardCharsets.UTF_8);
+        recordCrcFrom = recordCrcFrom(partition.root);
     }
 
     @Override
@@ -84,6 +103,17 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         int rows = 0;
         long bodyBytes = 0;
         while (rows < BATCH_ROWS && bodyBytes < BATCH_BODY_BYTES) {
+            if (queue != null) {
+                if (!nextQueued()) {
+                    break;
+                }
+                int pos = (int) (position - bufAbs);
+                if (decode(pos, position, rows)) {
+                    bodyBytes += layout.bodyLength;
+                    rows++;
+                }
+                continue;
+            }
             if (pieceDone && !openNextPiece()) {
                 break;
             }
@@ -120,13 +150,19 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private boolean openNextPiece() throws IOException {
         closeChannel();
         piece++;
-        if (piece >= partition.starts.length) {
+        if (piece >= log.starts.length) {
             return false;
         }
-        base = partition.bases[piece];
+        base = log.bases[piece];
         segmentEnd = base + partition.segmentSize;
-        pieceEnd = partition.ends[piece];
-        position = partition.starts[piece];
+        pieceEnd = log.ends[piece];
+        position = log.starts[piece];
+        openSegment();
+        pieceDone = position >= pieceEnd;
+        return true;
+    }
+
+    private void openSegment() throws IOException {
         Path file = Paths.get(partition.root, "commitlog", LogFormat.segmentName(base));
         path = file.toString();
         try {
@@ -136,8 +172,146 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
                     e);
         }
         bufLen = 0;
-        pieceDone = position >= pieceEnd;
+        bufAbs = 0;
+    }
+
+    // --- the ConsumeQueue path --------------------------------------------------------------------------------
+    /**
+     * Locate the next record the partition's ConsumeQueue slices point to (true), topic after topic, segment
+     * after segment, each run of close records read with one pread; false after the last. The record must be
+     * the size its unit says and of the unit's topic (consumequeue.matches-log), and valid (rules 1 to 4, 6).
+     */
+    private boolean nextQueued() throws IOException {
+        while (queueAt >= queueGroupEnd) {
+            if (queueAt >= queueOffsets.length && !loadNextTopic()) {
+                return false;
+            }
+            openQueueGroup();
+        }
+        int i = queueAt++;
+        position = queueOffsets[i];
+        int size = (int) queueSizes[i];
+        long filePos = position - base;
+        if (position < bufAbs || position + size > bufAbs + bufLen || bufLen == 0) {
+            readQueueRun(i);
+        }
+        int pos = (int) (position - bufAbs);
+        int total = LogFormat.i32(buf, pos);
+        if (total != size) {
+            throw new CorruptLogException("a ConsumeQueue unit says " + size + " bytes, the record there has TOTALSIZE "
+                    + total, path, filePos, "consumequeue.matches-log");
+        }
+        layout.locate(buf, pos, segmentEnd - position, position, path, filePos);
+        checkRecordCrcShape(buf, pos, position, filePos);
+        if (layout.topicLength != expectTopic.length
+                || !java.util.Arrays.equals(expectTopic, 0, expectTopic.length, buf, layout.topicStart,
+                        layout.topicStart + layout.topicLength)) {
+            throw new CorruptLogException("a ConsumeQueue of topic '" + queueTopics[queueTopic] + "' points at a "
+                    + "record of topic " + LogFormat.escaped(buf, layout.topicStart, layout.topicLength), path, filePos,
+                    "consumequeue.matches-log");
+        }
         return true;
+    }
+
+    /** The units of the next topic's slices, sorted by commitlog offset; false when no topic is left. */
+    private boolean loadNextTopic() {
+        if (queueTopics == null) {
+            queueTopics = java.util.Arrays.stream(queue.topics).distinct().sorted().toArray(String[]::new);
+        }
+        while (++queueTopic < queueTopics.length) {
+            String topic = queueTopics[queueTopic];
+            java.util.List<long[][]> parts = new java.util.ArrayList<>();
+            int total = 0;
+            for (int s = 0; s < queue.topics.length; s++) {
+                if (queue.topics[s].equals(topic)) {
+                    long[][] units = Queues.range(Paths.get(queue.queueDirs[s]), queue.firsts[s], queue.counts[s]);
+                    parts.add(units);
+                    total += units[0].length;
+                }
+            }
+            long[][] pairs = new long[total][];
+            int at = 0;
+            for (long[][] units : parts) {
+                for (int k = 0; k < units[0].length; k++) {
+                    pairs[at++] = new long[] {units[0][k], units[1][k]};
+                }
+            }
+            java.util.Arrays.sort(pairs, (a, b) -> Long.compare(a[0], b[0]));  // stable
+            queueOffsets = new long[total];
+            queueSizes = new long[total];
+            for (int k = 0; k < total; k++) {
+                queueOffsets[k] = pairs[k][0];
+                queueSizes[k] = pairs[k][1];
+            }
+            queueAt = 0;
+            queueGroupEnd = 0;
+            expectTopic = topic.getBytes(StandardCharsets.UTF_8);
+            if (total > 0) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Open the segment of record queueAt and find the records [queueAt, queueGroupEnd) of it; check their units. */
+    private void openQueueGroup() throws IOException {
+        closeChannel();
+        long size = partition.segmentSize;
+        long first = queueOffsets[queueAt];
+        base = first - Math.floorMod(first - queue.firstBase, size);
+        segmentEnd = base + size;
+        int end = queueAt;
+        while (end < queueOffsets.length && queueOffsets[end] < segmentEnd) {
+            end++;
+        }
+        queueGroupEnd = end;
+        openSegment();
+        for (int k = queueAt; k < end; k++) {
+            long offset = queueOffsets[k];
+            if (offset < queue.firstBase || queueSizes[k] < LogFormat.RECORD_SIZE_MIN
+                    || queueSizes[k] > segmentEnd - offset) {
+                throw new CorruptLogException("a ConsumeQueue unit of topic '" + queueTopics[queueTopic] + "' says "
+                        + queueSizes[k] + " bytes at " + offset, path, offset - base, "consumequeue.matches-log");
+            }
+        }
+    }
+
+    /** Read the run of close records from record i (one pread of at most READ_CHUNK_BYTES, or the one record). */
+    private void readQueueRun(int i) throws IOException {
+        long start = queueOffsets[i];
+        long end = start + queueSizes[i];
+        if (queueSizes[i] > READ_CHUNK_BYTES) {  // read alone, once its header agrees with its unit
+            ensureAt(start, LogFormat.END_FILE_MIN_BLANK_LENGTH);
+            if (LogFormat.i32(buf, 0) != queueSizes[i]) {
+                return;  // nextQueued reports the disagreement
+            }
+        } else {
+            for (int k = i + 1; k < queueGroupEnd; k++) {
+                long recordEnd = queueOffsets[k] + queueSizes[k];
+                if (queueOffsets[k] - end > QUEUE_GAP_BYTES || recordEnd - start > READ_CHUNK_BYTES) {
+                    break;
+                }
+                end = Math.max(end, recordEnd);
+            }
+        }
+        ensureAt(start, (int) (end - start));
+    }
+
+    /** buf = exactly [at, at + length) of the current segment. */
+    private void ensureAt(long at, int length) throws IOException {
+        if (buf.length < length) {
+            buf = new byte[Math.max(length, Math.min(READ_CHUNK_BYTES, 2 * buf.length))];
+        }
+        ByteBuffer into = ByteBuffer.wrap(buf, 0, length);
+        long filePos = at - base;
+        while (into.hasRemaining()) {
+            if (channel.read(into, filePos + into.position()) < 0) {
+                throw new IOException("segment " + path + " ends at byte " + (filePos + into.position())
+                        + ", before a record its ConsumeQueue points at: was it truncated or replaced?");
+            }
+        }
+        bufAbs = at;
+        bufLen = length;
     }
 
     private void closeChannel() throws IOException {
@@ -208,6 +382,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             pos = (int) (position - bufAbs);
         }
         layout.locate(buf, pos, remaining, position, path, filePos);  // throws for rules 1 to 4
+        checkRecordCrcShape(buf, pos, position, filePos);
         return true;
     }
 
@@ -228,9 +403,6 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         if (!filter.topic(b, l.topicStart, l.topicLength)) {
             return false;
-        }
-        if (l.hasRecordCrc && !l.common()) {
-            checkRecordCrcDigits(pos, offset);
         }
         WritableColumnVector v;
         if ((v = byId[Columns.TOPIC]) != null) {
@@ -289,15 +461,42 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         return true;
     }
 
-    /** Rule (6) for the rare kinds (version 2, IPv6 hosts), as the Python per-record decoder checks it. */
-    private void checkRecordCrcDigits(int pos, long offset) {
+    /**
+     * Rule (6)'s shape, as scan() checks it (docs/decisions/0036): a record-CRC pair holds 10 ASCII digits, and a
+     * store that writes record CRCs has the pair on every record from `record_crc_from_offset` (its settings
+     * file). The CRC values are not compared, as scan() does not compare them.
+     */
+    void checkRecordCrcShape(byte[] b, int pos, long offset, long filePos) {
+        if (!layout.hasRecordCrc) {
+            if (recordCrcFrom >= 0 && offset >= recordCrcFrom) {
+                throw LogFormat.corrupt("6", "the record has no record-CRC property", path, offset, filePos);
+            }
+            return;
+        }
         int end = pos + layout.size;
         for (int i = end - 11; i < end - 1; i++) {
-            if (buf[i] < '0' || buf[i] > '9') {
-                throw LogFormat.corrupt("6", "the record-CRC property does not hold 10 digits", path, offset,
-                        offset - base);
+            if (b[i] < '0' || b[i] > '9') {
+                throw LogFormat.corrupt("6", "the record-CRC property does not hold 10 digits", path, offset, filePos);
             }
         }
+    }
+
+    /**
+     * The commitlog offset from which the store's records must carry a record CRC, from its settings file
+     * (config/mqstore.json, key record_crc_from_offset), as mqstore/store/scan_read.py's record_crc_from reads
+     * it; -1 without one (a RocketMQ store, or a file that is not mqstore's: the store's open reports it).
+     */
+    static long recordCrcFrom(String root) {
+        try {
+            JsonNode value = new ObjectMapper().readTree(Paths.get(root, "config", "mqstore.json").toFile())
+                    .path("record_crc_from_offset");
+            if (value.isIntegralNumber() && value.canConvertToLong() && value.asLong() >= 0) {
+                return value.asLong();
+            }
+        } catch (IOException | RuntimeException e) {
+            // no settings file, or not JSON: no requirement
+        }
+        return -1;
     }
 
     // --- properties -------------------------------------------------------------------------------------------
