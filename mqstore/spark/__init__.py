@@ -18,7 +18,6 @@ from mqstore.spark.source import (
 )
 
 
-
 def configure(builder):
     """Put the JVM reader's jar on a SparkSession builder's spark.jars and return the builder (before the session
     starts); when the jar cannot be built, warn and return the builder as it was. mqstore.spark.jvm.configure."""
