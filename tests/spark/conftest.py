@@ -54,8 +54,9 @@ def manifest(fixture_store) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def spark():
-    """A quiet local[2] session with the commitlog source registered, filter pushdown enabled and the commitlog-jvm
-    jar loaded (when javac is there to build it)."""
+    """A quiet local[2] session with the JVM reader's jar loaded (when javac is there to build it), so "commitlog"
+    is the JVM reader; the Python source registered as "commitlog-python" (and as "commitlog" without the jar);
+    filter pushdown enabled."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
