@@ -238,3 +238,18 @@ def test_register_leaves_the_name_to_the_jvm_reader(spark, jvm_reader):
     conf = spark._jsparkSession.sessionState().conf()
     assert lookup("commitlog", conf).getName() == "io.mqstore.spark.CommitLogSource"
     assert lookup("commitlog-python", conf).getName().endswith(".PythonDataSourceV2")
+
+
+def test_topics_beyond_the_dictionarys_bound_keep_their_names(spark, jvm_reader, tmp_path):
+    """The topic column is a dictionary bounded at 4,096 names between batches (TopicDictionary): a log of more
+    topics, interleaved, over two batches of 8,192 rows, gives every row its own topic."""
+    root = tmp_path / "many"
+    topics = 4500
+    with StoreWriter(root, segment_size_bytes=4 << 20) as writer:
+        for index in range(2 * topics):
+            writer.put(f"t{index % topics}", b"x", queue_id=0)
+    got = spark.read.format(jvm_reader).load(str(root)).select("commitlog_offset", "topic").toArrow()
+    expected = scan_store(root, columns=["commitlog_offset", "topic"]).read_all()
+    assert sorted(got.to_pylist(), key=lambda r: r["commitlog_offset"]) == \
+        sorted(expected.to_pylist(), key=lambda r: r["commitlog_offset"])
+    assert len({r["topic"] for r in got.to_pylist()}) == topics

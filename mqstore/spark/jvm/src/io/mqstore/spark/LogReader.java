@@ -45,6 +45,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private final LogFormat.Layout layout = new LogFormat.Layout();
     private final byte[] label;
     private final long recordCrcFrom;  // records at or after this commitlog offset must have the pair; -1: none
+    private final TopicDictionary topics = new TopicDictionary();
 
     private int piece = -1;
     private FileChannel channel;
@@ -88,6 +89,10 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
                     : new OnHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType());
             byId[ids[i]] = vectors[i];
         }
+        if (byId[Columns.TOPIC] != null) {
+            byId[Columns.TOPIC].reserveDictionaryIds(BATCH_ROWS);
+            byId[Columns.TOPIC].setDictionary(topics);
+        }
         batch = new ColumnarBatch(vectors.clone());
         label = partition.label == null ? new byte[0] : partition.label.getBytes(StandardCharsets.UTF_8);
         recordCrcFrom = recordCrcFrom(partition.root);
@@ -100,6 +105,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         pairCount = 0;
         keyCount = 0;
+        topics.trim();
         int rows = 0;
         long bodyBytes = 0;
         while (rows < BATCH_ROWS && bodyBytes < BATCH_BODY_BYTES) {
@@ -406,7 +412,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         WritableColumnVector v;
         if ((v = byId[Columns.TOPIC]) != null) {
-            v.putByteArray(row, b, l.topicStart, l.topicLength);
+            v.getDictionaryIds().putInt(row, topics.id(b, l.topicStart, l.topicLength));
         }
         if ((v = byId[Columns.QUEUE_ID]) != null) {
             v.putInt(row, queueId);
@@ -473,11 +479,14 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             }
             return;
         }
-        int end = pos + layout.size;
-        for (int i = end - 11; i < end - 1; i++) {
-            if (b[i] < '0' || b[i] > '9') {
-                throw LogFormat.corrupt("6", "the record-CRC property does not hold 10 digits", path, offset, filePos);
-            }
+        int at = pos + layout.size - 11;  // the 10 digits, then 0x02
+        long eight = LogFormat.i64(b, at);
+        int two = LogFormat.u16(b, at + 8);
+        // a byte is a digit iff its high nibble is 3 and adding 6 leaves it 3 (the low nibble is at most 9)
+        if ((eight & 0xF0F0F0F0F0F0F0F0L) != 0x3030303030303030L
+                || ((eight + 0x0606060606060606L) & 0xF0F0F0F0F0F0F0F0L) != 0x3030303030303030L
+                || (two & 0xF0F0) != 0x3030 || ((two + 0x0606) & 0xF0F0) != 0x3030) {
+            throw LogFormat.corrupt("6", "the record-CRC property does not hold 10 digits", path, offset, filePos);
         }
     }
 
