@@ -119,7 +119,7 @@ __all__ = ["CommitLogDataSource", "CommitLogSourceError", "PythonCommitLogDataSo
 PYTHON_FORMAT_NAME = "commitlog-python"  # this source's own name, registered beside the JVM reader
 JVM_READER_MISSING = (
     "mqstore.spark: this Spark session did not load the JVM reader's jar, so format('commitlog') is the Python "
-    "data source: the same rows and options, streaming too, a full scan about 2x slower. Start the session with "
+    "data source: the same rows and options, streaming too, a full scan 2-3x slower. Start the session with "
     "mqstore.spark.configure(SparkSession.builder) to load it (it needs a JDK 17 or later: javac); docs/spark.md")
 _warned: list = []  # the fallback warning is given once per process
 
