@@ -64,7 +64,7 @@ final class CommitLogScan implements Scan, Batch {
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-        return new CommitLogStream(options, createReaderFactory());
+        return new CommitLogStream(options, createReaderFactory(), checkpointLocation);
     }
 
     @Override

@@ -33,13 +33,17 @@ import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow
  * Trigger.AvailableNow reads up to each store's written end when the query starts.
  */
 final class CommitLogStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+    static final String INITIAL_OFFSETS_FILE = "initial-offsets.json";  // in the source's checkpoint directory
+
     private final ReadOptions options;
     private final PartitionReaderFactory readers;
+    private final String checkpointLocation;
     private Map<String, Long> target;  // AvailableNow: where each store ends for this query
 
-    CommitLogStream(ReadOptions options, PartitionReaderFactory readers) {
+    CommitLogStream(ReadOptions options, PartitionReaderFactory readers, String checkpointLocation) {
         this.options = options;
         this.readers = readers;
+        this.checkpointLocation = checkpointLocation;
     }
 
     /** The stream's offset: the commitlog offset read up to, per store root, in the order of the stores. */
@@ -79,13 +83,41 @@ final class CommitLogStream implements MicroBatchStream, SupportsTriggerAvailabl
         return segments.bases.length == 0 ? 0 : segments.bases[0];
     }
 
+    /**
+     * Where a new query starts. With startingOffsets=latest the ends found when the query first starts are kept in
+     * its checkpoint (as Spark's Kafka source keeps its own), so a query restarted before its first micro-batch
+     * still starts there and reads what was appended since.
+     */
     @Override
     public Offset initialOffset() {
-        Map<String, Long> stores = new LinkedHashMap<>();
-        for (ReadOptions.StoreRef ref : options.stores) {
-            stores.put(ref.root, options.startLatest ? Planner.planStore(ref).end : logStart(ref));
+        if (!options.startLatest) {
+            Map<String, Long> stores = new LinkedHashMap<>();
+            for (ReadOptions.StoreRef ref : options.stores) {
+                stores.put(ref.root, logStart(ref));
+            }
+            return new StoreOffsets(stores);
         }
-        return new StoreOffsets(stores);
+        org.apache.hadoop.fs.Path path = new org.apache.hadoop.fs.Path(checkpointLocation, INITIAL_OFFSETS_FILE);
+        try {
+            org.apache.hadoop.fs.FileSystem fs = path.getFileSystem(
+                    org.apache.spark.sql.SparkSession.active().sessionState().newHadoopConf());
+            if (fs.exists(path)) {
+                try (java.io.InputStream in = fs.open(path)) {
+                    return StoreOffsets.parse(new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8));
+                }
+            }
+            Map<String, Long> stores = new LinkedHashMap<>();
+            for (ReadOptions.StoreRef ref : options.stores) {
+                stores.put(ref.root, Planner.planStore(ref).end);
+            }
+            StoreOffsets initial = new StoreOffsets(stores);
+            try (java.io.OutputStream out = fs.create(path, false)) {
+                out.write(initial.json().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            }
+            return initial;
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot keep the stream's initial offsets in " + path, e);
+        }
     }
 
     @Override
