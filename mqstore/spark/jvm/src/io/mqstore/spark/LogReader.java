@@ -11,8 +11,6 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
-import java.util.LinkedHashMap;
-import java.util.Map;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
@@ -31,7 +29,6 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment held at once (or one larger record)
     static final int BATCH_ROWS = 8192;  // rows per ColumnarBatch
     static final int BATCH_BODY_BYTES = 16 << 20;  // a batch ends once its bodies pass this many bytes
-    static final int PROPERTY_PAIRS_MAX = 32768 / 2;  // PROPERTIESLENGTH is an i16: at most this many pairs
 
     static final int QUEUE_GAP_BYTES = 16 * 1024;  // ConsumeQueue path: records closer than this are read at once
 
@@ -61,12 +58,10 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private int bufLen;
 
     // per-record scratch
-    private final int[] pairs = new int[4 * PROPERTY_PAIRS_MAX];  // name start, name end, value start, value end
     private final byte[] msgId = new byte[56];
     private final HostCache bornHosts = new HostCache();
     private final HostCache storeHosts = new HostCache();
-    private int pairCount;  // elements of the properties map's key and value vectors in this batch
-    private int keyCount;  // elements of the keys array's vector in this batch
+    private final PropertyColumns propertyColumns;
 
     // the ConsumeQueue path: the records of one topic in one segment, sorted by offset
     private int queueTopic = -1;  // index into queueTopics
@@ -89,6 +84,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
                     : new OnHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType());
             byId[ids[i]] = vectors[i];
         }
+        propertyColumns = new PropertyColumns(byId);
         if (byId[Columns.TOPIC] != null) {
             byId[Columns.TOPIC].reserveDictionaryIds(BATCH_ROWS);
             byId[Columns.TOPIC].setDictionary(topics);
@@ -103,8 +99,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         for (WritableColumnVector v : vectors) {
             v.reset();
         }
-        pairCount = 0;
-        keyCount = 0;
+        propertyColumns.startBatch();
         topics.trim();
         int rows = 0;
         long bodyBytes = 0;
@@ -427,7 +422,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             v.putByteArray(row, b, l.bodyStart, l.bodyLength);
         }
         if (byId[Columns.TAGS] != null || byId[Columns.KEYS] != null || byId[Columns.PROPERTIES] != null) {
-            properties(row, l.propertiesStart, l.propertiesLength, l.common());
+            propertyColumns.put(b, row, l.propertiesStart, l.propertiesLength, l.common());
         }
         if ((v = byId[Columns.FLAG]) != null) {
             v.putInt(row, LogFormat.i32(b, pos + LogFormat.OFFSET_FLAG));
@@ -506,179 +501,6 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             // no settings file, or not JSON: no requirement
         }
         return -1;
-    }
-
-    // --- properties -------------------------------------------------------------------------------------------
-    /**
-     * The properties, tags and keys of one record. Properties that are all 'name\x01value\x02' pairs of UTF-8
-     * text give every pair in order (arrow_decode's bulk path); anything else, and the rare record kinds, go
-     * through format.decode_properties' rule: UTF-8 with replacement characters, split at 0x02, items without
-     * exactly one 0x01 skipped, a later name replacing an earlier one's value in its place.
-     */
-    private void properties(int row, int start, int length, boolean common) {
-        final byte[] b = buf;
-        int count = 0;
-        int pairStart = start;
-        int nameEnd = -1;
-        boolean regular = true;
-        int bits = 0;  // the OR of every byte: negative when one is not ASCII
-        int end = start + length;
-        for (int i = start; i < end; i++) {
-            byte c = b[i];
-            bits |= c;
-            if ((c & 0xFC) != 0) {
-                continue;  // text (0x03 and up, and every non-ASCII byte): most bytes
-            }
-            if (c == 1) {
-                if (nameEnd >= 0) {
-                    regular = false;
-                    break;
-                }
-                nameEnd = i;
-            } else if (c == 2) {
-                if (nameEnd < 0) {
-                    regular = false;
-                    break;
-                }
-                int k = 4 * count++;
-                pairs[k] = pairStart;
-                pairs[k + 1] = nameEnd;
-                pairs[k + 2] = nameEnd + 1;
-                pairs[k + 3] = i;
-                nameEnd = -1;
-                pairStart = i + 1;
-            }
-        }
-        regular = regular && nameEnd < 0 && pairStart == end;
-        if (regular && bits < 0) {
-            regular = Utf8.valid(b, start, length);
-        }
-        if (regular && common) {
-            putPairs(row, count, start, length);
-        } else {
-            putDecoded(row, start, length);
-        }
-    }
-
-    /**
-     * Every pair of a regular record: the properties bytes are copied once into each child vector's data, and
-     * each name and value points into them (one copy a record, not one a string).
-     */
-    private void putPairs(int row, int count, int start, int length) {
-        final byte[] b = buf;
-        int tags = -1;
-        int keys = -1;
-        for (int p = 0; p < count; p++) {
-            int k = 4 * p;
-            if (pairs[k + 1] - pairs[k] == 4) {
-                int at = pairs[k];
-                if (b[at] == 'T' && b[at + 1] == 'A' && b[at + 2] == 'G' && b[at + 3] == 'S') {
-                    tags = k;
-                } else if (b[at] == 'K' && b[at + 1] == 'E' && b[at + 2] == 'Y' && b[at + 3] == 'S') {
-                    keys = k;
-                }
-            }
-        }
-        WritableColumnVector v;
-        if ((v = byId[Columns.PROPERTIES]) != null) {
-            WritableColumnVector names = v.getChild(0);
-            WritableColumnVector values = v.getChild(1);
-            if (count > 0) {
-                names.reserve(pairCount + count);
-                values.reserve(pairCount + count);
-                int nameBase = names.arrayData().appendBytes(length, b, start) - start;
-                int valueBase = values.arrayData().appendBytes(length, b, start) - start;
-                for (int p = 0; p < count; p++) {
-                    int k = 4 * p;
-                    names.putArray(pairCount + p, nameBase + pairs[k], pairs[k + 1] - pairs[k]);
-                    values.putArray(pairCount + p, valueBase + pairs[k + 2], pairs[k + 3] - pairs[k + 2]);
-                }
-            }
-            v.putArray(row, pairCount, count);
-            pairCount += count;
-        }
-        if ((v = byId[Columns.TAGS]) != null) {
-            if (tags < 0) {
-                v.putNull(row);
-            } else {
-                v.putByteArray(row, b, pairs[tags + 2], pairs[tags + 3] - pairs[tags + 2]);
-            }
-        }
-        if ((v = byId[Columns.KEYS]) != null) {
-            WritableColumnVector items = v.getChild(0);
-            int first = keyCount;
-            if (keys >= 0) {
-                int runStart = pairs[keys + 2];
-                int keysEnd = pairs[keys + 3];
-                int base = items.arrayData().appendBytes(keysEnd - runStart, b, runStart) - runStart;
-                items.reserve(keyCount + (keysEnd - runStart + 1) / 2 + 1);  // at most one key every 2 bytes
-                for (int i = runStart; i <= keysEnd; i++) {
-                    if (i == keysEnd || b[i] == ' ') {
-                        if (i > runStart) {
-                            items.putArray(keyCount++, base + runStart, i - runStart);
-                        }
-                        runStart = i + 1;
-                    }
-                }
-            }
-            v.putArray(row, first, keyCount - first);
-        }
-    }
-
-    private void putDecoded(int row, int start, int length) {
-        Map<String, String> decoded = new LinkedHashMap<>();
-        String text = new String(buf, start, length, StandardCharsets.UTF_8);
-        int at = 0;
-        while (at <= text.length()) {
-            int stop = text.indexOf('\u0002', at);
-            if (stop < 0) {
-                stop = text.length();
-            }
-            int sep = text.indexOf('\u0001', at);
-            int second = sep < 0 ? -1 : text.indexOf('\u0001', sep + 1);
-            if (sep >= 0 && sep < stop && (second < 0 || second >= stop)) {
-                decoded.put(text.substring(at, sep), text.substring(sep + 1, stop));
-            }
-            at = stop + 1;
-        }
-        WritableColumnVector v;
-        if ((v = byId[Columns.PROPERTIES]) != null) {
-            WritableColumnVector names = v.getChild(0);
-            WritableColumnVector values = v.getChild(1);
-            int first = pairCount;
-            for (Map.Entry<String, String> e : decoded.entrySet()) {
-                putChild(names, pairCount, e.getKey().getBytes(StandardCharsets.UTF_8));
-                putChild(values, pairCount++, e.getValue().getBytes(StandardCharsets.UTF_8));
-            }
-            v.putArray(row, first, pairCount - first);
-        }
-        if ((v = byId[Columns.TAGS]) != null) {
-            String tags = decoded.get("TAGS");
-            if (tags == null) {
-                v.putNull(row);
-            } else {
-                byte[] raw = tags.getBytes(StandardCharsets.UTF_8);
-                v.putByteArray(row, raw, 0, raw.length);
-            }
-        }
-        if ((v = byId[Columns.KEYS]) != null) {
-            WritableColumnVector items = v.getChild(0);
-            int first = keyCount;
-            String keys = decoded.get("KEYS");
-            if (keys != null && !keys.isEmpty()) {
-                for (String key : keys.split(" ", -1)) {
-                    if (!key.isEmpty()) {
-                        putChild(items, keyCount++, key.getBytes(StandardCharsets.UTF_8));
-                    }
-                }
-            }
-            v.putArray(row, first, keyCount - first);
-        }
-    }
-
-    private static void putChild(WritableColumnVector child, int index, byte[] value) {
-        child.reserve(index + 1);
-        child.putArray(index, child.arrayData().appendBytes(value.length, value, 0), value.length);
     }
 
     /**
