@@ -1,33 +1,31 @@
-"""Spark read benchmark: the commitlog data source against Spark reading the same rows from Parquet.
+"""Spark read benchmark: format("commitlog") against Spark's own Parquet reader over the same rows, user-shaped.
 
-    .venv/bin/python bench/spark_read.py            # full run (a few minutes; stores of 1 GiB segments)
-    .venv/bin/python bench/spark_read.py --quick    # smoke run (small stores, one cold run each, ~40 s)
+    .venv/bin/python bench/spark_read.py            # full run: 1,000,000 messages, 5 interleaved rounds (~4 min)
+    .venv/bin/python bench/spark_read.py --quick    # smoke run (100,000 messages, one round, ~1 min)
 
 Prints a table and writes bench/results/spark_read.json (spark_read_quick.json with --quick), or --out PATH.
 
-Stores are generated with tests/spark/storegen.py (ten topics, four queues each, written in interleaved runs of
-1 000 messages, TAGS/KEYS/UNIQ_KEY properties like a RocketMQ producer sets), in bench/results/tmp/ (or under
---work-dir; removed afterwards unless --keep). Measured on local[2] (--master; the target's setting), best of
---repeat runs after one warm-up, every query building its DataFrame anew (planning included) and materializing
-all columns (noop sink):
+The store is written as a user writes one (`generate_user_store`): MessageStore with the default StoreConfig
+(index on, so every message gets a UNIQ_KEY; record CRCs), messages of 100 B with a tag and a key each, ten
+topics of four queues, put_batch of 1,000 messages per topic in turn. Its rows are copied once to a Parquet file
+(pyarrow, row groups of 131,072), the peer every read is held to. The session (local[2], the target's master)
+loads the JVM reader's jar (mqstore.spark.configure), so "commitlog" is the JVM reader; the Python source is
+measured too, as "commitlog-python". Every query builds its DataFrame anew (planning included):
 
-    full scan 100 B / 1 KB   spark.read.format("commitlog") of the whole store, and format("commitlog-jvm"), the
-                             JVM reader (mqstore/spark/jvm.py; the session is started with its jar)
-    one topic (1/10)         .where("topic = 'topic-3'") with filter pushdown (ConsumeQueue path), and without
-    streaming availableNow   readStream of the whole store into a noop sink, one trigger
-    Parquet (peer)           the same rows, written by pyarrow, read by Spark's Parquet source
-    ceiling (physical limit) a Python data source yielding the same rows as ready Arrow batches from a memory-
-                             mapped Arrow file: what Spark's Python data source path costs with no decoding
-    decode only              the source's reader in this process, no Spark, one core
+    full scan                spark.read.format(...).load(store), every column, into the noop sink
+    group-by topic           .groupBy("topic").count().collect()
+    topic+queue filter       .where("topic = 'topic-3' AND queue_id = 1"), every column, into the noop sink
+                             (the store reads that queue's records through its ConsumeQueue; Parquet its file)
+    streaming availableNow   readStream of the whole store into the noop sink, one trigger
 
-Each Spark row also gives the CPU seconds its best run cost, split between the JVM (Spark's own threads: task
-setup, reading the Arrow stream or the Parquet file, turning columns into rows) and the Python workers (the
-reader: planning, decoding, writing Arrow to the JVM), from /proc (Linux; absent elsewhere). On a shared machine
-CPU seconds say more than wall time, which other processes' load stretches.
+After one warm-up of each (none with --quick), --rounds rounds run every query once, the order rotated each
+round; each row gives the median wall time with its min-max, rows/s at the median, and the median CPU seconds
+of the JVM (Spark's threads) and of the Python workers (/proc; Linux). Ratios against Parquet are the median of
+the per-round ratios (Parquet's seconds over the query's, same round), so load that shifts between rounds
+cancels. Targets (issue 30): full scan >= 1.5x, group-by >= 1.0x, topic+queue filter >= 2.0x.
 
-Target (issue 21): the full scan of 100 B records at >= 1.0x the rows/s of Spark's own Parquet reader over the
-same rows, in the same run, met by the JVM reader (summary: full_scan_100b_vs_parquet, full_scan_100b_meets_target;
-the Python source's own ratio is full_scan_100b_python_vs_parquet).
+The set-up functions (generate_user_store, write_parquet, spark_session, cpu_seconds, noop,
+stream_available_now) are imported by other benchmarks.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import time
 
@@ -45,7 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from mqstore.spark import jvm, source  # noqa: E402
+import mqstore.spark  # noqa: E402
+from mqstore.spark import source  # noqa: E402
 from mqstore.store import scan_options as spark_options  # noqa: E402
 from tests.spark.storegen import StoreWriter  # noqa: E402
 
@@ -55,7 +55,6 @@ WORK_DIR = os.path.join(RESULTS_DIR, "tmp", "spark_read")
 TOPICS = 10
 RUN_MESSAGES = 1000
 MASTER = "local[2]"  # the target's setting: two cores, as the project's machine has
-TARGET_FULL_SCAN_VS_PARQUET = 1.0  # full scan 100 B: commitlog rows/s over Parquet rows/s, same run
 
 
 def generate_store(root: str, count: int, body_size: int, segment_size: int) -> None:
@@ -109,9 +108,9 @@ def spark_session(master: str = MASTER):
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.driver.memory", "4g").config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.sql.session.timeZone", "UTC"))
-    spark = jvm.configure(builder).getOrCreate()
+    spark = mqstore.spark.configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(source.CommitLogDataSource)
+    mqstore.spark.register(spark)  # "commitlog" is the JVM reader (its jar is loaded); "commitlog-python" too
     spark.dataSource.register(_ceiling_source())
     return spark
 
@@ -216,159 +215,202 @@ def noop(df) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
-def stream_available_now(spark, root: str, checkpoint: str) -> None:
+def stream_available_now(spark, root: str, checkpoint: str, name: str = "commitlog") -> None:
     shutil.rmtree(checkpoint, ignore_errors=True)
-    query = (spark.readStream.format("commitlog").load(root).writeStream.format("noop")
+    query = (spark.readStream.format(name).load(root).writeStream.format("noop")
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
 
 
-def prepare_stores(work_dir: str, rows_100b: int, rows_1kb: int, segment_bytes: int) -> dict:
-    """Generate both stores and their Parquet and Arrow copies in `work_dir`."""
-    stores = {}
-    for name, count, body in (("100b", rows_100b, 100), ("1kb", rows_1kb, 1000)):
-        root = os.path.join(work_dir, f"store-{name}")
-        started = time.perf_counter()
-        generate_store(root, count, body, segment_bytes)
-        parquet_path, arrow_path = os.path.join(work_dir, f"{name}.parquet"), os.path.join(work_dir, f"{name}.arrow")
-        write_copies(root, parquet_path, arrow_path)
-        log_dir = os.path.join(root, "commitlog")
-        stores[name] = dict(root=root, rows=count, parquet=parquet_path, arrow=arrow_path,
-                            log_bytes=sum(os.path.getsize(os.path.join(log_dir, f)) for f in os.listdir(log_dir)))
-        print(f"store {name}: {count} messages, prepared in {time.perf_counter() - started:.1f} s", flush=True)
-    return stores
+TARGETS = {"full scan": 1.5, "group-by topic": 1.0, "topic+queue filter": 2.0}  # x Parquet, same run (issue 30)
+USER_BATCH_MESSAGES = 1000  # put_batch size, as the demo writes
+FILTER = "topic = 'topic-3' AND queue_id = 1"
 
 
-def measure(stores: dict, repeat: int, spark=None, master: str = MASTER) -> list[dict]:
-    """Every measurement; uses `spark` when given (and leaves it running), else a session of its own on `master`."""
+def generate_user_store(root: str, count: int, body_size: int = 100) -> None:
+    """`count` messages as a user writes them: default StoreConfig, a tag and a key each, put_batch of 1,000,
+    TOPICS topics of four queues in turn."""
+    import random
+
+    from mqstore import Message, MessageStore
+
+    shutil.rmtree(root, ignore_errors=True)
+    rng = random.Random(30)
+    done = run = 0
+    with MessageStore.open(root) as store:
+        while done < count:
+            topic = f"topic-{run % TOPICS}"
+            n = min(USER_BATCH_MESSAGES, count - done)
+            store.put_batch([Message(topic, rng.randbytes(body_size), queue_id=(done + i) % 4, tags=f"Tag{i % 3}",
+                                     keys=(f"order-{done + i}",)) for i in range(n)])
+            done += n
+            run += 1
+
+
+def write_parquet(root: str, parquet_path: str) -> None:
+    """The store's rows (every column, as the source gives them) as a Parquet file written by pyarrow."""
+    options = spark_options.parse_options({"path": root})
+    reader = source.CommitLogBatchReader(options, spark_options.commitlog_schema())
+    schema = spark_options.arrow_schema(reader.schema)
+    with pq.ParquetWriter(parquet_path, schema) as parquet:
+        for partition in reader.partitions():
+            for batch in reader.read(partition):
+                parquet.write_batch(batch, row_group_size=131072)
+
+
+def queries(spark, root: str, parquet: str, work_dir: str) -> dict:
+    """name -> (rows it reads, the action). The rows are counted once here."""
+    def full(name):
+        return lambda: noop(spark.read.format(name).load(root))
+
+    def grouped(name):
+        return lambda: spark.read.format(name).load(root).groupBy("topic").count().collect()
+
+    def filtered(name):
+        return lambda: noop(spark.read.format(name).load(root).where(FILTER))
+
+    total = spark.read.parquet(parquet).count()
+    selected = spark.read.parquet(parquet).where(FILTER).count()
+    found = {}
+    for name in ("commitlog", source.PYTHON_FORMAT_NAME):
+        found[f"full scan: {name}"] = (total, full(name))
+        found[f"group-by topic: {name}"] = (total, grouped(name))
+        found[f"topic+queue filter: {name}"] = (selected, filtered(name))
+        found[f"streaming availableNow: {name}"] = (
+            total, lambda name=name: stream_available_now(spark, root, os.path.join(work_dir, "checkpoint"), name))
+    found["full scan: parquet"] = (total, lambda: noop(spark.read.parquet(parquet)))
+    found["group-by topic: parquet"] = (total, lambda: spark.read.parquet(parquet).groupBy("topic").count().collect())
+    found["topic+queue filter: parquet"] = (selected, lambda: noop(spark.read.parquet(parquet).where(FILTER)))
+    return found
+
+
+def run_rounds(found: dict, rounds: int, warm_up: bool) -> dict:
+    """name -> [(seconds, cpu) per round]: every query once a round, the order rotated each round."""
+    names = list(found)
+    if warm_up:
+        for name in names:
+            found[name][1]()
+    runs = {name: [] for name in names}
+    for round_number in range(rounds):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            cpu_before = cpu_seconds()
+            started = time.perf_counter()
+            found[name][1]()
+            seconds = time.perf_counter() - started
+            cpu_after = cpu_seconds()
+            # a worker that exited unreaped between the two readings takes its CPU seconds with it: never below 0
+            cpu = None if cpu_before is None else {k: max(0.0, cpu_after[k] - cpu_before[k]) for k in cpu_before}
+            runs[name].append((seconds, cpu))
+        print(f"  round {round_number + 1} of {rounds} done", flush=True)
+    return runs
+
+
+def results_of(found: dict, runs: dict) -> list[dict]:
     results = []
-
-    def record(name, rows, measured):
-        seconds, cpu = measured if isinstance(measured, tuple) else (measured, None)
-        result = dict(name=name, rows=rows, seconds=round(seconds, 4), rows_per_s=round(rows / seconds))
-        if cpu is not None:
-            result.update(cpu_jvm_s=cpu["jvm"], cpu_python_workers_s=cpu["python_workers"])
+    for name, measured in runs.items():
+        seconds = [s for s, _ in measured]
+        median = statistics.median(seconds)
+        result = dict(name=name, rows=found[name][0], rounds=len(seconds), seconds_median=round(median, 4),
+                      seconds_min=round(min(seconds), 4), seconds_max=round(max(seconds), 4),
+                      rows_per_s=round(found[name][0] / median))
+        if measured[0][1] is not None:
+            result["cpu_jvm_s"] = round(statistics.median(c["jvm"] for _, c in measured), 2)
+            result["cpu_python_workers_s"] = round(statistics.median(c["python_workers"] for _, c in measured), 2)
         results.append(result)
-        cpu_text = "" if cpu is None else f"  CPU s: JVM {cpu['jvm']:.2f}, Python workers {cpu['python_workers']:.2f}"
-        print(f"  {name:<48} {rows:>10} rows {seconds:8.3f} s {rows / seconds / 1e6:8.3f} M rows/s{cpu_text}",
-              flush=True)
+    return results
 
-    for name in stores:
-        rows, seconds = decode_all(stores[name]["root"])
-        record(f"decode only, {name} (no Spark, 1 core)", rows, seconds)
+
+def summarize(runs: dict) -> dict:
+    """Per query kind and source: the median over rounds of Parquet's seconds over the source's (same round)."""
+    summary = {}
+    for kind, target in TARGETS.items():
+        parquet = [s for s, _ in runs[f"{kind}: parquet"]]
+        key = kind.replace(" ", "_").replace("-", "_").replace("+", "_")
+        for name, label in (("commitlog", "commitlog"), (source.PYTHON_FORMAT_NAME, "python")):
+            mine = [s for s, _ in runs[f"{kind}: {name}"]]
+            ratios = [p / m for p, m in zip(parquet, mine)]
+            summary[f"{key}_{label}_vs_parquet"] = round(statistics.median(ratios), 3)
+            summary[f"{key}_{label}_vs_parquet_min_max"] = [round(min(ratios), 3), round(max(ratios), 3)]
+        summary[f"{key}_target_vs_parquet"] = target
+        summary[f"{key}_meets_target"] = summary[f"{key}_commitlog_vs_parquet"] >= target
+    return summary
+
+
+def measure(root: str, parquet: str, work_dir: str, rounds: int, warm_up: bool, spark=None,
+            master: str = MASTER) -> tuple[list[dict], dict]:
+    """(results, summary); uses `spark` when given (and leaves it running), else a session of its own."""
     own_session = spark is None
     if own_session:
         spark = spark_session(master)
     else:
-        spark.dataSource.register(source.CommitLogDataSource)
-        spark.dataSource.register(_ceiling_source())
+        source.register(spark)
     pushdown_before = spark.conf.get("spark.sql.python.filterPushdown.enabled")
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
-        # every run builds its DataFrame anew, so planning (snapshot end, partitions, pushdown) is timed too
-        for name, info in stores.items():
-            record(f"full scan {name}: commitlog", info["rows"],
-                   timed(lambda info=info: noop(spark.read.format("commitlog").load(info["root"])), repeat))
-            record(f"full scan {name}: commitlog-jvm", info["rows"],
-                   timed(lambda info=info: noop(spark.read.format(jvm.FORMAT_NAME).load(info["root"])), repeat))
-            record(f"full scan {name}: parquet (pyarrow file)", info["rows"],
-                   timed(lambda info=info: noop(spark.read.parquet(info["parquet"])), repeat))
-            record(f"full scan {name}: ceiling (ready Arrow batches)", info["rows"],
-                   timed(lambda info=info: noop(spark.read.format("arrowfile").load(info["arrow"])), repeat))
-        info = stores["100b"]
-        topic_rows = spark.read.format("commitlog").option("topic", "topic-3").load(info["root"]).count()
-
-        def topic_scan():
-            noop(spark.read.format("commitlog").load(info["root"]).where("topic = 'topic-3'"))
-
-        record("one topic (1/10) 100b: commitlog, pushdown", topic_rows, timed(topic_scan, repeat))
-        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
-        record("one topic (1/10) 100b: commitlog, no pushdown", topic_rows, timed(topic_scan, repeat))
-        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-        record("one topic (1/10) 100b: parquet", topic_rows,
-               timed(lambda: noop(spark.read.parquet(info["parquet"]).where("topic = 'topic-3'")), repeat))
-        checkpoint = os.path.join(os.path.dirname(info["root"]), "checkpoint")
-        record("streaming availableNow 100b: commitlog", info["rows"],
-               timed(lambda: stream_available_now(spark, info["root"], checkpoint), repeat))
+        found = queries(spark, root, parquet, work_dir)
+        runs = run_rounds(found, rounds, warm_up)
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", pushdown_before)
         if own_session:
             spark.stop()
-    return results
-
-
-def summarize(results: list[dict]) -> dict:
-    by_name = {r["name"]: r for r in results}
-    python = by_name["full scan 100b: commitlog"]
-    full = by_name["full scan 100b: commitlog-jvm"]  # the target is the JVM reader's
-    topic = by_name["one topic (1/10) 100b: commitlog, pushdown"]
-    parquet = by_name["full scan 100b: parquet (pyarrow file)"]["rows_per_s"]
-    parquet_1kb = by_name["full scan 1kb: parquet (pyarrow file)"]["rows_per_s"]
-    vs_parquet = full["rows_per_s"] / parquet
-    return {
-        "full_scan_100b_rows_per_s": full["rows_per_s"],
-        "full_scan_100b_vs_parquet": round(vs_parquet, 3),
-        "full_scan_100b_target_vs_parquet": TARGET_FULL_SCAN_VS_PARQUET,
-        "full_scan_100b_meets_target": vs_parquet >= TARGET_FULL_SCAN_VS_PARQUET,
-        "full_scan_100b_python_vs_parquet": round(python["rows_per_s"] / parquet, 3),
-        "full_scan_100b_python_vs_ceiling": round(
-            python["rows_per_s"] / by_name["full scan 100b: ceiling (ready Arrow batches)"]["rows_per_s"], 3),
-        "full_scan_1kb_vs_parquet": round(by_name["full scan 1kb: commitlog-jvm"]["rows_per_s"] / parquet_1kb, 3),
-        "full_scan_1kb_python_vs_parquet": round(by_name["full scan 1kb: commitlog"]["rows_per_s"] / parquet_1kb, 3),
-        "topic_scan_time_ratio": round(topic["seconds"] / python["seconds"], 3),
-    }
+    return results_of(found, runs), summarize(runs)
 
 
 def main(argv=None, spark=None) -> str:
     """Run the benchmark (in `spark` when given, e.g. by a test); returns the path of the JSON written."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small stores, one cold run per measurement")
-    parser.add_argument("--rows-100b", type=int, help="messages of 100-byte bodies")
-    parser.add_argument("--rows-1kb", type=int, help="messages of 1 KB bodies")
-    parser.add_argument("--segment-bytes", type=int, help="CommitLog segment size")
-    parser.add_argument("--keep", action="store_true", help="keep the generated stores and copies")
+    parser.add_argument("--quick", action="store_true", help="a small store, one round, no warm-up")
+    parser.add_argument("--rows", type=int, help="messages of 100 B (default 1,000,000; 100,000 with --quick)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5; 1 with --quick)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated store and Parquet file")
     parser.add_argument("--out", metavar="PATH",
                         help="JSON result path (default: bench/results/spark_read.json, spark_read_quick.json "
                              "with --quick)")
     parser.add_argument("--work-dir", metavar="DIR",
-                        help="directory to generate the stores and copies under (default: bench/results/tmp)")
-    parser.add_argument("--repeat", type=int, help="timed runs after a warm-up (best is kept); 0: one cold run")
+                        help="directory to generate the store and copy under (default: bench/results/tmp)")
     parser.add_argument("--master", default=MASTER,
                         help=f"Spark master of the session the benchmark starts (default {MASTER}, the target's)")
     args = parser.parse_args(argv)
-    rows_100b = args.rows_100b or (200_000 if args.quick else 3_000_000)
-    rows_1kb = args.rows_1kb or (40_000 if args.quick else 500_000)
-    segment_bytes = args.segment_bytes or ((16 << 20) if args.quick else (1 << 30))
-    repeat = args.repeat if args.repeat is not None else (0 if args.quick else 2)
+    rows = args.rows or (100_000 if args.quick else 1_000_000)
+    rounds = args.rounds or (1 if args.quick else 5)
     work_dir = (os.path.join(args.work_dir, os.path.basename(WORK_DIR)) if args.work_dir else WORK_DIR) \
         + ("_quick" if args.quick else "")
     os.makedirs(work_dir, exist_ok=True)
     load_before = os.getloadavg()
-    stores = prepare_stores(work_dir, rows_100b, rows_1kb, segment_bytes)
+    root, parquet = os.path.join(work_dir, "store"), os.path.join(work_dir, "store.parquet")
     try:
-        results = measure(stores, repeat, spark, args.master)
+        started = time.perf_counter()
+        generate_user_store(root, rows)
+        write_parquet(root, parquet)
+        print(f"store: {rows} messages, written and copied to Parquet in {time.perf_counter() - started:.1f} s",
+              flush=True)
+        log_bytes = sum(os.path.getsize(os.path.join(root, "commitlog", f))
+                        for f in os.listdir(os.path.join(root, "commitlog")))
+        results, summary = measure(root, parquet, work_dir, rounds, not args.quick, spark, args.master)
     finally:
         if not args.keep:
             shutil.rmtree(work_dir, ignore_errors=True)
-    summary = summarize(results)
     print()
-    print(f"{'measurement':<52} {'rows':>10} {'seconds':>9} {'M rows/s':>9} {'CPU s JVM':>10} {'CPU s Python':>13}")
+    print(f"{'query':<42} {'rows':>9} {'median s':>9} {'min-max s':>15} {'M rows/s':>9} {'CPU s JVM':>10} "
+          f"{'CPU s Python':>13}")
     for r in results:
-        print(f"{r['name']:<52} {r['rows']:>10} {r['seconds']:>9.3f} {r['rows_per_s'] / 1e6:>9.3f} "
+        print(f"{r['name']:<42} {r['rows']:>9} {r['seconds_median']:>9.3f} "
+              f"{r['seconds_min']:>7.3f}-{r['seconds_max']:<7.3f} {r['rows_per_s'] / 1e6:>9.3f} "
               f"{r.get('cpu_jvm_s', ''):>10} {r.get('cpu_python_workers_s', ''):>13}")
     print()
     for key, value in summary.items():
-        print(f"{key:<40} {value}")
+        print(f"{key:<48} {value}")
     output = {
         "benchmark": "spark_read", "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]},
-        "settings": {"rows_100b": rows_100b, "rows_1kb": rows_1kb, "segment_bytes": segment_bytes, "repeat": repeat,
-                     "topics": TOPICS, "run_messages": RUN_MESSAGES,
-                     "master": spark.sparkContext.master if spark is not None else args.master},
-        "stores": {name: {k: info[k] for k in ("rows", "log_bytes")} for name, info in stores.items()},
+        "settings": {"rows": rows, "body_bytes": 100, "rounds": rounds, "warm_up": not args.quick,
+                     "topics": TOPICS, "queues_per_topic": 4, "put_batch_messages": USER_BATCH_MESSAGES,
+                     "filter": FILTER, "master": spark.sparkContext.master if spark is not None else args.master},
+        "store": {"rows": rows, "log_bytes": log_bytes},
         "results": results, "summary": summary,
     }
     path = args.out or os.path.join(RESULTS_DIR, "spark_read_quick.json" if args.quick else "spark_read.json")

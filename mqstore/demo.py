@@ -102,16 +102,19 @@ def _write_and_read_back(store: MessageStore, message_count: int) -> bool:
 
 # --- the Spark part -------------------------------------------------------------------------------------------
 def _spark_session():
-    """A quiet local[*] session whose Python workers run this interpreter (which imports mqstore)."""
+    """A quiet local[*] session with the JVM reader's jar, whose Python workers run this interpreter (which imports
+    mqstore)."""
     use_this_interpreter()
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[*]").appName("mqstore-demo")
+    import mqstore.spark
+
+    builder = (SparkSession.builder.master("local[*]").appName("mqstore-demo")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(SPARK_SHUFFLE_PARTITIONS))
-               .config("spark.sql.python.filterPushdown.enabled", "true")
-               .getOrCreate())
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
+    session = mqstore.spark.configure(builder).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -119,7 +122,7 @@ def _spark_session():
 def read_by_hand_command(store_dir: str) -> str:
     """A shell command that reads `store_dir` with Spark as a user would (docs/spark.md), with this Python."""
     program = ("from pyspark.sql import SparkSession; import mqstore.spark; "
-               "spark = SparkSession.builder.getOrCreate(); mqstore.spark.register(spark); "
+               "spark = mqstore.spark.configure(SparkSession.builder).getOrCreate(); mqstore.spark.register(spark); "
                f"spark.read.format('commitlog').load({store_dir!r}).groupBy('topic').count().show()")
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}"
 

@@ -1,19 +1,21 @@
-"""The JVM reader, format "commitlog-jvm": its jar, built here from the Java sources in mqstore/spark/jvm/src.
+"""The JVM reader of the "commitlog" format: its jar, built here from the Java sources in mqstore/spark/jvm/src.
 
     from pyspark.sql import SparkSession
-    import mqstore.spark.jvm
+    import mqstore.spark
 
     builder = SparkSession.builder.master("local[2]")
-    spark = mqstore.spark.jvm.configure(builder).getOrCreate()     # adds the jar to spark.jars
-    df = spark.read.format("commitlog-jvm").load("/path/to/store")
+    spark = mqstore.spark.configure(builder).getOrCreate()     # adds the jar to spark.jars
+    df = spark.read.format("commitlog").load("/path/to/store")
 
 `jar_path()` compiles the sources with `javac --release 17` against the jars of the installed pyspark and packs
 them, with the DataSourceRegister service file, into mqstore-spark-jvm-<hash>.jar: in mqstore/spark/jvm/build
 when the package directory is writable, else in the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
 mqstore/). The hash covers the sources and the Spark version, so a changed source or another pyspark builds a
 new jar; an unchanged one is reused. Needs a JDK (javac) 17 or later; JavacMissingError says so when it is not
-found. No jar is kept in the repository. docs/spark.md tells when to use which source;
-docs/decisions/0027-jvm-spark-reader.md why there are two.
+found. No jar is kept in the repository. When the jar cannot be built, `configure` warns and leaves the builder
+as it was, and mqstore.spark.register() gives the session the Python source under the same name
+(docs/decisions/0041-one-spark-format-name.md). The jar also answers to "commitlog-jvm", this reader's name
+before it took "commitlog": deprecated, kept for one release.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 import zipfile
 
 from mqstore.spark.env import _java_command
@@ -34,11 +37,12 @@ BUILD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "bui
 JAR_PREFIX = "mqstore-spark-jvm-"
 JAVA_RELEASE = "17"  # Spark 4's oldest supported Java
 JAVAC_TIMEOUT_S = 600  # a cold javac on a loaded 2-core machine takes about 10 s
-FORMAT_NAME = "commitlog-jvm"
+FORMAT_NAME = "commitlog"
+DEPRECATED_FORMAT_NAME = "commitlog-jvm"  # the reader's name until it took "commitlog"; kept for one release
 
 
 class JavacMissingError(RuntimeError):
-    """No javac (a JDK 17 or later) was found to build the commitlog-jvm jar."""
+    """No javac (a JDK 17 or later) was found to build the JVM reader's jar."""
 
 
 def _sources() -> list[str]:
@@ -88,13 +92,14 @@ def _javac() -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise JavacMissingError(f"javac not found (looked in {where} and PATH): the {FORMAT_NAME} reader is built from "
-                            f"Java sources and needs a JDK {JAVA_RELEASE} or later (not only a JRE); set JAVA_HOME "
-                            f"to one, or read with format('commitlog'), the Python source")
+    raise JavacMissingError(f"javac not found (looked in {where} and PATH): the JVM reader of format('{FORMAT_NAME}') "
+                            f"is built from Java sources and needs a JDK {JAVA_RELEASE} or later (not only a JRE); "
+                            f"set JAVA_HOME to one; without it mqstore.spark.register() gives the session the "
+                            f"Python source")
 
 
 def jar_path() -> str:
-    """The commitlog-jvm jar for the installed pyspark, built first when it is missing or out of date."""
+    """The JVM reader's jar for the installed pyspark, built first when it is missing or out of date."""
     jars_dir, spark_version = _spark_jars()
     directory = _build_dir()
     jar = os.path.join(directory, f"{JAR_PREFIX}{_fingerprint(spark_version)}.jar")
@@ -108,7 +113,7 @@ def jar_path() -> str:
                    "-cp", os.path.join(jars_dir, "*"), "-d", classes, *sources]
         done = subprocess.run(command, capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
         if done.returncode != 0:
-            raise RuntimeError(f"building the {FORMAT_NAME} jar failed ({javac} exited {done.returncode}):\n"
+            raise RuntimeError(f"building the JVM reader's jar failed ({javac} exited {done.returncode}):\n"
                                f"{done.stderr or done.stdout}")
         partial = os.path.join(work, os.path.basename(jar))
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -129,9 +134,17 @@ def jar_path() -> str:
 
 
 def configure(builder):
-    """Add the commitlog-jvm jar to a SparkSession builder's spark.jars (after any jars already set) and return
-    the builder. Must be called before the session (its JVM) starts: a running session does not load jars."""
-    jar = jar_path()
+    """Add the JVM reader's jar to a SparkSession builder's spark.jars (after any jars already set) and return
+    the builder. Must be called before the session (its JVM) starts: a running session does not load jars.
+
+    When the jar cannot be built (no javac, a failed build) this warns, saying why, and returns the builder as
+    it was: mqstore.spark.register() then gives the session the Python source under the same name."""
+    try:
+        jar = jar_path()
+    except (JavacMissingError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        warnings.warn(f"mqstore.spark.configure: the JVM reader's jar is not built ({exc}); format('commitlog') "
+                      f"will be the Python source", RuntimeWarning, stacklevel=2)
+        return builder
     options = getattr(builder, "_options", {})
     existing = [j for j in str(options.get("spark.jars", "")).split(",") if j.strip()]
     if jar not in existing:
@@ -145,12 +158,12 @@ def main() -> int:
 
     missing = java_missing()
     if missing is not None:
-        print(f"commitlog-jvm jar not built: {missing}")
+        print(f"JVM reader jar not built: {missing}")
         return 0
     try:
-        print(f"commitlog-jvm jar: {jar_path()}")
+        print(f"JVM reader jar: {jar_path()}")
     except JavacMissingError as exc:
-        print(f"commitlog-jvm jar not built: {exc}")
+        print(f"JVM reader jar not built: {exc}")
     return 0
 
 

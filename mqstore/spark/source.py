@@ -1,12 +1,18 @@
-"""A PySpark data source over CommitLogs: batch and streaming reads of mqstore / RocketMQ 4.x stores.
+"""The Python data source of the "commitlog" format: batch and streaming reads of mqstore / RocketMQ 4.x stores.
 
     from pyspark.sql import SparkSession
     import mqstore.spark
 
-    spark = SparkSession.builder.getOrCreate()
-    mqstore.spark.register(spark)                                        # the "commitlog" format
+    spark = mqstore.spark.configure(SparkSession.builder).getOrCreate()  # the JVM reader's jar on spark.jars
+    mqstore.spark.register(spark)                                        # this source only where that jar is not
     df = spark.read.format("commitlog").load("/path/to/store")          # or a list of paths, or a glob
     stream = spark.readStream.format("commitlog").load("/path/to/store")
+
+One format name, two implementations (docs/decisions/0041-one-spark-format-name.md): the JVM reader
+(mqstore/spark/jvm/src, a DataSource V2 whose jar `configure` puts on spark.jars) answers to "commitlog" in a
+session that loaded its jar; `register(spark)` registers this source under "commitlog" only in a session that
+did not, and says so once with a warning (the rows are the same, a full scan is slower). This source is always
+registered under "commitlog-python" too, to compare the two or to choose it.
 
 Importing this module sets PYSPARK_PYTHON to this interpreter when it is unset (sessions started afterwards run
 their Python workers with it, so they import mqstore, numpy and pyarrow) and registers the source with the
@@ -79,6 +85,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
@@ -107,7 +114,14 @@ from mqstore.store.scan_plan import plan_batch, plan_store, plan_stream
 from mqstore.store.scan_read import admit, read_partition
 from mqstore.store.store_files import list_segments
 
-__all__ = ["CommitLogDataSource", "CommitLogSourceError", "commitlog_schema", "register"]
+__all__ = ["CommitLogDataSource", "CommitLogSourceError", "PythonCommitLogDataSource", "commitlog_schema", "register"]
+
+PYTHON_FORMAT_NAME = "commitlog-python"  # this source's own name, registered beside the JVM reader
+JVM_READER_MISSING = (
+    "mqstore.spark: this Spark session did not load the JVM reader's jar, so format('commitlog') is the Python "
+    "data source: the same rows and options, streaming too, a full scan 2-3x slower. Start the session with "
+    "mqstore.spark.configure(SparkSession.builder) to load it (it needs a JDK 17 or later: javac); docs/spark.md")
+_warned: list = []  # the fallback warning is given once per process
 
 PYSPARK_PYTHON_DEFAULT = "python3"  # what a SparkContext runs its Python workers with when PYSPARK_PYTHON is unset
 _WORKER_PYTHON_CHOSEN = "PYSPARK_PYTHON" in os.environ  # by the user, before this module set it
@@ -259,19 +273,40 @@ class CommitLogDataSource(DataSource):
         return CommitLogStreamReader(options, schema)
 
 
+class PythonCommitLogDataSource(CommitLogDataSource):
+    """format("commitlog-python"): this source under its own name, beside the JVM reader's "commitlog"."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_FORMAT_NAME
+
+
 # --- registration ---------------------------------------------------------------------------------------------
 def register(spark=None):
-    """Register the "commitlog" format with `spark` (default: the active session) and return the session.
+    """Make the "commitlog" format available in `spark` (default: the active session); return the session.
 
-    A session whose workers would run the default `python3` (no PYSPARK_PYTHON when it started, and no
-    spark.pyspark.python) is pointed at this interpreter, which imports mqstore: a worker running another one
-    fails with "No module named 'mqstore'". Registering twice is harmless."""
+    In a session that loaded the JVM reader's jar (mqstore.spark.configure(builder)) "commitlog" is that reader
+    and nothing is registered under it; in any other session this Python source is registered as "commitlog",
+    with a warning, once per process, that the faster reader is not loaded. This source is also registered as
+    "commitlog-python" in both cases. A session whose workers would run the default `python3` (no
+    PYSPARK_PYTHON when it started, and no spark.pyspark.python) is pointed at this interpreter, which imports
+    mqstore: a worker running another one fails with "No module named 'mqstore'". Registering twice is
+    harmless."""
     if spark is None:
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise RuntimeError("no active SparkSession: start one (SparkSession.builder.getOrCreate()) and pass it")
     _point_workers_here(spark)
-    spark.dataSource.register(CommitLogDataSource)
+    spark.dataSource.register(PythonCommitLogDataSource)
+    try:
+        spark.dataSource.register(CommitLogDataSource)
+    except Exception as exc:  # the JVM reader's DataSourceRegister holds the name: Spark refuses a second one
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        return spark
+    if not _warned:
+        _warned.append(True)
+        warnings.warn(JVM_READER_MISSING, RuntimeWarning, stacklevel=2)
     return spark
 
 

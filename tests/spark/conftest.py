@@ -54,8 +54,9 @@ def manifest(fixture_store) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def spark():
-    """A quiet local[2] session with the commitlog source registered, filter pushdown enabled and the commitlog-jvm
-    jar loaded (when javac is there to build it)."""
+    """A quiet local[2] session with the JVM reader's jar loaded (when javac is there to build it), so "commitlog"
+    is the JVM reader; the Python source registered as "commitlog-python" (and as "commitlog" without the jar);
+    filter pushdown enabled."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -80,17 +81,17 @@ def spark():
     session.stop()
 
 
-_jvm_jar: list = []  # [the commitlog-jvm jar the session loaded, or the reason it has none]
+_jvm_jar: list = []  # [the JVM reader's jar the session loaded, or the reason it has none]
 
 
 def _configure_jvm_reader(builder) -> str:
-    """Put the commitlog-jvm jar on the session's spark.jars (built once per run: it is cached by its hash)."""
+    """Put the JVM reader's jar on the session's spark.jars (built once per run: it is cached by its hash)."""
     from mqstore.spark import jvm
 
     try:
         jar = jvm.jar_path()
     except jvm.JavacMissingError as exc:
-        return f"no commitlog-jvm jar: {exc}"
+        return f"no JVM reader jar: {exc}"
     jvm.configure(builder)
     return jar
 
@@ -101,8 +102,16 @@ def jvm_reader(spark) -> str:
     from mqstore.spark import jvm
 
     if not _jvm_jar or not _jvm_jar[0].endswith(".jar"):
-        pytest.skip(_jvm_jar[0] if _jvm_jar else "the session has no commitlog-jvm jar")
+        pytest.skip(_jvm_jar[0] if _jvm_jar else "the session has no JVM reader jar")
     return jvm.FORMAT_NAME
+
+
+@pytest.fixture
+def python_source(spark) -> str:
+    """The format name of the Python source in the session: "commitlog-python" (registered in every session)."""
+    from mqstore.spark.source import PYTHON_FORMAT_NAME
+
+    return PYTHON_FORMAT_NAME
 
 
 @pytest.fixture

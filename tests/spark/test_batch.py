@@ -60,10 +60,11 @@ QUERIES = [  # (condition, whether Spark hands every filter of it to the source)
 
 
 @pytest.mark.parametrize("condition, all_pushed", QUERIES)
-def test_pushdown_on_and_off_give_the_same_rows(spark, fixture_store, pushdown, condition, all_pushed):
+def test_pushdown_on_and_off_give_the_same_rows(spark, python_source, fixture_store, pushdown, condition, all_pushed):
+    """The Python source's pushdown follows spark.sql.python.filterPushdown.enabled (the JVM reader's is always on)."""
     def run(enabled):
         pushdown(enabled)
-        df = spark.read.format("commitlog").load(str(fixture_store)).where(condition)
+        df = spark.read.format(python_source).load(str(fixture_store)).where(condition)
         plan = df._jdf.queryExecution().executedPlan().toString().replace("RuntimeFilters", "")
         return sorted(r.commitlog_offset for r in df.select("commitlog_offset").collect()), plan
 

@@ -45,11 +45,13 @@ def test_spark_page_examples_run(spark, jvm_reader, tmp_path, capsys):
     assert written.count() == ORDERS + OTHERS                       # the availableNow stream read every record
     assert sorted(row.text for row in written.where("topic = 'audit'").collect()) == sorted(
         f"event {seq}" for seq in range(OTHERS))
-    jvm_df = namespace["df"]                                       # the last block's commitlog-jvm read
+    jvm_df = namespace["df"]                                       # the pushdown block's read: the JVM reader
     assert jvm_df.count() == ORDERS + OTHERS
     assert jvm_df.where("topic = 'orders'").count() == ORDERS
 
 
-def test_spark_page_has_examples_of_both_readers_and_a_stream():
+def test_spark_page_starts_the_session_with_the_jar_and_has_a_stream():
     blocks = python_blocks((REPO_ROOT / "docs" / "spark.md").read_text(encoding="utf-8"))
-    assert any("commitlog-jvm" in block for block in blocks) and any("readStream" in block for block in blocks)
+    assert any("mqstore.spark.configure(SparkSession.builder)" in block for block in blocks)
+    assert any("readStream" in block for block in blocks)
+    assert not any("commitlog-jvm" in block for block in blocks)  # the deprecated name is not taught

@@ -1,4 +1,4 @@
-"""mqstore.spark.jvm: the commitlog-jvm jar is built from the sources, named by their hash and the Spark
+"""mqstore.spark.jvm: the JVM reader's jar is built from the sources, named by their hash and the Spark
 version, added after any jars a session already lists, and a missing javac is said in plain words."""
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def test_the_built_jar_holds_the_source_and_its_service_file():
     with zipfile.ZipFile(jvm.jar_path()) as jar:
         names = set(jar.namelist())
         service = jar.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode().strip()
-    assert service == "io.mqstore.spark.CommitLogSource"
+    assert service.splitlines() == ["io.mqstore.spark.CommitLogSource",  # "commitlog"
+                                    "io.mqstore.spark.CommitLogSource$DeprecatedName"]  # "commitlog-jvm"
     assert "io/mqstore/spark/CommitLogSource.class" in names and "io/mqstore/spark/LogReader.class" in names
 
 

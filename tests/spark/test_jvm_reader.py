@@ -1,7 +1,7 @@
-"""The JVM reader, format "commitlog-jvm" (mqstore/spark/jvm/src), gives the rows of store.scan() / the Python
-source, value for value: on generated stores, the RocketMQ 4.4.0 fixture, a store MessageStore wrote and a store
-of rare record kinds; with each option and pushed filter; over several stores. Bad bytes raise an error naming
-the file, the offset and the rule; what it does not support is refused with a pointer to format "commitlog".
+"""The JVM reader, format "commitlog" in a session that loaded its jar (mqstore/spark/jvm/src), gives the rows of
+store.scan() / the Python source ("commitlog-python"), value for value: on generated stores, the RocketMQ 4.4.0
+fixture, a store MessageStore wrote and a store of rare record kinds; with each option and pushed filter; over
+several stores. Bad bytes raise an error naming the file, the offset and the rule.
 
 Every test shares the session of tests/spark/conftest.py, which loads the jar (built once, cached by its hash).
 """
@@ -141,8 +141,8 @@ WHERE = [
 
 
 @pytest.mark.parametrize("where", WHERE)
-def test_pushed_filters_give_the_rows_spark_filtering_gives(spark, jvm_reader, fixture_store, where):
-    spark.read.format("commitlog").load(str(fixture_store)).createOrReplaceTempView("fixture")
+def test_pushed_filters_give_the_rows_spark_filtering_gives(spark, jvm_reader, python_source, fixture_store, where):
+    spark.read.format(python_source).load(str(fixture_store)).createOrReplaceTempView("fixture")
     spark.read.format(jvm_reader).load(str(fixture_store)).createOrReplaceTempView("fixture_jvm")
     stamps = sorted(scan_store(fixture_store, columns=["store_timestamp"]).read_all().column(0).to_pylist())
     lo, hi = (stamps[len(stamps) * k // 10].replace(tzinfo=None).isoformat(sep=" ") for k in (3, 7))
@@ -152,13 +152,13 @@ def test_pushed_filters_give_the_rows_spark_filtering_gives(spark, jvm_reader, f
     # pushdown off: the full scan checkpointed, then filtered by Spark (nothing reaches the reader)
     spark.read.format(jvm_reader).load(str(fixture_store)).localCheckpoint().createOrReplaceTempView("fixture_all")
     not_pushed = spark.sql(query.format(view="fixture_all"))
-    assert "commitlog-jvm" not in not_pushed._jdf.queryExecution().executedPlan().toString()
+    assert "BatchScan" not in not_pushed._jdf.queryExecution().executedPlan().toString()
     assert 0 < len(expected)
     assert rows_by_offset(pushed.toArrow()) == expected
     assert rows_by_offset(not_pushed.toArrow()) == expected
     plan = pushed._jdf.queryExecution().executedPlan().toString()
     if "tags" not in where:
-        assert "commitlog-jvm [" in plan and "topics=any, queue_ids=any, offsets=[null, null), store_timestamp_" \
+        assert "commitlog [" in plan and "topics=any, queue_ids=any, offsets=[null, null), store_timestamp_" \
             "us=[null, null)" not in plan  # something was pushed into the reader's filter
 
 
@@ -170,12 +170,13 @@ def test_pruned_columns_hold_the_same_values(spark, jvm_reader, fixture_store):
     assert spark.read.format(jvm_reader).load(str(fixture_store)).count() == expected.num_rows
 
 
-def test_several_stores_and_a_glob_give_the_python_sources_rows(spark, jvm_reader, fixture_store, tmp_path):
+def test_several_stores_and_a_glob_give_the_python_sources_rows(spark, jvm_reader, python_source, fixture_store,
+                                                                tmp_path):
     first, second = tmp_path / "stores" / "a", tmp_path / "stores" / "b"
     shutil.copytree(fixture_store, first)
     several_segments(tmp_path / "gen").rename(second)
     for paths in ([str(first), str(second)], str(tmp_path / "stores" / "*")):
-        expected = rows_by_offset_store(spark.read.format("commitlog").load(paths).toArrow())
+        expected = rows_by_offset_store(spark.read.format(python_source).load(paths).toArrow())
         got = rows_by_offset_store(spark.read.format(jvm_reader).load(paths).toArrow())
         assert {r["store"] for r in got} == {str(first), str(second)}
         assert len(got) == len(expected) > 0
@@ -208,10 +209,10 @@ def size_past_the_segment(data, position):
 
 
 @pytest.mark.parametrize("patch, rule", [(flip_magic, "commitlog.1"), (size_past_the_segment, "commitlog.2")])
-def test_bad_bytes_name_the_file_the_offset_and_the_rule(spark, jvm_reader, tmp_path, patch, rule):
+def test_bad_bytes_name_the_file_the_offset_and_the_rule(spark, jvm_reader, python_source, tmp_path, patch, rule):
     root, path, position = corrupt_copy(tmp_path, 37, patch)
     with pytest.raises(Exception) as python:
-        spark.read.format("commitlog").load(str(root)).collect()
+        spark.read.format(python_source).load(str(root)).collect()
     with pytest.raises(Exception) as jvm:
         spark.read.format(jvm_reader).load(str(root)).collect()
     message = str(jvm.value)
@@ -221,46 +222,34 @@ def test_bad_bytes_name_the_file_the_offset_and_the_rule(spark, jvm_reader, tmp_
     assert f"file {path}, offset {position})" in str(python.value)  # the same place the Python reader names
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"maxRecordsPerTrigger": "10"}, "option 'maxRecordsPerTrigger' is not supported by the commitlog-jvm source"),
-    ({"startingOffsets": "latest"}, 'use format("commitlog") for streaming reads'),
-    ({"bogus": "1"}, "unknown option 'bogus' for the commitlog-jvm source"),
-    ({"queue_id": "one"}, "option 'queue_id' must be integers"),
-    ({"start_offset": "-5"}, "option 'start_offset' must be >= 0"),
-    ({"start_time": "yesterday"}, "option 'start_time' must be milliseconds since the epoch or an ISO-8601"),
-    ({"topic": "a,,b"}, "option 'topic' has an empty name"),
-])
-def test_unsupported_and_bad_options_are_refused(spark, jvm_reader, fixture_store, options, message):
-    with pytest.raises(Exception) as caught:
-        spark.read.format(jvm_reader).options(**options).load(str(fixture_store)).collect()
-    assert message in str(caught.value)
+def test_the_deprecated_name_reads_the_same_rows(spark, jvm_reader, fixture_store):
+    """"commitlog-jvm", the JVM reader's name before it took "commitlog", still reads (for one release)."""
+    assert jvm_rows(spark, "commitlog-jvm", fixture_store, topic="orders") == \
+        jvm_rows(spark, jvm_reader, fixture_store, topic="orders")
 
 
-def test_bad_paths_are_refused(spark, jvm_reader, tmp_path):
-    with pytest.raises(Exception, match="store path does not exist"):
-        spark.read.format(jvm_reader).load(str(tmp_path / "missing")).collect()
-    (tmp_path / "plain").mkdir()
-    with pytest.raises(Exception, match="no commitlog/ directory"):
-        spark.read.format(jvm_reader).load(str(tmp_path / "plain")).collect()
-    with pytest.raises(Exception, match="no store matches the path pattern"):
-        spark.read.format(jvm_reader).load(str(tmp_path / "none-*")).collect()
+def test_register_leaves_the_name_to_the_jvm_reader(spark, jvm_reader):
+    """In a session that loaded the jar, "commitlog" is the JVM reader: register() did not take the name (Spark
+    would refuse it), and the Python source answers to "commitlog-python"."""
+    import mqstore.spark
+
+    assert mqstore.spark.register(spark) is spark  # again: harmless, no error, still the JVM reader
+    lookup = spark._jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource
+    conf = spark._jsparkSession.sessionState().conf()
+    assert lookup("commitlog", conf).getName() == "io.mqstore.spark.CommitLogSource"
+    assert lookup("commitlog-python", conf).getName().endswith(".PythonDataSourceV2")
 
 
-def test_streaming_stays_with_the_python_source(spark, jvm_reader, fixture_store):
-    with pytest.raises(Exception, match="(?i)stream"):
-        spark.readStream.format(jvm_reader).load(str(fixture_store))
-    assert spark.readStream.format("commitlog").load(str(fixture_store)).isStreaming  # not shadowed by the jar
-
-
-def test_a_python_source_of_the_same_name_is_refused_so_the_names_differ(spark, jvm_reader):
-    """Why the JVM reader is not called "commitlog": Spark refuses a Python source named as a DataSourceRegister
-    on the classpath, so a JVM "commitlog" would make mqstore.spark.register() (and streaming) fail."""
-    from mqstore.spark.source import CommitLogDataSource
-
-    class SameName(CommitLogDataSource):
-        @classmethod
-        def name(cls):
-            return jvm_reader
-
-    with pytest.raises(Exception, match="DATA_SOURCE_ALREADY_EXISTS"):
-        spark.dataSource.register(SameName)
+def test_topics_beyond_the_dictionarys_bound_keep_their_names(spark, jvm_reader, tmp_path):
+    """The topic column is a dictionary bounded at 4,096 names between batches (TopicDictionary): a log of more
+    topics, interleaved, over two batches of 8,192 rows, gives every row its own topic."""
+    root = tmp_path / "many"
+    topics = 4500
+    with StoreWriter(root, segment_size_bytes=4 << 20) as writer:
+        for index in range(2 * topics):
+            writer.put(f"t{index % topics}", b"x", queue_id=0)
+    got = spark.read.format(jvm_reader).load(str(root)).select("commitlog_offset", "topic").toArrow()
+    expected = scan_store(root, columns=["commitlog_offset", "topic"]).read_all()
+    assert sorted(got.to_pylist(), key=lambda r: r["commitlog_offset"]) == \
+        sorted(expected.to_pylist(), key=lambda r: r["commitlog_offset"])
+    assert len({r["topic"] for r in got.to_pylist()}) == topics

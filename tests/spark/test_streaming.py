@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from tests.spark.storegen import StoreWriter
 
 SEGMENT = 64 * 1024
 
 
-def run_available_now(spark, store, out, checkpoint, **options):
+def run_available_now(spark, store, out, checkpoint, name="commitlog", **options):
     """One availableNow run into a Parquet sink; returns the numInputRows of each micro-batch."""
-    query = (spark.readStream.format("commitlog").options(**options).load(str(store))
+    query = (spark.readStream.format(name).options(**options).load(str(store))
              .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     assert query.awaitTermination(180)
@@ -54,3 +56,21 @@ def test_max_bytes_per_trigger_and_filters(spark, tmp_path):
     rows = spark.read.parquet(str(out)).select("commitlog_offset", "topic", "queue_id").collect()
     assert sorted(r.commitlog_offset for r in rows) == sorted(o for i, o in enumerate(sizes) if i % 2 == 1)
     assert {r.topic for r in rows} == {"t1"}
+
+
+@pytest.mark.parametrize("name", ["commitlog"])
+def test_starting_at_latest_reads_only_what_is_appended_after(spark, tmp_path, name):
+    """The JVM reader keeps where a startingOffsets=latest query began in its checkpoint: restarted before its
+    first micro-batch, it reads what was appended since (the Python source takes "latest" again)."""
+    store = tmp_path / "store"
+    with StoreWriter(store, segment_size_bytes=SEGMENT) as writer:
+        for i in range(300):
+            writer.put("before", b"b" * 50, queue_id=i % 2)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    options = {"startingOffsets": "latest"}
+    assert run_available_now(spark, store, out, checkpoint, name=name, **options) == []
+    with StoreWriter(store, segment_size_bytes=SEGMENT) as writer:
+        appended = [writer.put("after", b"a" * 70, queue_id=i % 2) for i in range(120)]
+    assert sum(run_available_now(spark, store, out, checkpoint, name=name, **options)) == 120
+    rows = spark.read.parquet(str(out)).select("commitlog_offset", "topic").collect()
+    assert sorted(r.commitlog_offset for r in rows) == appended and {r.topic for r in rows} == {"after"}

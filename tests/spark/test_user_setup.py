@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import mqstore.spark
 import mqstore.spark.source
 from mqstore.demo import TOPICS, run_demo
@@ -113,3 +115,57 @@ def test_without_java_the_demo_writes_reads_and_says_so_in_one_line(tmp_path, ca
     said = [line for line in captured.out.splitlines() if JAVA_NOT_FOUND in line]
     assert said == [f"spark part skipped: {JAVA_NOT_FOUND}: no java in PATH"]
     assert "Traceback" not in captured.out + captured.err and "spark:" not in captured.out
+
+
+# --- one name, two readers ---------------------------------------------------------------------------------------
+class FakeRegistry:
+    """spark.dataSource of a session: refuses "commitlog" as Spark does when the JVM reader's jar is loaded."""
+
+    def __init__(self, jar_loaded: bool):
+        self.jar_loaded, self.registered = jar_loaded, []
+
+    def register(self, source):
+        if self.jar_loaded and source.name() == "commitlog":
+            raise RuntimeError("[DATA_SOURCE_ALREADY_EXISTS] Data source 'commitlog' already exists")
+        self.registered.append(source.name())
+
+
+class FakeSession:
+    def __init__(self, jar_loaded: bool):
+        self.dataSource = FakeRegistry(jar_loaded)
+
+    @property
+    def sparkContext(self):
+        raise RuntimeError("no context (as on Spark Connect)")
+
+
+def test_register_gives_the_python_source_the_name_only_without_the_jar(monkeypatch, recwarn):
+    monkeypatch.setattr(mqstore.spark.source, "_warned", [])
+    with_jar = FakeSession(jar_loaded=True)
+    assert mqstore.spark.register(with_jar) is with_jar
+    assert with_jar.dataSource.registered == ["commitlog-python"] and not recwarn.list
+    without = FakeSession(jar_loaded=False)
+    mqstore.spark.register(without)
+    mqstore.spark.register(without)  # twice: harmless, and the warning is given once
+    assert without.dataSource.registered == ["commitlog-python", "commitlog"] * 2
+    said = [str(w.message) for w in recwarn.list if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "did not load the JVM reader's jar" in said[0]
+    assert "mqstore.spark.configure(SparkSession.builder)" in said[0]
+
+
+def test_configure_without_javac_warns_and_leaves_the_builder(monkeypatch):
+    from mqstore.spark import jvm
+
+    def missing():
+        raise jvm.JavacMissingError("javac not found (looked in PATH)")
+
+    class Builder:
+        _options: dict = {}
+
+        def config(self, key, value):
+            raise AssertionError("the builder must be left as it was")
+
+    monkeypatch.setattr(jvm, "jar_path", missing)
+    builder = Builder()
+    with pytest.warns(RuntimeWarning, match="jar is not built .*javac not found.* will be the Python source"):
+        assert mqstore.spark.configure(builder) is builder

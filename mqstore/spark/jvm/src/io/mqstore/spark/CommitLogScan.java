@@ -15,6 +15,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.sources.EqualTo;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.sources.GreaterThan;
@@ -62,6 +63,11 @@ final class CommitLogScan implements Scan, Batch {
     }
 
     @Override
+    public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+        return new CommitLogStream(options, createReaderFactory(), checkpointLocation);
+    }
+
+    @Override
     public InputPartition[] planInputPartitions() {
         return Planner.planBatch(options.stores, filter).toArray(new InputPartition[0]);
     }
@@ -93,7 +99,7 @@ final class CommitLogScan implements Scan, Batch {
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-            return new LogReader((LogPartition) partition, filter, schema, offHeap);
+            return new LogReader((StorePartition) partition, filter, schema, offHeap);
         }
 
         @Override

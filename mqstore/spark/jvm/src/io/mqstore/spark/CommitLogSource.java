@@ -14,16 +14,26 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * spark.read.format("commitlog-jvm"): batch reads of mqstore / RocketMQ 4.x stores, decoded in the JVM.
+ * spark.read / spark.readStream .format("commitlog"): batch and streaming reads of mqstore / RocketMQ 4.x
+ * stores, decoded in the JVM.
  *
- * The rows, schema, options and pushed filters are those of the Python source, format("commitlog")
- * (mqstore/spark/source.py); streaming stays with that one. docs/spark.md tells how to load the jar, and
- * docs/decisions/0027-jvm-spark-reader.md why both exist.
+ * The rows, schema, options, pushed filters and stream offsets are those of the Python source
+ * (mqstore/spark/source.py), which mqstore.spark.register() registers under the same name only in a session
+ * that does not load this jar. docs/spark.md tells how to load it; docs/decisions/0041-one-spark-format-name.md
+ * why there is one name.
  */
-public final class CommitLogSource implements TableProvider, DataSourceRegister {
+public class CommitLogSource implements TableProvider, DataSourceRegister {
     @Override
     public String shortName() {
         return ReadOptions.NAME;
+    }
+
+    /** format("commitlog-jvm"): the name of this reader before it took "commitlog"; deprecated, kept a release. */
+    public static final class DeprecatedName extends CommitLogSource {
+        @Override
+        public String shortName() {
+            return "commitlog-jvm";
+        }
     }
 
     @Override
@@ -32,8 +42,19 @@ public final class CommitLogSource implements TableProvider, DataSourceRegister 
     }
 
     @Override
+    public boolean supportsExternalMetadata() {
+        return true;  // so that a schema given with .schema(...) reaches getTable and is refused in our words
+    }
+
+    @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        return new CommitLogTable(ReadOptions.parse(properties));
+        ReadOptions options = ReadOptions.parse(properties);
+        StructType expected = Columns.schema(options.withStoreColumn);
+        if (schema != null && !schema.simpleString().equals(expected.simpleString())) {
+            throw new SourceException("the " + ReadOptions.NAME + " source has a fixed schema (" + expected.simpleString()
+                    + "); do not pass another one (" + schema.simpleString() + ")");
+        }
+        return new CommitLogTable(options);
     }
 
     static final class CommitLogTable implements Table, SupportsRead {
@@ -56,7 +77,7 @@ public final class CommitLogSource implements TableProvider, DataSourceRegister 
 
         @Override
         public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_READ);
+            return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
         }
 
         @Override

@@ -1,25 +1,18 @@
 package io.mqstore.spark;
 
-import org.apache.spark.sql.connector.read.InputPartition;
-
 /**
  * Pieces of one store's log, fixed at planning: piece i is the records of the segment at `bases[i]` from
  * `starts[i]` (a record start) to `ends[i]` (exactly, or through the segment's end-of-segment blank).
  */
-final class LogPartition implements InputPartition {
+final class LogPartition extends StorePartition {
     private static final long serialVersionUID = 1L;
 
-    final String root;
-    final String label;
-    final long segmentSize;
     final long[] bases;
     final long[] starts;
     final long[] ends;
 
     LogPartition(String root, String label, long segmentSize, long[] bases, long[] starts, long[] ends) {
-        this.root = root;
-        this.label = label;
-        this.segmentSize = segmentSize;
+        super(root, label, segmentSize);
         this.bases = bases;
         this.starts = starts;
         this.ends = ends;

@@ -1,5 +1,7 @@
 package io.mqstore.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
@@ -9,8 +11,6 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
-import java.util.LinkedHashMap;
-import java.util.Map;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
@@ -29,15 +29,20 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment held at once (or one larger record)
     static final int BATCH_ROWS = 8192;  // rows per ColumnarBatch
     static final int BATCH_BODY_BYTES = 16 << 20;  // a batch ends once its bodies pass this many bytes
-    static final int PROPERTY_PAIRS_MAX = 32768 / 2;  // PROPERTIESLENGTH is an i16: at most this many pairs
 
-    private final LogPartition partition;
+    static final int QUEUE_GAP_BYTES = 16 * 1024;  // ConsumeQueue path: records closer than this are read at once
+
+    private final StorePartition partition;
+    private final LogPartition log;  // one of these two is null
+    private final QueuePartition queue;
     private final RowFilter.Compiled filter;
     private final WritableColumnVector[] byId = new WritableColumnVector[Columns.COUNT];
     private final WritableColumnVector[] vectors;
     private final ColumnarBatch batch;
     private final LogFormat.Layout layout = new LogFormat.Layout();
     private final byte[] label;
+    private final long recordCrcFrom;  // records at or after this commitlog offset must have the pair; -1: none
+    private final TopicDictionary topics = new TopicDictionary();
 
     private int piece = -1;
     private FileChannel channel;
@@ -53,15 +58,24 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private int bufLen;
 
     // per-record scratch
-    private final int[] pairs = new int[4 * PROPERTY_PAIRS_MAX];  // name start, name end, value start, value end
     private final byte[] msgId = new byte[56];
     private final HostCache bornHosts = new HostCache();
     private final HostCache storeHosts = new HostCache();
-    private int pairCount;  // elements of the properties map's key and value vectors in this batch
-    private int keyCount;  // elements of the keys array's vector in this batch
+    private final PropertyColumns propertyColumns;
 
-    LogReader(LogPartition partition, RowFilter filter, StructType schema, boolean offHeap) {
+    // the ConsumeQueue path: the records of one topic in one segment, sorted by offset
+    private int queueTopic = -1;  // index into queueTopics
+    private String[] queueTopics;
+    private byte[] expectTopic;
+    private long[] queueOffsets = new long[0];
+    private long[] queueSizes = new long[0];
+    private int queueAt;  // the next record of queueOffsets
+    private int queueGroupEnd;  // records [queueAt, queueGroupEnd) lie in the segment `base`
+
+    LogReader(StorePartition partition, RowFilter filter, StructType schema, boolean offHeap) {
         this.partition = partition;
+        this.log = partition instanceof LogPartition ? (LogPartition) partition : null;
+        this.queue = partition instanceof QueuePartition ? (QueuePartition) partition : null;
         this.filter = filter.compile();
         int[] ids = Columns.ids(schema);
         vectors = new WritableColumnVector[ids.length];
@@ -70,8 +84,14 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
                     : new OnHeapColumnVector(BATCH_ROWS, schema.fields()[i].dataType());
             byId[ids[i]] = vectors[i];
         }
+        propertyColumns = new PropertyColumns(byId);
+        if (byId[Columns.TOPIC] != null) {
+            byId[Columns.TOPIC].reserveDictionaryIds(BATCH_ROWS);
+            byId[Columns.TOPIC].setDictionary(topics);
+        }
         batch = new ColumnarBatch(vectors.clone());
         label = partition.label == null ? new byte[0] : partition.label.getBytes(StandardCharsets.UTF_8);
+        recordCrcFrom = recordCrcFrom(partition.root);
     }
 
     @Override
@@ -79,11 +99,22 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         for (WritableColumnVector v : vectors) {
             v.reset();
         }
-        pairCount = 0;
-        keyCount = 0;
+        propertyColumns.startBatch();
+        topics.trim();
         int rows = 0;
         long bodyBytes = 0;
         while (rows < BATCH_ROWS && bodyBytes < BATCH_BODY_BYTES) {
+            if (queue != null) {
+                if (!nextQueued()) {
+                    break;
+                }
+                int pos = (int) (position - bufAbs);
+                if (decode(pos, position, rows)) {
+                    bodyBytes += layout.bodyLength;
+                    rows++;
+                }
+                continue;
+            }
             if (pieceDone && !openNextPiece()) {
                 break;
             }
@@ -120,13 +151,19 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private boolean openNextPiece() throws IOException {
         closeChannel();
         piece++;
-        if (piece >= partition.starts.length) {
+        if (piece >= log.starts.length) {
             return false;
         }
-        base = partition.bases[piece];
+        base = log.bases[piece];
         segmentEnd = base + partition.segmentSize;
-        pieceEnd = partition.ends[piece];
-        position = partition.starts[piece];
+        pieceEnd = log.ends[piece];
+        position = log.starts[piece];
+        openSegment();
+        pieceDone = position >= pieceEnd;
+        return true;
+    }
+
+    private void openSegment() throws IOException {
         Path file = Paths.get(partition.root, "commitlog", LogFormat.segmentName(base));
         path = file.toString();
         try {
@@ -136,8 +173,146 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
                     e);
         }
         bufLen = 0;
-        pieceDone = position >= pieceEnd;
+        bufAbs = 0;
+    }
+
+    // --- the ConsumeQueue path --------------------------------------------------------------------------------
+    /**
+     * Locate the next record the partition's ConsumeQueue slices point to (true), topic after topic, segment
+     * after segment, each run of close records read with one pread; false after the last. The record must be
+     * the size its unit says and of the unit's topic (consumequeue.matches-log), and valid (rules 1 to 4, 6).
+     */
+    private boolean nextQueued() throws IOException {
+        while (queueAt >= queueGroupEnd) {
+            if (queueAt >= queueOffsets.length && !loadNextTopic()) {
+                return false;
+            }
+            openQueueGroup();
+        }
+        int i = queueAt++;
+        position = queueOffsets[i];
+        int size = (int) queueSizes[i];
+        long filePos = position - base;
+        if (position < bufAbs || position + size > bufAbs + bufLen || bufLen == 0) {
+            readQueueRun(i);
+        }
+        int pos = (int) (position - bufAbs);
+        int total = LogFormat.i32(buf, pos);
+        if (total != size) {
+            throw new CorruptLogException("a ConsumeQueue unit says " + size + " bytes, the record there has TOTALSIZE "
+                    + total, path, filePos, "consumequeue.matches-log");
+        }
+        layout.locate(buf, pos, segmentEnd - position, position, path, filePos);
+        checkRecordCrcShape(buf, pos, position, filePos);
+        if (layout.topicLength != expectTopic.length
+                || !java.util.Arrays.equals(expectTopic, 0, expectTopic.length, buf, layout.topicStart,
+                        layout.topicStart + layout.topicLength)) {
+            throw new CorruptLogException("a ConsumeQueue of topic '" + queueTopics[queueTopic] + "' points at a "
+                    + "record of topic " + LogFormat.escaped(buf, layout.topicStart, layout.topicLength), path, filePos,
+                    "consumequeue.matches-log");
+        }
         return true;
+    }
+
+    /** The units of the next topic's slices, sorted by commitlog offset; false when no topic is left. */
+    private boolean loadNextTopic() {
+        if (queueTopics == null) {
+            queueTopics = java.util.Arrays.stream(queue.topics).distinct().sorted().toArray(String[]::new);
+        }
+        while (++queueTopic < queueTopics.length) {
+            String topic = queueTopics[queueTopic];
+            java.util.List<long[][]> parts = new java.util.ArrayList<>();
+            int total = 0;
+            for (int s = 0; s < queue.topics.length; s++) {
+                if (queue.topics[s].equals(topic)) {
+                    long[][] units = Queues.range(Paths.get(queue.queueDirs[s]), queue.firsts[s], queue.counts[s]);
+                    parts.add(units);
+                    total += units[0].length;
+                }
+            }
+            long[][] pairs = new long[total][];
+            int at = 0;
+            for (long[][] units : parts) {
+                for (int k = 0; k < units[0].length; k++) {
+                    pairs[at++] = new long[] {units[0][k], units[1][k]};
+                }
+            }
+            java.util.Arrays.sort(pairs, (a, b) -> Long.compare(a[0], b[0]));  // stable
+            queueOffsets = new long[total];
+            queueSizes = new long[total];
+            for (int k = 0; k < total; k++) {
+                queueOffsets[k] = pairs[k][0];
+                queueSizes[k] = pairs[k][1];
+            }
+            queueAt = 0;
+            queueGroupEnd = 0;
+            expectTopic = topic.getBytes(StandardCharsets.UTF_8);
+            if (total > 0) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Open the segment of record queueAt and find the records [queueAt, queueGroupEnd) of it; check their units. */
+    private void openQueueGroup() throws IOException {
+        closeChannel();
+        long size = partition.segmentSize;
+        long first = queueOffsets[queueAt];
+        base = first - Math.floorMod(first - queue.firstBase, size);
+        segmentEnd = base + size;
+        int end = queueAt;
+        while (end < queueOffsets.length && queueOffsets[end] < segmentEnd) {
+            end++;
+        }
+        queueGroupEnd = end;
+        openSegment();
+        for (int k = queueAt; k < end; k++) {
+            long offset = queueOffsets[k];
+            if (offset < queue.firstBase || queueSizes[k] < LogFormat.RECORD_SIZE_MIN
+                    || queueSizes[k] > segmentEnd - offset) {
+                throw new CorruptLogException("a ConsumeQueue unit of topic '" + queueTopics[queueTopic] + "' says "
+                        + queueSizes[k] + " bytes at " + offset, path, offset - base, "consumequeue.matches-log");
+            }
+        }
+    }
+
+    /** Read the run of close records from record i (one pread of at most READ_CHUNK_BYTES, or the one record). */
+    private void readQueueRun(int i) throws IOException {
+        long start = queueOffsets[i];
+        long end = start + queueSizes[i];
+        if (queueSizes[i] > READ_CHUNK_BYTES) {  // read alone, once its header agrees with its unit
+            ensureAt(start, LogFormat.END_FILE_MIN_BLANK_LENGTH);
+            if (LogFormat.i32(buf, 0) != queueSizes[i]) {
+                return;  // nextQueued reports the disagreement
+            }
+        } else {
+            for (int k = i + 1; k < queueGroupEnd; k++) {
+                long recordEnd = queueOffsets[k] + queueSizes[k];
+                if (queueOffsets[k] - end > QUEUE_GAP_BYTES || recordEnd - start > READ_CHUNK_BYTES) {
+                    break;
+                }
+                end = Math.max(end, recordEnd);
+            }
+        }
+        ensureAt(start, (int) (end - start));
+    }
+
+    /** buf = exactly [at, at + length) of the current segment. */
+    private void ensureAt(long at, int length) throws IOException {
+        if (buf.length < length) {
+            buf = new byte[Math.max(length, Math.min(READ_CHUNK_BYTES, 2 * buf.length))];
+        }
+        ByteBuffer into = ByteBuffer.wrap(buf, 0, length);
+        long filePos = at - base;
+        while (into.hasRemaining()) {
+            if (channel.read(into, filePos + into.position()) < 0) {
+                throw new IOException("segment " + path + " ends at byte " + (filePos + into.position())
+                        + ", before a record its ConsumeQueue points at: was it truncated or replaced?");
+            }
+        }
+        bufAbs = at;
+        bufLen = length;
     }
 
     private void closeChannel() throws IOException {
@@ -208,6 +383,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             pos = (int) (position - bufAbs);
         }
         layout.locate(buf, pos, remaining, position, path, filePos);  // throws for rules 1 to 4
+        checkRecordCrcShape(buf, pos, position, filePos);
         return true;
     }
 
@@ -229,12 +405,9 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         if (!filter.topic(b, l.topicStart, l.topicLength)) {
             return false;
         }
-        if (l.hasRecordCrc && !l.common()) {
-            checkRecordCrcDigits(pos, offset);
-        }
         WritableColumnVector v;
         if ((v = byId[Columns.TOPIC]) != null) {
-            v.putByteArray(row, b, l.topicStart, l.topicLength);
+            v.getDictionaryIds().putInt(row, topics.id(b, l.topicStart, l.topicLength));
         }
         if ((v = byId[Columns.QUEUE_ID]) != null) {
             v.putInt(row, queueId);
@@ -249,7 +422,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             v.putByteArray(row, b, l.bodyStart, l.bodyLength);
         }
         if (byId[Columns.TAGS] != null || byId[Columns.KEYS] != null || byId[Columns.PROPERTIES] != null) {
-            properties(row, l.propertiesStart, l.propertiesLength, l.common());
+            propertyColumns.put(b, row, l.propertiesStart, l.propertiesLength, l.common());
         }
         if ((v = byId[Columns.FLAG]) != null) {
             v.putInt(row, LogFormat.i32(b, pos + LogFormat.OFFSET_FLAG));
@@ -289,188 +462,45 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         return true;
     }
 
-    /** Rule (6) for the rare kinds (version 2, IPv6 hosts), as the Python per-record decoder checks it. */
-    private void checkRecordCrcDigits(int pos, long offset) {
-        int end = pos + layout.size;
-        for (int i = end - 11; i < end - 1; i++) {
-            if (buf[i] < '0' || buf[i] > '9') {
-                throw LogFormat.corrupt("6", "the record-CRC property does not hold 10 digits", path, offset,
-                        offset - base);
-            }
-        }
-    }
-
-    // --- properties -------------------------------------------------------------------------------------------
     /**
-     * The properties, tags and keys of one record. Properties that are all 'name\x01value\x02' pairs of UTF-8
-     * text give every pair in order (arrow_decode's bulk path); anything else, and the rare record kinds, go
-     * through format.decode_properties' rule: UTF-8 with replacement characters, split at 0x02, items without
-     * exactly one 0x01 skipped, a later name replacing an earlier one's value in its place.
+     * Rule (6)'s shape, as scan() checks it (docs/decisions/0036): a record-CRC pair holds 10 ASCII digits, and a
+     * store that writes record CRCs has the pair on every record from `record_crc_from_offset` (its settings
+     * file). The CRC values are not compared, as scan() does not compare them.
      */
-    private void properties(int row, int start, int length, boolean common) {
-        final byte[] b = buf;
-        int count = 0;
-        int pairStart = start;
-        int nameEnd = -1;
-        boolean regular = true;
-        int bits = 0;  // the OR of every byte: negative when one is not ASCII
-        int end = start + length;
-        for (int i = start; i < end; i++) {
-            byte c = b[i];
-            bits |= c;
-            if ((c & 0xFC) != 0) {
-                continue;  // text (0x03 and up, and every non-ASCII byte): most bytes
+    void checkRecordCrcShape(byte[] b, int pos, long offset, long filePos) {
+        if (!layout.hasRecordCrc) {
+            if (recordCrcFrom >= 0 && offset >= recordCrcFrom) {
+                throw LogFormat.corrupt("6", "the record has no record-CRC property", path, offset, filePos);
             }
-            if (c == 1) {
-                if (nameEnd >= 0) {
-                    regular = false;
-                    break;
-                }
-                nameEnd = i;
-            } else if (c == 2) {
-                if (nameEnd < 0) {
-                    regular = false;
-                    break;
-                }
-                int k = 4 * count++;
-                pairs[k] = pairStart;
-                pairs[k + 1] = nameEnd;
-                pairs[k + 2] = nameEnd + 1;
-                pairs[k + 3] = i;
-                nameEnd = -1;
-                pairStart = i + 1;
-            }
+            return;
         }
-        regular = regular && nameEnd < 0 && pairStart == end;
-        if (regular && bits < 0) {
-            regular = Utf8.valid(b, start, length);
-        }
-        if (regular && common) {
-            putPairs(row, count, start, length);
-        } else {
-            putDecoded(row, start, length);
+        int at = pos + layout.size - 11;  // the 10 digits, then 0x02
+        long eight = LogFormat.i64(b, at);
+        int two = LogFormat.u16(b, at + 8);
+        // a byte is a digit iff its high nibble is 3 and adding 6 leaves it 3 (the low nibble is at most 9)
+        if ((eight & 0xF0F0F0F0F0F0F0F0L) != 0x3030303030303030L
+                || ((eight + 0x0606060606060606L) & 0xF0F0F0F0F0F0F0F0L) != 0x3030303030303030L
+                || (two & 0xF0F0) != 0x3030 || ((two + 0x0606) & 0xF0F0) != 0x3030) {
+            throw LogFormat.corrupt("6", "the record-CRC property does not hold 10 digits", path, offset, filePos);
         }
     }
 
     /**
-     * Every pair of a regular record: the properties bytes are copied once into each child vector's data, and
-     * each name and value points into them (one copy a record, not one a string).
+     * The commitlog offset from which the store's records must carry a record CRC, from its settings file
+     * (config/mqstore.json, key record_crc_from_offset), as mqstore/store/scan_read.py's record_crc_from reads
+     * it; -1 without one (a RocketMQ store, or a file that is not mqstore's: the store's open reports it).
      */
-    private void putPairs(int row, int count, int start, int length) {
-        final byte[] b = buf;
-        int tags = -1;
-        int keys = -1;
-        for (int p = 0; p < count; p++) {
-            int k = 4 * p;
-            if (pairs[k + 1] - pairs[k] == 4) {
-                int at = pairs[k];
-                if (b[at] == 'T' && b[at + 1] == 'A' && b[at + 2] == 'G' && b[at + 3] == 'S') {
-                    tags = k;
-                } else if (b[at] == 'K' && b[at + 1] == 'E' && b[at + 2] == 'Y' && b[at + 3] == 'S') {
-                    keys = k;
-                }
+    static long recordCrcFrom(String root) {
+        try {
+            JsonNode value = new ObjectMapper().readTree(Paths.get(root, "config", "mqstore.json").toFile())
+                    .path("record_crc_from_offset");
+            if (value.isIntegralNumber() && value.canConvertToLong() && value.asLong() >= 0) {
+                return value.asLong();
             }
+        } catch (IOException | RuntimeException e) {
+            // no settings file, or not JSON: no requirement
         }
-        WritableColumnVector v;
-        if ((v = byId[Columns.PROPERTIES]) != null) {
-            WritableColumnVector names = v.getChild(0);
-            WritableColumnVector values = v.getChild(1);
-            if (count > 0) {
-                names.reserve(pairCount + count);
-                values.reserve(pairCount + count);
-                int nameBase = names.arrayData().appendBytes(length, b, start) - start;
-                int valueBase = values.arrayData().appendBytes(length, b, start) - start;
-                for (int p = 0; p < count; p++) {
-                    int k = 4 * p;
-                    names.putArray(pairCount + p, nameBase + pairs[k], pairs[k + 1] - pairs[k]);
-                    values.putArray(pairCount + p, valueBase + pairs[k + 2], pairs[k + 3] - pairs[k + 2]);
-                }
-            }
-            v.putArray(row, pairCount, count);
-            pairCount += count;
-        }
-        if ((v = byId[Columns.TAGS]) != null) {
-            if (tags < 0) {
-                v.putNull(row);
-            } else {
-                v.putByteArray(row, b, pairs[tags + 2], pairs[tags + 3] - pairs[tags + 2]);
-            }
-        }
-        if ((v = byId[Columns.KEYS]) != null) {
-            WritableColumnVector items = v.getChild(0);
-            int first = keyCount;
-            if (keys >= 0) {
-                int runStart = pairs[keys + 2];
-                int keysEnd = pairs[keys + 3];
-                int base = items.arrayData().appendBytes(keysEnd - runStart, b, runStart) - runStart;
-                items.reserve(keyCount + (keysEnd - runStart + 1) / 2 + 1);  // at most one key every 2 bytes
-                for (int i = runStart; i <= keysEnd; i++) {
-                    if (i == keysEnd || b[i] == ' ') {
-                        if (i > runStart) {
-                            items.putArray(keyCount++, base + runStart, i - runStart);
-                        }
-                        runStart = i + 1;
-                    }
-                }
-            }
-            v.putArray(row, first, keyCount - first);
-        }
-    }
-
-    private void putDecoded(int row, int start, int length) {
-        Map<String, String> decoded = new LinkedHashMap<>();
-        String text = new String(buf, start, length, StandardCharsets.UTF_8);
-        int at = 0;
-        while (at <= text.length()) {
-            int stop = text.indexOf('\u0002', at);
-            if (stop < 0) {
-                stop = text.length();
-            }
-            int sep = text.indexOf('\u0001', at);
-            int second = sep < 0 ? -1 : text.indexOf('\u0001', sep + 1);
-            if (sep >= 0 && sep < stop && (second < 0 || second >= stop)) {
-                decoded.put(text.substring(at, sep), text.substring(sep + 1, stop));
-            }
-            at = stop + 1;
-        }
-        WritableColumnVector v;
-        if ((v = byId[Columns.PROPERTIES]) != null) {
-            WritableColumnVector names = v.getChild(0);
-            WritableColumnVector values = v.getChild(1);
-            int first = pairCount;
-            for (Map.Entry<String, String> e : decoded.entrySet()) {
-                putChild(names, pairCount, e.getKey().getBytes(StandardCharsets.UTF_8));
-                putChild(values, pairCount++, e.getValue().getBytes(StandardCharsets.UTF_8));
-            }
-            v.putArray(row, first, pairCount - first);
-        }
-        if ((v = byId[Columns.TAGS]) != null) {
-            String tags = decoded.get("TAGS");
-            if (tags == null) {
-                v.putNull(row);
-            } else {
-                byte[] raw = tags.getBytes(StandardCharsets.UTF_8);
-                v.putByteArray(row, raw, 0, raw.length);
-            }
-        }
-        if ((v = byId[Columns.KEYS]) != null) {
-            WritableColumnVector items = v.getChild(0);
-            int first = keyCount;
-            String keys = decoded.get("KEYS");
-            if (keys != null && !keys.isEmpty()) {
-                for (String key : keys.split(" ", -1)) {
-                    if (!key.isEmpty()) {
-                        putChild(items, keyCount++, key.getBytes(StandardCharsets.UTF_8));
-                    }
-                }
-            }
-            v.putArray(row, first, keyCount - first);
-        }
-    }
-
-    private static void putChild(WritableColumnVector child, int index, byte[] value) {
-        child.reserve(index + 1);
-        child.putArray(index, child.arrayData().appendBytes(value.length, value, 0), value.length);
+        return -1;
     }
 
     /**

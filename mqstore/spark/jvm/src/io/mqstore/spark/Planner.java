@@ -13,6 +13,7 @@ import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.zip.CRC32;
 
 /**
@@ -34,8 +35,8 @@ import java.util.zip.CRC32;
  *   small segments                              grouped, so each core gets about PARTITIONS_PER_CORE partitions
  * </pre>
  *
- * Not done here (the Python source does it): ConsumeQueue reads for a topic filter, segments skipped by time.
- * Both only save reading; every record is tested against the filter, so the rows are the same.
+ * ConsumeQueue reads for a topic filter and segments skipped by time: {@link QueuePlanner}. Both only save
+ * reading; every record is tested against the filter, so the rows are the same.
  */
 final class Planner {
     private Planner() {
@@ -119,17 +120,25 @@ final class Planner {
         final ReadOptions.StoreRef ref;
         final Segments segments;
         final long end;
+        final long furthest;  // the queues' verified furthest unit's end, or -1
 
-        StorePlan(ReadOptions.StoreRef ref, Segments segments, long end) {
+        StorePlan(ReadOptions.StoreRef ref, Segments segments, long end, long furthest) {
             this.ref = ref;
             this.segments = segments;
             this.end = end;
+            this.furthest = furthest;
         }
     }
 
     static StorePlan planStore(ReadOptions.StoreRef ref) {
+        return planStore(ref, -1);
+    }
+
+    /** The snapshot, the walk to the written end starting at `knownStart` (a record start, or -1) when it helps. */
+    static StorePlan planStore(ReadOptions.StoreRef ref, long knownStart) {
         Segments segments = listSegments(ref.root);
-        return new StorePlan(ref, segments, writtenEnd(segments, dispatchedEnd(ref.root, segments)));
+        long dispatched = dispatchedEnd(ref.root, segments);
+        return new StorePlan(ref, segments, writtenEnd(segments, Math.max(dispatched, knownStart)), dispatched);
     }
 
     static final int CQ_UNIT_SIZE = 20;  // i64 commitlog offset, i32 size, i64 tags code (consumequeue/format.py)
@@ -158,7 +167,8 @@ final class Planner {
                 try (DirectoryStream<Path> ids = Files.newDirectoryStream(topic)) {
                     for (Path queue : ids) {
                         long[] last = lastUnit(queue);
-                        if (last != null && last[0] + last[1] > bestEnd) {
+                        if (last != null && last[0] >= 0 && last[0] <= Long.MAX_VALUE - last[1]
+                                && last[0] + last[1] > bestEnd) {  // units are untrusted: no overflow
                             bestEnd = last[0] + last[1];
                             bestOffset = last[0];
                             bestSize = (int) last[1];
@@ -236,7 +246,7 @@ final class Planner {
 
     /**
      * The written end of the log: the last segment whose first header is not zero, walked to its end from its
-     * start, or from `dispatched` (a record start) when that lies in it.
+     * start, or from `dispatched` (a record start, the furthest one known) when that lies in it.
      */
     static long writtenEnd(Segments segments, long dispatched) {
         if (segments.bases.length == 0) {
@@ -343,39 +353,82 @@ final class Planner {
         return -Math.floorDiv(-a, b);
     }
 
-    /** The partitions of a batch read of `stores`, each store up to its written end now. */
-    static List<LogPartition> planBatch(List<ReadOptions.StoreRef> stores, RowFilter filter) {
-        List<LogPartition> partitions = new ArrayList<>();
+    /**
+     * The partitions of a batch read of `stores`, each store up to its written end now: with a topic filter, the
+     * records the ConsumeQueues point to below the dispatched end (QueuePartitions) and the log past it; segments
+     * that hold no record of a time filter's range are skipped.
+     */
+    static List<StorePartition> planBatch(List<ReadOptions.StoreRef> stores, RowFilter filter) {
+        List<StorePartition> partitions = new ArrayList<>();
         if (filter.isEmpty()) {
             return partitions;
         }
         List<StorePlan> plans = new ArrayList<>();
         List<List<long[]>> pieces = new ArrayList<>();  // per store: {base, start, end}
+        List<List<QueuePlanner.Selected>> units = new ArrayList<>();
         long total = 0;
         for (ReadOptions.StoreRef ref : stores) {
             StorePlan plan = planStore(ref);
             List<long[]> own = new ArrayList<>();
-            if (plan.segments.bases.length > 0) {
-                long lo = Math.max(plan.segments.bases[0], filter.offsetLo == null ? 0 : filter.offsetLo);
-                long hi = filter.offsetHi == null ? plan.end : Math.min(plan.end, filter.offsetHi);
+            List<QueuePlanner.Selected> selected = new ArrayList<>();
+            long lo = plan.segments.bases.length == 0 ? 0
+                    : Math.max(plan.segments.bases[0], filter.offsetLo == null ? 0 : filter.offsetLo);
+            long hi = filter.offsetHi == null ? plan.end : Math.min(plan.end, filter.offsetHi);
+            if (plan.segments.bases.length > 0 && lo < hi) {
+                Set<Long> allowed = QueuePlanner.timeAllowed(plan, filter);
+                long dispatched = Math.min(QueuePlanner.queuesCompleteBelow(ref.root, plan.segments, plan.furthest),
+                        plan.end);
+                boolean byQueues = filter.topics != null && dispatched > lo;
+                long logLo = lo;
+                if (byQueues) {
+                    selected = QueuePlanner.select(plan, new Queues(ref.root), filter, lo, Math.min(hi, dispatched),
+                            allowed);
+                    logLo = dispatched;  // a record start: the queues cover everything before it
+                }
                 for (long base : plan.segments.bases) {
                     long segmentEnd = base + plan.segments.size;
-                    if (lo >= hi || segmentEnd <= lo || base >= hi || base >= plan.end) {
+                    if (logLo >= hi || segmentEnd <= logLo || base >= hi || base >= plan.end
+                            || (allowed != null && !allowed.contains(base))) {
                         continue;
                     }
-                    long[] piece = {base, base, Math.min(segmentEnd, plan.end)};
-                    own.add(piece);
-                    total += piece[2] - piece[1];
+                    long start = byQueues && base <= logLo ? logLo : base;
+                    own.add(new long[] {base, start, Math.min(segmentEnd, plan.end)});
+                    total += Math.min(segmentEnd, plan.end) - start;
+                }
+                for (QueuePlanner.Selected s : selected) {
+                    total += s.wantedBytes();
                 }
             }
             plans.add(plan);
             pieces.add(own);
+            units.add(selected);
         }
         long target = partitionTarget(total);
         for (int s = 0; s < plans.size(); s++) {
+            partitions.addAll(QueuePlanner.group(plans.get(s), units.get(s), target));
             partitions.addAll(group(plans.get(s), pieces.get(s), target));
         }
         return partitions;
+    }
+
+    /** The partitions of one store's records in [lo, hi) (both record starts): one streaming micro-batch. */
+    static List<LogPartition> planStream(ReadOptions.StoreRef ref, long lo, long hi) {
+        Segments segments = listSegments(ref.root);
+        long first = segments.bases.length == 0 ? 0 : segments.bases[0];
+        if (lo < first) {
+            throw new UncheckedIOException(new IOException("store " + ref.root + ": the records from commitlog offset "
+                    + lo + " were deleted by retention before this query read them (the log now starts at " + first
+                    + ")"));
+        }
+        List<long[]> pieces = new ArrayList<>();
+        for (long base : segments.bases) {
+            long segmentEnd = base + segments.size;
+            if (segmentEnd <= lo || base >= hi) {
+                continue;
+            }
+            pieces.add(new long[] {base, Math.max(base, lo), Math.min(segmentEnd, hi)});
+        }
+        return group(new StorePlan(ref, segments, hi, -1), pieces, partitionTarget(hi - lo));
     }
 
     private static List<LogPartition> group(StorePlan plan, List<long[]> pieces, long target) {

@@ -27,15 +27,14 @@ import java.util.TreeSet;
 
 /**
  * The options of one load(), checked as mqstore/store/scan_options.py checks them (same names, same meaning,
- * same messages); the streaming options are refused, with a pointer to the Python "commitlog" source.
+ * same messages), the streaming ones included.
  */
 final class ReadOptions implements Serializable {
     private static final long serialVersionUID = 1L;
 
-    static final String NAME = "commitlog-jvm";
+    static final String NAME = "commitlog";
     static final List<String> KNOWN = List.of("topic", "queue_id", "start_offset", "end_offset", "start_time",
-            "end_time");
-    static final List<String> STREAMING = List.of("maxBytesPerTrigger", "maxRecordsPerTrigger", "startingOffsets");
+            "end_time", "maxBytesPerTrigger", "maxRecordsPerTrigger", "startingOffsets");
 
     /** One store to read: its absolute root and the label of its `store` column (null without the column). */
     static final class StoreRef implements Serializable {
@@ -52,37 +51,53 @@ final class ReadOptions implements Serializable {
     final List<StoreRef> stores;
     final boolean withStoreColumn;
     final RowFilter filter;
+    final Long maxBytesPerTrigger;  // streaming: null when not set
+    final Long maxRecordsPerTrigger;
+    final boolean startLatest;  // startingOffsets=latest
 
-    private ReadOptions(List<StoreRef> stores, boolean withStoreColumn, RowFilter filter) {
+    private ReadOptions(List<StoreRef> stores, boolean withStoreColumn, RowFilter filter, Long maxBytesPerTrigger,
+                        Long maxRecordsPerTrigger, boolean startLatest) {
         this.stores = stores;
         this.withStoreColumn = withStoreColumn;
         this.filter = filter;
+        this.maxBytesPerTrigger = maxBytesPerTrigger;
+        this.maxRecordsPerTrigger = maxRecordsPerTrigger;
+        this.startLatest = startLatest;
     }
 
     static ReadOptions parse(Map<String, String> options) {
         Map<String, String> values = new java.util.HashMap<>();
         for (Map.Entry<String, String> e : options.entrySet()) {
             String key = e.getKey().toLowerCase(Locale.ROOT);
-            if (key.equals("path") || key.equals("paths") || KNOWN.contains(key)) {
+            if (key.equals("path") || key.equals("paths")) {
                 values.put(key, e.getValue());
                 continue;
             }
-            for (String name : STREAMING) {
+            String known = null;
+            for (String name : KNOWN) {
                 if (name.toLowerCase(Locale.ROOT).equals(key)) {
-                    throw new SourceException("option '" + name + "' is not supported by the " + NAME
-                            + " source (batch reads only): use format(\"commitlog\") for streaming reads");
+                    known = name;
                 }
             }
-            throw new SourceException("unknown option '" + e.getKey() + "' for the " + NAME + " source; known options: "
-                    + String.join(", ", KNOWN) + " (the Python source, format(\"commitlog\"), also streams)");
+            if (known == null) {
+                throw new SourceException("unknown option '" + e.getKey() + "' for the " + NAME + " source; known "
+                        + "options: " + String.join(", ", KNOWN));
+            }
+            values.put(known, e.getValue());
         }
         List<StoreRef> stores = new ArrayList<>();
         boolean several = resolvePaths(values, stores);
         RowFilter filter = new RowFilter(
                 nameSet(values, "topic"), intSet(values, "queue_id"),
-                longOption(values, "start_offset"), longOption(values, "end_offset"),
+                longOption(values, "start_offset", 0), longOption(values, "end_offset", 0),
                 timeOption(values, "start_time"), timeOption(values, "end_time"));
-        return new ReadOptions(stores, several, filter);
+        String starting = values.getOrDefault("startingOffsets", "earliest").strip().toLowerCase(Locale.ROOT);
+        if (!starting.equals("earliest") && !starting.equals("latest")) {
+            throw new SourceException("option 'startingOffsets' must be 'earliest' or 'latest', got '" + starting
+                    + "'");
+        }
+        return new ReadOptions(stores, several, filter, longOption(values, "maxBytesPerTrigger", 1),
+                longOption(values, "maxRecordsPerTrigger", 1), starting.equals("latest"));
     }
 
     // --- paths ------------------------------------------------------------------------------------------------
@@ -240,7 +255,7 @@ final class ReadOptions implements Serializable {
         return ids;
     }
 
-    private static Long longOption(Map<String, String> values, String name) {
+    private static Long longOption(Map<String, String> values, String name, long minimum) {
         if (!values.containsKey(name)) {
             return null;
         }
@@ -250,8 +265,8 @@ final class ReadOptions implements Serializable {
         } catch (NumberFormatException e) {
             throw new SourceException("option '" + name + "' must be an integer, got '" + values.get(name) + "'");
         }
-        if (value < 0) {
-            throw new SourceException("option '" + name + "' must be >= 0, got " + value);
+        if (value < minimum) {
+            throw new SourceException("option '" + name + "' must be >= " + minimum + ", got " + value);
         }
         return value;
     }

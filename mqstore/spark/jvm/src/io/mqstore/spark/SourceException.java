@@ -1,6 +1,6 @@
 package io.mqstore.spark;
 
-/** A path or option given to the commitlog-jvm source is refused; the message names it. */
+/** A path or option given to the commitlog source is refused; the message names it. */
 public final class SourceException extends IllegalArgumentException {
     private static final long serialVersionUID = 1L;
 
