@@ -312,7 +312,9 @@ class AsyncMessageStore:
         limit of `end` (as the sync put does; returns early when dispatch stopped on an error)."""
         sync = self.sync
         target = end - sync._lag_limit * 3 // 4
-        while end - sync.dispatched_offset > sync._lag_limit and sync.dispatched_offset < target:
+        if end - sync.dispatched_offset <= sync._lag_limit:
+            return
+        while sync.dispatched_offset < target:
             try:
                 await self._dispatched_past(sync.dispatched_offset)
             except StoreError:

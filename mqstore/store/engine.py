@@ -704,7 +704,8 @@ class MessageStore(Reads, IndexLookups):
             if wait:
                 self._wait_for_lag_under_bound(offset + record[RECORD_SIZE])
         status = _PUT_OK
-        if self._sync_flush and wait and not self._group_commit.wait_durable(offset + record[RECORD_SIZE], self._sync_timeout_s):
+        end = offset + record[RECORD_SIZE]
+        if self._sync_flush and wait and not self._group_commit.wait_durable(end, self._sync_timeout_s):
             status = self._not_durable_status()
         return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
