@@ -43,16 +43,19 @@ __all__ = ["AsyncConsumer", "AsyncMessageStore"]
 IDLE_WAIT_S = 1.0  # a waiter thread with nothing to wait for looks at its stop flag this often (it is woken anyway)
 DISPATCH_WAIT_SLICE_S = 0.1  # the dispatch waiter's longest single wait, so that new waiters are seen this soon
 _new_tuple = tuple.__new__
+_Future = asyncio.Future
+_running_loop = asyncio.get_running_loop
 _PUT_OK = PutStatus.PUT_OK
 _FLUSH_DISK_FAILED = PutStatus.FLUSH_DISK_FAILED
 
 
 def _deliver(resolved: list) -> None:
-    """On the loop: settle each (future, result or exception, is_error) of one flush, in order; skip those
-    cancelled meanwhile (their messages stay written)."""
-    for future, value, is_error in resolved:
+    """On the loop: settle each (_, future, value, kind) of one flush, in order: `kind is True` sets `value` as the
+    future's exception, anything else (a put's `placed`, False) as its result. Futures cancelled meanwhile are
+    skipped (their messages stay written)."""
+    for _, future, value, is_error in resolved:
         if not future.done():
-            if is_error:
+            if is_error is True:
                 future.set_exception(value)
             else:
                 future.set_result(value)
@@ -62,13 +65,13 @@ def _post(resolved: list) -> None:
     """From a waiter thread: one call_soon_threadsafe per event loop for everything it resolved at once."""
     if not resolved:
         return
-    loop = resolved[0][0].get_loop()
-    if all(entry[0].get_loop() is loop for entry in resolved):
+    loop = resolved[0][1].get_loop()
+    if all(entry[1].get_loop() is loop for entry in resolved):
         groups = {loop: resolved}
     else:  # futures of several loops (a store shared between loops): each loop settles its own
         groups = {}
         for entry in resolved:
-            groups.setdefault(entry[0].get_loop(), []).append(entry)
+            groups.setdefault(entry[1].get_loop(), []).append(entry)
     for loop, entries in groups.items():
         try:
             loop.call_soon_threadsafe(_deliver, entries)
@@ -134,24 +137,25 @@ class FlushWaiter:
         """Take the entries settled by one wait off `pending`: those now durable (PUT_OK); after a failed wait,
         every one when a flush failed or the store closed, else the `waited` that waited a whole timeout."""
         pending = self.pending
+        take = pending.popleft
         position = self._group_commit.durable_position
-        resolved = []
+        resolved = []  # entries as `_deliver` takes them; those of `pending` give their result
+        keep = resolved.append
         while pending and pending[0][0] <= position:
-            _, future, result, _ = pending.popleft()
-            resolved.append((future, result, False))
+            keep(take())
         if durable:
             return resolved
         store = self._store
         if store._closed:  # the sync store was closed underneath: its last flush is not known here
             error = StoreClosedError(f"the store at {store.root_dir} was closed with this put in flight")
             while pending:
-                resolved.append((pending.popleft()[1], error, True))
+                keep((0, take()[1], error, True))
             return resolved
         status = store._not_durable_status()
         count = len(pending) if status is _FLUSH_DISK_FAILED else max(0, waited - len(resolved))
         for _ in range(min(count, len(pending))):
-            _, future, result, placed = pending.popleft()
-            resolved.append((future, _with_status(status, result, placed), False))
+            end, future, result, placed = take()
+            keep((end, future, _with_status(status, result, placed), placed))
         return resolved
 
 
@@ -188,7 +192,7 @@ class DispatchWaiter:
         with self._lock:
             waiting, self._waiting = self._waiting, []
         error = StoreClosedError(f"the store at {self._store.root_dir} is closed")
-        _post([(future, error, True) for _, future in waiting])
+        _post([(0, future, error, True) for _, future in waiting])
 
     def _run(self) -> None:
         while not self._stopping:
@@ -204,14 +208,14 @@ class DispatchWaiter:
             except StoreError as exc:  # dispatch stopped (or the store closed): nothing new will come
                 with self._lock:
                     waiting, self._waiting = self._waiting, []
-                _post([(future, exc, True) for _, future in waiting])
+                _post([(0, future, exc, True) for _, future in waiting])
                 continue
             if dispatched is None or dispatched <= lowest:
                 continue
             with self._lock:
                 passed = [entry for entry in self._waiting if entry[0] < dispatched]
                 self._waiting = [entry for entry in self._waiting if entry[0] >= dispatched]
-            _post([(future, dispatched, False) for _, future in passed])
+            _post([(0, future, dispatched, False) for _, future in passed])
 
 
 class _Opening:
@@ -282,7 +286,7 @@ class AsyncMessageStore:
             await self._dispatch_lag(result[1] + result[3])
         if waiter is None:
             return result
-        future = asyncio.get_running_loop().create_future()
+        future = _Future(loop=_running_loop())  # loop.create_future without its Python frame
         waiter.pending.append((result[1] + result[3], future, result, -1))
         if waiter.idle:
             waiter.wake()

@@ -700,11 +700,10 @@ class MessageStore(Reads, IndexLookups):
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
-        if self._lag_limit and offset + record[RECORD_SIZE] - self._dispatch.dispatched_offset > self._lag_limit:
-            if wait:
-                self._wait_for_lag_under_bound(offset + record[RECORD_SIZE])
-        status = _PUT_OK
         end = offset + record[RECORD_SIZE]
+        if wait and self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
+            self._wait_for_lag_under_bound(end)
+        status = _PUT_OK
         if self._sync_flush and wait and not self._group_commit.wait_durable(end, self._sync_timeout_s):
             status = self._not_durable_status()
         return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,

@@ -171,6 +171,7 @@ def test_wrapping_an_open_store(store_dir):
         store = AsyncMessageStore(sync)
         assert store.sync is sync
         result = await store.put(message(0))
+        assert await store.wait_dispatched(HANG_GUARD_S)
         assert store.max_offset("orders", 0) == 1  # reads delegate to the sync store
         await store.close()
         return result
