@@ -65,9 +65,8 @@ def aio_cell(directory: str, puts: int, inflight: int) -> dict:
     """One loop, `inflight` tasks putting `puts` messages in all; puts a second counting acknowledged ones."""
     import asyncio
 
-    from mqstore.aio import AsyncMessageStore
-
     from mqstore import FlushMode, PutStatus, StoreConfig
+    from mqstore.aio import AsyncMessageStore
 
     make = messages_factory()
 
