@@ -39,6 +39,7 @@ QUEUES = 4
 ROUNDS = 5
 AIO_PUTS = 200_000
 INFLIGHT = (256, 1024)
+TUNED_SWITCH_INTERVAL_S = 0.0005  # the tuned row's sys.setswitchinterval (CPython's default: 0.005)
 THREAD_PUTS = 60_000
 THREADS_MQSTORE = 64
 RMQ_PUTS = 100_000
@@ -61,14 +62,17 @@ def messages_factory():
     return make
 
 
-def aio_cell(directory: str, puts: int, inflight: int) -> dict:
-    """One loop, `inflight` tasks putting `puts` messages in all; puts a second counting acknowledged ones."""
+def aio_cell(directory: str, puts: int, inflight: int, switch_interval_s: float | None = None) -> dict:
+    """One loop, `inflight` tasks putting `puts` messages in all; puts a second counting acknowledged ones.
+    `switch_interval_s`: sys.setswitchinterval first (the tuned row)."""
     import asyncio
 
     from mqstore import FlushMode, PutStatus, StoreConfig
     from mqstore.aio import AsyncMessageStore
 
     make = messages_factory()
+    if switch_interval_s is not None:
+        sys.setswitchinterval(switch_interval_s)
 
     async def main() -> dict:
         async with AsyncMessageStore.open(directory, StoreConfig(flush_mode=FlushMode.SYNC)) as store:
@@ -166,6 +170,9 @@ def plan(work: str, quick: bool, with_rocketmq: bool) -> list[tuple[str, callabl
     aio_puts = 20_000 if quick else AIO_PUTS
     cells = [(f"mqstore.aio SYNC, one loop, {inflight} puts in flight",
               lambda inflight=inflight: run_cell(work, "aio", aio_puts, inflight)) for inflight in INFLIGHT]
+    cells.append((f"mqstore.aio SYNC, one loop, {INFLIGHT[-1]} puts in flight, switch interval "
+                  f"{TUNED_SWITCH_INTERVAL_S * 1000:g} ms (tuned)",
+                  lambda: run_cell(work, "aio-tuned", aio_puts, INFLIGHT[-1])))
     cells.append((f"mqstore SYNC put, {THREADS_MQSTORE} threads",
                   lambda: run_cell(work, "threads", 6_400 if quick else THREAD_PUTS, THREADS_MQSTORE)))
     home = rocketmq_home() if with_rocketmq else None
@@ -198,7 +205,7 @@ def targets(rows: list[dict]) -> list[dict]:
     best = max(rocketmq, key=lambda row: row["msgs_per_s_median"])
     goals = []
     for row in rows:
-        if row["name"].startswith("mqstore.aio"):
+        if row["name"].startswith("mqstore.aio") and "(tuned)" not in row["name"]:
             ratio = row["msgs_per_s_median"] / best["msgs_per_s_median"]
             goals.append({"name": row["name"], "against": best["name"], "ratio": ratio, "target": TARGET_RATIO,
                           "met": ratio >= TARGET_RATIO})
@@ -213,7 +220,7 @@ def markdown(rows: list[dict], goals: list[dict], header: str) -> str:
         lines.append(f"| {row['name']} | {row['msgs_per_s_median']:,.0f} | {row['msgs_per_s_min']:,.0f}-"
                      f"{row['msgs_per_s_max']:,.0f} | {'' if per_flush is None else f'{per_flush:,.0f}'} | "
                      f"{'' if cpu is None else f'{cpu:.1f}'} |")
-    if goals:
+    if goals:  # the tuned row is shown, not judged
         lines += ["", "| target | ratio | met |", "|---|---:|---|"]
         for goal in goals:
             lines.append(f"| {goal['name']} >= {goal['target']:.0f}x {goal['against']} | {goal['ratio']:.2f}x | "
@@ -231,8 +238,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.cell is not None:
         kind, directory, puts, width = args.cell
-        cell = aio_cell if kind == "aio" else threads_cell
-        print(json.dumps(cell(directory, int(puts), int(width))))
+        if kind == "threads":
+            measured = threads_cell(directory, int(puts), int(width))
+        else:
+            measured = aio_cell(directory, int(puts), int(width),
+                                TUNED_SWITCH_INTERVAL_S if kind == "aio-tuned" else None)
+        print(json.dumps(measured))
         return
     rounds = args.rounds or (1 if args.quick else ROUNDS)
     out = args.out or os.path.join(ROOT, "bench", "results", "aio_put_quick.json" if args.quick else "aio_put.json")
@@ -254,7 +265,7 @@ def main() -> None:
     header = (f"# {command}, {started}: medians of {rounds} interleaved round(s), each cell a fresh process; "
               f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     result = {"command": command, "date": started, "rounds": rounds, "python": platform.python_version(),
-              "rows": rows, "targets": goals}
+              "cores": os.cpu_count(), "load_average_1min": os.getloadavg()[0], "rows": rows, "targets": goals}
     with open(out, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     text = markdown(rows, goals, header)
