@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 from typing import Iterable
 
@@ -39,6 +40,8 @@ from mqstore.store.config import StoreConfig
 from mqstore.store.engine import MessageStore
 
 __all__ = ["AsyncConsumer", "AsyncMessageStore"]
+
+log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 1.0  # a waiter thread with nothing to wait for looks at its stop flag this often (it is woken anyway)
 DISPATCH_WAIT_SLICE_S = 0.1  # the dispatch waiter's longest single wait, so that new waiters are seen this soon
@@ -79,6 +82,14 @@ def _post(resolved: list) -> None:
             pass
 
 
+def _take_all(pending: collections.deque) -> list:
+    """Every entry of a waiter's deque, taken off it."""
+    taken = []
+    while pending:
+        taken.append(pending.popleft())
+    return taken
+
+
 def _with_status(status: PutStatus, result, placed: int):
     """A put's result (placed < 0) or a batch's results (its first `placed` written) with `status` instead of
     PUT_OK for what was written."""
@@ -105,7 +116,6 @@ class FlushWaiter:
         self._wake = threading.Lock()  # released to wake the thread (cheaper than an Event: no Python frames)
         self._wake.acquire()
         self._stopping = False
-        self.flushes = 0  # waits that resolved something (stats for bench/aio_put.py)
         self._thread = threading.Thread(target=self._run, name="mqstore-aio-flush", daemon=True)
         self._thread.start()
 
@@ -133,8 +143,15 @@ class FlushWaiter:
                 self.idle = False
                 continue
             waited = len(pending)  # these were written before this wait began
-            durable = self._group_commit.wait_durable(pending[-1][0], self._timeout_s)
-            _post(self._resolve(durable, waited))
+            try:
+                durable = self._group_commit.wait_durable(pending[-1][0], self._timeout_s)
+                resolved = self._resolve(durable, waited)
+            except Exception as exc:  # noqa: BLE001 - a bug must fail the puts in flight, not hang them
+                log.exception("the asyncio flush waiter failed")
+                error = StoreError(f"waiting for the flush failed: {exc!r}")
+                error.__cause__ = exc
+                resolved = [(0, entry[1], error, True) for entry in _take_all(pending)]
+            _post(resolved)
 
     def _resolve(self, durable: bool, waited: int) -> list:
         """Take the entries settled by one wait off `pending`: those now durable (PUT_OK); after a failed wait,
@@ -208,7 +225,9 @@ class DispatchWaiter:
                 continue
             try:
                 dispatched = self._store.wait_dispatched_past(lowest, DISPATCH_WAIT_SLICE_S)
-            except StoreError as exc:  # dispatch stopped (or the store closed): nothing new will come
+            except Exception as exc:  # noqa: BLE001 - dispatch stopped or the store closed: nothing new will come
+                if not isinstance(exc, StoreError):
+                    log.exception("the asyncio dispatch waiter failed")
                 with self._lock:
                     waiting, self._waiting = self._waiting, []
                 _post([(0, future, exc, True) for _, future in waiting])
@@ -338,7 +357,7 @@ class AsyncMessageStore:
     def __getattr__(self, name: str):
         """The sync store's other reads (`max_offset`, `topics`, `stats`, `read_at`, `query_by_key`, ...), called
         directly: they read mapped files and do not wait."""
-        if name.startswith("_") or name in ("put", "put_batch", "close", "wait_dispatched", "flush"):
+        if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.sync, name)
 

@@ -229,3 +229,21 @@ def test_a_put_over_the_dispatch_lag_bound_awaits_dispatch(store_dir):
             return [result.status for result in results]
 
     assert run(main()) == [PutStatus.PUT_OK] * 200
+
+
+def test_a_failing_flush_waiter_fails_the_puts_in_flight_instead_of_hanging(store_dir, monkeypatch):
+    from mqstore import StoreError
+
+    async def main():
+        async with AsyncMessageStore.open(store_dir, sync_config()) as store:
+            def broken(position, timeout_s):
+                raise RuntimeError("a bug in the wait")
+
+            monkeypatch.setattr(store.sync._group_commit, "wait_durable", broken)
+            outcomes = await asyncio.gather(*(store.put(message(seq)) for seq in range(20)), return_exceptions=True)
+            monkeypatch.undo()
+            return outcomes
+
+    outcomes = run(main())
+    assert all(isinstance(outcome, StoreError) and "a bug in the wait" in str(outcome) for outcome in outcomes)
+    assert len(read_back(store_dir)) == 20  # written all the same, and flushed by close()
