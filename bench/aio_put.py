@@ -45,6 +45,7 @@ THREADS_MQSTORE = 64
 RMQ_PUTS = 100_000
 RMQ_THREADS = (8, 32, 64)
 RMQ_LOCKS = ("reentrant", "spin")
+RMQ_TIMEOUT_S = 600  # one `rmq put` cell; more is a hung JVM
 TARGET_RATIO = 4.0
 
 
@@ -151,11 +152,14 @@ def rocketmq_home() -> str | None:
 def rocketmq_cell(work: str, home: str, puts: int, threads: int, lock: str) -> dict:
     """`RMQ_LOCK=LOCK rmq put DIR 1073741824 N 100 sync 4 4 THREADS`, timed by the harness (warm JIT)."""
     directory = tempfile.mkdtemp(prefix="rmq-", dir=work)
-    env = dict(os.environ, RMQ_LOCK=lock)
+    # A cache of its own: another run compiling the harness into a shared one deletes the classes under a JVM
+    # that is loading them (seen: a put that hung with its main thread gone).
+    env = dict(os.environ, RMQ_LOCK=lock,
+               RMQ_CACHE=os.environ.get("RMQ_CACHE") or os.path.join(tempfile.gettempdir(), "rmq-cache-aio-put"))
     try:
         done = subprocess.run([os.path.join(home, "rmq"), "put", directory, str(GIB), str(puts), str(BODY_BYTES),
                                "sync", str(TOPICS), str(QUEUES), str(threads)], capture_output=True, text=True,
-                              timeout=900, env=env)
+                              timeout=RMQ_TIMEOUT_S, env=env)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     match = re.search(r"n=(\d+) .*: ([\d.]+) msg/s", done.stdout)
