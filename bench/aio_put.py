@@ -1,6 +1,6 @@
 """SYNC puts from one asyncio event loop (mqstore.aio) against RocketMQ 4.4.0's SYNC puts from Java threads.
 
-    .venv/bin/python bench/aio_put.py              # 5 interleaved rounds (about 5 minutes)
+    .venv/bin/python bench/aio_put.py              # 5 interleaved rounds (5-16 minutes)
     .venv/bin/python bench/aio_put.py --quick      # one short round, without RocketMQ (a smoke run)
 
 Each round runs, in turn and each in a fresh process:

@@ -388,7 +388,8 @@ def report_aio_put(data: dict) -> str:
              "own putMessage, warmed up):", table(rows, [
                  ("row", "name", text), ("msgs/s", "msgs_per_s_median", rate), ("min-max", "range", text),
                  ("puts a flush", "puts_per_flush_median", number(0)), ("CPU us a put", "cpu_s_per_put_us_median",
-                                                                       number(1))])]
+                                                                       number(1)),
+                 ("runs timed out", lambda row: row.get("timed_out") or None, number(0))])]
     if data.get("targets"):
         parts += ["Issue 30's target (measured, not asserted):", table(data["targets"], [
             ("row", "name", text), ("against", "against", text), ("ratio", "ratio", ratio),
