@@ -1,7 +1,7 @@
 """An asyncio API for the store: `await` a put whose acknowledgement follows the flush mode, poll without blocking.
 
     async with AsyncMessageStore.open(root, StoreConfig(flush_mode=FlushMode.SYNC)) as store:
-        result = await store.put(Message("orders", b"...", tags="paid", keys="o-1"))   # durable when it returns
+        result = await store.put(Message("orders", b"...", tags="paid", keys=["o-1"]))  # durable then
         consumer = store.consumer("billing", "orders")
         messages = await consumer.poll(max_count=32, timeout_ms=1000)
 
@@ -48,7 +48,6 @@ DISPATCH_WAIT_SLICE_S = 0.1  # the dispatch waiter's longest single wait, so tha
 _new_tuple = tuple.__new__
 _Future = asyncio.Future
 _running_loop = asyncio.get_running_loop
-_PUT_OK = PutStatus.PUT_OK
 _FLUSH_DISK_FAILED = PutStatus.FLUSH_DISK_FAILED
 
 
