@@ -417,6 +417,21 @@ def report_users_readme(data: dict) -> str:
     return report_users(data, readme_only=True)
 
 
+def report_aio_put(data: dict) -> str:
+    rows = [{**row, "range": f"{row['msgs_per_s_min']:,.0f}-{row['msgs_per_s_max']:,.0f}"} for row in data["rows"]]
+    parts = [f"Medians of {data['rounds']} interleaved rounds, each cell a fresh process (RocketMQ's rows time its "
+             "own putMessage, warmed up):", table(rows, [
+                 ("row", "name", text), ("msgs/s", "msgs_per_s_median", rate), ("min-max", "range", text),
+                 ("puts a flush", "puts_per_flush_median", number(0)), ("CPU us a put", "cpu_s_per_put_us_median",
+                                                                       number(1)),
+                 ("runs timed out", lambda row: row.get("timed_out") or None, number(0))])]
+    if data.get("targets"):
+        parts += ["Issue 30's target (measured, not asserted):", table(data["targets"], [
+            ("row", "name", text), ("against", "against", text), ("ratio", "ratio", ratio),
+            ("met (>= 4x)", lambda row: "yes" if row["met"] else "**no**", text)])]
+    return "\n\n".join(parts)
+
+
 BENCHMARKS = {
     "put_get": report_put_get,
     "flush_modes": report_flush_modes,
@@ -435,6 +450,7 @@ BENCHMARKS = {
     "sync_share": report_sync_share,
     "core": report_core,
     "users": report_users,
+    "aio_put": report_aio_put,
 }
 TOP_README = HERE.parent / "README.md"
 TOP_README_BLOCKS = ("users",)  # also rendered in the repository's README.md

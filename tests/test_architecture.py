@@ -7,7 +7,7 @@
 The Spark source and the command line use the store's public surface (the `mqstore` package and
 `mqstore.store`) and the formats, never each other; the store imports neither. The one arrow the other way is
 the store's `consumer()` factory, which imports mqstore.consumer inside the call. The top-level modules of the
-`mqstore` package (`__init__`, `__main__`, `demo`) may use every layer. commitlog/, consumequeue/, indexfile/
+`mqstore` package (`__init__`, `__main__`, `demo`, `aio`) may use every layer. commitlog/, consumequeue/, indexfile/
 and flush/ sit at the top of the repository and install as mqstore.commitlog, ...; nothing imports them by
 their folder names, and no library module imports `bench`.
 """

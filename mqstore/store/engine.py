@@ -646,9 +646,35 @@ class MessageStore(Reads, IndexLookups):
             return _new_tuple(PutResult, (self._not_durable_status(), *result[1:]))
         return result
 
-    def _put_prepared(self, message: Message) -> PutResult:
+    def _put_written(self, message: Message) -> PutResult:
+        """`put` without its waits, for mqstore.aio: the PutResult (PUT_OK) once the message is written, before it
+        is durable (SYNC) or within the dispatch lag bound; the caller waits for those itself. A refused put's
+        result and the errors are `put`'s."""
+        if self._closed or self.read_only:
+            self._check_writable()
+        put_common = self._put_common
+        if put_common is None or self._disk_full:
+            return self._put_prepared(message, wait=False)
+        writer = self._writer
+        try:
+            if writer.acquire(False):
+                try:
+                    result = put_common(message)
+                    if result is None:
+                        result = self._append_message_holding_lock(message)
+                finally:
+                    writer.release()
+                    if self._parked:
+                        self._handoff.drain()
+            else:
+                result = self._handoff.hand_in(self._put_holding_lock, message)
+        except StoreIOError as exc:
+            return self._put_refused(exc)
+        return result
+
+    def _put_prepared(self, message: Message, wait: bool = True) -> PutResult:
         """`put` through the Python path: prepared before the writer lock (without the compiled put, and while the
-        disk is full)."""
+        disk is full). Without `wait`, it returns once written (`_put_written`)."""
         prepare = self._prepare_common
         record = prepare(message) if prepare is not None else None
         if record is None:
@@ -674,23 +700,37 @@ class MessageStore(Reads, IndexLookups):
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
-        if self._lag_limit and offset + record[RECORD_SIZE] - self._dispatch.dispatched_offset > self._lag_limit:
-            self._wait_for_lag_under_bound(offset + record[RECORD_SIZE])
+        end = offset + record[RECORD_SIZE]
+        if wait and self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
+            self._wait_for_lag_under_bound(end)
         status = _PUT_OK
-        if self._sync_flush and not self._group_commit.wait_durable(offset + record[RECORD_SIZE], self._sync_timeout_s):
+        if self._sync_flush and wait and not self._group_commit.wait_durable(end, self._sync_timeout_s):
             status = self._not_durable_status()
         return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Store many messages under one lock hold. Every message is checked first: one bad one writes none."""
+        results, placed = self._put_batch_written(messages)
+        if placed:
+            end = results[placed - 1][1] + results[placed - 1][3]
+            if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
+                self._wait_for_lag_under_bound(end)
+            if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
+                status = self._not_durable_status()
+                results[:placed] = [_new_tuple(PutResult, (status, *result[1:])) for result in results[:placed]]
+        return results
+
+    def _put_batch_written(self, messages: Iterable[Message]) -> tuple[list[PutResult], int]:
+        """`put_batch` without its waits (mqstore.aio): the results (PUT_OK for the messages written) and how many
+        messages were written, the first ones of the batch."""
         self._check_writable()
         messages = list(messages)
         if not messages:
-            return []
+            return [], 0
         columns = self._commitlog.prepare_batch(messages)  # checked and encoded before taking the writer lock
         if self._disk_full:  # bad input was reported above even so
-            return [_refused(PutStatus.DISK_FULL) for _ in messages]
+            return [_refused(PutStatus.DISK_FULL) for _ in messages], 0
         handoff = self._handoff
         if handoff.lock.acquire(False):
             try:
@@ -700,19 +740,11 @@ class MessageStore(Reads, IndexLookups):
         else:
             offsets, queue_offsets, placed, store_ts, error = handoff.hand_in(
                 self._commitlog.append_columns_holding_lock, columns)
-        sizes = columns.sizes
-        ok = PutStatus.PUT_OK
-        if placed:
-            end = int(offsets[placed - 1] + sizes[placed - 1])
-            if self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
-                self._wait_for_lag_under_bound(end)
-            if self._sync_flush and not self._group_commit.wait_durable(end, self._sync_timeout_s):
-                ok = self._not_durable_status()
-        results = self._batch_results(ok, offsets, queue_offsets, sizes, placed, store_ts)
+        results = self._batch_results(PutStatus.PUT_OK, offsets, queue_offsets, columns.sizes, placed, store_ts)
         if error is not None:
             log.error("put_batch stored %d of %d messages: %s", placed, len(messages), error)
             results.extend(_refused(_refusal_status(error)) for _ in messages[placed:])
-        return results
+        return results, placed
 
     def _batch_results(self, status: PutStatus, offsets: np.ndarray, queue_offsets: np.ndarray, sizes: np.ndarray,
                        placed: int, store_ts: int) -> list[PutResult]:

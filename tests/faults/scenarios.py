@@ -208,6 +208,43 @@ def write_stall(root: str) -> dict:
     return report
 
 
+def aio_puts(root: str) -> dict:
+    """SYNC puts in flight from one event loop (mqstore.aio) when a flush fails: each awaiting put gets
+    FLUSH_DISK_FAILED or, written after the failure, FlushFailedError; none is acknowledged past the failure."""
+    import asyncio
+
+    from mqstore.aio import AsyncMessageStore
+
+    async def put(store, seq: int) -> list:
+        try:
+            result = await store.put(message(seq))
+        except Exception as exc:  # noqa: BLE001 - the outcome is what is recorded
+            return [type(exc).__name__, -1, 0]
+        return [result.status.name, result.commitlog_offset, result.size_bytes]
+
+    async def main() -> dict:
+        store = await AsyncMessageStore.open(root, config("SYNC", False))
+        report: dict = {"before": [(await put(store, seq))[0] for seq in range(MESSAGES_BEFORE)]}
+        report["durable_before"] = store.sync.stats()["flush"]["flushed_offset"]
+        arm(directory(root, "commitlog"))
+        report["results"] = await asyncio.gather(*(put(store, MESSAGES_BEFORE + seq) for seq in range(200)))
+        report["put_after"] = (await put(store, 10**6 + 1))[0]
+        report["durable_after"] = store.sync.stats()["flush"]["flushed_offset"]
+        try:
+            await store.close()
+            report["close"] = "ok"
+        except Exception as exc:  # noqa: BLE001
+            report["close"] = type(exc).__name__
+        return report
+
+    report = asyncio.run(main())
+    report["failed_calls"] = failed_count()
+    checkpoint = Checkpoint.open(root, writable=False)
+    report["checkpoint_flushed"] = checkpoint.physic_flushed_offset
+    checkpoint.close()
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario")
@@ -222,6 +259,8 @@ def main() -> None:
         report = fd_reuse(args.root)
     elif args.scenario == "write_stall":
         report = write_stall(args.root)
+    elif args.scenario == "aio":
+        report = aio_puts(args.root)
     else:
         report = run(args.scenario, args.root, args.mode, args.dispatch_process, args.threads)
     print(json.dumps(report))

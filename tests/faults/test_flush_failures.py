@@ -147,3 +147,25 @@ def test_sync_producers_never_see_put_ok_past_a_failed_flush(tmp_path, run_scena
     ok = [MESSAGES_BEFORE + seq for seq, (status, _, _) in enumerate(results) if status == "PUT_OK"]
     assert_readable(root, "SYNC", list(range(MESSAGES_BEFORE)) + ok).close()
 
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "python"])
+def test_asyncio_puts_in_flight_get_flush_disk_failed(tmp_path, run_scenario, native):
+    """mqstore.aio: 200 SYNC puts in flight from one loop when the flush fails. Each awaiting put resolves (no
+    hang) with FLUSH_DISK_FAILED, or raises FlushFailedError when written after the failure was kept; none is
+    PUT_OK past the durable offset, and the store refuses puts and close() as the sync API does."""
+    root = tmp_path / "store"
+    report = run_scenario("aio", root, "SYNC", native=native)
+    assert report["before"] == ["PUT_OK"] * MESSAGES_BEFORE
+    assert report["failed_calls"] == 1
+    outcomes = [status for status, _, _ in report["results"]]
+    assert set(outcomes) <= {"PUT_OK", "FLUSH_DISK_FAILED", REFUSED}, outcomes
+    assert "FLUSH_DISK_FAILED" in outcomes, "no awaiting put was told that its flush failed"
+    for status, offset, size in report["results"]:
+        if status == "PUT_OK":  # only a put made durable before the failure may say so
+            assert offset + size <= report["checkpoint_flushed"]
+    assert report["durable_after"] == report["durable_before"] == report["checkpoint_flushed"]
+    assert report["put_after"] == REFUSED
+    assert report["close"] == REFUSED
+    seqs = list(range(MESSAGES_BEFORE))
+    assert_readable(root, "SYNC", seqs).close()
