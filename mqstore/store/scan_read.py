@@ -49,6 +49,9 @@ MIB = 1 << 20
 READ_CHUNK_BYTES = 16 * MIB  # a reader holds at most this much of a segment at once (or one larger record)
 QUEUE_GAP_BYTES = 16 * 1024  # ConsumeQueue path: records closer than this are read with one pread
 TAIL_CRC_RECORDS = 64  # records before a written end whose body CRC is checked when planning
+# Where the planning walk stops before a segment's end, it looks this far on for a record start (the default
+# max_message_size_bytes and a record's fixed part): one there means damage, not the end of the log.
+DAMAGE_LOOKAHEAD_BYTES = 4 * MIB + 64 * 1024
 # What a record's validity rules (1) to (4) and (6)'s shape read of it (commitlog/format.py): the header (hosts of
 # up to 20 bytes each), from TOPICLENGTH on (2 bytes in v2, the longest topic, PROPERTIESLENGTH), the last bytes.
 HEADER_BYTES_MAX = fmt.OFFSET_BODY + 2 * (fmt.HOST_V6_LENGTH - fmt.HOST_V4_LENGTH)
@@ -344,6 +347,8 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
                 boundaries.append(position)
         if end is None:
             end = position
+        if end < segment_end:
+            _refuse_damage_before_records(fd, path, base, end, segment_end)
         for offset, record_size in recent:
             if offset >= end:
                 break
@@ -355,6 +360,33 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
     finally:
         os.close(fd)
     return end, [b for b in boundaries if b < end]
+
+
+def _refuse_damage_before_records(fd: int, path: str, base: int, end: int, segment_end: int) -> None:
+    """The walk stopped at `end`, where no record could be taken: the end of the log, or damage when records
+    follow (decision 0016: damage is not the end of the log). A record start (a message magic code whose
+    PHYSICALOFFSET names its own place) within DAMAGE_LOOKAHEAD_BYTES after `end` says the log goes on: then the
+    record at `end` is read again (a writer may have finished it since) and, when it still breaks the format, its
+    CorruptionError is raised with the file and offset, as read_at reports it."""
+    want = min(segment_end - end, DAMAGE_LOOKAHEAD_BYTES)
+    raw = pread_segment(fd, path, end - base, want)[:want].tobytes()
+    if not _record_start_after(raw, end):
+        return
+    decode_record(raw, 0, want, end, path)  # raises for damage; a record written since ends the snapshot here
+
+
+def _record_start_after(raw: bytes, raw_abs: int) -> bool:
+    """Whether `raw` (log bytes from commitlog offset raw_abs) holds a record start after its first byte."""
+    for magic in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2):
+        pattern = magic.to_bytes(4, "big")
+        at = raw.find(pattern, fmt.OFFSET_MAGIC_CODE + 1)
+        while at >= 0:
+            start = at - fmt.OFFSET_MAGIC_CODE
+            physical = raw[start + fmt.OFFSET_PHYSICAL_OFFSET : start + fmt.OFFSET_PHYSICAL_OFFSET + 8]
+            if len(physical) == 8 and int.from_bytes(physical, "big", signed=True) == raw_abs + start:
+                return True
+            at = raw.find(pattern, at + 1)
+    return False
 
 
 def _structure_valid(buf, positions, buf_abs, segment_end, path) -> np.ndarray:
