@@ -96,6 +96,15 @@ static int property_value(const uint8_t *raw, Py_ssize_t length, const char *nam
     }
 }
 
+/* bytes.decode("utf-8", "replace") of `length` bytes: ASCII (the common case) copied straight into a new str. */
+static PyObject *text_of(const char *bytes, Py_ssize_t length) {
+    for (Py_ssize_t i = 0; i < length; i++)
+        if ((unsigned char)bytes[i] >= 0x80) return PyUnicode_DecodeUTF8(bytes, length, "replace");
+    PyObject *text = PyUnicode_New(length, 127);
+    if (text != NULL && length > 0) memcpy(PyUnicode_1BYTE_DATA(text), bytes, (size_t)length);
+    return text;
+}
+
 /* The raw PROPERTIES of a StoredMessage (a new reference), or NULL with TypeError. */
 static PyObject *properties_of(PyObject *message) {
     if (!PyTuple_Check(message) || PyTuple_GET_SIZE(message) <= MQ_STORED_PROPERTIES_ITEM ||
@@ -118,7 +127,7 @@ static PyObject *stored_tags(PyObject *self, PyObject *message) {
     Py_ssize_t start, end;
     PyObject *result;
     if (property_value((const uint8_t *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), "TAGS", 4, &start, &end))
-        result = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(raw) + start, end - start, "replace");
+        result = text_of(PyBytes_AS_STRING(raw) + start, end - start);
     else
         result = Py_NewRef(Py_None);
     Py_DECREF(raw);
@@ -154,7 +163,7 @@ static PyObject *stored_keys(PyObject *self, PyObject *message) {
     if (!property_value((const uint8_t *)bytes, PyBytes_GET_SIZE(raw), "KEYS", 4, &start, &end) || start == end) {
         result = PyTuple_New(0);
     } else {
-        PyObject *text = PyUnicode_DecodeUTF8(bytes + start, end - start, "replace");
+        PyObject *text = text_of(bytes + start, end - start);
         /* a replaced byte never becomes a space, and a space byte is a space: one key when there is none */
         if (text != NULL && memchr(bytes + start, ' ', (size_t)(end - start)) == NULL) result = PyTuple_Pack(1, text);
         else if (text != NULL) result = words(text);

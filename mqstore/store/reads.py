@@ -79,7 +79,7 @@ class Reads:
             raise InvalidMessageError(f"offset must be an int, got {offset!r}")
         if type(max_count) is not int or not 1 <= max_count <= GET_MAX_COUNT_LIMIT:
             raise InvalidMessageError(f"max_count must be an int in 1..{GET_MAX_COUNT_LIMIT}, got {max_count!r}")
-        wanted = _parse_tags(tags)
+        wanted = None if tags is None else _parse_tags(tags)
         queue = self._queue(topic, queue_id)
         if queue is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
