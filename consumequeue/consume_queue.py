@@ -118,7 +118,9 @@ class ConsumeQueue:
             return
         with self.lock:
             self._count_new_entries()
-            if list_files or not self.files or self.max_offset >= self._end_of_last_file():
+            files = self.files  # (the end of the last file inline: a reader refreshes on every get)
+            if list_files or not files or (self.max_offset >= files[-1].base_offset // cqf.UNIT_SIZE_BYTES
+                                           + self.entries_per_file):
                 self._list_files()
                 self._count_new_entries()
                 self._skip_fillers()
@@ -170,10 +172,12 @@ class ConsumeQueue:
     def _count_new_entries(self) -> None:
         """Count the entries written past `max_offset`, a window at a time, the window doubling while it is all
         written: the cost follows what the writer added, not what is left of the file."""
-        index, position = self._locate(self.max_offset)
-        if index < len(self.files) and _unit_size(self.files[index].view,
-                                                      position * cqf.UNIT_SIZE_BYTES + _SIZE_AT)[0] == 0:
-            return  # nothing new (a reader that has caught up asks on every get): one entry's size looked at
+        files = self.files
+        if files:  # _locate inline: a reader that has caught up asks on every get, and one size answers it
+            index, position = divmod(self.max_offset - files[0].base_offset // cqf.UNIT_SIZE_BYTES,
+                                     self.entries_per_file)
+            if index < len(files) and _unit_size(files[index].view, position * cqf.UNIT_SIZE_BYTES + _SIZE_AT)[0] == 0:
+                return  # nothing new
         window = REFRESH_WINDOW_UNITS
         while True:
             index, position = self._locate(self.max_offset)
@@ -414,14 +418,15 @@ class ConsumeQueue:
         stop = min(queue_offset + count, self.max_offset)
         if stop <= queue_offset:
             return [], [], 0, -1
-        index, position = self._locate(queue_offset)
+        files = self.files  # stop > queue_offset >= min_offset: there is a file; _locate inline (every get)
+        index, position = divmod(queue_offset - files[0].base_offset // cqf.UNIT_SIZE_BYTES, self.entries_per_file)
         take = min(stop - queue_offset, self.entries_per_file - position)
         if take < stop - queue_offset:  # the range crosses into the next file: rare, take the general path
             units = self.read(queue_offset, count)
             offsets = units["commitlog_offset"].tolist()
             return offsets, units["size"].tolist(), min(offsets), max(offsets)
         if self.codec is not None:
-            lists = self.codec.queue_lists(self.files[index].view, position, take)
+            lists = self.codec.queue_lists(files[index].view, position, take)
             if lists is not None:
                 return lists
         else:
