@@ -620,13 +620,15 @@ class CommitLog:
                               check_crc=check_crc, record_crc_from=self.record_crc_from)
 
     def read_many(self, commitlog_offsets: list[int], sizes: list[int],
-                  queue: tuple[str, int, list[int]] | None = None) -> list[StoredMessage]:
+                  queue: tuple[str, int, list[int]] | None = None, span: tuple[int, int] | None = None
+                  ) -> list[StoredMessage]:
         """Decode many records, as an index (ConsumeQueue) locates them; all must lie in the log. With `queue`
-        = (topic, queue_id, queue offsets) each record must be that queue's entry (else CorruptionError)."""
+        = (topic, queue_id, queue offsets) each record must be that queue's entry (else CorruptionError).
+        `span` is (min, max) of `commitlog_offsets` when the caller has them (ConsumeQueue.read_lists)."""
         if self._closed:
             raise StoreClosedError("the commitlog is closed")
         if commitlog_offsets:
-            low, high = min(commitlog_offsets), max(commitlog_offsets)
+            low, high = (min(commitlog_offsets), max(commitlog_offsets)) if span is None else span
             if high >= self._end and not self.writable:
                 self._end = max(self._end, self.reader_end())
             if low < self.segments.first_base_offset or high >= self._end:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 
 import numpy as np
+from mqstore.commitlog import native
 from mqstore.commitlog.commitlog import TOPIC_PATTERN
 from mqstore.commitlog.errors import CorruptionError, QueueGapError, StoreIOError
 from mqstore.commitlog.mapped_file import MappedFile, fsync_directory
@@ -22,6 +24,9 @@ UNIT = cqf.CONSUME_QUEUE_UNIT
 
 
 REFRESH_WINDOW_UNITS = 64  # a reader's refresh looks at this many entries past its end first
+_SIZE_AT = 8  # the `size` field's position in a unit
+_unit_size = struct.Struct(">i").unpack_from  # (size,) at a byte position: (buffer, unit position + _SIZE_AT)
+assert cqf.CONSUME_QUEUE_UNIT.fields["size"] == (np.dtype(">i4"), _SIZE_AT)
 
 
 class ConsumeQueue:
@@ -34,6 +39,7 @@ class ConsumeQueue:
         self.entries_per_file = entries_per_file
         self.file_size_bytes = entries_per_file * cqf.UNIT_SIZE_BYTES
         self.writable = writable
+        self.codec = native.NATIVE  # the compiled core, or None for the pure-Python reference (read_lists)
         self.files: list[MappedFile] = []
         self.units: list[np.ndarray] = []
         self.min_offset = 0
@@ -112,7 +118,9 @@ class ConsumeQueue:
             return
         with self.lock:
             self._count_new_entries()
-            if list_files or not self.files or self.max_offset >= self._end_of_last_file():
+            files = self.files  # (the end of the last file inline: a reader refreshes on every get)
+            if list_files or not files or (self.max_offset >= files[-1].base_offset // cqf.UNIT_SIZE_BYTES
+                                           + self.entries_per_file):
                 self._list_files()
                 self._count_new_entries()
                 self._skip_fillers()
@@ -164,9 +172,12 @@ class ConsumeQueue:
     def _count_new_entries(self) -> None:
         """Count the entries written past `max_offset`, a window at a time, the window doubling while it is all
         written: the cost follows what the writer added, not what is left of the file."""
-        index, position = self._locate(self.max_offset)
-        if index < len(self.units) and self.units[index][position]["size"] == 0:
-            return  # nothing new (a reader that has caught up asks on every get): one entry looked at
+        files = self.files
+        if files:  # _locate inline: a reader that has caught up asks on every get, and one size answers it
+            index, position = divmod(self.max_offset - files[0].base_offset // cqf.UNIT_SIZE_BYTES,
+                                     self.entries_per_file)
+            if index < len(files) and _unit_size(files[index].view, position * cqf.UNIT_SIZE_BYTES + _SIZE_AT)[0] == 0:
+                return  # nothing new
         window = REFRESH_WINDOW_UNITS
         while True:
             index, position = self._locate(self.max_offset)
@@ -399,25 +410,33 @@ class ConsumeQueue:
                                   offset=position * cqf.UNIT_SIZE_BYTES, rule="consumequeue.1")
         return result
 
-    def read_lists(self, queue_offset: int, count: int) -> tuple[list[int], list[int]]:
+    def read_lists(self, queue_offset: int, count: int) -> tuple[list[int], list[int], int, int]:
         """The commitlog offsets and sizes of the units [queue_offset, queue_offset + count) that exist, as lists
-        (the get path: a few entries, wanted as Python ints). `queue_offset` must be at least min_offset. A
-        unit that is not valid raises CorruptionError, as `read` reports it."""
+        (the get path: a few entries, wanted as Python ints), with the least and the greatest offset (0 and -1
+        when there are none). `queue_offset` must be at least min_offset. A unit that is not valid raises
+        CorruptionError, as `read` reports it."""
         stop = min(queue_offset + count, self.max_offset)
         if stop <= queue_offset:
-            return [], []
-        index, position = self._locate(queue_offset)
+            return [], [], 0, -1
+        files = self.files  # stop > queue_offset >= min_offset: there is a file; _locate inline (every get)
+        index, position = divmod(queue_offset - files[0].base_offset // cqf.UNIT_SIZE_BYTES, self.entries_per_file)
         take = min(stop - queue_offset, self.entries_per_file - position)
         if take < stop - queue_offset:  # the range crosses into the next file: rare, take the general path
             units = self.read(queue_offset, count)
-            return units["commitlog_offset"].tolist(), units["size"].tolist()
-        units = self.units[index][position : position + take]
-        offsets = units["commitlog_offset"].tolist()
-        sizes = units["size"].tolist()
-        if min(sizes) <= 0 or min(offsets) < 0:
-            self.read(queue_offset, count)  # raises with the file and the position of the bad unit
-            raise CorruptionError(f"queue entries from {queue_offset} changed while read", path=self.directory)
-        return offsets, sizes
+            offsets = units["commitlog_offset"].tolist()
+            return offsets, units["size"].tolist(), min(offsets), max(offsets)
+        if self.codec is not None:
+            lists = self.codec.queue_lists(files[index].view, position, take)
+            if lists is not None:
+                return lists
+        else:
+            units = self.units[index][position : position + take]
+            offsets = units["commitlog_offset"].tolist()
+            sizes = units["size"].tolist()
+            if min(sizes) > 0 and min(offsets) >= 0:
+                return offsets, sizes, min(offsets), max(offsets)
+        self.read(queue_offset, count)  # raises with the file and the position of the bad unit
+        raise CorruptionError(f"queue entries from {queue_offset} changed while read", path=self.directory)
 
     def close(self) -> None:
         with self.lock:

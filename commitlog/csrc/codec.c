@@ -55,14 +55,27 @@ static int as_int64(PyObject *object, int64_t *value) {
     return 0;
 }
 
-/* list[index] as an int64: 1 when the list still has that item, 0 when it is shorter now, -1 with an exception.
- * The item is held while it is converted: its __index__ may run Python code that changes the list. */
-static int list_item_int64(PyObject *list, Py_ssize_t index, int64_t *value) {
+/* list[index] as an int64 and the item itself in *held (a new reference; NULL unless 1 is returned): 1 when the
+ * list still has that item, 0 when it is shorter now, -1 with an exception. The item is held while it is
+ * converted: its __index__ may run Python code that changes the list. */
+static int list_item_held(PyObject *list, Py_ssize_t index, int64_t *value, PyObject **held) {
+    *held = NULL;
     if (index >= PyList_GET_SIZE(list)) return 0;
     PyObject *item = PyList_GET_ITEM(list, index);
     Py_INCREF(item);
-    int status = as_int64(item, value) < 0 ? -1 : 1;
-    Py_DECREF(item);
+    if (as_int64(item, value) < 0) {
+        Py_DECREF(item);
+        return -1;
+    }
+    *held = item;
+    return 1;
+}
+
+/* list[index] as an int64, as list_item_held, without keeping the item. */
+static int list_item_int64(PyObject *list, Py_ssize_t index, int64_t *value) {
+    PyObject *held;
+    int status = list_item_held(list, index, value, &held);
+    Py_XDECREF(held);
     return status;
 }
 
@@ -374,24 +387,35 @@ static PyObject *host_bytes(const uint8_t *raw, PyObject **cache) {
     return made;
 }
 
+/* The MAGICCODE of every record build_message gets (mq_locate_record accepts version 1 alone). */
+static PyObject *magic_v1 = NULL;
+
 /* A StoredMessage (a tuple subclass: the record's fields in log order, then body, topic and raw properties)
- * for an accepted record. `topic` is the topic's str when the caller knows it, else NULL. */
+ * for an accepted record. `topic` is the topic's str when the caller knows it, else NULL. `size` and `offset`,
+ * when not NULL, are ints (exactly) the caller holds whose values are the record's TOTALSIZE and PHYSICALOFFSET
+ * (checked by mq_locate_record): the message takes them instead of new ones, as it shares one object for the two
+ * timestamps when they are equal (ints are immutable; a tuple's items are compared by value). */
 static PyObject *build_message(PyTypeObject *type, const uint8_t *record, const mq_layout *l, PyObject *topic,
-                               PyObject **born_cache, PyObject **store_cache) {
+                               PyObject **born_cache, PyObject **store_cache, PyObject *size, PyObject *offset) {
+    if (magic_v1 == NULL && (magic_v1 = PyLong_FromUnsignedLong(MQ_MESSAGE_MAGIC_CODE)) == NULL) return NULL;
     PyObject *message = type->tp_alloc(type, MQ_STORED_MESSAGE_FIELDS);
     if (message == NULL) return NULL;
     PyObject *items[MQ_STORED_MESSAGE_FIELDS];
-    items[0] = PyLong_FromLongLong(l->size);
-    items[1] = PyLong_FromUnsignedLong(mq_get_u32(record + MQ_OFFSET_MAGIC_CODE));
+    int64_t born_timestamp = mq_get_i64(record + MQ_OFFSET_BORN_TIMESTAMP);
+    int64_t store_timestamp = mq_get_i64(record + MQ_OFFSET_STORE_TIMESTAMP);
+    items[0] = size != NULL ? Py_NewRef(size) : PyLong_FromLongLong(l->size);
+    items[1] = Py_NewRef(magic_v1);
     items[2] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_BODY_CRC));
     items[3] = PyLong_FromLong(l->queue_id);
     items[4] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_FLAG));
     items[5] = PyLong_FromLongLong(l->queue_offset);
-    items[6] = PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_PHYSICAL_OFFSET));
+    items[6] = offset != NULL ? Py_NewRef(offset)
+                              : PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_PHYSICAL_OFFSET));
     items[7] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_SYS_FLAG));
-    items[8] = PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_BORN_TIMESTAMP));
+    items[8] = PyLong_FromLongLong(born_timestamp);
     items[9] = host_bytes(record + MQ_OFFSET_BORN_HOST, born_cache);
-    items[10] = PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_STORE_TIMESTAMP));
+    items[10] = store_timestamp == born_timestamp && items[8] != NULL ? Py_NewRef(items[8])
+                                                                      : PyLong_FromLongLong(store_timestamp);
     items[11] = host_bytes(record + MQ_OFFSET_STORE_HOST, store_cache);
     items[12] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_RECONSUME_TIMES));
     items[13] = PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_PREPARED_TRANSACTION_OFFSET));
@@ -456,7 +480,7 @@ static PyObject *decode_record(PyObject *self, PyObject *const *args, Py_ssize_t
         const uint8_t *record = (const uint8_t *)view.buf + position;
         if (mq_locate_record(record, limit, commitlog_offset, -1, check_crc, required_from, &layout)) {
             PyObject *born = NULL, *store = NULL;
-            result = build_message((PyTypeObject *)args[6], record, &layout, NULL, &born, &store);
+            result = build_message((PyTypeObject *)args[6], record, &layout, NULL, &born, &store, NULL, NULL);
             Py_XDECREF(born);
             Py_XDECREF(store);
             PyBuffer_Release(&view);
@@ -519,10 +543,13 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     /* The lists are read item by item, each length checked again before each read: building a message
      * allocates, a collection that starts can run finalizers, and they (or an item's __index__) can change the
      * caller's lists. A list that no longer has item i ends the run there. */
+    PyObject *offset_item = NULL, *size_item = NULL;  /* the lists' items i, held for the message to take */
     for (;; i++) {
         int64_t offset, expected_size;
-        if ((status = list_item_int64(offsets, i, &offset)) <= 0 ||
-            (status = list_item_int64(sizes, i, &expected_size)) <= 0) {
+        Py_CLEAR(offset_item);
+        Py_CLEAR(size_item);
+        if ((status = list_item_held(offsets, i, &offset, &offset_item)) <= 0 ||
+            (status = list_item_held(sizes, i, &expected_size, &size_item)) <= 0) {
             failed = status < 0;
             break;
         }
@@ -545,7 +572,9 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
                 break;
         }
         PyObject *message = build_message((PyTypeObject *)args[11], base + position, &layout,
-                                          with_queue ? topic : NULL, &born, &store);
+                                          with_queue ? topic : NULL, &born, &store,
+                                          PyLong_CheckExact(size_item) ? size_item : NULL,
+                                          PyLong_CheckExact(offset_item) ? offset_item : NULL);
         if (message == NULL || PyList_Append(messages, message) < 0) {
             Py_XDECREF(message);
             failed = 1;
@@ -553,6 +582,8 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
         Py_DECREF(message);
     }
+    Py_XDECREF(offset_item);
+    Py_XDECREF(size_item);
     Py_XDECREF(born);
     Py_XDECREF(store);
     PyBuffer_Release(&view);

@@ -36,6 +36,8 @@ extern PyMethodDef mq_codec_methods[];   /* codec.c: encode records into segment
 extern PyMethodDef mq_scan_methods[];    /* scan.c: dispatch scan, recovery walk, Arrow columns */
 extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the common message shape */
 extern PyMethodDef mq_batch_methods[];   /* batch.c: put_batch's PutResults */
+extern PyMethodDef mq_read_path_methods[]; /* read_path.c: a queue's entries as lists, StoredMessage's TAGS, KEYS */
+int mq_read_path_init(PyObject *module);
 
 /* message_type.c: a compiled Message of the common shape (no tags, keys or properties; a topic in the log's
  * topic tails), checked as CommitLog.prepare checks it. The objects are strong references taken from the message

@@ -43,6 +43,10 @@ class GetResult(NamedTuple):
     max_offset: int
 
 
+_new_tuple = tuple.__new__  # a GetResult made without NamedTuple's Python-level __new__ (the common get)
+_FOUND = GetStatus.FOUND
+
+
 class Reads:
     """get() and the other reads of a MessageStore."""
 
@@ -75,7 +79,7 @@ class Reads:
             raise InvalidMessageError(f"offset must be an int, got {offset!r}")
         if type(max_count) is not int or not 1 <= max_count <= GET_MAX_COUNT_LIMIT:
             raise InvalidMessageError(f"max_count must be an int in 1..{GET_MAX_COUNT_LIMIT}, got {max_count!r}")
-        wanted = _parse_tags(tags)
+        wanted = None if tags is None else _parse_tags(tags)
         queue = self._queue(topic, queue_id)
         if queue is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
@@ -89,11 +93,12 @@ class Reads:
         if offset > high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], low if low == 0 else high, low, high)
         if not wanted:  # the common case, in fewest steps: every entry's record is still in the log
-            offsets, sizes = queue.read_lists(offset, max_count)
-            if offsets and min(offsets) >= self._commitlog.min_offset():
+            offsets, sizes, offset_min, offset_max = queue.read_lists(offset, max_count)
+            if offsets and offset_min >= self._commitlog.min_offset():
                 entries = range(offset, offset + len(offsets))
-                found = self._commitlog.read_many(offsets, sizes, (queue.topic, queue.queue_id, entries))
-                return GetResult(GetStatus.FOUND, found, offset + len(found), low, high)
+                found = self._commitlog.read_many(offsets, sizes, (queue.topic, queue.queue_id, entries),
+                                                  (offset_min, offset_max))
+                return _new_tuple(GetResult, (_FOUND, found, offset + len(found), low, high))  # GetResult(...)
         scan = max(max_count, GET_FILTER_SCAN_ENTRIES_MIN) if wanted else max_count
         units = queue.read(offset, scan)
         if not len(units):

@@ -8,6 +8,8 @@ How a store is planned (batch), case by case:
                                                       from the dispatched end (or its start) to the first zero or
                                                       invalid header; the last records' body CRCs are checked, a
                                                       record straddling the end is not included
+    ... that header followed by a record start        damage, not the end: its CorruptionError (file, offset,
+        (within scan_read.DAMAGE_LOOKAHEAD_BYTES)     rule), as read_at reports it
     a topic filter, region the ConsumeQueues cover    read only the records the topic's queues point to; the
                                                       region ends at the writer's dispatched mark when there
                                                       is one (queues are written one after another), else at

@@ -49,6 +49,10 @@ MIB = 1 << 20
 READ_CHUNK_BYTES = 16 * MIB  # a reader holds at most this much of a segment at once (or one larger record)
 QUEUE_GAP_BYTES = 16 * 1024  # ConsumeQueue path: records closer than this are read with one pread
 TAIL_CRC_RECORDS = 64  # records before a written end whose body CRC is checked when planning
+# Where the planning walk stops before a segment's end, it looks this far on for a record start (the default
+# max_message_size_bytes and a record's fixed part): one there means damage, not the end of the log.
+DAMAGE_LOOKAHEAD_BYTES = 4 * MIB + 64 * 1024
+DAMAGE_ZEROS_END_BYTES = 64 * 1024  # ... unless the first this many bytes from the stop are all zero: the end
 # What a record's validity rules (1) to (4) and (6)'s shape read of it (commitlog/format.py): the header (hosts of
 # up to 20 bytes each), from TOPICLENGTH on (2 bytes in v2, the longest topic, PROPERTIESLENGTH), the last bytes.
 HEADER_BYTES_MAX = fmt.OFFSET_BODY + 2 * (fmt.HOST_V6_LENGTH - fmt.HOST_V4_LENGTH)
@@ -246,19 +250,25 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
         raise CorruptionError(f"a ConsumeQueue unit of topic {topic!r} says {int(sizes[bad])} bytes at "
                               f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]) - base,
                               rule="consumequeue.matches-log")
+    ends = offsets + sizes
+    gaps = offsets[1:] - ends[:-1]
+    # What record i adds to a buffer, at most: its size and the gap before it when that gap is read (a run goes
+    # on). Buffers are kept within READ_CHUNK_BYTES by these bytes, not by the records' own: a topic's records
+    # between others are read with those others, and buffers of several chunks were fresh pages to clear.
+    read_bytes = sizes.copy()
+    read_bytes[1:] += np.where((gaps > 0) & (gaps <= QUEUE_GAP_BYTES), gaps, 0)
+    read_before = np.concatenate(([0], np.cumsum(read_bytes)))
     fd = open_segment(path)
     try:
         at = 0
         while at < len(offsets):
             # one buffer of at most READ_CHUNK_BYTES (or one record), made of runs of close records
-            ends = offsets + sizes
-            gaps = offsets[at + 1:] - ends[at:-1]
-            budget = np.cumsum(sizes[at:])
-            stop = at + max(int(np.searchsorted(budget, READ_CHUNK_BYTES, side="right")), 1)
+            limit = read_before[at] + READ_CHUNK_BYTES
+            stop = at + max(int(np.searchsorted(read_before[at + 1:], limit, side="right")), 1)
             if int(sizes[at]) > READ_CHUNK_BYTES:  # a record read alone
                 check_unread_record(fd, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
                                     expect_size=int(sizes[at]))
-            run_breaks = np.flatnonzero(gaps[:stop - at - 1] > QUEUE_GAP_BYTES) + at + 1
+            run_breaks = np.flatnonzero(gaps[at:stop - 1] > QUEUE_GAP_BYTES) + at + 1
             run_starts = np.concatenate(([at], run_breaks))
             run_stops = np.concatenate((run_breaks, [stop]))
             run_lengths = np.maximum.reduceat(ends[at:stop], run_starts - at) - offsets[run_starts]
@@ -344,6 +354,8 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
                 boundaries.append(position)
         if end is None:
             end = position
+        if end < segment_end:
+            _refuse_damage_before_records(fd, path, base, end, segment_end)
         for offset, record_size in recent:
             if offset >= end:
                 break
@@ -355,6 +367,41 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
     finally:
         os.close(fd)
     return end, [b for b in boundaries if b < end]
+
+
+def _refuse_damage_before_records(fd: int, path: str, base: int, end: int, segment_end: int) -> None:
+    """The walk stopped at `end`, where no record could be taken: the end of the log, or damage when records
+    follow (decision 0016: damage is not the end of the log). A record start (a message magic code whose
+    PHYSICALOFFSET names its own place) within DAMAGE_LOOKAHEAD_BYTES after `end` says the log goes on: then the
+    record at `end` is read again (a writer may have finished it since) and, when it still breaks the format, its
+    CorruptionError is raised with the file and offset, as read_at reports it. DAMAGE_ZEROS_END_BYTES of zeros
+    from `end` (a writer's tail, a closed store's end) are the end without a longer read."""
+    want = min(segment_end - end, DAMAGE_LOOKAHEAD_BYTES)
+    try:  # bytes to search (what is there, if the file is shorter); zeros first, the common end, cost one window
+        raw = os.pread(fd, min(want, DAMAGE_ZEROS_END_BYTES), end - base)
+        if raw.count(0) == len(raw):
+            return
+        if len(raw) < want:
+            raw = os.pread(fd, want, end - base)
+    except OSError as exc:
+        raise StoreIOError(f"cannot read segment {path} at {end - base}: {exc.strerror}") from exc
+    if not _record_start_after(raw, end):
+        return
+    decode_record(raw, 0, len(raw), end, path)  # raises for damage; a record written since ends the snapshot here
+
+
+def _record_start_after(raw: bytes, raw_abs: int) -> bool:
+    """Whether `raw` (log bytes from commitlog offset raw_abs) holds a record start after its first byte."""
+    for magic in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2):
+        pattern = magic.to_bytes(4, "big")
+        at = raw.find(pattern, fmt.OFFSET_MAGIC_CODE + 1)
+        while at >= 0:
+            start = at - fmt.OFFSET_MAGIC_CODE
+            physical = raw[start + fmt.OFFSET_PHYSICAL_OFFSET : start + fmt.OFFSET_PHYSICAL_OFFSET + 8]
+            if len(physical) == 8 and int.from_bytes(physical, "big", signed=True) == raw_abs + start:
+                return True
+            at = raw.find(pattern, at + 1)
+    return False
 
 
 def _structure_valid(buf, positions, buf_abs, segment_end, path) -> np.ndarray:

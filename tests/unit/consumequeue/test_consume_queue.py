@@ -196,8 +196,10 @@ def test_read_lists_gives_what_read_gives_within_and_across_files(tmp_path):
     queue.put(0, _units(0, 10, size=50))
     for start, count in ((0, 1), (1, 3), (2, 5), (4, 4), (8, 100), (0, 10), (10, 5)):
         units = queue.read(start, count)
-        assert queue.read_lists(start, count) == (units["commitlog_offset"].tolist(), units["size"].tolist())
-    assert queue.read_lists(3, 2) == ([150, 200], [50, 50])
+        offsets = units["commitlog_offset"].tolist()
+        assert queue.read_lists(start, count) == (offsets, units["size"].tolist(), min(offsets, default=0),
+                                                  max(offsets, default=-1))
+    assert queue.read_lists(3, 2) == ([150, 200], [50, 50], 150, 200)
     queue.close()
 
 

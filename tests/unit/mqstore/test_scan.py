@@ -270,3 +270,47 @@ def test_a_scan_left_after_one_batch_stops_its_threads(store_dir):
     assert any(thread.name.startswith("mqstore-scan") for thread in threading.enumerate())
     batches.close()
     assert not any(thread.name.startswith("mqstore-scan") for thread in threading.enumerate())
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("damage", [b"\0\0\0\x09", b"\0" * 8, b"\0\0\0\x05\xde\xad\xbe\xef"])
+def test_damage_in_the_last_segment_before_more_records_is_an_error_not_the_end(tmp_path, monkeypatch, codec,
+                                                                                damage):
+    """Without ConsumeQueues to start from, the planning walk of the last segment reached a damaged record and
+    took it for the end of the log: every row after it left the scan without an error."""
+    _codec(monkeypatch, codec)
+    root = tmp_path / "store"
+    with MessageStore.open(root, small_config()) as store:
+        results = store.put_batch([Message(f"t{i % 2}", b"x" * 100, queue_id=i % 2, tags="a", keys=(f"k{i}",))
+                                   for i in range(600)])
+    segments = sorted((root / "commitlog").iterdir())
+    base = int(segments[-1].name)
+    in_last = [result.commitlog_offset for result in results if result.commitlog_offset >= base]
+    victim = in_last[len(in_last) // 2]
+    with open(segments[-1], "r+b") as segment:
+        segment.seek(victim - base)
+        segment.write(damage)
+    shutil.rmtree(root / "consumequeue")  # the walk starts at the last segment's first record
+    with MessageStore.open(root, small_config(), read_only=True) as store:
+        with pytest.raises(CorruptionError) as from_read_at:
+            store._commitlog.read(victim)  # read_at's reading (read_at calls a zeroed head "no record")
+    with pytest.raises(CorruptionError) as raised:
+        scan_store(root).read_all()
+    assert (raised.value.path, raised.value.offset) == (str(segments[-1]), victim - base)
+    assert (raised.value.path, raised.value.offset, raised.value.rule) == (
+        from_read_at.value.path, from_read_at.value.offset, from_read_at.value.rule)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_half_written_record_at_the_end_of_the_last_segment_ends_the_scan(tmp_path, monkeypatch, codec):
+    _codec(monkeypatch, codec)
+    root = tmp_path / "store"
+    with MessageStore.open(root, small_config()) as store:
+        results = store.put_batch([Message("t", b"x" * 100, keys=(f"k{i}",)) for i in range(300)])
+    last = results[-1]
+    segment = sorted((root / "commitlog").iterdir())[-1]
+    with open(segment, "r+b") as file:  # the last record's first bytes only: a write still under way
+        file.seek(last.commitlog_offset - int(segment.name) + 40)
+        file.write(b"\0" * (last.size_bytes - 40))
+    shutil.rmtree(root / "consumequeue")
+    assert scan_store(root).read_all().num_rows == 299

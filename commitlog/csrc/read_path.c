@@ -1,0 +1,186 @@
+/* The get path's per-message work that is not a record's decoding (codec.c's decode_run does that): a
+ * ConsumeQueue's entries as the two lists decode_run takes, and StoredMessage's lazy TAGS and KEYS.
+ *
+ * `queue_lists` reads consumequeue/format.py's 20-byte units (big-endian commitlog_offset i64, size i32,
+ * tags_code i64); `stored_tags` and `stored_keys` are commitlog/message.py's StoredMessage.tags and .keys over the
+ * raw PROPERTIES bytes (format.py's `property_value`), with the same results for any bytes: a test compares them
+ * with the Python functions on arbitrary input.
+ */
+#include "mq_native.h"
+
+#include <string.h>
+
+#define MQ_UNIT_SIZE_BYTES 20  /* consumequeue/format.py: UNIT_SIZE_BYTES */
+#define MQ_UNIT_OFFSET_SIZE 8  /* the unit's `size` field */
+#define MQ_STORED_PROPERTIES_ITEM 17  /* StoredMessage's raw PROPERTIES (commitlog/message.py) */
+#define MQ_PROPERTY_NAME_SEPARATOR 0x01
+#define MQ_PROPERTY_SEPARATOR 0x02
+
+static PyObject *key_separator = NULL;  /* " ": format.py's KEY_SEPARATOR */
+
+PyDoc_STRVAR(queue_lists_doc,
+"queue_lists(buffer, first_unit, count) -> (commitlog_offsets, sizes, offset_min, offset_max) or None\n\n"
+"The commitlog offsets and sizes of `count` ConsumeQueue units from unit `first_unit` of `buffer` (a queue file's\n"
+"mapping) as two lists of int, with the least and greatest offset. None when a unit breaks the validity rule\n"
+"(size > 0, commitlog_offset >= 0): the Python reader then reports it. ValueError when the units are not all in\n"
+"the buffer or count < 1.");
+
+static PyObject *queue_lists(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "queue_lists takes 3 arguments");
+        return NULL;
+    }
+    long long first = PyLong_AsLongLong(args[1]);
+    if (first == -1 && PyErr_Occurred()) return NULL;
+    long long count = PyLong_AsLongLong(args[2]);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    int64_t units = (int64_t)view.len / MQ_UNIT_SIZE_BYTES;
+    if (first < 0 || count < 1 || first > units || count > units - first) {
+        PyErr_Format(PyExc_ValueError, "units %lld..%lld are not all in a buffer of %lld units", first,
+                     first + count, (long long)units);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *at = (const uint8_t *)view.buf + first * MQ_UNIT_SIZE_BYTES;
+    int64_t offset_min = INT64_MAX, offset_max = -1;
+    PyObject *offsets = PyList_New((Py_ssize_t)count), *sizes = PyList_New((Py_ssize_t)count);
+    PyObject *result = NULL;
+    if (offsets == NULL || sizes == NULL) goto done;
+    /* Each unit is read once (a writer may be writing the file), checked, then made into ints. The lists are
+     * this function's own until returned, and the buffer is held: a finalizer run by an allocation changes
+     * nothing here. */
+    for (long long i = 0; i < count; i++) {
+        const uint8_t *unit = at + i * MQ_UNIT_SIZE_BYTES;
+        int64_t offset_value = mq_get_i64(unit);
+        int32_t size_value = mq_get_i32(unit + MQ_UNIT_OFFSET_SIZE);
+        if (offset_value < 0 || size_value <= 0) {  /* the Python reader reports it */
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (offset_value < offset_min) offset_min = offset_value;
+        if (offset_value > offset_max) offset_max = offset_value;
+        PyObject *offset = PyLong_FromLongLong(offset_value);
+        if (offset == NULL) goto done;
+        PyList_SET_ITEM(offsets, (Py_ssize_t)i, offset);
+        PyObject *size = PyLong_FromLong(size_value);
+        if (size == NULL) goto done;
+        PyList_SET_ITEM(sizes, (Py_ssize_t)i, size);
+    }
+    result = Py_BuildValue("(OOLL)", offsets, sizes, (long long)offset_min, (long long)offset_max);
+done:
+    Py_XDECREF(offsets);  /* PyList_New fills with NULL, which list_dealloc skips */
+    Py_XDECREF(sizes);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* format.py's property_value: where the value of property `name` lies in `raw` (1), or 0 when it has none. The
+ * first "name\x01" at the start of `raw` or just after a \x02 is the one, that is the first item (the items
+ * start at 0 and after each \x02) that begins with it; its value runs to the next \x02 or the end. */
+static int property_value(const uint8_t *raw, Py_ssize_t length, const char *name, Py_ssize_t name_length,
+                          Py_ssize_t *start, Py_ssize_t *end) {
+    Py_ssize_t item = 0;
+    for (;;) {
+        const uint8_t *next = memchr(raw + item, MQ_PROPERTY_SEPARATOR, (size_t)(length - item));
+        Py_ssize_t item_end = next == NULL ? length : next - raw;
+        if (item_end - item > name_length && raw[item + name_length] == MQ_PROPERTY_NAME_SEPARATOR &&
+            memcmp(raw + item, name, (size_t)name_length) == 0) {
+            *start = item + name_length + 1;
+            *end = item_end;
+            return 1;
+        }
+        if (next == NULL) return 0;
+        item = item_end + 1;
+    }
+}
+
+/* bytes.decode("utf-8", "replace") of `length` bytes: ASCII (the common case) copied straight into a new str. */
+static PyObject *text_of(const char *bytes, Py_ssize_t length) {
+    for (Py_ssize_t i = 0; i < length; i++)
+        if ((unsigned char)bytes[i] >= 0x80) return PyUnicode_DecodeUTF8(bytes, length, "replace");
+    PyObject *text = PyUnicode_New(length, 127);
+    if (text != NULL && length > 0) memcpy(PyUnicode_1BYTE_DATA(text), bytes, (size_t)length);
+    return text;
+}
+
+/* The raw PROPERTIES of a StoredMessage (a new reference), or NULL with TypeError. */
+static PyObject *properties_of(PyObject *message) {
+    if (!PyTuple_Check(message) || PyTuple_GET_SIZE(message) <= MQ_STORED_PROPERTIES_ITEM ||
+        !PyBytes_Check(PyTuple_GET_ITEM(message, MQ_STORED_PROPERTIES_ITEM))) {
+        PyErr_SetString(PyExc_TypeError, "a StoredMessage holds its raw properties as bytes at index 17");
+        return NULL;
+    }
+    PyObject *raw = PyTuple_GET_ITEM(message, MQ_STORED_PROPERTIES_ITEM);
+    Py_INCREF(raw);
+    return raw;
+}
+
+PyDoc_STRVAR(stored_tags_doc,
+"stored_tags(message) -> str or None: StoredMessage.tags, the TAGS property of its raw properties (UTF-8, errors\n"
+"replaced), None without one.");
+
+static PyObject *stored_tags(PyObject *self, PyObject *message) {
+    PyObject *raw = properties_of(message);
+    if (raw == NULL) return NULL;
+    Py_ssize_t start, end;
+    PyObject *result;
+    if (property_value((const uint8_t *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), "TAGS", 4, &start, &end))
+        result = text_of(PyBytes_AS_STRING(raw) + start, end - start);
+    else
+        result = Py_NewRef(Py_None);
+    Py_DECREF(raw);
+    return result;
+}
+
+/* The non-empty words of `text` split at KEY_SEPARATOR, as a tuple (the general case of stored_keys). */
+static PyObject *words(PyObject *text) {
+    PyObject *parts = PyUnicode_Split(text, key_separator, -1);
+    if (parts == NULL) return NULL;
+    Py_ssize_t kept = 0, count = PyList_GET_SIZE(parts);
+    for (Py_ssize_t i = 0; i < count; i++) {  /* the list is this function's own: nothing else changes it */
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        if (PyUnicode_GET_LENGTH(part) > 0) PyList_SET_ITEM(parts, kept++, part);
+        else Py_DECREF(part);
+    }
+    Py_SET_SIZE(parts, kept);
+    PyObject *result = PyList_AsTuple(parts);
+    Py_DECREF(parts);
+    return result;
+}
+
+PyDoc_STRVAR(stored_keys_doc,
+"stored_keys(message) -> tuple of str: StoredMessage.keys, the words of the KEYS property of its raw properties\n"
+"(UTF-8, errors replaced; split at spaces, empty words left out), () without one.");
+
+static PyObject *stored_keys(PyObject *self, PyObject *message) {
+    PyObject *raw = properties_of(message);
+    if (raw == NULL) return NULL;
+    const char *bytes = PyBytes_AS_STRING(raw);
+    Py_ssize_t start, end;
+    PyObject *result = NULL;
+    if (!property_value((const uint8_t *)bytes, PyBytes_GET_SIZE(raw), "KEYS", 4, &start, &end) || start == end) {
+        result = PyTuple_New(0);
+    } else {
+        PyObject *text = text_of(bytes + start, end - start);
+        /* a replaced byte never becomes a space, and a space byte is a space: one key when there is none */
+        if (text != NULL && memchr(bytes + start, ' ', (size_t)(end - start)) == NULL) result = PyTuple_Pack(1, text);
+        else if (text != NULL) result = words(text);
+        Py_XDECREF(text);
+    }
+    Py_DECREF(raw);
+    return result;
+}
+
+PyMethodDef mq_read_path_methods[] = {
+    {"queue_lists", (PyCFunction)(void (*)(void))queue_lists, METH_FASTCALL, queue_lists_doc},
+    {"stored_tags", stored_tags, METH_O, stored_tags_doc},
+    {"stored_keys", stored_keys, METH_O, stored_keys_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int mq_read_path_init(PyObject *module) {
+    key_separator = PyUnicode_InternFromString(" ");
+    return key_separator == NULL ? -1 : 0;
+}

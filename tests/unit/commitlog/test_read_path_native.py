@@ -1,0 +1,88 @@
+"""The get path's compiled helpers (commitlog/csrc/read_path.c) against their pure-Python references: a
+StoredMessage's TAGS and KEYS from any raw properties, and a ConsumeQueue's units as lists."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mqstore.commitlog import _native  # built by the package's install; MQSTORE_NATIVE=0 only changes the default
+from mqstore.commitlog import message as message_module
+from mqstore.commitlog.message import StoredMessage
+from mqstore.consumequeue import format as cqf
+
+# Pieces that make property bytes interesting: names, both separators, spaces, UTF-8 and broken UTF-8.
+_PIECES = st.sampled_from([b"TAGS", b"KEYS", b"\x01", b"\x02", b" ", b"  ", b"a", b"key-1", b"TAG", b"S\x01",
+                           b"KEYS\x01", b"TAGS\x01", b"\xc3\xa4", b"\xe2\x98", b"\xff", b"\x80", b"\xe2 \x82",
+                           b"UNIQ_KEY\x01ABC", b"\x00"])
+_RAW = st.one_of(st.binary(max_size=40), st.lists(_PIECES, max_size=14).map(b"".join))
+
+
+def _message(raw: bytes) -> StoredMessage:
+    return tuple.__new__(StoredMessage, (0,) * 15 + (b"", "t", raw))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_RAW)
+def test_tags_and_keys_are_the_python_references_for_any_bytes(raw):
+    message = _message(raw)
+    assert _native.stored_tags(message) == message_module.stored_tags(message)
+    assert _native.stored_keys(message) == message_module.stored_keys(message)
+
+
+@pytest.mark.parametrize("raw, tags, keys", [
+    (b"", None, ()),
+    (b"TAGS\x01a\x02KEYS\x01k1 k2\x02", "a", ("k1", "k2")),
+    (b"XTAGS\x01no\x02TAGS\x01yes", "yes", ()),  # a name must start an item
+    (b"KEYS\x01\x02TAGS\x01", "", ()),  # empty values
+    (b"KEYS\x01 a  b \x02KEYS\x01c", None, ("a", "b")),  # the first one counts; empty words are left out
+    (b"TAGS\x01\xff\xc3", "\ufffd\ufffd", ()),  # UTF-8 errors replaced
+    (b"TAGS", None, ()),
+    (b"KEYS\x01\xe2 \x82\x02", None, ("\ufffd", "\ufffd")),
+])
+def test_tags_and_keys_of_chosen_properties(raw, tags, keys):
+    message = _message(raw)
+    for read_tags, read_keys in ((_native.stored_tags, _native.stored_keys),
+                                 (message_module.stored_tags, message_module.stored_keys)):
+        assert read_tags(message) == tags
+        assert read_keys(message) == keys
+    assert message.tags == tags and message.keys == keys
+
+
+def test_tags_and_keys_refuse_what_is_not_a_stored_message():
+    for bad in ((), (0,) * 17, (0,) * 17 + ("text",), None):
+        with pytest.raises(TypeError):
+            _native.stored_tags(bad)
+        with pytest.raises(TypeError):
+            _native.stored_keys(bad)
+
+
+def _units(offsets, sizes) -> bytearray:
+    units = cqf.make_units(offsets, sizes, np.zeros(len(offsets), dtype=np.int64))
+    return bytearray(units.tobytes())
+
+
+def test_queue_lists_gives_the_units_as_lists_with_their_least_and_greatest_offset():
+    rng = np.random.default_rng(7)
+    offsets = rng.integers(0, 2**62, 50)
+    sizes = rng.integers(1, 2**31 - 1, 50)
+    buffer = _units(offsets, sizes)
+    for first, count in ((0, 1), (0, 50), (3, 7), (49, 1)):
+        expected = offsets[first : first + count].tolist()
+        assert _native.queue_lists(buffer, first, count) == (
+            expected, sizes[first : first + count].tolist(), min(expected), max(expected))
+
+
+@pytest.mark.parametrize("offset, size", [(-1, 10), (0, 0), (5, -1), (-(2**63), 2**31 - 1)])
+def test_queue_lists_hands_back_a_run_with_an_invalid_unit(offset, size):
+    buffer = _units([100, offset, 300], [10, size, 10])
+    assert _native.queue_lists(buffer, 0, 3) is None
+    assert _native.queue_lists(buffer, 1, 1) is None
+    assert _native.queue_lists(buffer, 2, 1) == ([300], [10], 300, 300)
+
+
+@pytest.mark.parametrize("first, count", [(-1, 1), (0, 0), (0, 4), (3, 1), (2, 2), (2**62, 2**62)])
+def test_queue_lists_refuses_units_outside_the_buffer(first, count):
+    with pytest.raises(ValueError):
+        _native.queue_lists(_units([1, 2, 3], [1, 1, 1]), first, count)
