@@ -46,10 +46,12 @@ WORKER_TIMEOUT_S = 1200  # a measurement that takes longer is a hang: the row sa
 ROLL_FACTOR = 1.1  # the throughput rows write this many segments' worth of log: at least one roll
 RMQ_RECORD_OVERHEAD_BYTES = 90  # RocketMQ's record less its body, with this shape's tag and key (ours is larger)
 SYNC_PRODUCERS = (1, 8, 32, 64)
-FULL = {"sync_puts": {1: 4000, 8: 16000, 32: 32000, 64: 48000}, "aio_puts": 64000, "aio_inflight": 256,
-        "read_rows": 1_000_000, "rmq_warmup": None, "demo_messages": 300_000, "spark_warm": True}
+FULL = {"sync_puts": {1: 4000, 8: 16000, 32: 32000, 64: 48000}, "aio_puts": 64000, "aio_inflight": 1024,
+        "read_rows": 1_000_000, "rmq_warmup": None, "demo_messages": 300_000, "spark_warm": True,
+         "spark_repeats": 3}
 QUICK = {"sync_puts": {1: 200, 8: 400, 32: 640, 64: 640}, "aio_puts": 2048, "aio_inflight": 64,
-         "read_rows": 20_000, "rmq_warmup": 500, "demo_messages": 20_000, "spark_warm": False, "puts": 20_000}
+         "read_rows": 20_000, "rmq_warmup": 500, "demo_messages": 20_000, "spark_warm": False,
+         "spark_repeats": 1, "puts": 20_000}
 
 
 class Run:
@@ -407,12 +409,12 @@ def spark_rows(run: Run) -> list[dict]:
         def measure():
             sides[name].append(None)  # stays None when the run fails
             sides[name][-1] = worker("spark", root=root, parquet=run.parquet, sides=[name],
-                                     warm=run.sizes["spark_warm"])[name]
+                                     warm=run.sizes["spark_warm"], repeats=run.sizes["spark_repeats"])[name]
             return sides[name][-1]["full scan"]["seconds"]
         return measure
 
     if run.quick:  # one session for both sides: a smoke run, not a measurement
-        both = worker("spark", root=root, parquet=run.parquet, sides=list(sides), warm=False)
+        both = worker("spark", root=root, parquet=run.parquet, sides=list(sides), warm=False, repeats=1)
         for name in sides:
             sides[name].append(both[name])
     else:
