@@ -304,7 +304,7 @@ def aio_row(run: Run) -> list[dict]:
 
 def rocketmq_best_sync(rows: list[dict]) -> tuple[int, str, float] | None:
     """(threads, lock, msgs/s) of the best median RocketMQ SYNC rate among the SYNC rows."""
-    found = [(row["producers"], lock, row[f"rocketmq_{lock}"]["median"]) for row in rows
+    found = [(row.get("producers"), lock, row[f"rocketmq_{lock}"]["median"]) for row in rows
              if row["name"].startswith("sync-") for lock in ("spin", "reentrant") if row.get(f"rocketmq_{lock}")]
     return max(found, key=lambda item: item[2], default=None)
 
