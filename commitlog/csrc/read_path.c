@@ -38,8 +38,9 @@ static PyObject *queue_lists(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     int64_t units = (int64_t)view.len / MQ_UNIT_SIZE_BYTES;
     if (first < 0 || count < 1 || first > units || count > units - first) {
-        PyErr_Format(PyExc_ValueError, "units %lld..%lld are not all in a buffer of %lld units", first,
-                     first + count, (long long)units);
+        /* no first + count here: both come from the caller and their sum may overflow */
+        PyErr_Format(PyExc_ValueError, "%lld units from unit %lld are not all in a buffer of %lld units", count,
+                     first, (long long)units);
         PyBuffer_Release(&view);
         return NULL;
     }
