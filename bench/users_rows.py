@@ -1,7 +1,7 @@
 """The measurements of bench/users.py, each run in a fresh process: `python bench/users_rows.py '{"worker": ...}'`
 prints one line `RESULT {json}` last. Every store is opened with `StoreConfig()` unless the worker says otherwise,
 and every message is built in the timed loop as a user builds it: a tag (one of 7) and a key each, 4 topics x 4
-queues, RocketMQ's harness's shape (/work/shared/rocketmq-4.4.0/src/RmqHarness.java: topic `T{i % 4}`, queue
+queues, RocketMQ's harness's shape (../shared/rocketmq-4.4.0/src/RmqHarness.java: topic `T{i % 4}`, queue
 `(i // 4) % 4`, tag `tag{i % 7}`, key `k{i}`).
 """
 
