@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import warnings
 import zipfile
 
@@ -36,6 +37,7 @@ RESOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "
 BUILD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "build")
 JAR_PREFIX = "mqstore-spark-jvm-"
 JAVA_RELEASE = "17"  # Spark 4's oldest supported Java
+STALE_JAR_S = 7 * 24 * 3600  # an older jar unused this long is removed when a new one is built
 JAVAC_TIMEOUT_S = 600  # a cold javac on a loaded 2-core machine takes about 10 s
 FORMAT_NAME = "commitlog"
 DEPRECATED_FORMAT_NAME = "commitlog-jvm"  # the reader's name until it took "commitlog"; kept for one release
@@ -104,6 +106,10 @@ def jar_path() -> str:
     directory = _build_dir()
     jar = os.path.join(directory, f"{JAR_PREFIX}{_fingerprint(spark_version)}.jar")
     if os.path.isfile(jar):
+        try:
+            os.utime(jar)  # in use: another process's build keeps it (_remove_stale_jars)
+        except OSError:
+            pass
         return jar
     javac = _javac()
     with tempfile.TemporaryDirectory(prefix="mqstore-jvm-") as work:
@@ -124,13 +130,23 @@ def jar_path() -> str:
                         archive.write(path, os.path.relpath(path, root))
         shutil.copyfile(partial, jar + ".tmp")
         os.replace(jar + ".tmp", jar)  # another process building the same jar writes the same bytes
-    for old in glob.glob(os.path.join(directory, f"{JAR_PREFIX}*.jar")):
-        if old != jar:
-            try:
-                os.remove(old)
-            except OSError:
-                pass
+    _remove_stale_jars(directory, keep=jar)
     return jar
+
+
+def _remove_stale_jars(directory: str, keep: str, now: float | None = None) -> list[str]:
+    """Remove the reader's older jars (other sources, other Spark versions) unused for STALE_JAR_S: a jar that
+    another process's session was configured with a moment ago stays, so that its start does not miss it."""
+    now = time.time() if now is None else now
+    removed = []
+    for old in glob.glob(os.path.join(directory, f"{JAR_PREFIX}*.jar")):
+        try:
+            if old != keep and now - max(os.path.getmtime(old), os.path.getatime(old)) > STALE_JAR_S:
+                os.remove(old)
+                removed.append(old)
+        except OSError:
+            pass  # gone already, or not ours to remove
+    return removed
 
 
 def configure(builder):

@@ -3,6 +3,7 @@ version, added after any jars a session already lists, and a missing javac is sa
 
 from __future__ import annotations
 
+import os
 import zipfile
 
 import pytest
@@ -55,3 +56,17 @@ def test_a_missing_javac_is_said_in_plain_words(monkeypatch, tmp_path):
     with pytest.raises(jvm.JavacMissingError, match="javac not found .* needs a JDK 17 or later"):
         jvm.jar_path()
     assert not list((tmp_path / "build").glob("*.jar"))
+
+
+def test_a_new_build_removes_only_older_jars_left_unused(tmp_path):
+    """A jar another process's session may be starting with stays; one unused for STALE_JAR_S goes."""
+    kept, recent, stale = (tmp_path / f"{jvm.JAR_PREFIX}{name}.jar" for name in ("new", "recent", "stale"))
+    other = tmp_path / "unrelated.jar"
+    for path in (kept, recent, stale, other):
+        path.write_bytes(b"PK")
+    now = 2_000_000_000.0
+    os.utime(recent, (now - 60, now - 60))
+    os.utime(stale, (now - jvm.STALE_JAR_S - 60, now - jvm.STALE_JAR_S - 60))
+    os.utime(kept, (now - jvm.STALE_JAR_S - 60, now - jvm.STALE_JAR_S - 60))  # the one being returned
+    assert jvm._remove_stale_jars(str(tmp_path), keep=str(kept), now=now) == [str(stale)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (kept, recent, other))
