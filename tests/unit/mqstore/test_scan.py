@@ -362,3 +362,35 @@ def test_a_queue_file_that_ends_before_the_next_one_is_refused_as_the_stores_ope
     assert (caught.value.path, caught.value.offset, caught.value.rule) == (str(path), 10 * 20, "consumequeue.1")
     assert "ends after 10 entries but is not the last" in str(caught.value)
     assert scan_store(root, topic="t1").read_all().num_rows > 0  # the other topic's queues are whole
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("left", [8, 12, 16, 17, 40])
+def test_records_at_a_segments_end_scan_through_and_beside_the_mapping(tmp_path, monkeypatch, codec, left):
+    """The scan decodes records in the segment's mapping, except those within BUFFER_PAD_BYTES of the file's end
+    (read into padded buffers): a segment whose last record leaves `left` bytes for its blank."""
+    _codec(monkeypatch, codec)
+    root = tmp_path / "store"
+    segment = 8192
+    expected = []
+    with StoreWriter(root, segment_size_bytes=segment, queue_entries_per_file=64) as writer:
+        record_empty = -writer.put("t0", b"") + writer.end_offset  # the size of a record with an empty body
+        expected.append(("t0", b""))
+        index = 1
+        while segment - writer.end_offset - left >= record_empty + 300:
+            body = bytes([index % 251]) * (index * 7 % 200)
+            writer.put(f"t{index % 2}", body, queue_id=index % 3)
+            expected.append((f"t{index % 2}", body))
+            index += 1
+        last = bytes(segment - writer.end_offset - left - record_empty)
+        writer.put("t1", last, queue_id=1)
+        expected.append(("t1", last))
+        assert writer.end_offset == segment - left
+        for body in (b"next", b"segment"):
+            writer.put("t0", body)
+            expected.append(("t0", body))
+    full = scan_store(root).read_all()
+    assert list(zip(full["topic"].to_pylist(), full["body"].to_pylist())) == expected
+    for topic in ("t0", "t1"):
+        got = _sorted(scan_store(root, topic=topic).read_all())
+        assert got["body"].to_pylist() == [body for name, body in expected if name == topic]
