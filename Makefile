@@ -116,6 +116,7 @@ ASAN_ENV = MQSTORE_NATIVE_LIBRARY=$(ASAN_LIBRARY) PYTHONPATH=$(CURDIR)/fuzz/sani
 # harnesses' short pass), the two-codec differential tests, the golden bytes, the compiled put, the flush gate, and
 # the kill -9 series of the crash tests (writer processes, which load the sanitizer build too).
 ASAN_TESTS ?= tests/native tests/unit/commitlog/test_native_codec.py tests/unit/commitlog/test_read_path_native.py \
+	tests/unit/commitlog/test_arrow_properties_native.py tests/unit/mqstore/test_scan.py \
 	tests/unit/mqstore/test_compiled_put.py \
 	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format \
 	tests/crash/test_kill_writer.py

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 PAGE_SIZE_BYTES = mmap.PAGESIZE
 MADV_NORMAL = 0  # linux/mman.h
 MADV_RANDOM = 1
+MADV_POPULATE_READ = 22  # Linux 5.14+
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
 CREATING_SUFFIX = ".creating"  # a file being made where the filesystem has no O_TMPFILE; removed after a crash
 

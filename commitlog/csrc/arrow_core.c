@@ -65,34 +65,92 @@ typedef struct {
     int64_t pairs, name_bytes, value_bytes, tags_start, tags_end, keys_start, keys_end;
 } props_info;
 
+#define WORD_ONES 0x0101010101010101ull
+#define WORD_HIGH_BITS 0x8080808080808080ull
+
+/* Whether the n bytes at p are all ASCII, eight at a time. */
+static inline int ascii_text(const uint8_t *p, int64_t n) {
+    uint64_t seen = 0, word;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&word, p + i, sizeof word);
+        seen |= word;
+    }
+    for (; i < n; i++) seen |= p[i];
+    return (seen & WORD_HIGH_BITS) == 0;
+}
+
+/* The position of the first 0x01 or 0x02 in p[i, n), or n. Eight bytes a step on a little-endian machine: a
+ * word's lowest byte below 0x03 is its lowest flagged byte ((w - 0x03..) & ~w & 0x80.., exact for the lowest
+ * one); a 0x00 found that way is text, and the search goes on after it. */
+static inline int64_t next_separator(const uint8_t *p, int64_t i, int64_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (i + 8 <= n) {
+        uint64_t word;
+        memcpy(&word, p + i, sizeof word);
+        uint64_t low = (word - 3 * WORD_ONES) & ~word & WORD_HIGH_BITS;
+        if (low == 0) {
+            i += 8;
+            continue;
+        }
+        i += __builtin_ctzll(low) >> 3;
+        if (p[i] != 0x00) return i;
+        i++;
+    }
+#endif
+    for (; i < n; i++)
+        if (p[i] == 0x01 || p[i] == 0x02) return i;
+    return n;
+}
+
+/* Records are read in order but not side by side (a topic's records among others'): the first PREFETCH_BYTES
+ * of the record PREFETCH_RECORDS on are asked for while this one is decoded (a prefetch never faults). */
+#define PREFETCH_RECORDS 6
+#define PREFETCH_BYTES 256
+
+static inline void prefetch_record(const uint8_t *p) {
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+    __builtin_prefetch(p + 128);
+    __builtin_prefetch(p + 192);
+}
+
+/* Whether the 10 bytes at p are ASCII digits: two overlapping words, each byte b flagged by the high bit of
+ * b - '0' (b < '0') or of b + 0x46 (b > '9'); the lowest non-digit byte is flagged exactly (no borrow or carry
+ * reaches it from digits below it), and all-digit words flag nothing. */
+static inline int ten_digits(const uint8_t *p) {
+    uint64_t first, last;
+    memcpy(&first, p, sizeof first);
+    memcpy(&last, p + 2, sizeof last);
+    uint64_t flags = ((first - 0x30 * WORD_ONES) | (first + 0x46 * WORD_ONES) |
+                      (last - 0x30 * WORD_ONES) | (last + 0x46 * WORD_ONES)) & WORD_HIGH_BITS;
+    return flags == 0;
+}
+
 static int read_properties(const uint8_t *p, int64_t length, props_info *info) {
     memset(info, 0, sizeof *info);
-    info->tags_start = info->keys_start = -1;
-    int64_t pair_start = 0, name_end = -1;
-    for (int64_t i = 0; i < length; i++) {
-        uint8_t b = p[i];
-        if (b >= 0x80) return 0;  /* not ASCII: the Python decoder checks the UTF-8 */
-        if (b == 0x01) {
-            if (name_end >= 0) return 0;
-            name_end = i;
-        } else if (b == 0x02) {
-            if (name_end < 0) return 0;
-            int64_t name_length = name_end - pair_start;
-            if (name_length == 4 && memcmp(p + pair_start, "TAGS", 4) == 0) {
-                info->tags_start = name_end + 1;
-                info->tags_end = i;
-            } else if (name_length == 4 && memcmp(p + pair_start, "KEYS", 4) == 0) {
-                info->keys_start = name_end + 1;
-                info->keys_end = i;
-            }
-            info->pairs++;
-            info->name_bytes += name_length;
-            info->value_bytes += i - name_end - 1;
-            name_end = -1;
-            pair_start = i + 1;
+    info->tags_start = info->keys_start = info->tags_end = info->keys_end = -1;
+    if (!ascii_text(p, length)) return 0;  /* not ASCII: the Python decoder checks the UTF-8 */
+    int64_t pair_start = 0;
+    while (pair_start < length) {
+        int64_t name_end = next_separator(p, pair_start, length);
+        if (name_end == length || p[name_end] != 0x01) return 0;
+        int64_t value_end = next_separator(p, name_end + 1, length);
+        if (value_end == length || p[value_end] != 0x02) return 0;
+        int64_t name_length = name_end - pair_start;
+        if (name_length == 4 && memcmp(p + pair_start, "TAGS", 4) == 0) {
+            info->tags_start = name_end + 1;
+            info->tags_end = value_end;
+        } else if (name_length == 4 && memcmp(p + pair_start, "KEYS", 4) == 0) {
+            info->keys_start = name_end + 1;
+            info->keys_end = value_end;
         }
+        info->pairs++;
+        info->name_bytes += name_length;
+        info->value_bytes += value_end - name_end - 1;
+        pair_start = value_end + 1;
     }
-    return name_end < 0 && pair_start == length;  /* ends with 0x02 (or is empty) */
+    return 1;  /* ends with 0x02 (or is empty) */
 }
 
 int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *positions, const int64_t *offsets,
@@ -105,6 +163,10 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
     host_cache born_cache = {.length = 0}, store_cache = {.length = 0};
     char *host;
     for (int64_t i = 0; i < count; i++) {
+        if (i + PREFETCH_RECORDS < count) {
+            int64_t ahead = positions[i + PREFETCH_RECORDS];
+            if (ahead >= 0 && ahead <= length - PREFETCH_BYTES) prefetch_record(buf + ahead);
+        }
         int64_t pos = positions[i];
         if (pos < 0 || pos > length - MQ_HEADER_SIZE) return MQ_ARROW_FALLBACK;
         const uint8_t *p = buf + pos;
@@ -128,8 +190,7 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
         if (properties_length >= MQ_RECORD_CRC_LENGTH && memcmp(p + at, CRC_NAME, sizeof CRC_NAME) == 0 &&
             p[size - 1] == 0x02 && (at == properties_start || p[at - 1] == 0x02)) {
             /* rule 6's shape includes 10 ASCII digits: anything else is reported by the Python decoder */
-            for (int64_t k = at + (int64_t)sizeof CRC_NAME; k < size - 1; k++)
-                if (p[k] < '0' || p[k] > '9') return MQ_ARROW_FALLBACK;
+            if (!ten_digits(p + at + (int64_t)sizeof CRC_NAME)) return MQ_ARROW_FALLBACK;
             properties_length -= MQ_RECORD_CRC_LENGTH;
         } else if (f->has_record_crc_from && offsets[i] >= f->record_crc_from) {
             return MQ_ARROW_FALLBACK;  /* a record CRC is required there: the Python decoder raises rule 6 */
@@ -184,6 +245,10 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
         row->topic_length = topic_length;
         row->properties_start = pos + properties_start;
         row->properties_length = properties_length;
+        row->tags_start = (int32_t)info.tags_start;  /* within properties_length < 0x8000 */
+        row->tags_end = (int32_t)info.tags_end;
+        row->keys_start = (int32_t)info.keys_start;
+        row->keys_end = (int32_t)info.keys_end;
     }
     sizes->rows = rows;
     const int64_t limit = INT32_MAX;
@@ -208,6 +273,11 @@ void mq_arrow_fill(const uint8_t *buf, const mq_arrow_sizes *sizes, mq_arrow_out
     char *host;
     int host_length;
     for (int64_t r = 0; r < sizes->rows; r++) {
+        if (r + PREFETCH_RECORDS < sizes->rows) {  /* a kept record, whole, so no more than PREFETCH_BYTES */
+            const mq_arrow_row *ahead = &sizes->kept[r + PREFETCH_RECORDS];
+            if (ahead->properties_start + ahead->properties_length - ahead->pos >= PREFETCH_BYTES)
+                prefetch_record(buf + ahead->pos);
+        }
         const mq_arrow_row *row = &sizes->kept[r];
         const uint8_t *p = buf + row->pos;
         memcpy(out->topic_data + topic_at, buf + row->topic_start, (size_t)row->topic_length);
@@ -242,36 +312,32 @@ void mq_arrow_fill(const uint8_t *buf, const mq_arrow_sizes *sizes, mq_arrow_out
             id[16 + 2 * k + 1] = (uint8_t)HEX[o & 15];
         }
         const uint8_t *props = buf + row->properties_start;
-        props_info info;
-        read_properties(props, row->properties_length, &info);  /* checked by mq_arrow_measure */
-        int64_t pair_start = 0, name_end = -1;
-        for (int64_t i = 0; i < row->properties_length; i++) {
-            if (props[i] == 0x01) {
-                name_end = i;
-            } else if (props[i] == 0x02) {
-                memcpy(out->name_data + name_at, props + pair_start, (size_t)(name_end - pair_start));
-                name_at += (int32_t)(name_end - pair_start);
-                memcpy(out->value_data + value_at, props + name_end + 1, (size_t)(i - name_end - 1));
-                value_at += (int32_t)(i - name_end - 1);
-                pair_count++;
-                out->name_offsets[pair_count] = name_at;
-                out->value_offsets[pair_count] = value_at;
-                pair_start = i + 1;
-            }
+        int64_t props_length = row->properties_length;
+        for (int64_t pair_start = 0; pair_start < props_length;) {  /* pairs checked by mq_arrow_measure */
+            int64_t name_end = next_separator(props, pair_start, props_length);
+            int64_t value_end = next_separator(props, name_end + 1, props_length);
+            memcpy(out->name_data + name_at, props + pair_start, (size_t)(name_end - pair_start));
+            name_at += (int32_t)(name_end - pair_start);
+            memcpy(out->value_data + value_at, props + name_end + 1, (size_t)(value_end - name_end - 1));
+            value_at += (int32_t)(value_end - name_end - 1);
+            pair_count++;
+            out->name_offsets[pair_count] = name_at;
+            out->value_offsets[pair_count] = value_at;
+            pair_start = value_end + 1;
         }
         out->map_offsets[r + 1] = pair_count;
-        if (info.tags_start >= 0) {
-            memcpy(out->tags_data + tags_at, props + info.tags_start, (size_t)(info.tags_end - info.tags_start));
-            tags_at += (int32_t)(info.tags_end - info.tags_start);
+        if (row->tags_start >= 0) {
+            memcpy(out->tags_data + tags_at, props + row->tags_start, (size_t)(row->tags_end - row->tags_start));
+            tags_at += row->tags_end - row->tags_start;
             out->tags_validity[r / 8] |= (uint8_t)(1u << (r % 8));
         } else {
             out->tags_nulls++;
         }
         out->tags_offsets[r + 1] = tags_at;
-        if (info.keys_start >= 0) {
-            int64_t run_start = info.keys_start;
-            for (int64_t k = info.keys_start; k <= info.keys_end; k++) {
-                if (k == info.keys_end || props[k] == ' ') {
+        if (row->keys_start >= 0) {
+            int64_t run_start = row->keys_start;
+            for (int64_t k = row->keys_start; k <= row->keys_end; k++) {
+                if (k == row->keys_end || props[k] == ' ') {
                     if (k > run_start) {
                         memcpy(out->key_data + key_at, props + run_start, (size_t)(k - run_start));
                         key_at += (int32_t)(k - run_start);

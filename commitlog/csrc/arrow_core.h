@@ -33,6 +33,7 @@ typedef struct {
 
 typedef struct {  /* where one kept record's parts lie */
     int64_t pos, body_start, body_length, topic_start, topic_length, properties_start, properties_length;
+    int32_t tags_start, tags_end, keys_start, keys_end;  /* in the properties; -1 without the property */
 } mq_arrow_row;
 
 typedef struct {  /* the sizes mq_arrow_measure finds */

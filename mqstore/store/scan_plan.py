@@ -243,20 +243,29 @@ def _queue_units(plan: StorePlan, row_filter: RowFilter, lo: int, hi: int, allow
 
 def _queue_groups(found: list[tuple], target: int) -> list[list]:
     """Groups of (topic, queue dir, first entry, count) slices, each about `target` bytes of records."""
-    slices = []  # (topic, queue_dir, first, count, bytes)
+    slices = []  # (topic, queue_dir, first, count, bytes, commitlog offset of the first)
     for topic, queue_dir, first, units, wanted in found:
         record_bytes = np.where(wanted, units["size"].astype(np.int64), 0)
         cumulative = np.cumsum(record_bytes)
+        # where a new stretch of `target` log bytes starts: a slice stays within one
+        window_starts = np.flatnonzero(np.diff(units["commitlog_offset"].astype(np.int64) // target)) + 1
         at = 0
         while at < len(units):
             stop = max(int(np.searchsorted(cumulative, cumulative[at] - record_bytes[at] + target, side="right")),
                        at + 1)
             stop = min(stop, at + QUEUE_PARTITION_RECORDS_MAX)
+            following = int(np.searchsorted(window_starts, at, side="right"))
+            if following < len(window_starts):
+                stop = min(stop, int(window_starts[following]))
             chunk = np.flatnonzero(wanted[at:stop])
             if len(chunk):
                 a, b = at + int(chunk[0]), at + int(chunk[-1]) + 1
-                slices.append((topic, queue_dir, first + a, b - a, int(record_bytes[a:b].sum())))
+                slices.append((topic, queue_dir, first + a, b - a, int(record_bytes[a:b].sum()),
+                               int(units["commitlog_offset"][a])))
             at = stop
+    # By where they start in the log: a partition holds the queues' slices of a stretch of log (their records lie
+    # close together in the segment's pages, which it maps once), not one queue's records spread over the log.
+    slices.sort(key=lambda item: item[5])
     groups, current, current_bytes = [], [], 0
     for item in slices:
         if current and current_bytes + item[4] > target:

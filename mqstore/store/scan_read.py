@@ -1,10 +1,12 @@
 """Walking a store's log: reading partitions into RecordBatches, finding the written end, admitting records.
 
 Partitions carry byte ranges fixed at planning: a `LogPartition` holds pieces of segments read by walking their
-records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned; a longer record is read whole,
+records, READ_CHUNK_BYTES at a time (each piece must end exactly where planned; a longer record is taken whole,
 once `check_unread_record` has found nothing wrong in its header and tail); a `QueuePartition` holds
-ConsumeQueue slices whose records are gathered with one pread per run of close records, and each record must
-be the size and topic its unit says. `written_end` finds where the last written segment's records end (the
+ConsumeQueue slices whose records are decoded where they lie, and each record must be the size and topic its
+unit says. Both read through a read-only mapping of the segment (`map_segment`: no copy, the pages mapped in one
+call by `populate`); only the records within BUFFER_PAD_BYTES of a file's end are read with pread into padded
+buffers. `written_end` finds where the last written segment's records end (the
 snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
 commitlog.arrow_decode's; files are read through mqstore.store.store_files.
 """
@@ -12,6 +14,7 @@ commitlog.arrow_decode's; files are read through mqstore.store.store_files.
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -38,6 +41,7 @@ from mqstore.commitlog.arrow_decode import (
     locate_records,
 )
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
+from mqstore.commitlog.mapped_file import MADV_POPULATE_READ, PAGE_SIZE_BYTES, madvise
 from mqstore.commitlog.message import decode_message
 from mqstore.consumequeue import format as cqfmt
 from mqstore.store.config import RECORD_CRC_FROM_KEY
@@ -48,6 +52,8 @@ from mqstore.store.store_files import QueueIndex, Segments, list_segments, open_
 MIB = 1 << 20
 READ_CHUNK_BYTES = 16 * MIB  # a reader holds at most this much of a segment at once (or one larger record)
 QUEUE_GAP_BYTES = 16 * 1024  # ConsumeQueue path: records closer than this are read with one pread
+POPULATE_DENSITY_MIN = 8  # a topic scan maps a window's pages at once when its records fill 1/8 of it or more
+MAPPED_CHUNK_MIN_BYTES = 1 * MIB  # a log walk's chunk shortened to stay BUFFER_PAD_BYTES inside the mapped file
 TAIL_CRC_RECORDS = 64  # records before a written end whose body CRC is checked when planning
 # Where the planning walk stops before a segment's end, it looks this far on for a record start (the default
 # max_message_size_bytes and a record's fixed part): one there means damage, not the end of the log.
@@ -109,17 +115,55 @@ def record_crc_from(root: str) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
+def map_segment(fd: int, path: str) -> np.ndarray:
+    """The whole segment file as a read-only mapping (a uint8 array; empty for an empty file). Scans read records
+    where they lie instead of copying them out with pread; the array keeps the mapping, which the decoder's
+    Arrow arrays may refer to, and nothing unmaps it while they do. Records within BUFFER_PAD_BYTES of the file's
+    end are still read into a padded buffer (the decoder's fixed-width windows may reach that far)."""
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return np.empty(0, dtype=np.uint8)
+        return np.frombuffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ), dtype=np.uint8)
+    except (OSError, ValueError) as exc:
+        raise StoreIOError(f"cannot map segment {path}: {exc}") from exc
+
+
+def populate(mapped: np.ndarray, start: int, end: int) -> None:
+    """Map the pages of mapped[start:end] in one call (MADV_POPULATE_READ, without the interpreter lock) rather
+    than one page fault per 16 pages as the decoder first touches them; nothing where the kernel lacks it (the
+    faults then do the same work)."""
+    start -= start % PAGE_SIZE_BYTES
+    end = min(end, len(mapped))
+    if madvise is not None and end > start:
+        madvise(mapped.ctypes.data + start, end - start, MADV_POPULATE_READ)  # an error leaves it to the faults
+
+
+def _chunk(mapped: np.ndarray, fd: int, path: str, at: int, want: int, want_min: int) -> tuple[np.ndarray, int]:
+    """(buffer, length): `want` bytes from file position `at` as a view of the mapping when BUFFER_PAD_BYTES more
+    are in the file; else as many as leave that room (at least MAPPED_CHUNK_MIN_BYTES, never for a record
+    longer than a chunk, `want_min`); else read into a padded buffer."""
+    room = len(mapped) - BUFFER_PAD_BYTES - at
+    if room >= want:
+        return mapped[at:at + want + BUFFER_PAD_BYTES], want
+    if room >= MAPPED_CHUNK_MIN_BYTES and not want_min:
+        return mapped[at:at + room + BUFFER_PAD_BYTES], room
+    return pread_segment(fd, path, at, want), want
+
+
 def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piece):
     """Decode the records of one piece, READ_CHUNK_BYTES at a time; the last must end exactly at piece.end."""
     path = os.path.join(directory, fmt.segment_name(piece.base))
     segment_end = piece.base + segment_size
     fd = open_segment(path)
     try:
+        mapped = map_segment(fd, path)
+        populate(mapped, piece.start - piece.base, piece.end - piece.base)
         position = piece.start
         want_min = 0
         while position < piece.end:
             want = min(piece.end - position, max(READ_CHUNK_BYTES, want_min))
-            buf = pread_segment(fd, path, position - piece.base, want)
+            buf, want = _chunk(mapped, fd, path, position - piece.base, want, want_min)
             positions, following, state = locate_records(buf, want, position, segment_end, lenient=False, path=path)
             if len(positions):
                 offsets = positions + position
@@ -243,13 +287,46 @@ def _read_queue_range(queue_dir: str, first: int, count: int) -> np.ndarray:
 
 def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: int, offsets: np.ndarray,
                     sizes: np.ndarray, topic: str):
-    """Read the records at `offsets` of one segment (runs of close records with one pread each) and decode."""
+    """Decode the records at `offsets` of one segment where they lie in its mapping, windows of at most
+    READ_CHUNK_BYTES of log (or one record) at a time; those too near the file's end for the decoder's padding
+    (or past a file shorter than planned) are read into buffers."""
     path = os.path.join(directory, fmt.segment_name(base))
     if np.any(sizes < fmt.RECORD_SIZE_MIN) or np.any(offsets + sizes > base + segment_size):
         bad = int(np.flatnonzero((sizes < fmt.RECORD_SIZE_MIN) | (offsets + sizes > base + segment_size))[0])
         raise CorruptionError(f"a ConsumeQueue unit of topic {topic!r} says {int(sizes[bad])} bytes at "
                               f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]) - base,
                               rule="consumequeue.matches-log")
+    fd = open_segment(path)
+    try:
+        mapped = map_segment(fd, path)
+        starts = offsets - base
+        ends = starts + sizes
+        # offsets ascend; the records whose bytes and padding are in the file come first
+        inside = int(np.searchsorted(np.maximum.accumulate(ends), len(mapped) - BUFFER_PAD_BYTES, side="right"))
+        segment_ends = np.full(len(offsets), base + segment_size)
+        at = 0
+        while at < inside:
+            stop = min(max(int(np.searchsorted(ends[at:inside], starts[at] + READ_CHUNK_BYTES, side="right")), 1)
+                       + at, inside)
+            if int(sizes[at]) > READ_CHUNK_BYTES:  # a window of one record: its header and tail checked first
+                check_unread_record(fd, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
+                                    expect_size=int(sizes[at]))
+            lo, hi = int(starts[at]), int(ends[at:stop].max())
+            if int(sizes[at:stop].sum()) * POPULATE_DENSITY_MIN >= hi - lo:  # else fault in the few pages used
+                populate(mapped, lo, hi)
+            yield from decoder.decode(mapped[lo:hi + BUFFER_PAD_BYTES], starts[at:stop] - lo, offsets[at:stop],
+                                      segment_ends[at:stop], path, expect_topic=topic, expect_sizes=sizes[at:stop])
+            at = stop
+        if inside < len(offsets):
+            yield from _gather_read(decoder, fd, path, base, segment_size, offsets[inside:], sizes[inside:], topic)
+    finally:
+        os.close(fd)
+
+
+def _gather_read(decoder: Decoder, fd: int, path: str, base: int, segment_size: int, offsets: np.ndarray,
+                 sizes: np.ndarray, topic: str):
+    """Read the records at `offsets` of one segment into buffers (runs of close records with one pread each) and
+    decode them."""
     ends = offsets + sizes
     gaps = offsets[1:] - ends[:-1]
     # What record i adds to a buffer, at most: its size and the gap before it when that gap is read (a run goes
@@ -258,32 +335,28 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
     read_bytes = sizes.copy()
     read_bytes[1:] += np.where((gaps > 0) & (gaps <= QUEUE_GAP_BYTES), gaps, 0)
     read_before = np.concatenate(([0], np.cumsum(read_bytes)))
-    fd = open_segment(path)
-    try:
-        at = 0
-        while at < len(offsets):
-            # one buffer of at most READ_CHUNK_BYTES (or one record), made of runs of close records
-            limit = read_before[at] + READ_CHUNK_BYTES
-            stop = at + max(int(np.searchsorted(read_before[at + 1:], limit, side="right")), 1)
-            if int(sizes[at]) > READ_CHUNK_BYTES:  # a record read alone
-                check_unread_record(fd, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
-                                    expect_size=int(sizes[at]))
-            run_breaks = np.flatnonzero(gaps[at:stop - 1] > QUEUE_GAP_BYTES) + at + 1
-            run_starts = np.concatenate(([at], run_breaks))
-            run_stops = np.concatenate((run_breaks, [stop]))
-            run_lengths = np.maximum.reduceat(ends[at:stop], run_starts - at) - offsets[run_starts]
-            buf = np.zeros(int(run_lengths.sum()) + BUFFER_PAD_BYTES, dtype=np.uint8)
-            into = 0
-            positions = np.empty(stop - at, dtype=np.int64)
-            for a, b, length in zip(run_starts.tolist(), run_stops.tolist(), run_lengths.tolist()):
-                pread_segment(fd, path, int(offsets[a]) - base, length, out=buf, out_at=into)
-                positions[a - at:b - at] = offsets[a:b] - offsets[a] + into
-                into += length
-            yield from decoder.decode(buf, positions, offsets[at:stop], np.full(stop - at, base + segment_size), path,
-                                      expect_topic=topic, expect_sizes=sizes[at:stop])
-            at = stop
-    finally:
-        os.close(fd)
+    at = 0
+    while at < len(offsets):
+        # one buffer of at most READ_CHUNK_BYTES (or one record), made of runs of close records
+        limit = read_before[at] + READ_CHUNK_BYTES
+        stop = at + max(int(np.searchsorted(read_before[at + 1:], limit, side="right")), 1)
+        if int(sizes[at]) > READ_CHUNK_BYTES:  # a record read alone
+            check_unread_record(fd, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
+                                expect_size=int(sizes[at]))
+        run_breaks = np.flatnonzero(gaps[at:stop - 1] > QUEUE_GAP_BYTES) + at + 1
+        run_starts = np.concatenate(([at], run_breaks))
+        run_stops = np.concatenate((run_breaks, [stop]))
+        run_lengths = np.maximum.reduceat(ends[at:stop], run_starts - at) - offsets[run_starts]
+        buf = np.zeros(int(run_lengths.sum()) + BUFFER_PAD_BYTES, dtype=np.uint8)
+        into = 0
+        positions = np.empty(stop - at, dtype=np.int64)
+        for a, b, length in zip(run_starts.tolist(), run_stops.tolist(), run_lengths.tolist()):
+            pread_segment(fd, path, int(offsets[a]) - base, length, out=buf, out_at=into)
+            positions[a - at:b - at] = offsets[a:b] - offsets[a] + into
+            into += length
+        yield from decoder.decode(buf, positions, offsets[at:stop], np.full(stop - at, base + segment_size), path,
+                                  expect_topic=topic, expect_sizes=sizes[at:stop])
+        at = stop
 
 
 # --- the written end of a store's log -------------------------------------------------------------------------

@@ -215,8 +215,12 @@ class QueueIndex:
         start = max(bisect.bisect_right(firsts, lo) - 1, 0)
         stop = bisect.bisect_left(firsts, hi)
         parts, first_number = [], None
-        for number, path in files[start:max(stop, start + 1)]:
+        chosen = files[start:max(stop, start + 1)]
+        for index, (number, path) in enumerate(chosen):
             units = self.read_units(path)
+            following = chosen[index + 1][0] if index + 1 < len(chosen) else None
+            if following is not None and number + len(units) < following:
+                _refuse_short_file(path, len(units))
             offsets = units["commitlog_offset"]
             a, b = np.searchsorted(offsets, lo), np.searchsorted(offsets, hi)
             if len(units) and int(units["size"][0]) == cqfmt.FILLER_SIZE:  # a queue that starts late: not entries
@@ -228,6 +232,15 @@ class QueueIndex:
         if not parts:
             return 0, np.empty(0, dtype=cqfmt.CONSUME_QUEUE_UNIT)
         return first_number, np.concatenate(parts)
+
+
+def _refuse_short_file(path: str, written: int) -> None:
+    """A ConsumeQueue file whose written part (up to its first free unit) ends before the next file starts: the
+    queue's written part ends there (ConsumeQueue format), so the next file's units are not entries of it. The
+    store's open refuses it (consumequeue/consume_queue.py); a scan does the same rather than number the next
+    file's units as if they followed."""
+    raise CorruptionError(f"queue file ends after {written} entries but is not the last", path=path,
+                          offset=written * cqfmt.UNIT_SIZE_BYTES, rule="consumequeue.1")
 
 
 def _unit_at(fd: int, index: int) -> tuple[int, int] | None:

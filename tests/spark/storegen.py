@@ -178,7 +178,10 @@ class StoreWriter:
         if keys:
             props[fmt.PROPERTY_KEYS] = fmt.KEY_SEPARATOR.join(keys)
         props.update(properties or {})
-        queue_offset = self.queue_offsets.get((topic, queue_id), 0)
+        # RocketMQ 4.4.0 (CommitLog.doAppend) gives a transaction-prepared or rolled-back record QUEUEOFFSET 0 and
+        # no entry number: it gets no ConsumeQueue unit, and numbering it would leave a hole in the queue.
+        numbered = sys_flag & fmt.SYS_FLAG_TRANSACTION_MASK in (0, fmt.SYS_FLAG_TRANSACTION_COMMIT_TYPE)
+        queue_offset = self.queue_offsets.get((topic, queue_id), 0) if numbered else 0
         if store_timestamp_ms is None:
             self.store_timestamp_ms += 1
             store_timestamp_ms = self.store_timestamp_ms
@@ -190,8 +193,9 @@ class StoreWriter:
         offset = self._room(size)
         record = encode_record(commitlog_offset=offset, **fields)
         self._write(offset, record)
-        self.queue_offsets[(topic, queue_id)] = queue_offset + 1
-        if self.dispatch and sys_flag & fmt.SYS_FLAG_TRANSACTION_MASK in (0, fmt.SYS_FLAG_TRANSACTION_COMMIT_TYPE):
+        if numbered:
+            self.queue_offsets[(topic, queue_id)] = queue_offset + 1
+        if self.dispatch and numbered:
             self._dispatch(topic, queue_id, queue_offset,
                            cqfmt.make_units([offset], [size], [fmt.tags_code(tags)]))
         return offset

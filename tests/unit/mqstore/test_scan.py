@@ -314,3 +314,83 @@ def test_a_half_written_record_at_the_end_of_the_last_segment_ends_the_scan(tmp_
         file.write(b"\0" * (last.size_bytes - 40))
     shutil.rmtree(root / "consumequeue")
     assert scan_store(root).read_all().num_rows == 299
+
+
+def _transaction_store(root: Path) -> None:
+    """Two topics, three queues, 64-unit ConsumeQueue files filled several times, 32 KiB segments, IPv6 hosts and
+    version-2 records, a transaction-prepared record in every ten (no ConsumeQueue unit, as in RocketMQ)."""
+    with StoreWriter(root, segment_size_bytes=32 * 1024, queue_entries_per_file=64) as writer:
+        rng = random.Random(11)
+        for index in range(1200):
+            kind = index % 10
+            writer.put(f"t{index % 2}", rng.randbytes(rng.randrange(60)), queue_id=index % 3, tags="A",
+                       version=2 if kind == 4 else 1, born_host=("::1", 7) if kind == 5 else ("10.1.2.3", 41234),
+                       sys_flag=fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE if kind == 7 else 0)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_topic_scan_gives_the_topics_consumable_rows_across_queue_files(tmp_path, monkeypatch, codec):
+    _codec(monkeypatch, codec)
+    root = tmp_path / "store"
+    _transaction_store(root)
+    assert len(list((root / "consumequeue" / "t1" / "1").iterdir())) >= 3  # several full queue files
+    full = scan_store(root).read_all()
+    prepared = pc.equal(pc.bit_wise_and(full["sys_flag"], fmt.SYS_FLAG_TRANSACTION_MASK),
+                        fmt.SYS_FLAG_TRANSACTION_PREPARED_TYPE)
+    for topic in ("t0", "t1"):
+        expected = full.filter(pc.and_(pc.equal(full["topic"], topic), pc.invert(prepared)))
+        got = _sorted(scan_store(root, topic=topic).read_all())
+        assert got.num_rows == expected.num_rows > 0
+        assert got.equals(expected)
+    # the committed records of each queue are numbered 0, 1, 2, ... as RocketMQ numbers them
+    t1 = scan_store(root, topic="t1", queue_ids=1).read_all()
+    assert sorted(t1["queue_offset"].to_pylist()) == list(range(t1.num_rows))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_queue_file_that_ends_before_the_next_one_is_refused_as_the_stores_open_refuses_it(
+        tmp_path, monkeypatch, codec):
+    _codec(monkeypatch, codec)
+    root = tmp_path / "store"
+    _transaction_store(root)
+    path = root / "consumequeue" / "t0" / "2" / "00000000000000000000"
+    data = bytearray(path.read_bytes())
+    data[10 * 20:11 * 20] = bytes(20)  # a free unit in the middle of a full file that has a successor
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptionError) as caught:
+        scan_store(root, topic="t0").read_all()
+    assert (caught.value.path, caught.value.offset, caught.value.rule) == (str(path), 10 * 20, "consumequeue.1")
+    assert "ends after 10 entries but is not the last" in str(caught.value)
+    assert scan_store(root, topic="t1").read_all().num_rows > 0  # the other topic's queues are whole
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("left", [8, 12, 16, 17, 40])
+def test_records_at_a_segments_end_scan_through_and_beside_the_mapping(tmp_path, monkeypatch, codec, left):
+    """The scan decodes records in the segment's mapping, except those within BUFFER_PAD_BYTES of the file's end
+    (read into padded buffers): a segment whose last record leaves `left` bytes for its blank."""
+    _codec(monkeypatch, codec)
+    root = tmp_path / "store"
+    segment = 8192
+    expected = []
+    with StoreWriter(root, segment_size_bytes=segment, queue_entries_per_file=64) as writer:
+        record_empty = -writer.put("t0", b"") + writer.end_offset  # the size of a record with an empty body
+        expected.append(("t0", b""))
+        index = 1
+        while segment - writer.end_offset - left >= record_empty + 300:
+            body = bytes([index % 251]) * (index * 7 % 200)
+            writer.put(f"t{index % 2}", body, queue_id=index % 3)
+            expected.append((f"t{index % 2}", body))
+            index += 1
+        last = bytes(segment - writer.end_offset - left - record_empty)
+        writer.put("t1", last, queue_id=1)
+        expected.append(("t1", last))
+        assert writer.end_offset == segment - left
+        for body in (b"next", b"segment"):
+            writer.put("t0", body)
+            expected.append(("t0", body))
+    full = scan_store(root).read_all()
+    assert list(zip(full["topic"].to_pylist(), full["body"].to_pylist())) == expected
+    for topic in ("t0", "t1"):
+        got = _sorted(scan_store(root, topic=topic).read_all())
+        assert got["body"].to_pylist() == [body for name, body in expected if name == topic]
