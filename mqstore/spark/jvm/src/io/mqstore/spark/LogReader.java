@@ -197,8 +197,8 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         if (layout.topicLength != expect.length
                 || !java.util.Arrays.equals(expect, 0, expect.length, buf, layout.topicStart,
                         layout.topicStart + layout.topicLength)) {
-            throw new CorruptLogException("a ConsumeQueue of topic '" + queued.topic() + "' points at a record of topic "
-                    + LogFormat.escaped(buf, layout.topicStart, layout.topicLength), path, filePos,
+            throw new CorruptLogException("a ConsumeQueue of topic '" + queued.topic() + "' points at a record of "
+                    + "topic " + LogFormat.escaped(buf, layout.topicStart, layout.topicLength), path, filePos,
                     "consumequeue.matches-log");
         }
         return true;

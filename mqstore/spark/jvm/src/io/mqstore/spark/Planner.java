@@ -31,10 +31,12 @@ import java.util.Set;
  *                                               own position; the reader before a cut must land exactly on it,
  *                                               so a false cut is an error, never a wrong row
  *   small segments                              grouped, so each core gets about PARTITIONS_PER_CORE partitions
+ *   a read of at most SMALL_READ_BYTES_PER_CORE a core  one partition a core
  * </pre>
  *
- * ConsumeQueue reads for a topic filter and segments skipped by time: {@link QueuePlanner}. Both only save
- * reading; every record is tested against the filter, so the rows are the same.
+ * The walk to the written end: {@link LogEnd}. ConsumeQueue reads for a topic filter and segments skipped by time:
+ * {@link QueuePlanner}. Both only save reading; every record is tested against the filter, so the rows are the
+ * same.
  */
 final class Planner {
     private Planner() {
