@@ -3,14 +3,9 @@ package io.mqstore.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
-import java.io.UncheckedIOException;
-import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.Paths;
-import java.nio.file.StandardOpenOption;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
@@ -19,22 +14,22 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * Reads one LogPartition into ColumnarBatches: each piece's records walked READ_CHUNK_BYTES at a time (each
- * piece must end exactly where planned, or at its segment's blank), every record checked (rules 1 to 4 of
- * commitlog/format.py) before a byte of it is used, the row filter applied to each, every requested column
- * decoded as commitlog/arrow_decode.py decodes it. A record that breaks a rule raises CorruptLogException with
- * file, position in the file and rule.
+ * Reads one partition into ColumnarBatches. A LogPartition's pieces are walked record by record, READ_CHUNK_BYTES
+ * read at a time (each piece must end exactly where planned, or at its segment's blank); a
+ * QueuePartition's records are copied one by one from the mapped segments, only the records its units point to
+ * ({@link QueuedRecords}). Every record is checked (rules 1 to 4 of commitlog/format.py, rule 6's shape) before a
+ * byte of it is used, the row filter applied to each, every requested column decoded as
+ * commitlog/arrow_decode.py decodes it. A record that breaks a rule raises CorruptLogException with file,
+ * position in the file and rule.
  */
 final class LogReader implements PartitionReader<ColumnarBatch> {
-    static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment held at once (or one larger record)
+    static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment held at once on a walk (or one larger record)
     static final int BATCH_ROWS = 8192;  // rows per ColumnarBatch
     static final int BATCH_BODY_BYTES = 16 << 20;  // a batch ends once its bodies pass this many bytes
 
-    static final int QUEUE_GAP_BYTES = 16 * 1024;  // ConsumeQueue path: records closer than this are read at once
-
     private final StorePartition partition;
     private final LogPartition log;  // one of these two is null
-    private final QueuePartition queue;
+    private final QueuedRecords queued;
     private final RowFilter.Compiled filter;
     private final WritableColumnVector[] byId = new WritableColumnVector[Columns.COUNT];
     private final WritableColumnVector[] vectors;
@@ -45,7 +40,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private final TopicDictionary topics = new TopicDictionary();
 
     private int piece = -1;
-    private FileChannel channel;
+    private SegmentMap segment;
     private String path;
     private long base;
     private long segmentEnd;
@@ -63,19 +58,10 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private final HostCache storeHosts = new HostCache();
     private final PropertyColumns propertyColumns;
 
-    // the ConsumeQueue path: the records of one topic in one segment, sorted by offset
-    private int queueTopic = -1;  // index into queueTopics
-    private String[] queueTopics;
-    private byte[] expectTopic;
-    private long[] queueOffsets = new long[0];
-    private long[] queueSizes = new long[0];
-    private int queueAt;  // the next record of queueOffsets
-    private int queueGroupEnd;  // records [queueAt, queueGroupEnd) lie in the segment `base`
-
     LogReader(StorePartition partition, RowFilter filter, StructType schema, boolean offHeap) {
         this.partition = partition;
         this.log = partition instanceof LogPartition ? (LogPartition) partition : null;
-        this.queue = partition instanceof QueuePartition ? (QueuePartition) partition : null;
+        this.queued = partition instanceof QueuePartition ? new QueuedRecords((QueuePartition) partition) : null;
         this.filter = filter.compile();
         int[] ids = Columns.ids(schema);
         vectors = new WritableColumnVector[ids.length];
@@ -104,12 +90,11 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         int rows = 0;
         long bodyBytes = 0;
         while (rows < BATCH_ROWS && bodyBytes < BATCH_BODY_BYTES) {
-            if (queue != null) {
+            if (queued != null) {
                 if (!nextQueued()) {
                     break;
                 }
-                int pos = (int) (position - bufAbs);
-                if (decode(pos, position, rows)) {
+                if (decode(0, position, rows)) {
                     bodyBytes += layout.bodyLength;
                     rows++;
                 }
@@ -143,13 +128,13 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public void close() throws IOException {
-        closeChannel();
+        closeSegment();
         batch.close();
     }
 
     // --- walking the pieces -----------------------------------------------------------------------------------
     private boolean openNextPiece() throws IOException {
-        closeChannel();
+        closeSegment();
         piece++;
         if (piece >= log.starts.length) {
             return false;
@@ -163,162 +148,65 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         return true;
     }
 
+    private void closeSegment() throws IOException {
+        if (segment != null) {
+            segment.close();
+            segment = null;
+        }
+    }
+
     private void openSegment() throws IOException {
+        closeSegment();
         Path file = Paths.get(partition.root, "commitlog", LogFormat.segmentName(base));
         path = file.toString();
-        try {
-            channel = FileChannel.open(file, StandardOpenOption.READ);
-        } catch (NoSuchFileException e) {
-            throw new UncheckedIOException("segment " + path + " was deleted while the read was running (retention?)",
-                    e);
-        }
+        segment = SegmentMap.open(file, base, partition.segmentSize);
         bufLen = 0;
         bufAbs = 0;
     }
 
     // --- the ConsumeQueue path --------------------------------------------------------------------------------
     /**
-     * Locate the next record the partition's ConsumeQueue slices point to (true), topic after topic, segment
-     * after segment, each run of close records read with one pread; false after the last. The record must be
-     * the size its unit says and of the unit's topic (consumequeue.matches-log), and valid (rules 1 to 4, 6).
+     * Locate the next record the partition's ConsumeQueue units point to (true), copied alone to buf[0], or false
+     * after the last. The record must be the size its unit says and of the unit's topic
+     * (consumequeue.matches-log), and valid (rules 1 to 4, 6's shape), all checked before it is decoded.
      */
     private boolean nextQueued() throws IOException {
-        while (queueAt >= queueGroupEnd) {
-            if (queueAt >= queueOffsets.length && !loadNextTopic()) {
-                return false;
-            }
-            openQueueGroup();
+        if (!queued.next()) {
+            return false;
         }
-        int i = queueAt++;
-        position = queueOffsets[i];
-        int size = (int) queueSizes[i];
+        if (queued.segmentChanged) {
+            base = queued.base;
+            segmentEnd = base + partition.segmentSize;
+            openSegment();
+        }
+        position = queued.offset;
+        int size = queued.size;
         long filePos = position - base;
-        if (position < bufAbs || position + size > bufAbs + bufLen || bufLen == 0) {
-            readQueueRun(i);
-        }
-        int pos = (int) (position - bufAbs);
-        int total = LogFormat.i32(buf, pos);
+        int total = segment.i32(position, size);  // a file that ends first: the copy below reports it
         if (total != size) {
             throw new CorruptLogException("a ConsumeQueue unit says " + size + " bytes, the record there has TOTALSIZE "
                     + total, path, filePos, "consumequeue.matches-log");
         }
-        layout.locate(buf, pos, segmentEnd - position, position, path, filePos);
-        checkRecordCrcShape(buf, pos, position, filePos);
-        if (layout.topicLength != expectTopic.length
-                || !java.util.Arrays.equals(expectTopic, 0, expectTopic.length, buf, layout.topicStart,
+        grow(size);
+        segment.copy(position, buf, size, "a record its ConsumeQueue points at");
+        bufAbs = position;
+        bufLen = size;
+        layout.locate(buf, 0, segmentEnd - position, position, path, filePos);
+        checkRecordCrcShape(buf, 0, position, filePos);
+        byte[] expect = queued.expectTopic;
+        if (layout.topicLength != expect.length
+                || !java.util.Arrays.equals(expect, 0, expect.length, buf, layout.topicStart,
                         layout.topicStart + layout.topicLength)) {
-            throw new CorruptLogException("a ConsumeQueue of topic '" + queueTopics[queueTopic] + "' points at a "
-                    + "record of topic " + LogFormat.escaped(buf, layout.topicStart, layout.topicLength), path, filePos,
+            throw new CorruptLogException("a ConsumeQueue of topic '" + queued.topic() + "' points at a record of "
+                    + "topic " + LogFormat.escaped(buf, layout.topicStart, layout.topicLength), path, filePos,
                     "consumequeue.matches-log");
         }
         return true;
     }
 
-    /** The units of the next topic's slices, sorted by commitlog offset; false when no topic is left. */
-    private boolean loadNextTopic() {
-        if (queueTopics == null) {
-            queueTopics = java.util.Arrays.stream(queue.topics).distinct().sorted().toArray(String[]::new);
-        }
-        while (++queueTopic < queueTopics.length) {
-            String topic = queueTopics[queueTopic];
-            java.util.List<long[][]> parts = new java.util.ArrayList<>();
-            int total = 0;
-            for (int s = 0; s < queue.topics.length; s++) {
-                if (queue.topics[s].equals(topic)) {
-                    long[][] units = Queues.range(Paths.get(queue.queueDirs[s]), queue.firsts[s], queue.counts[s]);
-                    parts.add(units);
-                    total += units[0].length;
-                }
-            }
-            long[][] pairs = new long[total][];
-            int at = 0;
-            for (long[][] units : parts) {
-                for (int k = 0; k < units[0].length; k++) {
-                    pairs[at++] = new long[] {units[0][k], units[1][k]};
-                }
-            }
-            java.util.Arrays.sort(pairs, (a, b) -> Long.compare(a[0], b[0]));  // stable
-            queueOffsets = new long[total];
-            queueSizes = new long[total];
-            for (int k = 0; k < total; k++) {
-                queueOffsets[k] = pairs[k][0];
-                queueSizes[k] = pairs[k][1];
-            }
-            queueAt = 0;
-            queueGroupEnd = 0;
-            expectTopic = topic.getBytes(StandardCharsets.UTF_8);
-            if (total > 0) {
-                return true;
-            }
-        }
-        return false;
-    }
-
-    /** Open the segment of record queueAt and find the records [queueAt, queueGroupEnd) of it; check their units. */
-    private void openQueueGroup() throws IOException {
-        closeChannel();
-        long size = partition.segmentSize;
-        long first = queueOffsets[queueAt];
-        base = first - Math.floorMod(first - queue.firstBase, size);
-        segmentEnd = base + size;
-        int end = queueAt;
-        while (end < queueOffsets.length && queueOffsets[end] < segmentEnd) {
-            end++;
-        }
-        queueGroupEnd = end;
-        openSegment();
-        for (int k = queueAt; k < end; k++) {
-            long offset = queueOffsets[k];
-            if (offset < queue.firstBase || queueSizes[k] < LogFormat.RECORD_SIZE_MIN
-                    || queueSizes[k] > segmentEnd - offset) {
-                throw new CorruptLogException("a ConsumeQueue unit of topic '" + queueTopics[queueTopic] + "' says "
-                        + queueSizes[k] + " bytes at " + offset, path, offset - base, "consumequeue.matches-log");
-            }
-        }
-    }
-
-    /** Read the run of close records from record i (one pread of at most READ_CHUNK_BYTES, or the one record). */
-    private void readQueueRun(int i) throws IOException {
-        long start = queueOffsets[i];
-        long end = start + queueSizes[i];
-        if (queueSizes[i] > READ_CHUNK_BYTES) {  // read alone, once its header agrees with its unit
-            ensureAt(start, LogFormat.END_FILE_MIN_BLANK_LENGTH);
-            if (LogFormat.i32(buf, 0) != queueSizes[i]) {
-                return;  // nextQueued reports the disagreement
-            }
-        } else {
-            for (int k = i + 1; k < queueGroupEnd; k++) {
-                long recordEnd = queueOffsets[k] + queueSizes[k];
-                if (queueOffsets[k] - end > QUEUE_GAP_BYTES || recordEnd - start > READ_CHUNK_BYTES) {
-                    break;
-                }
-                end = Math.max(end, recordEnd);
-            }
-        }
-        ensureAt(start, (int) (end - start));
-    }
-
-    /** buf = exactly [at, at + length) of the current segment. */
-    private void ensureAt(long at, int length) throws IOException {
+    private void grow(int length) {
         if (buf.length < length) {
             buf = new byte[Math.max(length, Math.min(READ_CHUNK_BYTES, 2 * buf.length))];
-        }
-        ByteBuffer into = ByteBuffer.wrap(buf, 0, length);
-        long filePos = at - base;
-        while (into.hasRemaining()) {
-            if (channel.read(into, filePos + into.position()) < 0) {
-                throw new IOException("segment " + path + " ends at byte " + (filePos + into.position())
-                        + ", before a record its ConsumeQueue points at: was it truncated or replaced?");
-            }
-        }
-        bufAbs = at;
-        bufLen = length;
-    }
-
-    private void closeChannel() throws IOException {
-        if (channel != null) {
-            channel.close();
-            channel = null;
         }
     }
 
@@ -328,18 +216,8 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             return;
         }
         int want = (int) Math.min(pieceEnd - at, Math.max(READ_CHUNK_BYTES, need));
-        if (buf.length < want) {
-            buf = new byte[Math.max(want, Math.min(READ_CHUNK_BYTES, 2 * buf.length))];
-        }
-        ByteBuffer into = ByteBuffer.wrap(buf, 0, want);
-        long filePos = at - base;
-        while (into.hasRemaining()) {
-            int n = channel.read(into, filePos + into.position());
-            if (n < 0) {
-                throw new IOException("segment " + path + " ends at byte " + (filePos + into.position())
-                        + ", before the end planned for this read: was it truncated or replaced?");
-            }
-        }
+        grow(want);
+        segment.read(at, buf, want, "the end planned for this read");
         bufAbs = at;
         bufLen = want;
     }

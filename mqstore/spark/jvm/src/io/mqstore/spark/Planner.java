@@ -2,7 +2,6 @@ package io.mqstore.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.nio.ByteBuffer;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.DirectoryStream;
@@ -14,7 +13,6 @@ import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
-import java.util.zip.CRC32;
 
 /**
  * Planning a batch read, the log-path rules of mqstore/store/scan_plan.py:
@@ -33,10 +31,12 @@ import java.util.zip.CRC32;
  *                                               own position; the reader before a cut must land exactly on it,
  *                                               so a false cut is an error, never a wrong row
  *   small segments                              grouped, so each core gets about PARTITIONS_PER_CORE partitions
+ *   a read of at most SMALL_READ_BYTES_PER_CORE a core  one partition a core
  * </pre>
  *
- * ConsumeQueue reads for a topic filter and segments skipped by time: {@link QueuePlanner}. Both only save
- * reading; every record is tested against the filter, so the rows are the same.
+ * The walk to the written end: {@link LogEnd}. ConsumeQueue reads for a topic filter and segments skipped by time:
+ * {@link QueuePlanner}. Both only save reading; every record is tested against the filter, so the rows are the
+ * same.
  */
 final class Planner {
     private Planner() {
@@ -46,7 +46,7 @@ final class Planner {
     static final long PARTITION_BYTES_MAX = 256 * MIB;
     static final long PARTITION_BYTES_MIN = 64 * 1024;
     static final int PARTITIONS_PER_CORE = 2;
-    static final int TAIL_CRC_RECORDS = 64;
+    static final long SMALL_READ_BYTES_PER_CORE = 32 * MIB;
     static final long CUT_SEARCH_BYTES_MAX = 64 * MIB;  // how far past the wanted cut a record start is looked for
 
     /** The segments of one store: bases ascending, all `size` bytes. */
@@ -137,214 +137,22 @@ final class Planner {
     /** The snapshot, the walk to the written end starting at `knownStart` (a record start, or -1) when it helps. */
     static StorePlan planStore(ReadOptions.StoreRef ref, long knownStart) {
         Segments segments = listSegments(ref.root);
-        long dispatched = dispatchedEnd(ref.root, segments);
-        return new StorePlan(ref, segments, writtenEnd(segments, Math.max(dispatched, knownStart)), dispatched);
-    }
-
-    static final int CQ_UNIT_SIZE = 20;  // i64 commitlog offset, i32 size, i64 tags code (consumequeue/format.py)
-
-    /**
-     * The end of the ConsumeQueues' furthest unit, when the record it points to is there (magic, TOTALSIZE and
-     * PHYSICALOFFSET as the unit says), else -1: the walk to the written end starts there instead of at the
-     * segment's start, as scan_plan._verified_dispatched_end does.
-     */
-    static long dispatchedEnd(String root, Segments segments) {
-        if (segments.bases.length == 0) {
-            return -1;
-        }
-        long bestEnd = -1;
-        long bestOffset = -1;
-        int bestSize = 0;
-        Path queues = Paths.get(root, "consumequeue");
-        if (!Files.isDirectory(queues)) {
-            return -1;
-        }
-        try (DirectoryStream<Path> topics = Files.newDirectoryStream(queues)) {
-            for (Path topic : topics) {
-                if (!Files.isDirectory(topic)) {
-                    continue;
-                }
-                try (DirectoryStream<Path> ids = Files.newDirectoryStream(topic)) {
-                    for (Path queue : ids) {
-                        long[] last = lastUnit(queue);
-                        if (last != null && last[0] >= 0 && last[0] <= Long.MAX_VALUE - last[1]
-                                && last[0] + last[1] > bestEnd) {  // units are untrusted: no overflow
-                            bestEnd = last[0] + last[1];
-                            bestOffset = last[0];
-                            bestSize = (int) last[1];
-                        }
-                    }
-                }
-            }
-        } catch (IOException e) {
-            return -1;  // only a shortcut: the walk starts at the segment's start
-        }
-        long first = segments.bases[0];
-        long base = bestOffset - Math.floorMod(bestOffset - first, segments.size);
-        if (bestOffset < first || base > segments.bases[segments.bases.length - 1]
-                || bestEnd > base + segments.size) {
-            return -1;
-        }
-        try (FileChannel channel = FileChannel.open(segments.path(base), StandardOpenOption.READ)) {
-            ByteBuffer head = ByteBuffer.allocate(LogFormat.OFFSET_PHYSICAL_OFFSET + 8);
-            channel.read(head, bestOffset - base);
-            if (head.position() < head.capacity() || head.getInt(0) != bestSize
-                    || !LogFormat.isMessageMagic(head.getInt(LogFormat.OFFSET_MAGIC_CODE))
-                    || head.getLong(LogFormat.OFFSET_PHYSICAL_OFFSET) != bestOffset) {
-                return -1;
-            }
-        } catch (IOException e) {
-            return -1;
-        }
-        return bestEnd;
-    }
-
-    /** {commitlog offset, size} of the last written unit of a queue directory's last file, or null. */
-    private static long[] lastUnit(Path queue) throws IOException {
-        if (!Files.isDirectory(queue)) {
-            return null;
-        }
-        List<Path> files = new ArrayList<>();
-        try (DirectoryStream<Path> entries = Files.newDirectoryStream(queue)) {
-            for (Path entry : entries) {
-                if (LogFormat.parseSegmentName(entry.getFileName().toString()) >= 0) {
-                    files.add(entry);
-                }
-            }
-        }
-        files.sort(null);
-        for (int i = files.size() - 1; i >= 0; i--) {
-            try (FileChannel channel = FileChannel.open(files.get(i), StandardOpenOption.READ)) {
-                long lo = 0;
-                long hi = channel.size() / CQ_UNIT_SIZE;  // units [0, lo) are written, [hi, ...) not
-                ByteBuffer unit = ByteBuffer.allocate(CQ_UNIT_SIZE);
-                while (lo < hi) {
-                    long mid = (lo + hi) >>> 1;
-                    if (unitSize(channel, mid, unit) > 0) {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                if (lo > 0 && unitSize(channel, lo - 1, unit) > 0) {
-                    return new long[] {unit.getLong(0), unit.getInt(8)};
-                }
-            }
-        }
-        return null;
-    }
-
-    private static int unitSize(FileChannel channel, long index, ByteBuffer unit) throws IOException {
-        unit.clear();
-        while (unit.hasRemaining()) {
-            if (channel.read(unit, index * CQ_UNIT_SIZE + unit.position()) < 0) {
-                return 0;
-            }
-        }
-        return unit.getInt(8);
+        long dispatched = LogEnd.dispatchedEnd(ref.root, segments);
+        return new StorePlan(ref, segments, LogEnd.writtenEnd(segments, Math.max(dispatched, knownStart)),
+                dispatched);
     }
 
     /**
-     * The written end of the log: the last segment whose first header is not zero, walked to its end from its
-     * start, or from `dispatched` (a record start, the furthest one known) when that lies in it.
+     * Bytes per partition: one partition a core for a small read (at most SMALL_READ_BYTES_PER_CORE a core: a task
+     * costs more than balancing saves), else a multiple of PARTITIONS_PER_CORE partitions per core, none above the
+     * maximum.
      */
-    static long writtenEnd(Segments segments, long dispatched) {
-        if (segments.bases.length == 0) {
-            return 0;
-        }
-        for (int i = segments.bases.length - 1; i >= 0; i--) {
-            long base = segments.bases[i];
-            try (FileChannel channel = FileChannel.open(segments.path(base), StandardOpenOption.READ)) {
-                ByteBuffer head = ByteBuffer.allocate(LogFormat.END_FILE_MIN_BLANK_LENGTH);
-                channel.read(head, 0);
-                if (head.getLong(0) != 0) {
-                    long start = base < dispatched && dispatched <= base + segments.size ? dispatched : base;
-                    if (start == base + segments.size) {
-                        return start;
-                    }
-                    return walkToEnd(channel, segments.path(base).toString(), base, segments.size, start);
-                }
-            } catch (IOException e) {
-                throw new UncheckedIOException("cannot read segment " + segments.path(base), e);
-            }
-        }
-        return segments.bases[0];
-    }
-
-    private static long walkToEnd(FileChannel channel, String path, long base, long size, long start)
-            throws IOException {
-        MappedByteBuffer map = channel.map(FileChannel.MapMode.READ_ONLY, 0, size);
-        long[] recent = new long[TAIL_CRC_RECORDS];  // positions of the last records walked, a ring
-        byte[][] scratch = {new byte[64 * 1024]};
-        int walked = 0;
-        int pos = (int) (start - base);
-        long end;
-        while (true) {
-            long remaining = size - pos;
-            if (remaining < LogFormat.END_FILE_MIN_BLANK_LENGTH) {
-                end = base + pos;
-                break;
-            }
-            int total = map.getInt(pos);
-            int magic = map.getInt(pos + LogFormat.OFFSET_MAGIC_CODE);
-            if (magic == LogFormat.BLANK_MAGIC_CODE && total == remaining) {
-                end = base + size;
-                break;
-            }
-            if (!structureValid(map, pos, remaining, base + pos, scratch)) {
-                end = base + pos;
-                break;
-            }
-            recent[walked++ % TAIL_CRC_RECORDS] = pos;
-            pos += total;
-        }
-        // the body CRCs of the last records: the first that fails is a record still being written
-        int first = Math.max(0, walked - TAIL_CRC_RECORDS);
-        CRC32 crc = new CRC32();
-        for (int k = first; k < walked; k++) {
-            int at = (int) recent[k % TAIL_CRC_RECORDS];
-            if (base + at >= end) {
-                break;
-            }
-            LogFormat.Layout layout = new LogFormat.Layout();
-            byte[] record = new byte[map.getInt(at)];
-            map.get(at, record);
-            layout.locate(record, 0, size - at, base + at, path, at);
-            crc.reset();
-            crc.update(record, layout.bodyStart, layout.bodyLength);
-            if (((int) crc.getValue() & 0x7FFFFFFF) != LogFormat.i32(record, LogFormat.OFFSET_BODY_CRC)) {
-                end = base + at;
-                break;
-            }
-        }
-        return end;
-    }
-
-    /** Rules (1) to (4) for the record at `pos` of a mapped segment (false where the Python walk stops). */
-    private static boolean structureValid(MappedByteBuffer map, int pos, long remaining, long offset,
-                                          byte[][] scratch) {
-        int total = map.getInt(pos);
-        if (!LogFormat.isMessageMagic(map.getInt(pos + LogFormat.OFFSET_MAGIC_CODE))
-                || total < LogFormat.RECORD_SIZE_MIN || total > remaining
-                || map.getLong(pos + LogFormat.OFFSET_PHYSICAL_OFFSET) != offset) {
-            return false;
-        }
-        if (scratch[0].length < total) {
-            scratch[0] = new byte[total];
-        }
-        byte[] record = scratch[0];
-        map.get(pos, record, 0, total);
-        try {
-            new LogFormat.Layout().locate(record, 0, total, offset, "", pos);
-            return true;
-        } catch (CorruptLogException e) {
-            return false;
-        }
-    }
-
-    /** Bytes per partition: a multiple of PARTITIONS_PER_CORE partitions per core, none above the maximum. */
     static long partitionTarget(long totalBytes) {
-        long slots = (long) PARTITIONS_PER_CORE * Runtime.getRuntime().availableProcessors();
+        int cores = Runtime.getRuntime().availableProcessors();
+        if (totalBytes <= SMALL_READ_BYTES_PER_CORE * cores) {
+            return Math.max(PARTITION_BYTES_MIN, ceilDiv(totalBytes, cores));
+        }
+        long slots = (long) PARTITIONS_PER_CORE * cores;
         long count = slots * Math.max(1, ceilDiv(totalBytes, PARTITION_BYTES_MAX * slots));
         return Math.min(PARTITION_BYTES_MAX, Math.max(PARTITION_BYTES_MIN, ceilDiv(totalBytes, count)));
     }
