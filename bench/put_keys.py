@@ -16,8 +16,9 @@ With `--baseline OTHER/.venv/bin/python` every row but rmq also runs on that che
 rounds: before/after of a change in one sitting.
 
     .venv/bin/python bench/put_keys.py [--rounds 3] [--count 1000000] [--batch-count 300000] [--rows put,batch]
-Prints one line per row and round, then medians with min-max; `--quick` is a smoke run. Not in bench/README's
-tables: a diagnostic of issue 30 (the README rows come from the benchmark the issue asks for).
+Prints one line per row and round, then medians with min-max (for the batch rows also the writer's CPU time a batch
+in put_batch's steps, decision 0045); `--quick` is a smoke run. Not in bench/README's tables: a diagnostic of issue
+30 (the README rows come from the benchmark the issue asks for).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def _worker(row: str, directory: str, count: int) -> dict:
 
     with MessageStore.open(directory, config) as store:
         batches = [batch(start) for start in range(0, count, 1000)] if prebuilt else None
+        spent = _time_steps(store)
         started = time.perf_counter()
         cpu = time.thread_time()
         for number, start in enumerate(range(0, count, 1000)):
@@ -98,8 +100,35 @@ def _worker(row: str, directory: str, count: int) -> dict:
         cpu = time.thread_time() - cpu
         seconds = time.perf_counter() - started
         segments = store.stats()["commitlog"]["segments"]
+    steps = {name: value / (count / 1000) * 1e3 for name, value in spent.items()}
     return {"msgs_per_s": count / seconds, "mb_per_s": count * 1024 / seconds / 1e6, "cpu_msgs_per_s": count / cpu,
-            "segments": segments}
+            "segments": segments, "steps_ms_a_batch": {"all": cpu / (count / 1000) * 1e3, **steps}}
+
+
+def _time_steps(store) -> dict[str, float]:
+    """Seconds spent in put_batch's steps, filled in as the row runs: the writer thread's CPU time in prepare_batch,
+    append (encode + pwrite + the numpy steps around) and the PutResults; the wall-clock time of the segments'
+    disk reservations (posix_fallocate, which can wait on the file system's journal: decision 0045)."""
+    from mqstore.commitlog import mapped_file
+
+    spent = {"prepare": 0.0, "append": 0.0, "results": 0.0, "reserve (wall)": 0.0}
+
+    def timed(owner, attribute: str, step: str, clock) -> None:
+        inner = getattr(owner, attribute)
+
+        def step_timed(*args):
+            began = clock()
+            try:
+                return inner(*args)
+            finally:
+                spent[step] += clock() - began
+        setattr(owner, attribute, step_timed)
+
+    timed(store._commitlog, "prepare_batch", "prepare", time.thread_time)
+    timed(store._commitlog, "append_columns_holding_lock", "append", time.thread_time)
+    timed(store, "_batch_results", "results", time.thread_time)
+    timed(mapped_file, "_reserve", "reserve (wall)", time.perf_counter)
+    return spent
 
 
 def _rocketmq(directory: str, count: int) -> dict | str:
@@ -169,6 +198,10 @@ def main() -> int:
             print(f"  {row:<26} {statistics.median(rates):>12,.0f} msgs/s ({min(rates):,.0f}-{max(rates):,.0f}) "
                   f"{statistics.median(mbs):>8,.0f} MB/s" +
                   (f"  writer CPU rate {statistics.median(cpu):,.0f} msgs/s" if cpu else ""))
+            steps = [v["steps_ms_a_batch"] for v in values if "steps_ms_a_batch" in v]
+            if steps:
+                print("      ms a batch (writer CPU; reservations wall-clock): " + ", ".join(
+                    f"{name} {statistics.median(s[name] for s in steps):.3f}" for name in steps[0]))
     rmq = [v["msgs_per_s"] for v in results.get("rmq", [])]
     for row in ("put", "base put"):
         if rmq and results.get(row) and len(results[row]) == len(rmq):

@@ -8,11 +8,12 @@ Queue offsets are assigned here, under the writer lock, from `queue_offsets` (Ro
 dense per (topic, queue_id), starting at 0. The owner restores that table on open.
 
 Disk use follows the data: segments are made at their full length but sparse, and with `preallocate` the writer
-reserves disk blocks (posix_fallocate) SPACE_RESERVE_STEP_BYTES at a time just ahead of what it writes, so a
-full disk fails an append (StoreIOError, ENOSPC) instead of a later store into the mapping (SIGBUS). When the
-writer comes within `next_segment_lead_bytes` of its segment's end, `near_end_listeners` are told (the owner
-has the next segment made then, not at open). Both happen on the append's slow path, behind the one comparison
-with `_append_limit` that every append makes anyway (docs/decisions/0014-disk-use-follows-the-data.md).
+reserves disk blocks (posix_fallocate) just ahead of what it writes, a step of SPACE_RESERVE_STEP_BYTES and further
+ahead as it goes on in a segment (`_reserve_ahead`), so a full disk fails an append (StoreIOError, ENOSPC) instead
+of a later store into the mapping (SIGBUS). When the writer comes within `next_segment_lead_bytes` of its segment's
+end, `near_end_listeners` are told (the owner has the next segment made then, not at open). Both happen on the
+append's slow path, behind the one comparison with `_append_limit` that every append makes anyway
+(docs/decisions/0014-disk-use-follows-the-data.md).
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ WRITE_THROUGH_RECORD_BYTES_MAX = 64 * 1024
 # Disk blocks the writer reserves ahead of itself at a time (preallocate): a fresh store takes this much of the
 # CommitLog's disk, and the put that crosses a step pays one posix_fallocate of it (bench/disk_reservation.py).
 SPACE_RESERVE_STEP_BYTES = 4 * 1024 * 1024
+# A writer that goes on into a segment reserves further ahead each time: as much again as it has reserved there
+# beyond the first step, at most this much (docs/decisions/0045-batch-write-budget.md: each posix_fallocate can
+# wait tens of milliseconds on the file system's journal, under the writer lock).
+SPACE_RESERVE_AHEAD_MAX_BYTES = 64 * 1024 * 1024
 # How near its segment's end the writer asks for the next segment (near_end_listeners); a quarter of the segment
 # when that is less, so that small segments are not asked for at once.
 NEXT_SEGMENT_LEAD_BYTES = 64 * 1024 * 1024
@@ -129,6 +134,25 @@ def _properties_text(message: Message) -> str:
             _check_text(f"property {name!r}", value)
             parts.append(f"{name}\x01{value}\x02")
     return "".join(parts)
+
+
+
+def _reserve_ahead(segment, wanted: int) -> None:
+    """Reserve `segment`'s disk up to at least `wanted` bytes, in whole SPACE_RESERVE_STEP_BYTES, and ahead of it as
+    much again as the segment had reserved beyond its first step (at most SPACE_RESERVE_AHEAD_MAX_BYTES): 4, 8,
+    16, 32, 64, 128, 196, 260 MiB ..., about 20 calls a GiB instead of 256, while a store with little data still
+    takes one step. When the reservation ahead cannot be had (a nearly full disk) only `wanted` is reserved, so
+    DISK_FULL comes when the bytes an append needs are missing, not earlier (StoreIOError then)."""
+    step = SPACE_RESERVE_STEP_BYTES
+    needed = -(-wanted // step) * step
+    ahead = min(max(segment.reserved_bytes - step, 0) // step * step, SPACE_RESERVE_AHEAD_MAX_BYTES)
+    if ahead:
+        try:
+            segment.reserve(needed + ahead)
+            return
+        except StoreIOError:
+            pass  # the blocks ahead are an optimisation: try for what this append needs
+    segment.reserve(needed)
 
 
 class CommitLog:
@@ -538,7 +562,7 @@ class CommitLog:
         if self.reserve_space:
             wanted = needed_end - base
             if wanted > segment.reserved_bytes:
-                segment.reserve(-(-wanted // SPACE_RESERVE_STEP_BYTES) * SPACE_RESERVE_STEP_BYTES)
+                _reserve_ahead(segment, wanted)
             limit = min(limit, base + segment.reserved_bytes)
         if not self._next_announced:
             lead_start = self._segment_end - self.next_segment_lead_bytes

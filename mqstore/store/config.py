@@ -161,7 +161,7 @@ class StoreConfig:
     """port written with born_host (a producer's ephemeral port in RocketMQ; 0 for an embedded producer)."""
 
     preallocate_segments: bool = True
-    """reserve a segment's disk (posix_fallocate) 4 MiB ahead of the writer, so a full disk makes put() return
+    """reserve a segment's disk (posix_fallocate) 4-64 MiB ahead of the writer, so a full disk makes put() return
     DISK_FULL instead of killing the process with SIGBUS; False leaves segments sparse (docs/storage.md)."""
 
     check_crc_on_recover: bool = True

@@ -16,3 +16,8 @@ def test_put_keys_quick_runs_every_row(tmp_path):
     for row in rows:
         assert len(result["rows"][row]) == 1 and result["rows"][row][0]["msgs_per_s"] > 0, row
         assert row in completed.stdout
+    for row in rows[1:5]:  # the batch rows split the writer's time a batch by step (decision 0045)
+        steps = result["rows"][row][0]["steps_ms_a_batch"]
+        assert sorted(steps) == ["all", "append", "prepare", "reserve (wall)", "results"], row
+        assert 0 < steps["prepare"] + steps["append"] + steps["results"] <= steps["all"], (row, steps)
+    assert "ms a batch (writer CPU; reservations wall-clock): all " in completed.stdout

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 
+import numpy as np
 import pytest
 from mqstore.commitlog import (
     _native,  # built by the package's install; MQSTORE_NATIVE=0 only changes the default
@@ -80,6 +82,31 @@ def test_queue_offsets_continue_across_batches_and_puts(tmp_path):
         last = store.put_batch([Message("t", b"c", queue_id=1), Message("u", b"d")])
     assert [r.queue_offset for r in first] == [0, 0, 1, 1, 2]
     assert middle.queue_offset == 2 and [r.queue_offset for r in last] == [3, 0]
+
+
+
+def test_queue_ranks_number_each_queues_messages_in_batch_order():
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    draw = random.Random(seed)
+    for count, queues in ((1, 1), (7, 3), (1000, 16), (300, 64)):
+        key_ids = [draw.randrange(queues) for _ in range(count)]
+        seen: dict[int, int] = {}
+        expected = [seen.__setitem__(k, seen.get(k, -1) + 1) or seen[k] for k in key_ids]
+        ranks = write_batch._queue_ranks(np.asarray(key_ids, dtype=np.int64), queues)
+        assert ranks.tolist() == expected
+
+
+def test_queue_offsets_of_interleaved_queues_follow_each_queue(tmp_path):
+    """The harness's shape: 4 topics x 4 queues interleaved in each batch, offsets continuing across batches."""
+    shape = [(f"T{i % 4}", (i // 4) % 4) for i in range(200)]
+    with MessageStore.open(tmp_path, small_config()) as store:
+        store.put(Message("T1", b"x", queue_id=2))
+        results = [r for _ in range(2) for r in store.put_batch([Message(t, b"b", queue_id=q) for t, q in shape])]
+    counted: dict[tuple[str, int], int] = {("T1", 2): 1}
+    for (topic, queue), result in zip(shape * 2, results):
+        assert result.queue_offset == counted.get((topic, queue), 0)
+        counted[topic, queue] = result.queue_offset + 1
 
 
 BAD = [

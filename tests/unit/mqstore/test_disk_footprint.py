@@ -4,15 +4,17 @@ made when the writer nears the end of the current one, not at open or at the fir
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
 import pytest
 from mqstore.commitlog import format as fmt
+from mqstore.commitlog import mapped_file as mapped_file_module
 from mqstore.commitlog.commitlog import SPACE_RESERVE_STEP_BYTES
 from mqstore.consumequeue import format as cqf
 
-from mqstore import GetStatus, Message, MessageStore, StoreConfig
+from mqstore import GetStatus, Message, MessageStore, PutStatus, StoreConfig
 from tests.conftest import small_config
 from tests.rocketmq import require_rmq
 
@@ -102,3 +104,54 @@ def test_rocketmq_reads_a_store_whose_segments_are_sparse(tmp_path):
     read = rmq.read(root, config, tmp_path / "rocketmq").entries  # RocketMQ's load() runs on a copy
     got = {(m["queue_id"], m["queue_offset"]): m["body_hex"] for m in read if m["topic"] == "orders"}
     assert got == {(i % 2, i // 2): body.hex() for i, body in enumerate(bodies)}
+
+
+def _count_reservations(monkeypatch, limit_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Record every posix_fallocate of a CommitLog segment as (start, end); past `limit_bytes` it fails with ENOSPC
+    (a disk that has only that much room for the segment). Other files' reservations pass untouched."""
+    calls: list[tuple[int, int]] = []
+    real = mapped_file_module.os.posix_fallocate
+
+    def recorded(fd, offset, length):
+        if f"{os.sep}commitlog{os.sep}" not in os.readlink(f"/proc/self/fd/{fd}"):
+            return real(fd, offset, length)
+        if limit_bytes is not None and offset + length > limit_bytes:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        calls.append((offset, offset + length))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(mapped_file_module.os, "posix_fallocate", recorded)
+    return calls
+
+
+def test_a_writer_that_goes_on_reserves_further_ahead_in_fewer_calls(tmp_path, monkeypatch):
+    """Each posix_fallocate can wait on the file system's journal under the writer lock (decision 0045): a writer
+    going on into a segment reserves as much again as it has reserved, 4 MiB at first, at most 64 MiB ahead."""
+    calls = _count_reservations(monkeypatch)
+    config = small_config(segment_size_bytes=512 * MIB, preallocate_segments=True)
+    body = os.urandom(1000)
+    with MessageStore.open(tmp_path, config) as store:
+        for _ in range(150):  # 150 MB of records, in batches
+            assert {r.status for r in store.put_batch([Message("t", body)] * 1000)} == {PutStatus.PUT_OK}
+        written = store._commitlog.readable_end()
+        reserved = store._commitlog._segment.reserved_bytes
+    ends = [end for _, end in calls]
+    assert ends == [4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB, 128 * MIB, 196 * MIB]  # one call each 4 MiB before
+    assert written <= reserved <= written + 64 * MIB
+    used = (tmp_path / "commitlog" / fmt.segment_name(0)).stat().st_blocks * 512
+    assert reserved <= used <= reserved + MIB
+
+
+def test_a_nearly_full_disk_reserves_only_what_the_put_needs(tmp_path, monkeypatch):
+    """When the blocks ahead cannot be had, the writer asks for the step its put needs: DISK_FULL comes when the
+    disk has no room for the put, not 64 MiB earlier."""
+    calls = _count_reservations(monkeypatch, limit_bytes=20 * MIB)
+    config = small_config(segment_size_bytes=256 * MIB, preallocate_segments=True)
+    body = os.urandom(1000)
+    with MessageStore.open(tmp_path, config) as store:
+        statuses = [r.status for _ in range(30) for r in store.put_batch([Message("t", body)] * 1000)]
+        written = store._commitlog.readable_end()
+    assert [end for _, end in calls] == [4 * MIB, 8 * MIB, 16 * MIB, 20 * MIB]  # 32 MiB refused, then 20 MiB
+    stored = statuses.count(PutStatus.PUT_OK)
+    assert set(statuses[stored:]) == {PutStatus.DISK_FULL} and stored > 0
+    assert 19 * MIB < written <= 20 * MIB  # every reserved block was used before DISK_FULL
