@@ -405,12 +405,27 @@ def report_users(data: dict, readme_only: bool = False) -> str:
     if reruns:
         intro += " Measured again later (`--only ... --merge`): " + "; ".join(
             f"{', '.join(run['only'])} at {run['date_utc']} UTC, {run['rounds']} rounds" for run in reruns) + "."
-    verdict = {True: "met", False: "**not met**", None: "-"}
+    gaps = ("bench/" if readme_only else "") + GAPS.relative_to(HERE).as_posix()
     return intro + "\n\n" + table(rows, [
         ("workload", "label", text), ("mqstore", "measured_text", text), ("reference, same run", "reference_text",
                                                                          text),
         ("ratio", "ratio_text", text), ("target", "target", text),
-        ("", lambda row: verdict[row["met"]] + (f" ({row['gap']})" if row.get("gap") else ""), text)])
+        ("", lambda row: users_verdict(row, gaps), text)])
+
+
+def users_verdict(row: dict, gaps: str) -> str:
+    """A row's last cell: met, or not met with its gap and a link to where its time goes (GAPS)."""
+    if row["met"] is None:
+        return "-"
+    if row["met"]:
+        return "met"
+    gap = f"{row['gap']}; " if row.get("gap") else ""
+    return f"**not met** ({gap}[where the time goes]({gaps}#{row['name']}))"
+
+
+def gap_sections() -> list[str]:
+    """The row names GAPS has a section for (`## name`)."""
+    return [line[3:].strip() for line in GAPS.read_text(encoding="utf-8").splitlines() if line.startswith("## ")]
 
 
 def report_users_readme(data: dict) -> str:
@@ -453,6 +468,7 @@ BENCHMARKS = {
     "aio_put": report_aio_put,
 }
 TOP_README = HERE.parent / "README.md"
+GAPS = HERE / "results" / "users-gaps.md"  # where the time goes in each row of users.json not met
 TOP_README_BLOCKS = ("users",)  # also rendered in the repository's README.md
 TOP_README_RENDERERS = {"users": report_users_readme}  # README.md's version of a block, where it differs
 

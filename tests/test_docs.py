@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -61,6 +62,19 @@ def test_bench_readme_tables_match_the_results():
     assert report.generated_readme(current) == current, "bench/README.md is out of date: run `make docs`"
     top = report.TOP_README.read_text(encoding="utf-8")
     assert report.generated_readme(top, report.TOP_README_BLOCKS) == top, "README.md is out of date: run `make docs`"
+
+
+def test_every_speed_row_not_met_says_where_its_time_goes():
+    """Issue 30: a row of README's Speed table that misses its target shows where the time goes and the next
+    step: bench/results/users-gaps.md has a section for each such row, and none for a row that is met."""
+    report = _load("bench/report.py")
+    rows = json.loads((report.RESULTS / "users.json").read_text(encoding="utf-8"))["rows"]
+    sections = report.gap_sections()
+    assert len(sections) == len(set(sections)), "a row with two sections in users-gaps.md"
+    assert sorted(sections) == sorted(row["name"] for row in rows if row["met"] is False)
+    text = report.GAPS.read_text(encoding="utf-8")
+    for part in text.split("\n## ")[1:]:
+        assert "Where the time goes" in part and "Next step" in part, part[:80]
 
 
 def test_bench_report_has_a_table_for_every_result_file():
