@@ -279,7 +279,7 @@ static void waiter_leave(FlushGate *self, gate_waiter *waiter, int outcome) {
  * caller's entry in the gate's list lives on this stack frame; it waits on its own condition variable. */
 static int gate_block(FlushGate *self, long long position, long long deadline, int lead) {
     /* The mutex is never held by a thread that waits for the GIL: taking it with the GIL held cannot deadlock. */
-    gate_waiter waiter = {NULL, NULL, position, lead, 0, 0};
+    gate_waiter waiter = {.position = position, .lead = lead};  /* the rest zero; `cond` set up below */
     int outcome;
     pthread_mutex_lock(&self->mutex);
     long long handovers = self->handovers;
