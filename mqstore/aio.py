@@ -36,7 +36,6 @@ from typing import Iterable
 from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError, StoreError
 from mqstore.commitlog.message import Message, PutResult, PutStatus
 from mqstore.consumer.group import POLL_MAX_COUNT_LIMIT, POLL_TIMEOUT_MS_MAX, READ_ONLY_POLL_INTERVAL_S
-from mqstore.flush.services import GATE_CLOSED, GATE_DURABLE, GATE_LEAD
 from mqstore.store.config import StoreConfig
 from mqstore.store.engine import MessageStore
 
@@ -45,14 +44,11 @@ __all__ = ["AsyncConsumer", "AsyncMessageStore"]
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 1.0  # a waiter thread with nothing to wait for looks at its stop flag this often (it is woken anyway)
-LOOP_FLUSH_S_MAX = 0.002  # the loop leads a flush itself only while the last one took under this (else the thread)
 DISPATCH_WAIT_SLICE_S = 0.1  # the dispatch waiter's longest single wait, so that new waiters are seen this soon
 _new_tuple = tuple.__new__
 _Future = asyncio.Future
 _running_loop = asyncio.get_running_loop
 _FLUSH_DISK_FAILED = PutStatus.FLUSH_DISK_FAILED
-# FlushGate.wait's outcomes (flush/services.py)
-_GATE_DURABLE, _GATE_LEAD, _GATE_CLOSED = GATE_DURABLE, GATE_LEAD, GATE_CLOSED
 
 
 def _deliver(resolved: list) -> None:
@@ -65,15 +61,6 @@ def _deliver(resolved: list) -> None:
                 future.set_exception(value)
             else:
                 future.set_result(value)
-
-
-def _settle(resolved: list, loop) -> None:
-    """On `loop`: settle its own futures at once (`_deliver`), post the others' to their loops (`_post`)."""
-    if all(entry[1].get_loop() is loop for entry in resolved):
-        _deliver(resolved)
-        return
-    _deliver([entry for entry in resolved if entry[1].get_loop() is loop])
-    _post([entry for entry in resolved if entry[1].get_loop() is not loop])
 
 
 def _post(resolved: list) -> None:
@@ -111,29 +98,19 @@ def _with_status(status: PutStatus, result, placed: int):
 
 
 class FlushWaiter:
-    """Where the puts in flight of one SYNC store wait until the flush covers them: the loop's own group commit,
-    and a thread for the cases the loop must not block on.
+    """The thread that waits, for the puts in flight of one SYNC store, until the flush covers them.
 
-    `pending` holds (end offset, future, result, placed) in the order puts were written. The first put of a pass
-    of the loop schedules `flush_on_loop` (`scheduled`), which runs once every task resumed in that pass has
-    written its put: with the compiled gate free and fast flushes, the loop leads one flush itself (its
-    fdatasync without the GIL) and settles every put it made durable, with no thread switch. Otherwise (another
-    thread holds the lead, the last flush was slow, the pure-Python gate) it wakes the thread, which waits on
-    the group commit for the newest entry's end (leading the flush, or parked behind the leader, as a sync put
-    does: `GroupCommitService.wait_durable`) and resolves every entry the flush made durable in one call to
-    the loop. `_resolving` makes the two take entries off `pending` one at a time
-    (docs/decisions/0043-covered-wake-ups-and-the-aio-pump.md).
+    `pending` holds (end offset, future, result, placed) in the order puts were written. The thread waits on the
+    group commit for the newest entry's end (leading the flush itself, or parked behind the leader, as a sync
+    put does: `GroupCommitService.wait_durable`), so the flush covers every put written before it began; it then
+    resolves every entry the flush made durable, in one call to the loop.
     """
 
     def __init__(self, store: MessageStore):
         self._store = store
         self._group_commit = store._group_commit
-        self._gate = store._group_commit.gate
         self._timeout_s = store._sync_timeout_s
         self.pending: collections.deque = collections.deque()
-        self.scheduled = False  # a flush_on_loop is scheduled: puts added meanwhile are flushed by it
-        self.loop_flushes = 0  # flushes led by flush_on_loop (the rest of the puts were left to the thread)
-        self._resolving = threading.Lock()
         self.idle = False  # the thread waits for work: whoever adds some wakes it (`wake`)
         self._wake = threading.Lock()  # released to wake the thread (cheaper than an Event: no Python frames)
         self._wake.acquire()
@@ -153,39 +130,6 @@ class FlushWaiter:
         self.wake()
         self._thread.join()
 
-    def flush_on_loop(self) -> None:
-        """On the loop, after the puts of one pass: lead the flush that covers them here when the gate's lead is
-        free and the last flush was fast, and settle what it made durable; else leave them to the thread."""
-        self.scheduled = False
-        pending = self.pending
-        gate = self._gate
-        if not pending:
-            return
-        if gate is None or self._stopping or not gate.last_flush_s < LOOP_FLUSH_S_MAX:
-            self.wake()
-            return
-        target = pending[-1][0]
-        outcome = gate.wait(target, 0, True)  # never blocks: durable, the lead taken, or someone else's
-        if outcome == _GATE_LEAD:
-            self._group_commit._leads += 1
-            self.loop_flushes += 1
-            try:
-                self._group_commit._lead_gate()  # a failed flush closes the gate (decision 0033)
-            except BaseException:
-                self.wake()  # the puts still wait: the thread takes them on
-                raise
-        elif outcome != _GATE_DURABLE and outcome != _GATE_CLOSED:
-            self.wake()  # another thread leads: the flush thread waits for it
-            return
-        durable = gate.durable >= target
-        failed = not durable and (self._store._closed or self._store._not_durable_status() is _FLUSH_DISK_FAILED)
-        with self._resolving:
-            resolved = self._resolve(durable or not failed, target)
-        if pending:
-            self.wake()  # not covered (a flush for Python, a put from another thread): the thread waits for it
-        if resolved:
-            _settle(resolved, _running_loop())
-
     def _run(self) -> None:
         pending = self.pending
         while True:
@@ -197,23 +141,20 @@ class FlushWaiter:
                     self._wake.acquire(True, IDLE_WAIT_S)
                 self.idle = False
                 continue
-            target = pending[-1][0]  # the puts up to here were written before this wait began
+            waited = len(pending)  # these were written before this wait began
             try:
-                durable = self._group_commit.wait_durable(target, self._timeout_s)
-                with self._resolving:
-                    resolved = self._resolve(durable, target)
+                durable = self._group_commit.wait_durable(pending[-1][0], self._timeout_s)
+                resolved = self._resolve(durable, waited)
             except Exception as exc:  # noqa: BLE001 - a bug must fail the puts in flight, not hang them
                 log.exception("the asyncio flush waiter failed")
                 error = StoreError(f"waiting for the flush failed: {exc!r}")
                 error.__cause__ = exc
-                with self._resolving:
-                    resolved = [(0, entry[1], error, True) for entry in _take_all(pending)]
+                resolved = [(0, entry[1], error, True) for entry in _take_all(pending)]
             _post(resolved)
 
-    def _resolve(self, durable: bool, target: int) -> list:
-        """Take the entries settled by one wait for `target` off `pending` (holding `_resolving`): those now
-        durable (PUT_OK); after a failed wait, every one when a flush failed or the store closed, else those up to
-        `target`, which waited a whole timeout."""
+    def _resolve(self, durable: bool, waited: int) -> list:
+        """Take the entries settled by one wait off `pending`: those now durable (PUT_OK); after a failed wait,
+        every one when a flush failed or the store closed, else the `waited` that waited a whole timeout."""
         pending = self.pending
         take = pending.popleft
         position = self._group_commit.durable_position
@@ -230,7 +171,8 @@ class FlushWaiter:
                 keep((0, take()[1], error, True))
             return resolved
         status = store._not_durable_status()
-        while pending and (status is _FLUSH_DISK_FAILED or pending[0][0] <= target):
+        count = len(pending) if status is _FLUSH_DISK_FAILED else max(0, waited - len(resolved))
+        for _ in range(min(count, len(pending))):
             end, future, result, placed = take()
             keep((end, future, _with_status(status, result, placed), placed))
         return resolved
@@ -365,12 +307,10 @@ class AsyncMessageStore:
             await self._dispatch_lag(result[1] + result[3])
         if waiter is None:
             return result
-        loop = _running_loop()
-        future = _Future(loop=loop)  # loop.create_future without its Python frame
+        future = _Future(loop=_running_loop())  # loop.create_future without its Python frame
         waiter.pending.append((result[1] + result[3], future, result, -1))
-        if not waiter.scheduled:
-            waiter.scheduled = True
-            loop.call_soon(waiter.flush_on_loop)
+        if waiter.idle:
+            waiter.wake()
         return await future
 
     async def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
@@ -386,12 +326,10 @@ class AsyncMessageStore:
         waiter = self._flush_waiter
         if waiter is None:
             return results
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future = asyncio.get_running_loop().create_future()
         waiter.pending.append((end, future, results, placed))
-        if not waiter.scheduled:
-            waiter.scheduled = True
-            loop.call_soon(waiter.flush_on_loop)
+        if waiter.idle:
+            waiter.wake()
         return await future
 
     async def _dispatch_lag(self, end: int) -> None:

@@ -208,17 +208,12 @@ def write_stall(root: str) -> dict:
     return report
 
 
-def aio_puts(root: str, flusher: str) -> dict:
+def aio_puts(root: str) -> dict:
     """SYNC puts in flight from one event loop (mqstore.aio) when a flush fails: each awaiting put gets
-    FLUSH_DISK_FAILED or, written after the failure, FlushFailedError; none is acknowledged past the failure.
-    `flusher` "loop": the loop leads its flushes whenever the compiled gate lets it; "thread": the flush thread
-    does every flush."""
+    FLUSH_DISK_FAILED or, written after the failure, FlushFailedError; none is acknowledged past the failure."""
     import asyncio
 
-    import mqstore.aio
     from mqstore.aio import AsyncMessageStore
-
-    mqstore.aio.LOOP_FLUSH_S_MAX = 3600.0 if flusher == "loop" else 0.0
 
     async def put(store, seq: int) -> list:
         try:
@@ -232,9 +227,7 @@ def aio_puts(root: str, flusher: str) -> dict:
         report: dict = {"before": [(await put(store, seq))[0] for seq in range(MESSAGES_BEFORE)]}
         report["durable_before"] = store.sync.stats()["flush"]["flushed_offset"]
         arm(directory(root, "commitlog"))
-        loop_flushes = store._flush_waiter.loop_flushes
         report["results"] = await asyncio.gather(*(put(store, MESSAGES_BEFORE + seq) for seq in range(200)))
-        report["loop_flushes"] = store._flush_waiter.loop_flushes - loop_flushes
         report["put_after"] = (await put(store, 10**6 + 1))[0]
         report["durable_after"] = store.sync.stats()["flush"]["flushed_offset"]
         try:
@@ -259,7 +252,6 @@ def main() -> None:
     parser.add_argument("mode", choices=["SYNC", "ASYNC"])
     parser.add_argument("--dispatch-process", action="store_true")
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--aio-flusher", choices=["loop", "thread"], default="loop")
     args = parser.parse_args()
     if args.scenario == "child_queue":  # armed from the start, through the environment the child inherits
         report = child_queue(args.root, args.mode)
@@ -268,7 +260,7 @@ def main() -> None:
     elif args.scenario == "write_stall":
         report = write_stall(args.root)
     elif args.scenario == "aio":
-        report = aio_puts(args.root, args.aio_flusher)
+        report = aio_puts(args.root)
     else:
         report = run(args.scenario, args.root, args.mode, args.dispatch_process, args.threads)
     print(json.dumps(report))

@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from mqstore.commitlog.native import NATIVE
 
-import mqstore.aio
 from mqstore import FlushMode, InvalidMessageError, Message, MessageStore, PutStatus, StoreClosedError
 from mqstore.aio import AsyncConsumer, AsyncMessageStore
 from tests.unit.mqstore.conftest import config
@@ -71,58 +69,6 @@ def test_sync_puts_in_flight_are_durable_acknowledged_in_order_and_share_flushes
     found = read_back(store_dir)
     assert sorted(found.values()) == offsets
     assert all(message(seq).body in found for seq in range(total))
-
-
-@pytest.mark.parametrize("fast", [True, False], ids=["fast-flushes", "slow-flushes"])
-def test_the_loop_leads_the_flush_of_its_own_puts_when_the_gate_is_free(store_dir, monkeypatch, fast):
-    """While flushes are fast, the puts of one pass of the loop are flushed by the loop itself (its fdatasync
-    without the GIL), each acknowledged durable; after a slow flush (here: every flush counts as slow) the flush
-    thread does it, and the loop never blocks on the disk (decision 0043)."""
-    monkeypatch.setattr(mqstore.aio, "LOOP_FLUSH_S_MAX", HANG_GUARD_S if fast else 0.0)
-
-    async def main():
-        async with AsyncMessageStore.open(store_dir, sync_config()) as store:
-            await store.put(message(0))  # the first flush is timed (by the thread: none was timed before)
-            waiter = store._flush_waiter
-            before = waiter.loop_flushes
-            results = []
-            for round_ in range(5):
-                batch = await asyncio.gather(*(store.put(message(1 + round_ * 40 + n)) for n in range(40)))
-                durable = store.sync._group_commit.durable_position
-                assert all(result.commitlog_offset + result.size_bytes <= durable for result in batch)
-                results += batch
-            return results, waiter.loop_flushes - before, store.sync._group_commit.gate is not None
-
-    results, loop_flushes, gated = run(main())
-    assert [result.status for result in results] == [PutStatus.PUT_OK] * 200
-    assert loop_flushes == (5 if gated and fast else 0)  # one flush a pass of the loop; none without the C gate
-    assert len(read_back(store_dir)) == 201
-
-
-@pytest.mark.skipif(NATIVE is None, reason="the compiled core is not built or MQSTORE_NATIVE=0")
-def test_a_lead_held_elsewhere_sends_the_loops_puts_to_the_flush_thread(store_dir):
-    """A thread holds the gate's lead (a sync producer flushing): the loop never blocks on it; the flush thread
-    waits, is handed the lead when that thread lets go, and flushes the loop's puts."""
-
-    async def main():
-        async with AsyncMessageStore.open(store_dir, sync_config()) as store:
-            await store.put(message(0))
-            gate = store.sync._group_commit.gate
-            assert gate.wait(gate.durable + 1, 5, True) == 1  # this thread takes the lead, as a flushing producer
-            before = store._flush_waiter.loop_flushes
-            puts = [asyncio.ensure_future(store.put(message(seq))) for seq in range(1, 11)]
-            for _ in range(50):
-                await asyncio.sleep(0.01)  # the loop runs on: it does not wait for the lead
-                if gate.waiting:
-                    break
-            assert gate.waiting == 1 and not any(put.done() for put in puts)  # the flush thread waits for it
-            gate.advance(gate.durable, False)  # let go: handed to the flush thread, which flushes the puts
-            results = await asyncio.gather(*puts)
-            return results, store._flush_waiter.loop_flushes - before, store.sync._group_commit.durable_position
-
-    results, loop_flushes, durable = run(main())
-    assert [result.status for result in results] == [PutStatus.PUT_OK] * 10
-    assert loop_flushes == 0 and max(result.commitlog_offset + result.size_bytes for result in results) <= durable
 
 
 def test_put_batch_is_acknowledged_durable(store_dir):
