@@ -8,7 +8,7 @@
  * closed. `advance` (by the leader, after its flush) moves the durable position and wakes only the waiters it
  * covers (the front of the list); a leader that lets go hands the lead to the lowest waiter that may lead, and
  * wakes that one alone; close wakes all. A thread is woken only with a result, and only threads with a result
- * come back to the interpreter (docs/decisions/0043-covered-wake-ups-and-the-aio-pump.md). What the Python
+ * come back to the interpreter (docs/decisions/0043-covered-wake-ups.md). What the Python
  * version did per put and per flush under the GIL (a lock per waiter, a parked list the leader walked) is here
  * a few instructions under a mutex.
  *
