@@ -34,6 +34,7 @@
 #include <string.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +77,8 @@ typedef struct gate_waiter {
     int lead;      /* may take the lead */
     int granted;   /* the lead was handed to it (the gate's `leader` is set on its behalf) */
     int listed;    /* in the list (a waker takes a covered waiter off before it signals it) */
+    int woken;     /* taken off by `gate_take_covered`: signalled after the mutex is let go */
+    int signalled; /* (atomic) that signal is done: the waker no longer touches this entry */
     pthread_cond_t cond;
 } gate_waiter;
 
@@ -234,9 +237,30 @@ static void waiter_wake(FlushGate *self, gate_waiter *waiter) {
     pthread_cond_signal(&waiter->cond);
 }
 
-/* Under the mutex: wake the waiters that `durable` covers (the front of the list), and no other. */
-static void gate_wake_covered(FlushGate *self) {
-    while (self->first != NULL && self->first->position <= self->durable) waiter_wake(self, self->first);
+/* Under the mutex: take off the list the waiters that `durable` covers (the front of the list), and no other,
+ * chained through `next`, for `gate_signal_taken` to wake once the mutex is let go: a thread woken while the
+ * waker still holds the mutex would only block on it again. */
+static gate_waiter *gate_take_covered(FlushGate *self) {
+    gate_waiter *taken = NULL, **tail = &taken;
+    while (self->first != NULL && self->first->position <= self->durable) {
+        gate_waiter *waiter = self->first;
+        waiter_unlink(self, waiter);
+        waiter->woken = 1;
+        *tail = waiter;
+        tail = &waiter->next;
+    }
+    return taken;
+}
+
+/* Without the mutex: signal each waiter taken by `gate_take_covered`. Its entry is read for the last time by the
+ * store of `signalled`, which its thread waits for before it returns (its entry is on its stack). */
+static void gate_signal_taken(gate_waiter *taken) {
+    while (taken != NULL) {
+        gate_waiter *next = taken->next;
+        pthread_cond_signal(&taken->cond);
+        __atomic_store_n(&taken->signalled, 1, __ATOMIC_RELEASE);
+        taken = next;
+    }
 }
 
 /* Under the mutex, the lead just let go: hand it to the lowest waiter that may lead (it need not race for it),
@@ -324,6 +348,10 @@ static int gate_block(FlushGate *self, long long position, long long deadline, i
             break;
         }
     }
+    /* Taken off by a flush that covered it: wait until its waker is done with the entry (one futex wake). Read
+     * without the mutex: the entry left the list in this thread's last hold of it, so nobody sets `woken` now. */
+    if (waiter.woken)
+        while (!__atomic_load_n(&waiter.signalled, __ATOMIC_ACQUIRE)) sched_yield();
     pthread_cond_destroy(&waiter.cond);
     return outcome;
 }
@@ -334,13 +362,14 @@ static long long gate_advance_to(FlushGate *self, long long durable, int keep) {
     long long more = 0;
     pthread_mutex_lock(&self->mutex);
     if (durable > self->durable) self->durable = durable;
-    gate_wake_covered(self);
+    gate_waiter *covered = gate_take_covered(self);
     if (keep && self->wanted > self->durable && self->first != NULL && !self->closed) {
         more = self->wanted;
     } else if (self->leader) {
         gate_hand_over(self);
     }
     pthread_mutex_unlock(&self->mutex);
+    gate_signal_taken(covered);
     return more;
 }
 
