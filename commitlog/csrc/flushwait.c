@@ -6,8 +6,8 @@
  * condition variable of its own. `wait` blocks on it without the GIL until the position is durable, or (when
  * asked to) the lead is free and the caller takes it or is handed it, or the timeout passes, or the gate is
  * closed. `advance` (by the leader, after its flush) moves the durable position and wakes only the waiters it
- * covers (the front of the list); a leader that lets go hands the lead to the lowest waiter that may lead, and
- * wakes that one alone; close wakes all. A thread is woken only with a result, and only threads with a result
+ * covers (the front of the list), after letting go of the mutex; a leader that lets go wakes the lowest waiter
+ * that may lead, to take the lead, and no other; close wakes all. A thread is woken only with a result, and only threads with a result
  * come back to the interpreter (docs/decisions/0043-covered-wake-ups.md). What the Python
  * version did per put and per flush under the GIL (a lock per waiter, a parked list the leader walked) is here
  * a few instructions under a mutex.
@@ -75,7 +75,7 @@ typedef struct gate_waiter {
     struct gate_waiter *previous, *next;  /* the gate's list, ordered by position (lowest first) */
     long long position;
     int lead;      /* may take the lead */
-    int granted;   /* the lead was handed to it (the gate's `leader` is set on its behalf) */
+    int called;    /* woken by a leader that let go, to take the lead (`gate_hand_over`) */
     int listed;    /* in the list (a waker takes a covered waiter off before it signals it) */
     int woken;     /* taken off by `gate_take_covered`: signalled after the mutex is let go */
     int signalled; /* (atomic) that signal is done: the waker no longer touches this entry */
@@ -90,8 +90,8 @@ typedef struct {
     long long durable;  /* everything below is durable */
     long long wanted;   /* the highest position a waiter asked for */
     long long waiting;  /* threads in the waiters' list now */
-    long long wakeups;        /* waiters woken by a signal (counted by the woken) */
-    long long wakeups_empty;  /* of those, woken without a result (kept waiting) */
+    long long wakeups;        /* waiters signalled (counted by their wakers) */
+    long long wakeups_empty;  /* waiters woken by a signal without a result (they wait on) */
     long long handovers; /* how many times the lead was let go */
     int leader;         /* 1 while a thread holds the lead */
     int closed;         /* stopped or failed: every wait returns GATE_CLOSED unless its position is durable */
@@ -192,7 +192,6 @@ static long long monotonic_ns(void) {
  * comes back with GATE_IDLE when the lead was let go since it came (`handovers` moved) and nobody took it:
  * Python then asks its flush thread again, or leads itself. */
 static int gate_outcome(FlushGate *self, gate_waiter *waiter, long long handovers) {
-    if (waiter->granted) return GATE_LEAD;  /* handed over by the leader that let go (`gate_hand_over`) */
     if (self->durable >= waiter->position) return GATE_DURABLE;
     if (self->closed) return GATE_CLOSED;
     if (!self->leader) {
@@ -234,6 +233,7 @@ static void waiter_unlink(FlushGate *self, gate_waiter *waiter) {
  * condition variable, on its stack, is gone). */
 static void waiter_wake(FlushGate *self, gate_waiter *waiter) {
     waiter_unlink(self, waiter);
+    self->wakeups++;
     pthread_cond_signal(&waiter->cond);
 }
 
@@ -245,6 +245,7 @@ static gate_waiter *gate_take_covered(FlushGate *self) {
     while (self->first != NULL && self->first->position <= self->durable) {
         gate_waiter *waiter = self->first;
         waiter_unlink(self, waiter);
+        self->wakeups++;
         waiter->woken = 1;
         *tail = waiter;
         tail = &waiter->next;
@@ -263,15 +264,15 @@ static void gate_signal_taken(gate_waiter *taken) {
     }
 }
 
-/* Under the mutex, the lead just let go: hand it to the lowest waiter that may lead (it need not race for it),
- * or, with none, wake the waiters that may not lead (they come back with GATE_IDLE and ask for a flush). */
+/* Under the mutex, the lead just let go: wake the lowest waiter that may lead, to take it (a thread that comes
+ * to the gate meanwhile may take it first: the lead is not kept for a thread still asleep), or, with none, wake
+ * the waiters that may not lead (they come back with GATE_IDLE and ask for a flush). */
 static void gate_hand_over(FlushGate *self) {
     self->leader = 0;
     self->handovers++;
     for (gate_waiter *waiter = self->first; waiter != NULL; waiter = waiter->next) {
         if (waiter->lead) {
-            self->leader = 1;
-            waiter->granted = 1;
+            waiter->called = 1;
             waiter_wake(self, waiter);
             return;
         }
@@ -289,14 +290,12 @@ static long long deadline_of(PyObject *timeout_obj) {
     return monotonic_ns() + (long long)(timeout_s * 1e9);
 }
 
-/* Leave the list for good with `outcome` (-1: an error is on its way out): a lead handed over meanwhile is kept
- * when the outcome is GATE_LEAD and handed on otherwise. */
+/* Leave the list for good with `outcome` (-1: an error is on its way out). A waiter called to take the lead that
+ * leaves without it, the lead still free, calls the next one (else the lead could stay free with callers
+ * asleep). */
 static void waiter_leave(FlushGate *self, gate_waiter *waiter, int outcome) {
     waiter_unlink(self, waiter);
-    if (waiter->granted && outcome != GATE_LEAD) {
-        waiter->granted = 0;
-        if (self->leader && !self->closed) gate_hand_over(self);
-    }
+    if (waiter->called && outcome != GATE_LEAD && !self->leader && !self->closed) gate_hand_over(self);
 }
 
 /* wait()'s work, for a caller holding the GIL: an outcome, or -1 with an error (a signal handler raised). The
@@ -326,13 +325,13 @@ static int gate_block(FlushGate *self, long long position, long long deadline, i
         for (;;) {
             outcome = gate_outcome(self, &waiter, handovers);
             if (outcome >= 0) break;
-            if (!waiter.listed) waiter_link(self, &waiter);  /* woken by a flush that left it short (close) */
+            if (!waiter.listed) {  /* called for the lead, and another thread took it first: wait on */
+                waiter.called = 0;
+                waiter_link(self, &waiter);
+            }
             int timed_out = pthread_cond_timedwait(&waiter.cond, &self->mutex, &until) == ETIMEDOUT;
             outcome = gate_outcome(self, &waiter, handovers);
-            if (!timed_out) {
-                self->wakeups++;
-                if (outcome < 0) self->wakeups_empty++;
-            }
+            if (!timed_out && outcome < 0) self->wakeups_empty++;
             if (outcome < 0 && timed_out && deadline >= 0 && monotonic_ns() >= deadline) outcome = GATE_TIMEOUT;
             if (outcome >= 0 || timed_out) break;
         }
@@ -378,7 +377,6 @@ static void gate_close_now(FlushGate *self) {
     self->closed = 1;
     self->leader = 0;
     self->handovers++;
-    for (gate_waiter *waiter = self->first; waiter != NULL; waiter = waiter->next) waiter->granted = 0;
     while (self->first != NULL) waiter_wake(self, self->first);
     pthread_mutex_unlock(&self->mutex);
 }
@@ -882,7 +880,7 @@ static PyGetSetDef gate_getset[] = {
     {"durable", (getter)gate_get_durable, NULL, "everything below this position is durable", NULL},
     {"waiting", (getter)gate_get_waiting, NULL, "threads blocked in wait() now", NULL},
     {"wakeups", (getter)gate_get_wakeups, NULL,
-     "(woken, woken without a result): waiters woken by a signal so far, and those of them still not durable", NULL},
+     "(signalled, woken without a result): waiters signalled so far, and those that woke to wait on", NULL},
     {"leading", (getter)gate_get_leading, NULL, "whether a thread holds the lead", NULL},
     {"bound", (getter)gate_get_bound, NULL, "whether bind() is in force", NULL},
     {"flushes", (getter)gate_get_flushes, NULL, "flushes recorded (by the C flush, and record())", NULL},

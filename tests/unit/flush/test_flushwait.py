@@ -106,20 +106,43 @@ def test_a_flush_wakes_only_the_waiters_it_covers():
     assert gate.wakeups == (6, 0)
 
 
-def test_letting_go_of_the_lead_hands_it_to_the_lowest_waiter_that_may_lead_and_wakes_no_other():
+def test_letting_go_of_the_lead_wakes_one_waiter_that_may_lead_and_no_other():
     gate = NATIVE.flush_gate(0)
     assert gate.wait(5, 5, True) == LEAD
     results = {}
     threads = [_waiter(gate, position, 10, True, results, position) for position in (30, 20, 40)]
     assert _until(lambda: gate.waiting == 3)
-    assert gate.advance(5, False) == 0 and gate.leading  # handed over, never free for a newcomer to take
-    assert gate.wait(25, 0, True) == TIMEOUT
+    assert gate.advance(5, False) == 0
+    assert gate.wakeups[0] == 1  # one signalled: the lowest (a waiter not yet asleep may take the lead first)
     assert _until(lambda: len(results) == 1)
-    assert results == {20: LEAD} and gate.waiting == 2 and gate.wakeups == (1, 0)
+    (leader, outcome), = results.items()
+    assert outcome == LEAD and gate.leading and gate.waiting == 2
     assert gate.advance(40, False) == 0 and not gate.leading  # the new leader's flush covers the other two
     for thread in threads:
         thread.join(10)
-    assert results == {20: LEAD, 30: DURABLE, 40: DURABLE} and gate.wakeups == (3, 0)
+    assert results == {position: LEAD if position == leader else DURABLE for position in (20, 30, 40)}
+    assert gate.wakeups[0] == 3
+
+
+def test_a_waiter_woken_for_the_lead_that_finds_it_taken_waits_on():
+    """The lead let go is not kept for the waiter woken to take it: a thread that comes first takes it, and the
+    woken one waits on until a flush covers it."""
+    gate = NATIVE.flush_gate(0)
+    assert gate.wait(5, 5, True) == LEAD
+    results = {}
+    thread = _waiter(gate, 30, 10, True, results, "woken")
+    assert _until(lambda: gate.waiting == 1)
+    assert gate.advance(5, False) == 0 and gate.wakeups[0] == 1  # one waiter signalled, to take the lead
+    outcome = gate.wait(30, 0, True)  # this thread is running: it may take the lead before the woken one does
+    if outcome == LEAD:
+        assert _until(lambda: gate.waiting == 1) and results == {}  # the woken one found it taken: waits on
+        assert gate.advance(30, False) == 0
+        thread.join(10)
+        assert results == {"woken": DURABLE} and gate.wakeups[0] == 2
+    else:  # the woken thread was first
+        assert outcome == TIMEOUT and _until(lambda: results == {"woken": LEAD})
+        gate.advance(30, False)
+        thread.join(10)
 
 
 def test_a_waiter_that_times_out_leaves_the_list_and_the_rest_are_still_woken():
