@@ -47,6 +47,7 @@
 
 #define GATE_SLICE_NS 100000000LL /* a wait looks for signals (Ctrl-C in the main thread) this often */
 #define GATE_DURATIONS_KEPT 64     /* recent flush durations kept (services.py's FLUSH_DURATIONS_KEPT) */
+#define GATE_SIGNAL_SPINS 4096     /* a woken waiter spins this often for its waker's last store, then yields */
 
 /* gate_flush's outcomes */
 #define FLUSH_DONE 1    /* flushed (or nothing to flush), the checkpoint raised, the flush recorded */
@@ -349,8 +350,15 @@ static int gate_block(FlushGate *self, long long position, long long deadline, i
     }
     /* Taken off by a flush that covered it: wait until its waker is done with the entry (one futex wake). Read
      * without the mutex: the entry left the list in this thread's last hold of it, so nobody sets `woken` now. */
-    if (waiter.woken)
-        while (!__atomic_load_n(&waiter.signalled, __ATOMIC_ACQUIRE)) sched_yield();
+    for (int spins = 0; waiter.woken && !__atomic_load_n(&waiter.signalled, __ATOMIC_ACQUIRE); spins++) {
+        if (spins < GATE_SIGNAL_SPINS) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();  /* the waker was preempted between its signal and its store */
+        }
+    }
     pthread_cond_destroy(&waiter.cond);
     return outcome;
 }
