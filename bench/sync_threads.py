@@ -4,7 +4,8 @@ Each producer thread calls `store.put` in a loop: 100 B bodies with a tag and a 
 flush_mode SYNC, 4 topics x 4 queues. Beside the rate it prints, for the store's process over the timed part:
 - flushes a second and puts a flush (the group commit's `stats()["flush"]`: each flush is one fdatasync);
 - voluntary and involuntary context switches a put, and user + system CPU a put (getrusage of the process,
-  every thread; the dispatch child is not counted).
+  every thread; the dispatch child is not counted);
+- the FlushGate's wake-ups a put, and those that found their position not yet durable (`FlushGate.wakeups`).
 Interleaved with RocketMQ 4.4.0's SYNC putMessage from as many threads (`RMQ_LOCK=reentrant rmq put ... sync 4 4
 T`, warmed), each in turn, medians with min-max. `--switch S` runs the store's rounds with sys.setswitchinterval(S).
 
@@ -70,9 +71,12 @@ def store_round(work: str, threads: int, seconds: float) -> dict:
         with MessageStore.open(root, StoreConfig(flush_mode=FlushMode.SYNC)) as store:
             store.put(Message("SyncTopic0", b"first"))
             before_flushes = store.stats()["flush"]["commitlog_flusher"]["flushes"]
+            gate = store._group_commit.gate
+            woken_before = getattr(gate, "wakeups", (0, 0))
             before = resource.getrusage(resource.RUSAGE_SELF)
             puts, elapsed = produce_for(store, threads, seconds)
             after = resource.getrusage(resource.RUSAGE_SELF)
+            woken = [now - then for now, then in zip(getattr(gate, "wakeups", (0, 0)), woken_before)]
             flushes = store.stats()["flush"]["commitlog_flusher"]["flushes"] - before_flushes
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -80,7 +84,8 @@ def store_round(work: str, threads: int, seconds: float) -> dict:
             "vcsw_per_put": (after.ru_nvcsw - before.ru_nvcsw) / puts,
             "ivcsw_per_put": (after.ru_nivcsw - before.ru_nivcsw) / puts,
             "user_us_per_put": (after.ru_utime - before.ru_utime) / puts * 1e6,
-            "sys_us_per_put": (after.ru_stime - before.ru_stime) / puts * 1e6}
+            "sys_us_per_put": (after.ru_stime - before.ru_stime) / puts * 1e6,
+            "wakeups_per_put": woken[0] / puts, "empty_wakeups_per_put": woken[1] / puts}
 
 
 def summary(values: list[float]) -> str:

@@ -2,12 +2,15 @@
  * the leader flushes.
  *
  * A gate holds the durable position, whether a thread holds the lead (is flushing), and the highest position
- * any waiter asked for. `wait` blocks on a pthread condition variable without the GIL until the position is
- * durable, or (when asked to) the lead is free and the caller takes it, or the timeout passes, or the gate is
- * closed. `advance` (by the leader, after its flush) moves the durable position and wakes every waiter at once;
- * each woken thread checks its own position under the gate's mutex, still without the GIL, and only threads
- * with a result come back to the interpreter. What the Python version did per put and per flush under the GIL
- * (a lock per waiter, a parked list the leader walked) is here a few instructions under a mutex.
+ * any waiter asked for, and its waiters: a list ordered by position, each entry on its waiter's stack with a
+ * condition variable of its own. `wait` blocks on it without the GIL until the position is durable, or (when
+ * asked to) the lead is free and the caller takes it or is handed it, or the timeout passes, or the gate is
+ * closed. `advance` (by the leader, after its flush) moves the durable position and wakes only the waiters it
+ * covers (the front of the list), after letting go of the mutex; a leader that lets go wakes the lowest waiter
+ * that may lead, to take the lead, and no other; close wakes all. A thread is woken only with a result, and only threads with a result
+ * come back to the interpreter (docs/decisions/0043-covered-wake-ups.md). What the Python
+ * version did per put and per flush under the GIL (a lock per waiter, a parked list the leader walked) is here
+ * a few instructions under a mutex.
  *
  * Once bound to the store's CommitLog and checkpoint (`bind`), the leader's flush is C too (`lead`): the log's
  * flush lock, its end and last store time read from its __dict__, fdatasync of the current segment without the
@@ -31,6 +34,7 @@
 #include <string.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +47,7 @@
 
 #define GATE_SLICE_NS 100000000LL /* a wait looks for signals (Ctrl-C in the main thread) this often */
 #define GATE_DURATIONS_KEPT 64     /* recent flush durations kept (services.py's FLUSH_DURATIONS_KEPT) */
+#define GATE_SIGNAL_SPINS 4096     /* a woken waiter spins this often for its waker's last store, then yields */
 
 /* gate_flush's outcomes */
 #define FLUSH_DONE 1    /* flushed (or nothing to flush), the checkpoint raised, the flush recorded */
@@ -65,13 +70,29 @@ typedef struct {
     double inline_share;   /* services.py's FLUSH_INLINE_TIMEOUT_SHARE */
 } gate_binding;
 
+/* One thread blocked in wait(): on its own stack, linked into the gate's list while it waits, and woken through
+ * its own condition variable, only by a flush that covers its position, by a lead handed to it, or by close. */
+typedef struct gate_waiter {
+    struct gate_waiter *previous, *next;  /* the gate's list, ordered by position (lowest first) */
+    long long position;
+    int lead;      /* may take the lead */
+    int called;    /* woken by a leader that let go, to take the lead (`gate_hand_over`) */
+    int listed;    /* in the list (a waker takes a covered waiter off before it signals it) */
+    int woken;     /* taken off by `gate_take_covered`: signalled after the mutex is let go */
+    int signalled; /* (atomic) that signal is done: the waker no longer touches this entry */
+    pthread_cond_t cond;
+} gate_waiter;
+
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mutex;
-    pthread_cond_t cond;
+    pthread_condattr_t cond_attributes;  /* CLOCK_MONOTONIC, for each waiter's condition variable */
+    gate_waiter *first, *last;  /* the waiters, ordered by position */
     long long durable;  /* everything below is durable */
     long long wanted;   /* the highest position a waiter asked for */
-    long long waiting;  /* threads blocked in wait() now */
+    long long waiting;  /* threads in the waiters' list now */
+    long long wakeups;        /* waiters signalled (counted by their wakers) */
+    long long wakeups_empty;  /* waiters woken by a signal without a result (they wait on) */
     long long handovers; /* how many times the lead was let go */
     int leader;         /* 1 while a thread holds the lead */
     int closed;         /* stopped or failed: every wait returns GATE_CLOSED unless its position is durable */
@@ -156,7 +177,7 @@ static void gate_dealloc(FlushGate *self) {
     binding_drop(&self->bound);
     sync_descriptor_drop(self);
     if (self->ready) {
-        pthread_cond_destroy(&self->cond);
+        pthread_condattr_destroy(&self->cond_attributes);
         pthread_mutex_destroy(&self->mutex);
     }
     PyObject_GC_Del(self);
@@ -168,20 +189,96 @@ static long long monotonic_ns(void) {
     return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
 }
 
-/* One decision under the mutex: an outcome, or -1 to keep waiting. A caller that may not lead comes back with
- * GATE_IDLE when the lead was let go since it came (`handovers` moved) and nobody took it: Python then asks its
- * flush thread again, or leads itself. */
-static int gate_outcome(FlushGate *self, long long position, int lead, long long handovers) {
-    if (self->durable >= position) return GATE_DURABLE;
+/* One decision under the mutex for `waiter`: an outcome, or -1 to keep waiting. A caller that may not lead
+ * comes back with GATE_IDLE when the lead was let go since it came (`handovers` moved) and nobody took it:
+ * Python then asks its flush thread again, or leads itself. */
+static int gate_outcome(FlushGate *self, gate_waiter *waiter, long long handovers) {
+    if (self->durable >= waiter->position) return GATE_DURABLE;
     if (self->closed) return GATE_CLOSED;
     if (!self->leader) {
-        if (lead) {
+        if (waiter->lead) {
             self->leader = 1;
             return GATE_LEAD;
         }
         if (self->handovers != handovers) return GATE_IDLE;
     }
     return -1;
+}
+
+/* Into the list, kept ordered by position: looked for from the end, where new (higher) positions go. */
+static void waiter_link(FlushGate *self, gate_waiter *waiter) {
+    gate_waiter *before = self->last;
+    while (before != NULL && before->position > waiter->position) before = before->previous;
+    waiter->previous = before;
+    waiter->next = before != NULL ? before->next : self->first;
+    if (waiter->next != NULL) waiter->next->previous = waiter;
+    else self->last = waiter;
+    if (before != NULL) before->next = waiter;
+    else self->first = waiter;
+    waiter->listed = 1;
+    self->waiting++;
+}
+
+static void waiter_unlink(FlushGate *self, gate_waiter *waiter) {
+    if (!waiter->listed) return;
+    if (waiter->previous != NULL) waiter->previous->next = waiter->next;
+    else self->first = waiter->next;
+    if (waiter->next != NULL) waiter->next->previous = waiter->previous;
+    else self->last = waiter->previous;
+    waiter->previous = waiter->next = NULL;
+    waiter->listed = 0;
+    self->waiting--;
+}
+
+/* Take `waiter` off the list and wake it (under the mutex: once the mutex is let go it may return, and its
+ * condition variable, on its stack, is gone). */
+static void waiter_wake(FlushGate *self, gate_waiter *waiter) {
+    waiter_unlink(self, waiter);
+    self->wakeups++;
+    pthread_cond_signal(&waiter->cond);
+}
+
+/* Under the mutex: take off the list the waiters that `durable` covers (the front of the list), and no other,
+ * chained through `next`, for `gate_signal_taken` to wake once the mutex is let go: a thread woken while the
+ * waker still holds the mutex would only block on it again. */
+static gate_waiter *gate_take_covered(FlushGate *self) {
+    gate_waiter *taken = NULL, **tail = &taken;
+    while (self->first != NULL && self->first->position <= self->durable) {
+        gate_waiter *waiter = self->first;
+        waiter_unlink(self, waiter);
+        self->wakeups++;
+        waiter->woken = 1;
+        *tail = waiter;
+        tail = &waiter->next;
+    }
+    return taken;
+}
+
+/* Without the mutex: signal each waiter taken by `gate_take_covered`. Its entry is read for the last time by the
+ * store of `signalled`, which its thread waits for before it returns (its entry is on its stack). */
+static void gate_signal_taken(gate_waiter *taken) {
+    while (taken != NULL) {
+        gate_waiter *next = taken->next;
+        pthread_cond_signal(&taken->cond);
+        __atomic_store_n(&taken->signalled, 1, __ATOMIC_RELEASE);
+        taken = next;
+    }
+}
+
+/* Under the mutex, the lead just let go: wake the lowest waiter that may lead, to take it (a thread that comes
+ * to the gate meanwhile may take it first: the lead is not kept for a thread still asleep), or, with none, wake
+ * the waiters that may not lead (they come back with GATE_IDLE and ask for a flush). */
+static void gate_hand_over(FlushGate *self) {
+    self->leader = 0;
+    self->handovers++;
+    for (gate_waiter *waiter = self->first; waiter != NULL; waiter = waiter->next) {
+        if (waiter->lead) {
+            waiter->called = 1;
+            waiter_wake(self, waiter);
+            return;
+        }
+    }
+    while (self->first != NULL) waiter_wake(self, self->first);
 }
 
 /* A deadline `timeout_s` from now (None: -1, none), or -2 with an error. */
@@ -194,15 +291,31 @@ static long long deadline_of(PyObject *timeout_obj) {
     return monotonic_ns() + (long long)(timeout_s * 1e9);
 }
 
-/* wait()'s work, for a caller holding the GIL: an outcome, or -1 with an error (a signal handler raised). */
+/* Leave the list for good with `outcome` (-1: an error is on its way out). A waiter called to take the lead that
+ * leaves without it, the lead still free, calls the next one (else the lead could stay free with callers
+ * asleep). */
+static void waiter_leave(FlushGate *self, gate_waiter *waiter, int outcome) {
+    waiter_unlink(self, waiter);
+    if (waiter->called && outcome != GATE_LEAD && !self->leader && !self->closed) gate_hand_over(self);
+}
+
+/* wait()'s work, for a caller holding the GIL: an outcome, or -1 with an error (a signal handler raised). The
+ * caller's entry in the gate's list lives on this stack frame; it waits on its own condition variable. */
 static int gate_block(FlushGate *self, long long position, long long deadline, int lead) {
     /* The mutex is never held by a thread that waits for the GIL: taking it with the GIL held cannot deadlock. */
+    gate_waiter waiter = {.position = position, .lead = lead};  /* the rest zero; `cond` set up below */
     int outcome;
     pthread_mutex_lock(&self->mutex);
     long long handovers = self->handovers;
-    outcome = gate_outcome(self, position, lead, handovers);
+    outcome = gate_outcome(self, &waiter, handovers);
     if (outcome < 0 && deadline >= 0 && monotonic_ns() >= deadline) outcome = GATE_TIMEOUT;
-    if (outcome < 0 && position > self->wanted) self->wanted = position;
+    if (outcome >= 0) {
+        pthread_mutex_unlock(&self->mutex);
+        return outcome;
+    }
+    if (position > self->wanted) self->wanted = position;
+    pthread_cond_init(&waiter.cond, &self->cond_attributes);
+    waiter_link(self, &waiter);
     pthread_mutex_unlock(&self->mutex);
     while (outcome < 0) {
         Py_BEGIN_ALLOW_THREADS
@@ -210,38 +323,60 @@ static int gate_block(FlushGate *self, long long position, long long deadline, i
         if (deadline >= 0 && deadline < slice_end) slice_end = deadline;
         struct timespec until = {(time_t)(slice_end / 1000000000LL), (long)(slice_end % 1000000000LL)};
         pthread_mutex_lock(&self->mutex);
-        self->waiting++;
         for (;;) {
-            outcome = gate_outcome(self, position, lead, handovers);
+            outcome = gate_outcome(self, &waiter, handovers);
             if (outcome >= 0) break;
-            if (pthread_cond_timedwait(&self->cond, &self->mutex, &until) == ETIMEDOUT) {
-                outcome = gate_outcome(self, position, lead, handovers);
-                if (outcome < 0 && deadline >= 0 && monotonic_ns() >= deadline) outcome = GATE_TIMEOUT;
-                break;
+            if (!waiter.listed) {  /* called for the lead, and another thread took it first: wait on */
+                waiter.called = 0;
+                waiter_link(self, &waiter);
             }
+            int timed_out = pthread_cond_timedwait(&waiter.cond, &self->mutex, &until) == ETIMEDOUT;
+            outcome = gate_outcome(self, &waiter, handovers);
+            if (!timed_out && outcome < 0) self->wakeups_empty++;
+            if (outcome < 0 && timed_out && deadline >= 0 && monotonic_ns() >= deadline) outcome = GATE_TIMEOUT;
+            if (outcome >= 0 || timed_out) break;
         }
-        self->waiting--;
+        if (outcome >= 0) waiter_leave(self, &waiter, outcome);
         pthread_mutex_unlock(&self->mutex);
         Py_END_ALLOW_THREADS
         /* a slice ended without a result: signal handlers (Ctrl-C in the main thread) run, then wait on */
-        if (outcome < 0 && PyErr_CheckSignals() < 0) return -1;
+        if (outcome < 0 && PyErr_CheckSignals() < 0) {
+            pthread_mutex_lock(&self->mutex);
+            waiter_leave(self, &waiter, -1);
+            pthread_mutex_unlock(&self->mutex);
+            outcome = -1;
+            break;
+        }
     }
+    /* Taken off by a flush that covered it: wait until its waker is done with the entry (one futex wake). Read
+     * without the mutex: the entry left the list in this thread's last hold of it, so nobody sets `woken` now. */
+    for (int spins = 0; waiter.woken && !__atomic_load_n(&waiter.signalled, __ATOMIC_ACQUIRE); spins++) {
+        if (spins < GATE_SIGNAL_SPINS) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();  /* the waker was preempted between its signal and its store */
+        }
+    }
+    pthread_cond_destroy(&waiter.cond);
     return outcome;
 }
 
-/* advance()'s work: the position to flush to next when the lead is kept, else 0 (the lead let go). */
+/* advance()'s work: the position to flush to next when the lead is kept, else 0 (the lead let go). Wakes only
+ * the waiters the new durable position covers, and the one the lead is handed to. */
 static long long gate_advance_to(FlushGate *self, long long durable, int keep) {
     long long more = 0;
     pthread_mutex_lock(&self->mutex);
     if (durable > self->durable) self->durable = durable;
-    if (keep && self->wanted > self->durable && self->waiting > 0 && !self->closed) {
+    gate_waiter *covered = gate_take_covered(self);
+    if (keep && self->wanted > self->durable && self->first != NULL && !self->closed) {
         more = self->wanted;
     } else if (self->leader) {
-        self->leader = 0;
-        self->handovers++;
+        gate_hand_over(self);
     }
     pthread_mutex_unlock(&self->mutex);
-    pthread_cond_broadcast(&self->cond);
+    gate_signal_taken(covered);
     return more;
 }
 
@@ -250,8 +385,8 @@ static void gate_close_now(FlushGate *self) {
     self->closed = 1;
     self->leader = 0;
     self->handovers++;
+    while (self->first != NULL) waiter_wake(self, self->first);
     pthread_mutex_unlock(&self->mutex);
-    pthread_cond_broadcast(&self->cond);
 }
 
 static long long gate_durable_now(FlushGate *self) {
@@ -691,6 +826,13 @@ static PyObject *gate_get_waiting(FlushGate *self, void *closure) {
     return PyLong_FromLongLong(value);
 }
 
+static PyObject *gate_get_wakeups(FlushGate *self, void *closure) {
+    pthread_mutex_lock(&self->mutex);
+    PyObject *pair = Py_BuildValue("(LL)", self->wakeups, self->wakeups_empty);
+    pthread_mutex_unlock(&self->mutex);
+    return pair;
+}
+
 static PyObject *gate_get_leading(FlushGate *self, void *closure) {
     pthread_mutex_lock(&self->mutex);
     int value = self->leader;
@@ -745,6 +887,8 @@ static PyMethodDef gate_methods[] = {
 static PyGetSetDef gate_getset[] = {
     {"durable", (getter)gate_get_durable, NULL, "everything below this position is durable", NULL},
     {"waiting", (getter)gate_get_waiting, NULL, "threads blocked in wait() now", NULL},
+    {"wakeups", (getter)gate_get_wakeups, NULL,
+     "(signalled, woken without a result): waiters signalled so far, and those that woke to wait on", NULL},
     {"leading", (getter)gate_get_leading, NULL, "whether a thread holds the lead", NULL},
     {"bound", (getter)gate_get_bound, NULL, "whether bind() is in force", NULL},
     {"flushes", (getter)gate_get_flushes, NULL, "flushes recorded (by the C flush, and record())", NULL},
@@ -797,15 +941,15 @@ static PyObject *native_flush_gate(PyObject *module, PyObject *args) {
     self->flushes = self->leads = self->max_ns = 0;
     self->last_ns = -1;
     self->recent_count = self->recent_next = 0;
-    pthread_condattr_t attributes;
-    if (pthread_condattr_init(&attributes) != 0 || pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC) != 0
-        || pthread_cond_init(&self->cond, &attributes) != 0) {
+    self->first = self->last = NULL;
+    self->wakeups = self->wakeups_empty = 0;
+    if (pthread_condattr_init(&self->cond_attributes) != 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
-    pthread_condattr_destroy(&attributes);
-    if (pthread_mutex_init(&self->mutex, NULL) != 0) {
-        pthread_cond_destroy(&self->cond);
+    if (pthread_condattr_setclock(&self->cond_attributes, CLOCK_MONOTONIC) != 0
+        || pthread_mutex_init(&self->mutex, NULL) != 0) {
+        pthread_condattr_destroy(&self->cond_attributes);
         Py_DECREF(self);
         return PyErr_NoMemory();
     }

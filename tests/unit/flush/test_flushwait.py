@@ -87,6 +87,93 @@ def test_close_wakes_every_waiter_and_durable_positions_stay_durable():
     assert gate.wait(10, None, True) == DURABLE and gate.wait(11, None, True) == CLOSED
 
 
+def test_a_flush_wakes_only_the_waiters_it_covers():
+    """Six waiters (arriving out of order); a flush to 30 wakes the three at or below 30 and no other thread, and
+    the next flush the rest (decision 0043: no waiter is woken to find its position still not durable)."""
+    gate = NATIVE.flush_gate(0)
+    assert gate.wait(1, 5, True) == LEAD
+    results = {}
+    threads = [_waiter(gate, position, 10, False, results, position) for position in (50, 10, 60, 30, 20, 40)]
+    assert _until(lambda: gate.waiting == 6)
+    assert gate.advance(30, True) == 60 and gate.leading  # the others still wait: the lead is kept
+    assert _until(lambda: len(results) == 3)
+    assert results == {10: DURABLE, 20: DURABLE, 30: DURABLE}
+    assert gate.waiting == 3 and gate.wakeups == (3, 0)
+    assert gate.advance(60, True) == 0 and not gate.leading
+    for thread in threads:
+        thread.join(10)
+    assert results == {position: DURABLE for position in (10, 20, 30, 40, 50, 60)}
+    assert gate.wakeups == (6, 0)
+
+
+def test_letting_go_of_the_lead_wakes_one_waiter_that_may_lead_and_no_other():
+    gate = NATIVE.flush_gate(0)
+    assert gate.wait(5, 5, True) == LEAD
+    results = {}
+    threads = [_waiter(gate, position, 10, True, results, position) for position in (30, 20, 40)]
+    assert _until(lambda: gate.waiting == 3)
+    assert gate.advance(5, False) == 0
+    assert gate.wakeups[0] == 1  # one signalled: the lowest (a waiter not yet asleep may take the lead first)
+    assert _until(lambda: len(results) == 1)
+    (leader, outcome), = results.items()
+    assert outcome == LEAD and gate.leading and gate.waiting == 2
+    assert gate.advance(40, False) == 0 and not gate.leading  # the new leader's flush covers the other two
+    for thread in threads:
+        thread.join(10)
+    assert results == {position: LEAD if position == leader else DURABLE for position in (20, 30, 40)}
+    assert gate.wakeups[0] == 3
+
+
+def test_a_waiter_woken_for_the_lead_that_finds_it_taken_waits_on():
+    """The lead let go is not kept for the waiter woken to take it: a thread that comes first takes it, and the
+    woken one waits on until a flush covers it."""
+    gate = NATIVE.flush_gate(0)
+    assert gate.wait(5, 5, True) == LEAD
+    results = {}
+    thread = _waiter(gate, 30, 10, True, results, "woken")
+    assert _until(lambda: gate.waiting == 1)
+    assert gate.advance(5, False) == 0 and gate.wakeups[0] == 1  # one waiter signalled, to take the lead
+    outcome = gate.wait(30, 0, True)  # this thread is running: it may take the lead before the woken one does
+    if outcome == LEAD:
+        assert _until(lambda: gate.waiting == 1) and results == {}  # the woken one found it taken: waits on
+        assert gate.advance(30, False) == 0
+        thread.join(10)
+        assert results == {"woken": DURABLE} and gate.wakeups[0] == 2
+    else:  # the woken thread was first
+        assert outcome == TIMEOUT and _until(lambda: results == {"woken": LEAD})
+        gate.advance(30, False)
+        thread.join(10)
+
+
+def test_a_waiter_that_times_out_leaves_the_list_and_the_rest_are_still_woken():
+    gate = NATIVE.flush_gate(0)
+    assert gate.wait(1, 5, True) == LEAD
+    results = {}
+    threads = [_waiter(gate, 10, 10, False, results, "patient"), _waiter(gate, 5, 0.05, False, results, "hasty")]
+    threads[1].join(10)
+    assert results == {"hasty": TIMEOUT} and _until(lambda: gate.waiting == 1)
+    assert gate.advance(10, False) == 0
+    threads[0].join(10)
+    assert results == {"hasty": TIMEOUT, "patient": DURABLE} and gate.waiting == 0
+
+
+def test_close_wakes_the_waiters_a_flush_did_not_cover_and_never_takes_back_a_durable_one():
+    """As after a failed fdatasync: the leader closes the gate; every waiter at or past the failed range gets
+    CLOSED (its caller: FLUSH_DISK_FAILED), the ones made durable before keep DURABLE."""
+    gate = NATIVE.flush_gate(0)
+    assert gate.wait(1, 5, True) == LEAD
+    results = {}
+    threads = [_waiter(gate, position, None, position % 20 == 0, results, position) for position in (10, 20, 30, 40)]
+    assert _until(lambda: gate.waiting == 4)
+    assert gate.advance(20, True) == 40
+    assert _until(lambda: len(results) == 2) and results == {10: DURABLE, 20: DURABLE}
+    gate.close()  # the next flush failed
+    for thread in threads:
+        thread.join(10)
+    assert results == {10: DURABLE, 20: DURABLE, 30: CLOSED, 40: CLOSED}
+    assert gate.waiting == 0 and not gate.leading and gate.wakeups == (4, 0)
+
+
 def test_a_waiting_thread_lets_other_python_threads_run():
     gate = NATIVE.flush_gate(0)
     assert gate.wait(1, 5, True) == LEAD
