@@ -297,8 +297,7 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
  * PyErr_Occurred tells). put.c checks the tags, keys and properties itself. The fields kept are taken (strong
  * references) before anything that could run Python code: the checks and the caller see one state of the
  * message, whatever a finalizer run by a later allocation does to it. */
-int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
-                      mq_message_parts *out) {
+int mq_message_take(PyObject *object, long long queues_max, long long body_max, mq_message_parts *out) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
     PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY],
@@ -324,7 +323,10 @@ int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_
         .common = {.topic = Py_NewRef(topic), .body = Py_NewRef(body), .queue_id = Py_NewRef(queue_id),
                    .queue_id_value = queue, .flag = flag_value, .born_timestamp_ms = born_value},
         .tags = Py_NewRef(tags), .keys = Py_NewRef(keys), .properties = Py_XNewRef(message->fields[F_PROPERTIES])};
-    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
+    return 1;
+}
+
+int mq_message_set_tails(mq_message_parts *out, PyObject *tails) {
     int valid = tails != NULL && PyTuple_Check(tails) && PyTuple_GET_SIZE(tails) >= 4;
     for (int i = 0; valid && i < 4; i++) valid = PyBytes_Check(PyTuple_GET_ITEM(tails, i));
     if (!valid) {
@@ -334,6 +336,13 @@ int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_
     out->common.tails = Py_NewRef(tails);
     out->common.tail = PyTuple_GET_ITEM(tails, 1);
     return 1;
+}
+
+int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                      mq_message_parts *out) {
+    if (!mq_message_take(object, queues_max, body_max, out)) return 0;
+    /* a str key: the lookup compares strs only, and runs no Python code */
+    return mq_message_set_tails(out, PyDict_GetItemWithError(tails_table, out->common.topic));
 }
 
 void mq_common_parts_release(mq_common_parts *parts) {

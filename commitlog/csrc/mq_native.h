@@ -62,6 +62,11 @@ typedef struct {
 } mq_message_parts;
 int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_message_parts *out);
+/* mq_message_fields in two steps, for a caller that finds the topic's tails itself (put.c): the fields taken and
+ * checked (1, or 0 with nothing held), then `tails` (borrowed; NULL: not found) checked and held (1, or 0 with
+ * the parts let go). */
+int mq_message_take(PyObject *object, long long queues_max, long long body_max, mq_message_parts *out);
+int mq_message_set_tails(mq_message_parts *out, PyObject *tails);
 void mq_message_parts_release(mq_message_parts *parts);
 
 /* put.c: what commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) gives a message, as
