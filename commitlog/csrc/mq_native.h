@@ -91,6 +91,10 @@ PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *pla
 #define MQ_UNIQUE_KEY_DIGITS 32
 int mq_is_unique_keys(PyObject *object);
 int mq_unique_key_next(PyObject *generator, char *out);
+/* mq_unique_key_next with the real clock already read by the caller (`real_ms`, CLOCK_REALTIME in ms): used
+ * as the key's time when the generator's clock is time.time_ns (one clock reading for the store time and the
+ * key), else the generator reads its own clock (a test's). 0, or -1 with an error. */
+int mq_unique_key_next_at(PyObject *generator, char *out, int64_t real_ms);
 /* next_many in two steps: the clock read (0, or -1 with an error; `ran_python` says whether it called Python
  * code, a test's clock, rather than clock_gettime), then `count` keys for that reading into `out`
  * (count * MQ_UNIQUE_KEY_DIGITS), running no Python code. */

@@ -98,6 +98,7 @@ typedef struct {
     PyObject *known_queue_offsets;               /* borrowed from the dict, which holds it while the tag holds */
     int64_t known_ts;
     uint64_t read_version;  /* the tag when this put read `_end` (0: unknown) */
+    uint64_t real_clock_version;  /* clock_globals' tag when `_time_ns` was time.time_ns (0: unknown) */
     queue_key_slot queue_keys[QUEUE_KEYS];  /* see queue_key_of */
 } AppenderObject;
 
@@ -325,14 +326,23 @@ static PyObject *appender_refresh(AppenderObject *self, PyObject *unused) {
     return PyBool_FromLong(usable);
 }
 
-/* The store clock in ms, as `_time_ns() // 1_000_000` in commitlog.py; 0 with *ms set, or -1 with an error. */
-static int store_clock_ms(AppenderObject *self, int64_t *ms) {
-    PyObject *clock = PyDict_GetItemWithError(self->clock_globals, keys[K_TIME_NS]);
+/* The store clock in ms, as `_time_ns() // 1_000_000` in commitlog.py; 0 with *ms set (*real: read from
+ * CLOCK_REALTIME, the clock time.time_ns reads), or -1 with an error. The module dict's version tag, while it is
+ * the one seen when `_time_ns` was time.time_ns, spares the lookup. */
+static int store_clock_ms(AppenderObject *self, int64_t *ms, int *real) {
+    uint64_t version = 0;
+#ifdef MQ_DICT_VERSION
+    version = ((PyDictObject *)self->clock_globals)->ma_version_tag;
+#endif
+    PyObject *clock = version != 0 && version == self->real_clock_version ? self->time_ns
+                      : PyDict_GetItemWithError(self->clock_globals, keys[K_TIME_NS]);
     if (clock == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "commitlog._time_ns is missing");
         return -1;
     }
-    if (clock == self->time_ns) {  /* time.time_ns is clock_gettime(CLOCK_REALTIME) */
+    *real = clock == self->time_ns;
+    if (*real) {  /* time.time_ns is clock_gettime(CLOCK_REALTIME) */
+        self->real_clock_version = version;
         struct timespec now;
         if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
             PyErr_SetFromErrno(PyExc_OSError);
@@ -872,8 +882,11 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     } else if (PyErr_Occurred()) {
         goto done;
     }
-    if (store_clock_ms(self, &store_ts) < 0) goto done;
-    if (key_at != NULL && mq_unique_key_next(s->unique_keys, key_at) < 0) goto done;
+    int real_clock;
+    if (store_clock_ms(self, &store_ts, &real_clock) < 0) goto done;
+    if (key_at != NULL && (real_clock ? mq_unique_key_next_at(s->unique_keys, key_at, store_ts)
+                                      : mq_unique_key_next(s->unique_keys, key_at)) < 0)
+        goto done;
     int64_t body_length = PyBytes_GET_SIZE(m->body);
     mq_record r = {
         .size = size, .queue_id = m->queue_id_value, .flag = m->flag, .queue_offset = queue_offset,

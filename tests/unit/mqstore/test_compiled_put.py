@@ -574,3 +574,38 @@ def test_topics_found_by_their_text_get_the_python_queue_offsets(tmp_path, monke
     assert put.done > 1200
     pairs = {(message.topic, message.queue_id) for message in messages}
     assert len(pairs) > 256 and set(states["python"][-1][1]) == pairs
+
+
+def _key_time_digits(store: MessageStore, result) -> tuple[int, int]:
+    """The UNIQ_KEY's time digits (ms since the month's start) and the store time's, of a put's record."""
+    record = store.read_at(result.commitlog_offset)
+    key = record.properties["UNIQ_KEY"]
+    month_start, _ = unique_key_module._month_bounds_ms(record.store_timestamp_ms)
+    return int(key[20:28], 16), (record.store_timestamp_ms - month_start) & 0xFFFFFFFF
+
+
+def test_the_uniq_key_of_a_compiled_put_is_made_at_the_store_time(tmp_path, monkeypatch):
+    """With the real clocks, the compiled put reads the clock once: the UNIQ_KEY's time is the record's store
+    time. With the generator's clock replaced (a test's), the key still takes its time from that clock."""
+    store, counting = _open(tmp_path / "real", "compiled-put", index_enabled=True)
+    with store:
+        for i in range(4):
+            store.put(Message(f"topic{i}", b"first"))  # the Python path makes a topic known
+        compiled = []
+        for i in range(3000):
+            done = counting.done
+            result = store.put(Message(f"topic{i % 4}", b"x" * 100, queue_id=i % 4, tags="t", keys=(f"k{i}",)))
+            if counting.done > done:  # not a roll's put (the Python path, which reads the clocks apart)
+                compiled.append(result)
+        times = [_key_time_digits(store, result) for result in compiled]
+    assert len(compiled) > 2900
+    assert all(key == stored for key, stored in times)
+
+    then_ms = 1_579_046_400_123  # 2020-01-15: far from the store time
+    monkeypatch.setattr(unique_key_module, "_time_ns", lambda: then_ms * 1_000_000)
+    store, counting = _open(tmp_path / "fixed", "compiled-put", index_enabled=True)
+    with store:
+        results = [store.put(Message("topic0", b"x", tags="t")) for _ in range(6)]  # the first: Python's
+        key_times = [_key_time_digits(store, result)[0] for result in results]
+    assert counting.done == 5
+    assert key_times == [then_ms - unique_key_module._month_bounds_ms(then_ms)[0]] * 6
