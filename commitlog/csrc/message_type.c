@@ -50,9 +50,9 @@ static void message_dealloc(MessageObject *self) {
 }
 
 /* Fill the fields from positional `args` (count `nargs`) and keyword values; 0 or -1 with a TypeError like the
- * dataclass's __init__. */
+ * dataclass's __init__. `fresh`: the message was just made and has no field yet. */
 static int set_fields(MessageObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                      PyObject *const *kwvalues, PyObject *kwdict) {
+                      PyObject *const *kwvalues, PyObject *kwdict, int fresh) {
     PyObject *given[F_COUNT] = {NULL};
     if (nargs > F_COUNT) {
         PyErr_Format(PyExc_TypeError, "Message.__init__() takes from 3 to %d positional arguments but %zd were given",
@@ -99,6 +99,10 @@ static int set_fields(MessageObject *self, PyObject *const *args, Py_ssize_t nar
         return -1;
     }
     PyObject *defaults[F_COUNT] = {NULL, NULL, zero, Py_None, empty_tuple, NULL, zero, Py_None};
+    if (fresh) {  /* a message just made (message_vectorcall): no old values to let go of */
+        for (int f = 0; f < F_COUNT; f++) self->fields[f] = Py_XNewRef(given[f] != NULL ? given[f] : defaults[f]);
+        return 0;
+    }
     /* Every new value is held before an old one is let go of: freeing an old value may run its finalizer, which
      * may change the arguments' containers or this message. */
     PyObject *old[F_COUNT];
@@ -116,14 +120,14 @@ static PyObject *message_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 static int message_init(MessageObject *self, PyObject *args, PyObject *kwds) {
-    return set_fields(self, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL, NULL, kwds);
+    return set_fields(self, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL, NULL, kwds, 0);
 }
 
 static PyObject *message_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     MessageObject *self = (MessageObject *)((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
     if (self == NULL) return NULL;
-    if (set_fields(self, args, nargs, kwnames, args + nargs, NULL) < 0) {
+    if (set_fields(self, args, nargs, kwnames, args + nargs, NULL, 1) < 0) {
         Py_DECREF(self);
         return NULL;
     }
