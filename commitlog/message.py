@@ -66,6 +66,18 @@ class PutResult(NamedTuple):
     msg_id: str
 
 
+try:  # the C descriptor of namedtuple's fields (CPython 3.8+): an item read without a property's function call
+    from collections import _tuplegetter
+except ImportError:  # another Python: a property of itemgetter, the same values
+    def _tuplegetter(index: int, doc: str | None):
+        return property(itemgetter(index), doc=doc)
+
+
+def _field(index: int, doc: str | None = None):
+    """StoredMessage's field at `index`, read-only."""
+    return _tuplegetter(index, doc)
+
+
 class StoredMessage(tuple):
     """A message read back from the CommitLog, with every stored field (read-only).
 
@@ -76,23 +88,23 @@ class StoredMessage(tuple):
 
     __slots__ = ()
 
-    size_bytes = property(itemgetter(0), doc="the whole record's TOTALSIZE")
-    magic_code = property(itemgetter(1))
-    body_crc = property(itemgetter(2))
-    queue_id = property(itemgetter(3))
-    flag = property(itemgetter(4))
-    queue_offset = property(itemgetter(5))
-    commitlog_offset = property(itemgetter(6), doc="the record's PHYSICALOFFSET (checked against where it was read)")
-    sys_flag = property(itemgetter(7))
-    born_timestamp_ms = property(itemgetter(8))
-    born_host_raw = property(itemgetter(9))
-    store_timestamp_ms = property(itemgetter(10))
-    store_host_raw = property(itemgetter(11))
-    reconsume_times = property(itemgetter(12))
-    prepared_transaction_offset = property(itemgetter(13))
-    body = property(itemgetter(15))
-    topic = property(itemgetter(16))
-    properties_raw = property(itemgetter(17))
+    size_bytes = _field(0, "the whole record's TOTALSIZE")
+    magic_code = _field(1)
+    body_crc = _field(2)
+    queue_id = _field(3)
+    flag = _field(4)
+    queue_offset = _field(5)
+    commitlog_offset = _field(6, "the record's PHYSICALOFFSET (checked against where it was read)")
+    sys_flag = _field(7)
+    born_timestamp_ms = _field(8)
+    born_host_raw = _field(9)
+    store_timestamp_ms = _field(10)
+    store_host_raw = _field(11)
+    reconsume_times = _field(12)
+    prepared_transaction_offset = _field(13)
+    body = _field(15)
+    topic = _field(16)
+    properties_raw = _field(17)
 
     @property
     def properties(self) -> dict[str, str]:
@@ -144,8 +156,9 @@ def stored_keys(message: StoredMessage) -> tuple[str, ...]:
 if native.NATIVE is not None:
     # The same two functions in C (commitlog/csrc/read_path.c; a test compares them on any bytes): a get whose
     # caller reads the tags and keys of every message spent most of its time in them.
-    StoredMessage.tags = property(native.NATIVE.stored_tags, doc=StoredMessage.tags.__doc__)
-    StoredMessage.keys = property(native.NATIVE.stored_keys, doc=StoredMessage.keys.__doc__)
+    # As descriptors of their own (StoredField): a read calls them without a property's function call.
+    StoredMessage.tags = native.NATIVE.StoredField("tags", StoredMessage.tags.__doc__)
+    StoredMessage.keys = native.NATIVE.StoredField("keys", StoredMessage.keys.__doc__)
 
 _new_tuple = tuple.__new__
 _crc32 = fmt.crc32_small  # for inputs up to fmt.CRC_SMALL_BYTES_MAX (else fmt.crc32)

@@ -50,9 +50,9 @@ static void message_dealloc(MessageObject *self) {
 }
 
 /* Fill the fields from positional `args` (count `nargs`) and keyword values; 0 or -1 with a TypeError like the
- * dataclass's __init__. */
+ * dataclass's __init__. `fresh`: the message was just made and has no field yet. */
 static int set_fields(MessageObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                      PyObject *const *kwvalues, PyObject *kwdict) {
+                      PyObject *const *kwvalues, PyObject *kwdict, int fresh) {
     PyObject *given[F_COUNT] = {NULL};
     if (nargs > F_COUNT) {
         PyErr_Format(PyExc_TypeError, "Message.__init__() takes from 3 to %d positional arguments but %zd were given",
@@ -99,6 +99,10 @@ static int set_fields(MessageObject *self, PyObject *const *args, Py_ssize_t nar
         return -1;
     }
     PyObject *defaults[F_COUNT] = {NULL, NULL, zero, Py_None, empty_tuple, NULL, zero, Py_None};
+    if (fresh) {  /* a message just made (message_vectorcall): no old values to let go of */
+        for (int f = 0; f < F_COUNT; f++) self->fields[f] = Py_XNewRef(given[f] != NULL ? given[f] : defaults[f]);
+        return 0;
+    }
     /* Every new value is held before an old one is let go of: freeing an old value may run its finalizer, which
      * may change the arguments' containers or this message. */
     PyObject *old[F_COUNT];
@@ -116,14 +120,14 @@ static PyObject *message_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 static int message_init(MessageObject *self, PyObject *args, PyObject *kwds) {
-    return set_fields(self, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL, NULL, kwds);
+    return set_fields(self, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL, NULL, kwds, 0);
 }
 
 static PyObject *message_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     MessageObject *self = (MessageObject *)((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
     if (self == NULL) return NULL;
-    if (set_fields(self, args, nargs, kwnames, args + nargs, NULL) < 0) {
+    if (set_fields(self, args, nargs, kwnames, args + nargs, NULL, 1) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -297,8 +301,7 @@ static PyObject *prepare_message(PyObject *self, PyObject *const *args, Py_ssize
  * PyErr_Occurred tells). put.c checks the tags, keys and properties itself. The fields kept are taken (strong
  * references) before anything that could run Python code: the checks and the caller see one state of the
  * message, whatever a finalizer run by a later allocation does to it. */
-int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
-                      mq_message_parts *out) {
+int mq_message_take(PyObject *object, long long queues_max, long long body_max, mq_message_parts *out) {
     if (Py_TYPE(object) != message_type) return 0;
     MessageObject *message = (MessageObject *)object;
     PyObject *topic = message->fields[F_TOPIC], *body = message->fields[F_BODY],
@@ -324,7 +327,10 @@ int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_
         .common = {.topic = Py_NewRef(topic), .body = Py_NewRef(body), .queue_id = Py_NewRef(queue_id),
                    .queue_id_value = queue, .flag = flag_value, .born_timestamp_ms = born_value},
         .tags = Py_NewRef(tags), .keys = Py_NewRef(keys), .properties = Py_XNewRef(message->fields[F_PROPERTIES])};
-    PyObject *tails = PyDict_GetItemWithError(tails_table, topic);
+    return 1;
+}
+
+int mq_message_set_tails(mq_message_parts *out, PyObject *tails) {
     int valid = tails != NULL && PyTuple_Check(tails) && PyTuple_GET_SIZE(tails) >= 4;
     for (int i = 0; valid && i < 4; i++) valid = PyBytes_Check(PyTuple_GET_ITEM(tails, i));
     if (!valid) {
@@ -334,6 +340,13 @@ int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_
     out->common.tails = Py_NewRef(tails);
     out->common.tail = PyTuple_GET_ITEM(tails, 1);
     return 1;
+}
+
+int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
+                      mq_message_parts *out) {
+    if (!mq_message_take(object, queues_max, body_max, out)) return 0;
+    /* a str key: the lookup compares strs only, and runs no Python code */
+    return mq_message_set_tails(out, PyDict_GetItemWithError(tails_table, out->common.topic));
 }
 
 void mq_common_parts_release(mq_common_parts *parts) {

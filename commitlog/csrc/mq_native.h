@@ -62,6 +62,11 @@ typedef struct {
 } mq_message_parts;
 int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_message_parts *out);
+/* mq_message_fields in two steps, for a caller that finds the topic's tails itself (put.c): the fields taken and
+ * checked (1, or 0 with nothing held), then `tails` (borrowed; NULL: not found) checked and held (1, or 0 with
+ * the parts let go). */
+int mq_message_take(PyObject *object, long long queues_max, long long body_max, mq_message_parts *out);
+int mq_message_set_tails(mq_message_parts *out, PyObject *tails);
 void mq_message_parts_release(mq_message_parts *parts);
 
 /* put.c: what commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) gives a message, as
@@ -86,6 +91,10 @@ PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *pla
 #define MQ_UNIQUE_KEY_DIGITS 32
 int mq_is_unique_keys(PyObject *object);
 int mq_unique_key_next(PyObject *generator, char *out);
+/* mq_unique_key_next with the real clock already read by the caller (`real_ms`, CLOCK_REALTIME in ms): used
+ * as the key's time when the generator's clock is time.time_ns (one clock reading for the store time and the
+ * key), else the generator reads its own clock (a test's). 0, or -1 with an error. */
+int mq_unique_key_next_at(PyObject *generator, char *out, int64_t real_ms);
 /* next_many in two steps: the clock read (0, or -1 with an error; `ran_python` says whether it called Python
  * code, a test's clock, rather than clock_gettime), then `count` keys for that reading into `out`
  * (count * MQ_UNIQUE_KEY_DIGITS), running no Python code. */

@@ -57,14 +57,18 @@ typedef struct {
     Py_buffer end_buffer;  /* held while end_at is set (of end_word, which `cached` holds) */
 } writer_state;
 
-/* A (topic, queue id) key of `queue_offsets` made before, with its hash: a put of the same topic object and queue
- * id uses it again instead of making and hashing a new tuple (queue_key_of). The topic is held, so that no
- * other object can take its address while the slot names it. */
-#define QUEUE_KEYS 64
+/* A (topic, queue id) key of `queue_offsets` made before, with its hash and the topic's tails: a put of a topic
+ * with the same text and the same queue id uses them again instead of making and hashing a new tuple and looking
+ * the topic up (queue_key_of, topic_tails_of). A user's loop makes a new topic str for every message (an
+ * f-string), so the slot is found by the topic's text, not its address. The key is the one `queue_offsets` holds
+ * (queue_key_of puts it there), so the table's lookup and store find it by identity, without comparing tuples.
+ * The tails are used while `_topic_tails` keeps the version tag it had when they were read. */
+#define QUEUE_KEYS 256
 typedef struct {
-    PyObject *topic, *key;  /* held; NULL: empty */
+    PyObject *topic, *key, *tails;  /* held; NULL: empty (tails NULL: look the topic up) */
     int64_t queue_id;
     Py_hash_t hash;
+    uint64_t tails_version;  /* `_topic_tails`' ma_version_tag when `tails` was read */
 } queue_key_slot;
 
 typedef struct {
@@ -94,6 +98,7 @@ typedef struct {
     PyObject *known_queue_offsets;               /* borrowed from the dict, which holds it while the tag holds */
     int64_t known_ts;
     uint64_t read_version;  /* the tag when this put read `_end` (0: unknown) */
+    uint64_t real_clock_version;  /* clock_globals' tag when `_time_ns` was time.time_ns (0: unknown) */
     queue_key_slot queue_keys[QUEUE_KEYS];  /* see queue_key_of */
 } AppenderObject;
 
@@ -118,6 +123,7 @@ static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     for (int i = 0; i < QUEUE_KEYS; i++) {
         Py_VISIT(self->queue_keys[i].topic);
         Py_VISIT(self->queue_keys[i].key);
+        Py_VISIT(self->queue_keys[i].tails);
     }
     Py_VISIT(Py_TYPE(self));
     return 0;
@@ -134,6 +140,7 @@ static int appender_clear(AppenderObject *self) {
     for (int i = 0; i < QUEUE_KEYS; i++) {
         Py_CLEAR(self->queue_keys[i].topic);
         Py_CLEAR(self->queue_keys[i].key);
+        Py_CLEAR(self->queue_keys[i].tails);
     }
     forget_state(self);
     return 0;
@@ -319,14 +326,23 @@ static PyObject *appender_refresh(AppenderObject *self, PyObject *unused) {
     return PyBool_FromLong(usable);
 }
 
-/* The store clock in ms, as `_time_ns() // 1_000_000` in commitlog.py; 0 with *ms set, or -1 with an error. */
-static int store_clock_ms(AppenderObject *self, int64_t *ms) {
-    PyObject *clock = PyDict_GetItemWithError(self->clock_globals, keys[K_TIME_NS]);
+/* The store clock in ms, as `_time_ns() // 1_000_000` in commitlog.py; 0 with *ms set (*real: read from
+ * CLOCK_REALTIME, the clock time.time_ns reads), or -1 with an error. The module dict's version tag, while it is
+ * the one seen when `_time_ns` was time.time_ns, spares the lookup. */
+static int store_clock_ms(AppenderObject *self, int64_t *ms, int *real) {
+    uint64_t version = 0;
+#ifdef MQ_DICT_VERSION
+    version = ((PyDictObject *)self->clock_globals)->ma_version_tag;
+#endif
+    PyObject *clock = version != 0 && version == self->real_clock_version ? self->time_ns
+                      : PyDict_GetItemWithError(self->clock_globals, keys[K_TIME_NS]);
     if (clock == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "commitlog._time_ns is missing");
         return -1;
     }
-    if (clock == self->time_ns) {  /* time.time_ns is clock_gettime(CLOCK_REALTIME) */
+    *real = clock == self->time_ns;
+    if (*real) {  /* time.time_ns is clock_gettime(CLOCK_REALTIME) */
+        self->real_clock_version = version;
         struct timespec now;
         if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
             PyErr_SetFromErrno(PyExc_OSError);
@@ -457,12 +473,56 @@ static int dict_set_known_hash(PyObject *dict, PyObject *key, PyObject *value, P
 #endif
 }
 
+/* The slot of (topic, queue id), found by the topic's text: FNV-1a of its first 16 code units' bytes and its
+ * length, mixed with the queue id and mixed again. `topic` is an exact str (mq_message_take checked it). */
+static queue_key_slot *queue_slot(AppenderObject *self, PyObject *topic, int64_t queue_id) {
+    Py_ssize_t length = PyUnicode_GET_LENGTH(topic), bytes = length * PyUnicode_KIND(topic);
+    const uint8_t *text = (const uint8_t *)PyUnicode_DATA(topic);
+    uint64_t hash = 1469598103934665603ull ^ (uint64_t)length;
+    for (Py_ssize_t i = 0; i < bytes && i < 16; i++) hash = (hash ^ text[i]) * 1099511628211ull;
+    hash ^= (uint64_t)queue_id * 0x9E3779B97F4A7C15ull;
+    hash = (hash ^ (hash >> 33)) * 0xFF51AFD7ED558CCDull;  /* MurmurHash3's finaliser: every bit moves the index */
+    return &self->queue_keys[(hash ^ (hash >> 33)) & (QUEUE_KEYS - 1)];
+}
+
+/* Whether `slot` holds (topic, queue id): the same str object, or one of the same text. */
+static int slot_holds(const queue_key_slot *slot, PyObject *topic, int64_t queue_id) {
+    if (slot->key == NULL || slot->queue_id != queue_id) return 0;
+    PyObject *held = slot->topic;
+    if (held == topic) return 1;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(topic);
+    return PyUnicode_GET_LENGTH(held) == length && PyUnicode_KIND(held) == PyUnicode_KIND(topic) &&
+           memcmp(PyUnicode_DATA(held), PyUnicode_DATA(topic), (size_t)length * PyUnicode_KIND(topic)) == 0;
+}
+
+/* The topic's tails (borrowed; NULL: not a known topic, or an error): the slot's while `_topic_tails` is as it
+ * was when they were read, else looked up (a str key: no Python code runs). */
+static PyObject *topic_tails_of(AppenderObject *self, PyObject *topic, int64_t queue_id) {
+#ifdef MQ_DICT_VERSION
+    queue_key_slot *slot = queue_slot(self, topic, queue_id);
+    if (slot->tails != NULL && slot->tails_version == ((PyDictObject *)self->topic_tails)->ma_version_tag &&
+        slot_holds(slot, topic, queue_id))
+        return slot->tails;
+#endif
+    return PyDict_GetItemWithError(self->topic_tails, topic);
+}
+
 /* The (topic, queue id) key of `queue_offsets` (a new reference) and its hash, from its slot when the slot
- * holds this topic object and queue id, else made, hashed and kept there; NULL with an error. */
-static PyObject *queue_key_of(AppenderObject *self, const mq_common_parts *m, Py_hash_t *hash) {
-    queue_key_slot *slot = &self->queue_keys[(((uintptr_t)m->topic >> 4) ^ (uintptr_t)m->queue_id_value) &
-                                             (QUEUE_KEYS - 1)];
-    if (slot->key != NULL && slot->topic == m->topic && slot->queue_id == m->queue_id_value) {
+ * holds this topic and queue id, else made, hashed and kept there (with the message's tails): NULL with an
+ * error. A new slot's key replaces an equal key of the table (same value), so that the table holds the slot's.
+ * `tails_version`: `_topic_tails`' tag when the message's tails were read. */
+static PyObject *queue_key_of(AppenderObject *self, const mq_common_parts *m, PyObject *queue_offsets,
+                              uint64_t tails_version, Py_hash_t *hash) {
+    queue_key_slot *slot = queue_slot(self, m->topic, m->queue_id_value);
+    if (slot_holds(slot, m->topic, m->queue_id_value)) {
+        if (slot->tails != m->tails) {  /* read again after `_topic_tails` changed */
+            PyObject *old_tails = slot->tails;
+            slot->tails = Py_NewRef(m->tails);
+            slot->tails_version = tails_version;
+            Py_XDECREF(old_tails);
+        } else {
+            slot->tails_version = tails_version;
+        }
         *hash = slot->hash;
         return Py_NewRef(slot->key);
     }
@@ -473,13 +533,32 @@ static PyObject *queue_key_of(AppenderObject *self, const mq_common_parts *m, Py
         Py_DECREF(key);
         return NULL;
     }
-    PyObject *old_topic = slot->topic, *old_key = slot->key;
+    /* The table's own key: taken out here, the put stores this one with the next value (publish) */
+    PyObject *value = dict_get_known_hash(queue_offsets, key, *hash);
+    if (value == NULL && PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (value != NULL) {
+        Py_INCREF(value);
+        int failed = PyDict_DelItem(queue_offsets, key) < 0 || dict_set_known_hash(queue_offsets, key, value,
+                                                                                   *hash) < 0;
+        Py_DECREF(value);
+        if (failed) {
+            Py_DECREF(key);
+            return NULL;
+        }
+    }
+    PyObject *old_topic = slot->topic, *old_key = slot->key, *old_tails = slot->tails;
     slot->topic = Py_NewRef(m->topic);
     slot->key = Py_NewRef(key);
+    slot->tails = Py_NewRef(m->tails);
     slot->queue_id = m->queue_id_value;
     slot->hash = *hash;
-    Py_XDECREF(old_topic);  /* after the slot is whole: freeing them runs no Python code (a str, a tuple) */
+    slot->tails_version = tails_version;  /* the tag when they were read: a change since shows */
+    Py_XDECREF(old_topic);  /* after the slot is whole: freeing them runs no Python code (a str, a tuple, bytes) */
     Py_XDECREF(old_key);
+    Py_XDECREF(old_tails);
     return key;
 }
 
@@ -762,7 +841,12 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     PyObject *queue_offsets;
     int ready = read_end(self, &offset, &queue_offsets);
     if (ready <= 0) return ready < 0 ? NULL : Py_NewRef(Py_None);
-    if (!mq_message_fields(message, self->topic_tails, self->queues_max, self->body_max, &parts))
+    if (!mq_message_take(message, self->queues_max, self->body_max, &parts)) return Py_NewRef(Py_None);
+    uint64_t tails_version = 0;
+#ifdef MQ_DICT_VERSION
+    tails_version = ((PyDictObject *)self->topic_tails)->ma_version_tag;
+#endif
+    if (!mq_message_set_tails(&parts, topic_tails_of(self, m->topic, m->queue_id_value)))
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     Py_INCREF(queue_offsets);  /* the log's table: a finalizer may replace the attribute */
     PyObject *tail = NULL, *queue_key = NULL, *result = NULL, *found = NULL;
@@ -784,7 +868,7 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     }
     /* From here on the put is made: the Python path is taken again only when a pwrite fails */
     Py_hash_t queue_hash = -1;
-    queue_key = queue_key_of(self, m, &queue_hash);
+    queue_key = queue_key_of(self, m, queue_offsets, tails_version, &queue_hash);
     if (queue_key == NULL) goto done;
     int64_t queue_offset = 0, store_ts;
     found = dict_get_known_hash(queue_offsets, queue_key, queue_hash);
@@ -798,8 +882,11 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     } else if (PyErr_Occurred()) {
         goto done;
     }
-    if (store_clock_ms(self, &store_ts) < 0) goto done;
-    if (key_at != NULL && mq_unique_key_next(s->unique_keys, key_at) < 0) goto done;
+    int real_clock;
+    if (store_clock_ms(self, &store_ts, &real_clock) < 0) goto done;
+    if (key_at != NULL && (real_clock ? mq_unique_key_next_at(s->unique_keys, key_at, store_ts)
+                                      : mq_unique_key_next(s->unique_keys, key_at)) < 0)
+        goto done;
     int64_t body_length = PyBytes_GET_SIZE(m->body);
     mq_record r = {
         .size = size, .queue_id = m->queue_id_value, .flag = m->flag, .queue_offset = queue_offset,

@@ -356,6 +356,12 @@ static PyObject *python_put(PutEntryObject *self, PyObject *message) {
  * error, if any, is put aside and restored (a debug CPython aborts on a call made with one set). An error of
  * the length itself counts as parked: drain then runs and reports what is wrong. */
 static Py_ssize_t parked_count(PutEntryObject *self) {
+    if (!PyErr_Occurred()) {  /* the common case: nothing to put aside */
+        Py_ssize_t count = PyObject_Size(self->parked);
+        if (count >= 0) return count;
+        PyErr_Clear();
+        return 1;
+    }
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     Py_ssize_t count = PyObject_Size(self->parked);

@@ -8,6 +8,8 @@
  */
 #include "mq_native.h"
 
+#include <structmember.h>
+
 #include <string.h>
 
 #define MQ_UNIT_SIZE_BYTES 20  /* consumequeue/format.py: UNIT_SIZE_BYTES */
@@ -181,7 +183,81 @@ PyMethodDef mq_read_path_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* --- StoredField: StoredMessage.tags and .keys as descriptors ------------------------------------------------
+ *
+ * `StoredField(name, doc)`, name "tags" or "keys": a data descriptor whose __get__ is stored_tags or stored_keys
+ * of the instance, called from the attribute lookup without a property's call of a function object (about 0.2k
+ * instructions a read). Read-only, as the property was. The type has no doc string of its own: `__doc__` is the
+ * instance's, as a property's. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *(*read)(PyObject *, PyObject *);  /* stored_tags or stored_keys */
+    PyObject *name, *doc;
+} StoredFieldObject;
+
+static PyObject *stored_field_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *name, *doc = Py_None;
+    static char *names[] = {"name", "doc", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|O:StoredField", names, &name, &doc)) return NULL;
+    PyObject *(*read)(PyObject *, PyObject *) = NULL;
+    if (PyUnicode_CompareWithASCIIString(name, "tags") == 0) read = stored_tags;
+    else if (PyUnicode_CompareWithASCIIString(name, "keys") == 0) read = stored_keys;
+    if (read == NULL) {
+        PyErr_SetString(PyExc_ValueError, "StoredField name must be \"tags\" or \"keys\"");
+        return NULL;
+    }
+    StoredFieldObject *self = (StoredFieldObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->read = read;
+    self->name = Py_NewRef(name);
+    self->doc = Py_NewRef(doc);
+    return (PyObject *)self;
+}
+
+static void stored_field_dealloc(StoredFieldObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->doc);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyObject *stored_field_get(StoredFieldObject *self, PyObject *instance, PyObject *owner) {
+    if (instance == NULL || instance == Py_None) return Py_NewRef(self);  /* looked up on the class */
+    return self->read(NULL, instance);  /* properties_of checks the instance's shape */
+}
+
+static int stored_field_set(StoredFieldObject *self, PyObject *instance, PyObject *value) {
+    PyErr_Format(PyExc_AttributeError, "can't %s attribute '%U'", value == NULL ? "delete" : "set", self->name);
+    return -1;
+}
+
+static PyMemberDef stored_field_members[] = {
+    {"__doc__", T_OBJECT, offsetof(StoredFieldObject, doc), READONLY, NULL},
+    {"name", T_OBJECT, offsetof(StoredFieldObject, name), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot stored_field_slots[] = {
+    {Py_tp_new, stored_field_new},
+    {Py_tp_dealloc, stored_field_dealloc},
+    {Py_tp_descr_get, stored_field_get},
+    {Py_tp_descr_set, stored_field_set},
+    {Py_tp_members, stored_field_members},
+    {0, NULL},
+};
+
+static PyType_Spec stored_field_spec = {
+    "mqstore.commitlog._native.StoredField", sizeof(StoredFieldObject), 0, Py_TPFLAGS_DEFAULT, stored_field_slots,
+};
+
 int mq_read_path_init(PyObject *module) {
     key_separator = PyUnicode_InternFromString(" ");
-    return key_separator == NULL ? -1 : 0;
+    if (key_separator == NULL) return -1;
+    PyObject *type = PyType_FromSpec(&stored_field_spec);
+    if (type == NULL) return -1;
+    int added = PyModule_AddObjectRef(module, "StoredField", type);
+    Py_DECREF(type);
+    return added;
 }

@@ -24,6 +24,7 @@ typedef struct {
     int64_t month_start_ms, next_month_ms, last_ms;
     uint16_t counter;
     char time_prefix[PREFIX_DIGITS + TIME_DIGITS];  /* the prefix and the time digits of `last_ms` */
+    uint64_t real_clock_version;  /* clock_globals' version tag when `_time_ns` was time.time_ns (0: unknown) */
 } UniqueKeysObject;
 
 static PyTypeObject *unique_keys_type = NULL;
@@ -144,6 +145,28 @@ static int next_keys(UniqueKeysObject *self, char *out, Py_ssize_t count) {
 int mq_unique_key_next(PyObject *generator, char *out) {
     assert(mq_is_unique_keys(generator));
     return next_keys((UniqueKeysObject *)generator, out, 1);
+}
+
+int mq_unique_key_next_at(PyObject *generator, char *out, int64_t real_ms) {
+    assert(mq_is_unique_keys(generator));
+    UniqueKeysObject *self = (UniqueKeysObject *)generator;
+#ifdef MQ_DICT_VERSION
+    uint64_t version = ((PyDictObject *)self->clock_globals)->ma_version_tag;
+    if (version != 0 && version == self->real_clock_version) {  /* the module dict unchanged since it was */
+        fill_keys(self, real_ms, out, 1);
+        return 0;
+    }
+#endif
+    PyObject *clock = PyDict_GetItemWithError(self->clock_globals, time_ns_name);
+    if (clock != NULL && clock == self->time_ns) {
+#ifdef MQ_DICT_VERSION
+        self->real_clock_version = version;
+#endif
+        fill_keys(self, real_ms, out, 1);
+        return 0;
+    }
+    if (clock == NULL && PyErr_Occurred()) return -1;
+    return next_keys(self, out, 1);  /* a test's clock: read it as the Python generator does */
 }
 
 int mq_unique_key_clock(PyObject *generator, int64_t *now, int *ran_python) {

@@ -58,6 +58,45 @@ def test_tags_and_keys_refuse_what_is_not_a_stored_message():
             _native.stored_keys(bad)
 
 
+def test_stored_fields_are_read_only_descriptors_of_the_stored_message():
+    """StoredMessage.tags and .keys as compiled descriptors (StoredField): read through the instance as the
+    functions read; the class gets the descriptor with its doc; no set, no delete; hostile instances refused."""
+    field = _native.StoredField("tags", "the doc")
+    assert field.__doc__ == "the doc" and field.name == "tags"
+
+    class Holder(tuple):
+        __slots__ = ()
+        tags = _native.StoredField("tags")
+        keys = _native.StoredField("keys")
+
+    holder = tuple.__new__(Holder, (0,) * 15 + (b"", "t", b"TAGS\x01a\x02KEYS\x01k1 \xff\x02"))
+    assert (holder.tags, holder.keys) == ("a", ("k1", "\ufffd"))
+    assert isinstance(Holder.tags, _native.StoredField)
+    with pytest.raises(AttributeError):
+        holder.tags = "b"
+    with pytest.raises(AttributeError):
+        del holder.keys
+    for bad in (tuple.__new__(Holder, ()), tuple.__new__(Holder, (0,) * 17 + ("text",))):
+        with pytest.raises(TypeError):
+            getattr(bad, "tags")  # noqa: B009
+        with pytest.raises(TypeError):
+            getattr(bad, "keys")  # noqa: B009
+    for name, error in (("body", ValueError), ("", ValueError), (5, TypeError), (b"tags", TypeError)):
+        with pytest.raises(error):
+            _native.StoredField(name)
+
+
+def test_stored_message_fields_read_the_tuple_items():
+    """The fields StoredMessage reads by position (collections' C descriptor, or a property of itemgetter)."""
+    message = tuple.__new__(StoredMessage, tuple(range(15)) + (b"body", "topic", b"TAGS\x01t"))
+    assert (message.size_bytes, message.queue_id, message.queue_offset, message.commitlog_offset) == (0, 3, 5, 6)
+    assert (message.body, message.topic, message.properties_raw, message.tags) == (b"body", "topic", b"TAGS\x01t", "t")
+    with pytest.raises(AttributeError):
+        message.body = b"other"
+    with pytest.raises(IndexError):
+        getattr(tuple.__new__(StoredMessage, (1, 2)), "body")  # noqa: B009
+
+
 def _units(offsets, sizes) -> bytearray:
     units = cqf.make_units(offsets, sizes, np.zeros(len(offsets), dtype=np.int64))
     return bytearray(units.tobytes())

@@ -526,3 +526,86 @@ def test_batches_with_tags_keys_and_properties_are_prepared_in_c_and_write_the_p
     assert compiled[2] == python[2] and {kind for kind, _ in python[2]} == {"InvalidMessageError"}
     assert python[3] >= 10  # the Python codec prepares keyed batches one by one
     assert compiled[3] == 0  # compiled: none (a batch holding an invalid message raises in the Python prepare)
+
+
+def _topic_slot_messages(seed: int, count: int = 1500) -> list[Message]:
+    """Topics the compiled put's (topic, queue id) slots must tell apart or find again: each topic str made anew
+    for every message (as an f-string makes it), topics alike in their first 16 bytes and in their length, short
+    ones, more (topic, queue) pairs than slots (evictions), and topics
+    first seen midway (the topic table changes under the slots' cached tails)."""
+    rng = random.Random(seed)
+    alike = ["x" * 16 + "-a", "x" * 16 + "-b", "x" * 17 + "a"]
+    short = ["a", "b", "%|_-", "%|_a"]
+    messages = []
+    for i in range(count):
+        kind = rng.random()
+        if kind < 0.3:
+            topic = "".join(list(rng.choice(alike)))  # a new str object of the same text
+        elif kind < 0.5:
+            topic = "".join(list(rng.choice(short)))
+        elif kind < 0.9:
+            topic = f"many{rng.randrange(40)}"
+        else:
+            topic = f"late{i // 300}"  # a few topics that appear only later
+        messages.append(Message(topic, rng.randbytes(rng.choice([0, 10, 100])), queue_id=rng.randrange(8),
+                                tags=rng.choice([None, "t"]), keys=rng.choice([(), (f"k{i}",)])))
+    return messages
+
+
+@pytest.mark.parametrize("unique_keys", [False, True], ids=["no-uniq-key", "uniq-key"])
+def test_topics_found_by_their_text_get_the_python_queue_offsets(tmp_path, monkeypatch, unique_keys):
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    messages = _topic_slot_messages(seed)
+    states, files = {}, {}
+    for path, codec in (("python", None), ("native", _native)):
+        monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+        monkeypatch.setattr(unique_key_module, "_time_ns", FixedClock())
+        monkeypatch.setattr(native, "NATIVE", codec)
+        log = _log(tmp_path / path, codec)
+        if unique_keys:
+            log.unique_keys = unique_key_module.UniqueKeyGenerator(HOST[:4], instance_id=INSTANCE)
+        put = Counting(log.compiled_put()) if codec is not None else None
+        states[path] = _append_all(log, messages, put)
+        log.close()
+        files[path] = _segment_files(tmp_path, path)
+    assert states["native"] == states["python"]  # queue offsets after every put, one key per (topic, queue id)
+    assert files["native"] == files["python"]
+    assert put.done > 1200
+    pairs = {(message.topic, message.queue_id) for message in messages}
+    assert len(pairs) > 256 and set(states["python"][-1][1]) == pairs
+
+
+def _key_time_digits(store: MessageStore, result) -> tuple[int, int]:
+    """The UNIQ_KEY's time digits (ms since the month's start) and the store time's, of a put's record."""
+    record = store.read_at(result.commitlog_offset)
+    key = record.properties["UNIQ_KEY"]
+    month_start, _ = unique_key_module._month_bounds_ms(record.store_timestamp_ms)
+    return int(key[20:28], 16), (record.store_timestamp_ms - month_start) & 0xFFFFFFFF
+
+
+def test_the_uniq_key_of_a_compiled_put_is_made_at_the_store_time(tmp_path, monkeypatch):
+    """With the real clocks, the compiled put reads the clock once: the UNIQ_KEY's time is the record's store
+    time. With the generator's clock replaced (a test's), the key still takes its time from that clock."""
+    store, counting = _open(tmp_path / "real", "compiled-put", index_enabled=True)
+    with store:
+        for i in range(4):
+            store.put(Message(f"topic{i}", b"first"))  # the Python path makes a topic known
+        compiled = []
+        for i in range(3000):
+            done = counting.done
+            result = store.put(Message(f"topic{i % 4}", b"x" * 100, queue_id=i % 4, tags="t", keys=(f"k{i}",)))
+            if counting.done > done:  # not a roll's put (the Python path, which reads the clocks apart)
+                compiled.append(result)
+        times = [_key_time_digits(store, result) for result in compiled]
+    assert len(compiled) > 2900
+    assert all(key == stored for key, stored in times)
+
+    then_ms = 1_579_046_400_123  # 2020-01-15: far from the store time
+    monkeypatch.setattr(unique_key_module, "_time_ns", lambda: then_ms * 1_000_000)
+    store, counting = _open(tmp_path / "fixed", "compiled-put", index_enabled=True)
+    with store:
+        results = [store.put(Message("topic0", b"x", tags="t")) for _ in range(6)]  # the first: Python's
+        key_times = [_key_time_digits(store, result)[0] for result in results]
+    assert counting.done == 5
+    assert key_times == [then_ms - unique_key_module._month_bounds_ms(then_ms)[0]] * 6
