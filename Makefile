@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-python lint install bench docs clean-demo fuzz fuzz-scan fuzz-codec asan-build \
+.PHONY: demo test test-long test-fast test-python lint install bench docs clean-demo fuzz fuzz-scan fuzz-codec asan-build \
 	test-asan fuzz-python
 
 NATIVE_SOURCES := $(wildcard commitlog/csrc/*.c commitlog/csrc/*.h)
@@ -26,12 +26,16 @@ demo: $(STAMP)
 # The linter (rules and line length in pyproject.toml), then the whole test suite. pytest's exit code 5 (no test
 # collected) is reported as a failure with a reason.
 test: lint
-	@$(BIN)/python -m pytest; status=$$?; \
+	@$(BIN)/python -m pytest -m "not long"; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
 	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The tests marked `long`, moved out of `make test` to keep it near 10 minutes on 2 cores; .ci/run runs them next.
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m long
 
 # The quick loop while working: lint, then every test not marked spark, crash or slow.
 test-fast: lint

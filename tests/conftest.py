@@ -12,23 +12,24 @@ import pytest
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "data"  # a copy of RocketMQ-written fixtures (README.md there)
 ROCKETMQ_STORE = FIXTURES_DIR / "rocketmq-4.4.0-store"
-DIRECTORY_MARKERS = {"spark": "spark", "crash": "crash", "bench": "slow"}  # tests/<directory> -> its tests' marker
+# tests/<directory> -> its tests' markers; the benchmarks' --quick runs are `long`: `make test-long` runs them
+DIRECTORY_MARKERS = {"spark": ("spark",), "crash": ("crash",), "bench": ("slow", "long")}
 WAIT_TIMEOUT_S = 30.0  # how long `wait_until` looks before giving up: far beyond any wait on a loaded machine
 WAIT_INTERVAL_S = 0.01
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark the tests of a directory in DIRECTORY_MARKERS: tests/spark `spark`, tests/crash `crash`, and the
-    benchmarks' --quick runs in tests/bench `slow` (the markers are registered in pyproject.toml; `make test-fast`
-    leaves them out)."""
+    benchmarks' --quick runs in tests/bench `slow` and `long` (the markers are registered in pyproject.toml;
+    `make test-fast` leaves the first three out, `make test` leaves `long` to `make test-long`)."""
     tests_dir = Path(__file__).resolve().parent
     for item in items:
         try:
             directory = item.path.resolve().relative_to(tests_dir).parts[0]
         except ValueError:
             continue
-        if directory in DIRECTORY_MARKERS:
-            item.add_marker(DIRECTORY_MARKERS[directory])
+        for marker in DIRECTORY_MARKERS.get(directory, ()):
+            item.add_marker(marker)
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = WAIT_TIMEOUT_S,
