@@ -28,6 +28,7 @@ from mqstore.commitlog.errors import CorruptionError
 from mqstore.commitlog.mapped_file import MappedFile
 
 CHECKPOINT_FILE_NAME = "checkpoint"
+CHECKPOINT_DAMAGED_FILE_NAME = "checkpoint.damaged"  # marker: found damaged, no recovery completed since
 CHECKPOINT_SIZE_BYTES = 4096
 CHECKPOINT_DTYPE = np.dtype([("physic_msg_timestamp", ">i8"), ("logics_msg_timestamp", ">i8"),
                              ("index_msg_timestamp", ">i8"), ("physic_flushed_offset", ">i8"),

@@ -108,7 +108,7 @@ from mqstore.commitlog.commitlog import CommitLog
 from mqstore.commitlog.dispatch_batch import parse_records
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
-from mqstore.flush.checkpoint import CHECKPOINT_DTYPE, Checkpoint
+from mqstore.flush.checkpoint import CHECKPOINT_DAMAGED_FILE_NAME, CHECKPOINT_DTYPE, Checkpoint
 from mqstore.store.markers import remove_marker, write_marker
 from mqstore.store.repair import count_dropped
 
@@ -118,7 +118,6 @@ RECOVERY_BATCH_RECORDS = 65_536  # records decoded at once while walking the log
 CLEAN_STOP_SEGMENTS_CHECKED = 3  # RocketMQ checks the last three files after a clean stop
 INDEX_RESUME_CHECKS_MAX = 16  # cuts of the index at an end where no message starts, before it is rebuilt whole
 SCAN_CHUNK_BYTES = 1 << 20  # bytes looked at per step when searching a segment's tail for data
-CHECKPOINT_DAMAGED_FILE_NAME = "checkpoint.damaged"  # marker: found damaged, no recovery completed since
 CHECKPOINT_TIME_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: a later checkpoint time is damage
 
 

@@ -10,6 +10,8 @@ How a store is planned (batch), case by case:
                                                       record straddling the end is not included
     ... that header followed by a record start        damage, not the end: its CorruptionError (file, offset,
         (within scan_read.DAMAGE_LOOKAHEAD_BYTES)     rule), as read_at reports it
+    ... that header below the offset the checkpoint   damage, whatever follows it: CorruptionError, rule
+        says was flushed (read before the walk)       commitlog.end, as a plain open raises it
     a topic filter, region the ConsumeQueues cover    read only the records the topic's queues point to; the
                                                       region ends at the writer's dispatched mark when there
                                                       is one (queues are written one after another), else at
@@ -44,7 +46,14 @@ from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreIOError
 from mqstore.consumequeue.mark import mark_path, read_mark
 from mqstore.store.scan_options import RowFilter, StoreRef
-from mqstore.store.scan_read import LogPartition, Piece, QueuePartition, written_end
+from mqstore.store.scan_read import (
+    LogPartition,
+    Piece,
+    QueuePartition,
+    checkpoint_flushed_offset,
+    refuse_stop_below_flushed,
+    written_end,
+)
 from mqstore.store.store_files import QueueIndex, Segments, list_segments
 
 MIB = 1 << 20
@@ -69,11 +78,13 @@ class StorePlan:
 
 def plan_store(ref: StoreRef, known_start: int | None = None) -> StorePlan:
     """Snapshot one store: its written end now (walking from the best known record start)."""
+    flushed = checkpoint_flushed_offset(ref.root)  # first: what it says was on disk before the walk looks
     segments = list_segments(ref.root)
     queues = QueueIndex(ref.root)
     furthest = _verified_dispatched_end(segments, queues)
     starts = [s for s in (furthest, known_start) if s is not None]
     end, boundaries = written_end(segments, starts)
+    refuse_stop_below_flushed(segments, end, flushed)
     dispatched = _queues_complete_below(ref.root, segments, furthest)
     if dispatched is not None and dispatched > end:
         dispatched = end

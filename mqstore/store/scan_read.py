@@ -44,6 +44,7 @@ from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.mapped_file import MADV_POPULATE_READ, PAGE_SIZE_BYTES, madvise
 from mqstore.commitlog.message import decode_message
 from mqstore.consumequeue import format as cqfmt
+from mqstore.flush.checkpoint import CHECKPOINT_DAMAGED_FILE_NAME, CHECKPOINT_DTYPE, CHECKPOINT_FILE_NAME
 from mqstore.store.config import RECORD_CRC_FROM_KEY
 from mqstore.store.scan_options import RowFilter, StoreRef
 from mqstore.store.settings import read_saved_settings
@@ -461,6 +462,39 @@ def _refuse_damage_before_records(fd: int, path: str, base: int, end: int, segme
     if not _record_start_after(raw, end):
         return
     decode_record(raw, 0, len(raw), end, path)  # raises for damage; a record written since ends the snapshot here
+
+
+def checkpoint_flushed_offset(root: str) -> int | None:
+    """The commitlog offset below which the store's checkpoint says the log is on disk, or None when it cannot
+    say: no checkpoint, one too short, the marker of a checkpoint found damaged, or no offset (RocketMQ 4.4.0's
+    checkpoints keep none). Read it before the log's files: a writer raises it only over bytes it wrote before."""
+    if os.path.exists(os.path.join(root, CHECKPOINT_DAMAGED_FILE_NAME)):
+        return None
+    try:
+        with open(os.path.join(root, CHECKPOINT_FILE_NAME), "rb") as handle:
+            head = handle.read(CHECKPOINT_DTYPE.itemsize)
+    except OSError:
+        return None
+    if len(head) < CHECKPOINT_DTYPE.itemsize:
+        return None
+    at = CHECKPOINT_DTYPE.fields["physic_flushed_offset"][1]
+    flushed = int.from_bytes(head[at : at + 8], "big", signed=True)
+    return flushed if flushed > 0 else None
+
+
+def refuse_stop_below_flushed(segments: Segments, end: int, flushed: int | None) -> None:
+    """The walk to the written end stopped at `end`, below the offset the checkpoint says was flushed and inside
+    the log's files: those bytes were on disk, so the stop is damage, not the end (recovery's rule,
+    docs/recovery.md), whatever follows it (zeros included). A flushed offset past the log's files is the
+    checkpoint's damage, which recovery reports; it is no evidence here."""
+    if flushed is None or flushed <= end or not segments.bases:
+        return
+    if flushed > segments.bases[-1] + segments.segment_size:
+        return
+    base = segments.bases[max(bisect.bisect_right(segments.bases, end) - 1, 0)]
+    raise CorruptionError(f"the log's walk stops at commitlog offset {end}, inside the written part of the log: "
+                          f"the checkpoint says the log was flushed to {flushed}", path=segments.path(base),
+                          offset=end - base, rule="commitlog.end")
 
 
 def _record_start_after(raw: bytes, raw_abs: int) -> bool:

@@ -13,9 +13,11 @@ import shutil
 import pytest
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError
+from mqstore.flush.checkpoint import CHECKPOINT_DTYPE, CHECKPOINT_FILE_NAME
 
-from mqstore import MessageStore
+from mqstore import Message, MessageStore
 from mqstore.store.scan import scan_store
+from tests.conftest import small_config
 from tests.native.test_scan_agrees_with_read_at import DAMAGES, MIDDLE, SEGMENT_BYTES, _damaged, _outcome
 from tests.native.test_scan_agrees_with_read_at import pristine as pristine  # noqa: F401 - the fixture
 from tests.spark.test_scan_parity import several_segments
@@ -94,3 +96,49 @@ def test_a_filter_does_not_read_the_records_it_does_not_select(spark, jvm_reader
             sorted(expected.column("commitlog_offset").to_pylist())
     with pytest.raises(CorruptionError):
         scan_store(root).read_all()
+
+
+def _tail_store(tmp_path) -> tuple:
+    """600 messages in small segments, closed cleanly; (root, results in log order, last segment, its base)."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, small_config()) as store:
+        results = store.put_batch([Message(f"t{i % 2}", b"x" * 100, queue_id=i % 2, tags="a", keys=(f"k{i}",))
+                                   for i in range(600)])
+    segment = sorted((root / "commitlog").iterdir())[-1]
+    return root, results, segment, int(segment.name)
+
+
+@pytest.mark.parametrize("damage", ["a record before more records", "the flushed tail zeroed"])
+def test_damage_where_the_walk_to_the_end_stops_gives_scans_error(spark, jvm_reader, tmp_path, damage):
+    """Without ConsumeQueues to start from, the JVM planner's walk of the last segment took a damaged record, or
+    zeros the checkpoint says were flushed, for the end of the log and read the rows before it as the whole log.
+    It now refuses both as scan() does: the same rule, file and position."""
+    root, results, segment, base = _tail_store(tmp_path)
+    in_last = [result for result in results if result.commitlog_offset >= base]
+    victim = in_last[len(in_last) // 2] if damage.startswith("a record") else in_last[5]
+    end = results[-1].commitlog_offset + results[-1].size_bytes
+    with open(segment, "r+b") as file:
+        file.seek(victim.commitlog_offset - base)
+        file.write(b"\0" * 8 if damage.startswith("a record") else b"\0" * (end - victim.commitlog_offset))
+    shutil.rmtree(root / "consumequeue")
+    expected = python_outcome(lambda: scan_store(root).read_all())
+    assert expected[0] in ("commitlog.1", "commitlog.end") and expected[1:] == (
+        str(segment), victim.commitlog_offset - base)
+    assert jvm_outcome(spark, jvm_reader, root) == expected
+
+
+def test_zeros_after_the_flushed_offset_end_the_log(spark, jvm_reader, tmp_path):
+    """A tail past the checkpoint's flushed offset lost in a crash is a torn tail, not damage: both readers end the
+    log at it and read every row before it."""
+    root, results, segment, base = _tail_store(tmp_path)
+    victim = [result for result in results if result.commitlog_offset >= base][5]
+    end = results[-1].commitlog_offset + results[-1].size_bytes
+    with open(segment, "r+b") as file:
+        file.seek(victim.commitlog_offset - base)
+        file.write(b"\0" * (end - victim.commitlog_offset))
+    with open(root / CHECKPOINT_FILE_NAME, "r+b") as checkpoint:
+        checkpoint.seek(CHECKPOINT_DTYPE.fields["physic_flushed_offset"][1])
+        checkpoint.write(victim.commitlog_offset.to_bytes(8, "big"))
+    shutil.rmtree(root / "consumequeue")
+    got = spark.read.format(jvm_reader).load(str(root)).toArrow()
+    assert got.num_rows == scan_store(root).read_all().num_rows == results.index(victim)

@@ -17,6 +17,7 @@ from mqstore.commitlog import arrow_decode, dispatch_batch
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError, InvalidConfigError
 from mqstore.commitlog.native import NATIVE
+from mqstore.flush.checkpoint import CHECKPOINT_DAMAGED_FILE_NAME, CHECKPOINT_DTYPE, CHECKPOINT_FILE_NAME
 
 from mqstore import Message, MessageStore
 from mqstore.store.scan import COLUMNS, SCAN_SCHEMA, scan_store
@@ -312,8 +313,53 @@ def test_a_half_written_record_at_the_end_of_the_last_segment_ends_the_scan(tmp_
     with open(segment, "r+b") as file:  # the last record's first bytes only: a write still under way
         file.seek(last.commitlog_offset - int(segment.name) + 40)
         file.write(b"\0" * (last.size_bytes - 40))
+    _set_checkpoint_flushed(root, last.commitlog_offset)  # as the writer's checkpoint was during that write
     shutil.rmtree(root / "consumequeue")
     assert scan_store(root).read_all().num_rows == 299
+
+
+def _set_checkpoint_flushed(root: Path, offset: int) -> None:
+    with open(root / CHECKPOINT_FILE_NAME, "r+b") as checkpoint:
+        checkpoint.seek(CHECKPOINT_DTYPE.fields["physic_flushed_offset"][1])
+        checkpoint.write(offset.to_bytes(8, "big"))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("flushed", ["kept", "none", "damaged marker", "past the files"])
+def test_zeros_below_the_checkpoints_flushed_offset_are_damage_not_the_end(tmp_path, monkeypatch, codec, flushed):
+    """The log's tail was lost after it was flushed (zeros from a record start to the end of what was written):
+    the planning walk stopped at the zeros and scan() returned the rows before them as the whole log, without an
+    error. The checkpoint's flushed offset says those bytes were on disk: a plain open raises for them, and so
+    does scan(), naming the place; without that evidence the zeros are the end, as before."""
+    _codec(monkeypatch, codec)
+    root = tmp_path / "store"
+    with MessageStore.open(root, small_config()) as store:
+        results = store.put_batch([Message(f"t{i % 2}", b"x" * 100, queue_id=i % 2, tags="a", keys=(f"k{i}",))
+                                   for i in range(600)])
+    segment = sorted((root / "commitlog").iterdir())[-1]
+    base = int(segment.name)
+    victim = [result for result in results if result.commitlog_offset >= base][5]
+    end = results[-1].commitlog_offset + results[-1].size_bytes
+    with open(segment, "r+b") as file:
+        file.seek(victim.commitlog_offset - base)
+        file.write(b"\0" * (end - victim.commitlog_offset))
+    shutil.rmtree(root / "consumequeue")
+    if flushed == "none":
+        _set_checkpoint_flushed(root, 0)  # a checkpoint without the offset, as RocketMQ 4.4.0 writes it
+    elif flushed == "damaged marker":
+        (root / CHECKPOINT_DAMAGED_FILE_NAME).write_bytes(b"")
+    elif flushed == "past the files":
+        _set_checkpoint_flushed(root, base + len(segment.read_bytes()) + 1)
+    if flushed != "kept":
+        assert scan_store(root).read_all().num_rows == results.index(victim)
+        return
+    with pytest.raises(CorruptionError) as raised:
+        scan_store(root).read_all()
+    assert (raised.value.path, raised.value.offset, raised.value.rule) == (
+        str(segment), victim.commitlog_offset - base, "commitlog.end")
+    with pytest.raises(CorruptionError) as opened:
+        MessageStore.open(root, small_config()).close()
+    assert opened.value.rule == "commitlog.end"
 
 
 def _transaction_store(root: Path) -> None:

@@ -25,6 +25,12 @@ final class LogEnd {
 
     static final int TAIL_CRC_RECORDS = 64;
     static final int CQ_UNIT_SIZE = 20;  // i64 commitlog offset, i32 size, i64 tags code (consumequeue/format.py)
+    // scan_read.py's: bytes after a stop searched for a record start (4 MiB + 64 KiB, the default longest
+    // message), and the zeros from the stop that end the log without that longer search
+    static final int DAMAGE_LOOKAHEAD_BYTES = (4 << 20) + (64 << 10);
+    static final int DAMAGE_ZEROS_END_BYTES = 64 << 10;
+    static final int CHECKPOINT_FIELDS_BYTES = 48;  // flush/checkpoint.py: six big-endian i64
+    static final int CHECKPOINT_FLUSHED_AT = 24;  // physic_flushed_offset
 
     /**
      * The end of the ConsumeQueues' furthest unit, when the record it points to is there (magic, TOTALSIZE and
@@ -181,6 +187,9 @@ final class LogEnd {
             recent[walked++ % TAIL_CRC_RECORDS] = pos;
             pos += total;
         }
+        if (end < base + size) {
+            refuseDamageBeforeRecords(map, path, base, size, end);
+        }
         // the body CRCs of the last records: the first that fails is a record still being written
         int first = Math.max(0, walked - TAIL_CRC_RECORDS);
         CRC32 crc = new CRC32();
@@ -201,6 +210,84 @@ final class LogEnd {
             }
         }
         return end;
+    }
+
+    /**
+     * scan_read._refuse_damage_before_records: the walk stopped at `end`, where no record could be taken. A record
+     * start (a message magic code whose PHYSICALOFFSET names its own place) within DAMAGE_LOOKAHEAD_BYTES after it
+     * says the log goes on: the record at `end` is checked again (a writer may have finished it since) and, when it
+     * still breaks rules 1 to 4, their CorruptLogException is thrown. DAMAGE_ZEROS_END_BYTES of zeros from `end`
+     * are the end without the longer search.
+     */
+    private static void refuseDamageBeforeRecords(MappedByteBuffer map, String path, long base, long size,
+                                                  long end) {
+        int from = (int) (end - base);
+        int want = (int) Math.min(size - from, DAMAGE_LOOKAHEAD_BYTES);
+        int zeros = Math.min(want, DAMAGE_ZEROS_END_BYTES);
+        boolean allZero = true;
+        for (int i = 0; i < zeros && allZero; i++) {
+            allZero = map.get(from + i) == 0;
+        }
+        if (allZero) {
+            return;
+        }
+        byte[] raw = new byte[want];
+        map.get(from, raw);
+        if (recordStartAfter(raw, end)) {
+            new LogFormat.Layout().locate(raw, 0, want, end, path, from);
+        }
+    }
+
+    /** Whether `raw` (log bytes from commitlog offset rawAbs) holds a record start after its first byte. */
+    static boolean recordStartAfter(byte[] raw, long rawAbs) {
+        for (int start = 1; start + LogFormat.OFFSET_PHYSICAL_OFFSET + 8 <= raw.length; start++) {
+            if (LogFormat.isMessageMagic(LogFormat.i32(raw, start + LogFormat.OFFSET_MAGIC_CODE))
+                    && LogFormat.i64(raw, start + LogFormat.OFFSET_PHYSICAL_OFFSET) == rawAbs + start) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * scan_read.checkpoint_flushed_offset: the commitlog offset below which the store's checkpoint says the log is
+     * on disk, or -1 when it cannot say (no checkpoint, one too short, the marker of a checkpoint found damaged,
+     * no offset: RocketMQ 4.4.0 keeps none). Read it before the log's files.
+     */
+    static long checkpointFlushed(String root) {
+        if (Files.exists(Paths.get(root, "checkpoint.damaged"))) {
+            return -1;
+        }
+        try (FileChannel channel = FileChannel.open(Paths.get(root, "checkpoint"), StandardOpenOption.READ)) {
+            ByteBuffer head = ByteBuffer.allocate(CHECKPOINT_FIELDS_BYTES);
+            while (head.hasRemaining() && channel.read(head) >= 0) {
+                // read on to the fields' end or the file's
+            }
+            long flushed = head.hasRemaining() ? 0 : head.getLong(CHECKPOINT_FLUSHED_AT);
+            return flushed > 0 ? flushed : -1;
+        } catch (IOException e) {
+            return -1;
+        }
+    }
+
+    /**
+     * scan_read.refuse_stop_below_flushed: a walk that stopped below the offset the checkpoint says was flushed,
+     * inside the log's files, stopped at damage, not at the end (docs/recovery.md).
+     */
+    static void refuseStopBelowFlushed(Planner.Segments segments, long end, long flushed) {
+        int count = segments.bases.length;
+        if (flushed <= end || count == 0 || flushed > segments.bases[count - 1] + segments.size) {
+            return;
+        }
+        long base = segments.bases[0];
+        for (long candidate : segments.bases) {
+            if (candidate <= end) {
+                base = candidate;
+            }
+        }
+        throw new CorruptLogException("the log's walk stops at commitlog offset " + end + ", inside the written part "
+                + "of the log: the checkpoint says the log was flushed to " + flushed, segments.path(base).toString(),
+                end - base, "commitlog.end");
     }
 
     /** Rules (1) to (4) for the record at `pos` of a mapped segment (false where the Python walk stops). */

@@ -136,10 +136,12 @@ final class Planner {
 
     /** The snapshot, the walk to the written end starting at `knownStart` (a record start, or -1) when it helps. */
     static StorePlan planStore(ReadOptions.StoreRef ref, long knownStart) {
+        long flushed = LogEnd.checkpointFlushed(ref.root);  // first: what it says was on disk before the walk
         Segments segments = listSegments(ref.root);
         long dispatched = LogEnd.dispatchedEnd(ref.root, segments);
-        return new StorePlan(ref, segments, LogEnd.writtenEnd(segments, Math.max(dispatched, knownStart)),
-                dispatched);
+        long end = LogEnd.writtenEnd(segments, Math.max(dispatched, knownStart));
+        LogEnd.refuseStopBelowFlushed(segments, end, flushed);
+        return new StorePlan(ref, segments, end, dispatched);
     }
 
     /**
