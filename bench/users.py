@@ -14,8 +14,8 @@ JVM (`rmq put` does), index on, the same tag and key shape; SYNC rows against bo
 default, and `RMQ_LOCK=reentrant`, its advice for many producers), the better one as the reference. Every
 measurement runs in a fresh process (bench/users_rows.py); round k runs mqstore then the reference, round k+1
 the other way round; each row gives the median and min-max of each side and of the per-round ratio.
-Writes bench/results/users.json (users_quick.json with --quick); bench/report.py renders it in README.md and
-bench/README.md.
+Writes bench/results/users.json (users_quick.json with --quick), then renders it in README.md and bench/README.md
+with bench/report.py (a full run, or --only with --merge): one command makes the table.
 """
 
 from __future__ import annotations
@@ -591,6 +591,10 @@ def main(argv=None) -> int:
         verdict = {True: "met", False: "NOT met", None: "-"}[row["met"]]
         print(f"{verdict:>8}  {row['label']}: {row['measured_text']} | {row['reference_text']} | "
               f"ratio {row['ratio_text']} | {row['target']}")
+    if not args.quick and args.out == os.path.join(HERE, "results", "users.json") and (not args.only or args.merge):
+        import report  # bench/report.py, beside this file
+
+        report.main(["--write"])  # README.md's table and bench/README.md's, from the file just written
     return 0
 
 
