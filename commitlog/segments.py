@@ -12,6 +12,7 @@ import threading
 import time
 
 from mqstore.commitlog import format as fmt
+from mqstore.commitlog import native
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.commitlog.mapped_file import MappedFile, remove_leftovers
 
@@ -37,6 +38,16 @@ def gap_error(directory: str, bases: list[int], gap: int) -> CorruptionError:
     return CorruptionError(f"segments are not contiguous: {fmt.segment_name(bases[gap - 1])} is followed by "
                            f"{fmt.segment_name(bases[gap])}", path=directory, rule="commitlog.contiguous")
 
+def _stat_stamp(path: bytes) -> tuple[int, int]:
+    """os.stat's (st_mtime_ns, st_ino) of `path`: the compiled directory_stamp's reference."""
+    status = os.stat(path)
+    return status.st_mtime_ns, status.st_ino
+
+
+# a get of a read-only store stats the log's directory each time: the compiled form skips os.stat's result object
+_directory_stamp = native.NATIVE.directory_stamp if native.NATIVE is not None else _stat_stamp
+
+
 class SegmentList:
     """The segments of one directory, mapped; lookup by absolute offset is O(1)."""
 
@@ -54,6 +65,7 @@ class SegmentList:
         self.segments: list[MappedFile] = []
         self._lock = threading.Lock()
         self._listed_stamp: tuple | None = None  # the directory's (mtime, inode) when load() last listed it all
+        self._directory_bytes = os.fsencode(directory)
         try:
             self.load()
         except BaseException:
@@ -68,12 +80,11 @@ class SegmentList:
         RECENT_CHANGE_NS is listed every time (a change in the same clock tick may leave the mtime unmoved).
         """
         try:
-            status = os.stat(self.directory)
+            stamp = _directory_stamp(self._directory_bytes)
         except OSError:
             self.load()  # reports what is wrong (or finds no directory yet)
             return
-        stamp = (status.st_mtime_ns, status.st_ino)
-        if stamp == self._listed_stamp and abs(time.time_ns() - status.st_mtime_ns) > RECENT_CHANGE_NS:
+        if stamp == self._listed_stamp and abs(time.time_ns() - stamp[0]) > RECENT_CHANGE_NS:
             return
         self._listed_stamp = None
         if self.load():

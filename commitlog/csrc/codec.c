@@ -395,8 +395,33 @@ static PyObject *magic_v1 = NULL;
  * when not NULL, are ints (exactly) the caller holds whose values are the record's TOTALSIZE and PHYSICALOFFSET
  * (checked by mq_locate_record): the message takes them instead of new ones, as it shares one object for the two
  * timestamps when they are equal (ints are immutable; a tuple's items are compared by value). */
+/* What consecutive messages of one decode share: their hosts' bytes and the last timestamp's int (a batch's
+ * messages are mostly born in one millisecond). Ints and bytes are immutable; a tuple's items compare by value. */
+typedef struct {
+    PyObject *born;
+    PyObject *store;
+    PyObject *time;
+    int64_t time_value;
+} mq_message_cache;
+
+static void message_cache_clear(mq_message_cache *cache) {
+    Py_CLEAR(cache->born);
+    Py_CLEAR(cache->store);
+    Py_CLEAR(cache->time);
+}
+
+/* The timestamp's int: the cached one when the value repeats, else a new one, then cached. */
+static PyObject *time_int(int64_t value, mq_message_cache *cache) {
+    if (cache->time != NULL && cache->time_value == value) return Py_NewRef(cache->time);
+    PyObject *made = PyLong_FromLongLong(value);
+    if (made == NULL) return NULL;
+    Py_XSETREF(cache->time, Py_NewRef(made));
+    cache->time_value = value;
+    return made;
+}
+
 static PyObject *build_message(PyTypeObject *type, const uint8_t *record, const mq_layout *l, PyObject *topic,
-                               PyObject **born_cache, PyObject **store_cache, PyObject *size, PyObject *offset) {
+                               mq_message_cache *cache, PyObject *size, PyObject *offset) {
     if (magic_v1 == NULL && (magic_v1 = PyLong_FromUnsignedLong(MQ_MESSAGE_MAGIC_CODE)) == NULL) return NULL;
     PyObject *message = type->tp_alloc(type, MQ_STORED_MESSAGE_FIELDS);
     if (message == NULL) return NULL;
@@ -412,11 +437,11 @@ static PyObject *build_message(PyTypeObject *type, const uint8_t *record, const 
     items[6] = offset != NULL ? Py_NewRef(offset)
                               : PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_PHYSICAL_OFFSET));
     items[7] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_SYS_FLAG));
-    items[8] = PyLong_FromLongLong(born_timestamp);
-    items[9] = host_bytes(record + MQ_OFFSET_BORN_HOST, born_cache);
+    items[8] = time_int(born_timestamp, cache);
+    items[9] = host_bytes(record + MQ_OFFSET_BORN_HOST, &cache->born);
     items[10] = store_timestamp == born_timestamp && items[8] != NULL ? Py_NewRef(items[8])
-                                                                      : PyLong_FromLongLong(store_timestamp);
-    items[11] = host_bytes(record + MQ_OFFSET_STORE_HOST, store_cache);
+                                                                      : time_int(store_timestamp, cache);
+    items[11] = host_bytes(record + MQ_OFFSET_STORE_HOST, &cache->store);
     items[12] = PyLong_FromLong(mq_get_i32(record + MQ_OFFSET_RECONSUME_TIMES));
     items[13] = PyLong_FromLongLong(mq_get_i64(record + MQ_OFFSET_PREPARED_TRANSACTION_OFFSET));
     items[14] = PyLong_FromLongLong(l->body_length);
@@ -479,10 +504,9 @@ static PyObject *decode_record(PyObject *self, PyObject *const *args, Py_ssize_t
         if (remaining < limit) limit = remaining;
         const uint8_t *record = (const uint8_t *)view.buf + position;
         if (mq_locate_record(record, limit, commitlog_offset, -1, check_crc, required_from, &layout)) {
-            PyObject *born = NULL, *store = NULL;
-            result = build_message((PyTypeObject *)args[6], record, &layout, NULL, &born, &store, NULL, NULL);
-            Py_XDECREF(born);
-            Py_XDECREF(store);
+            mq_message_cache cache = {0};
+            result = build_message((PyTypeObject *)args[6], record, &layout, NULL, &cache, NULL, NULL);
+            message_cache_clear(&cache);
             PyBuffer_Release(&view);
             return result;
         }
@@ -537,7 +561,7 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     const uint8_t *base = (const uint8_t *)view.buf;
     int64_t segment_length = (int64_t)view.len;
-    PyObject *born = NULL, *store = NULL;
+    mq_message_cache cache = {0};
     Py_ssize_t i = (Py_ssize_t)first;
     int failed = 0, status;
     /* The lists are read item by item, each length checked again before each read: building a message
@@ -572,7 +596,7 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
                 break;
         }
         PyObject *message = build_message((PyTypeObject *)args[11], base + position, &layout,
-                                          with_queue ? topic : NULL, &born, &store,
+                                          with_queue ? topic : NULL, &cache,
                                           PyLong_CheckExact(size_item) ? size_item : NULL,
                                           PyLong_CheckExact(offset_item) ? offset_item : NULL);
         if (message == NULL || PyList_Append(messages, message) < 0) {
@@ -584,8 +608,7 @@ static PyObject *decode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     Py_XDECREF(offset_item);
     Py_XDECREF(size_item);
-    Py_XDECREF(born);
-    Py_XDECREF(store);
+    message_cache_clear(&cache);
     PyBuffer_Release(&view);
     if (failed) return NULL;
     return PyLong_FromSsize_t(i);

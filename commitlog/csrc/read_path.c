@@ -4,13 +4,16 @@
  * `queue_lists` reads consumequeue/format.py's 20-byte units (big-endian commitlog_offset i64, size i32,
  * tags_code i64); `stored_tags` and `stored_keys` are commitlog/message.py's StoredMessage.tags and .keys over the
  * raw PROPERTIES bytes (format.py's `property_value`), with the same results for any bytes: a test compares them
- * with the Python functions on arbitrary input.
+ * with the Python functions on arbitrary input. `directory_stamp` is the stat a reader makes of the log's
+ * directory on every get (commitlog/segments.py's load_if_changed), without os.stat's result object.
  */
 #include "mq_native.h"
 
 #include <structmember.h>
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MQ_UNIT_SIZE_BYTES 20  /* consumequeue/format.py: UNIT_SIZE_BYTES */
 #define MQ_UNIT_OFFSET_SIZE 8  /* the unit's `size` field */
@@ -176,7 +179,59 @@ static PyObject *stored_keys(PyObject *self, PyObject *message) {
     return result;
 }
 
+PyDoc_STRVAR(directory_stamp_doc,
+"directory_stamp(path) -> (st_mtime_ns, st_ino)\n\n"
+"os.stat(path)'s st_mtime_ns and st_ino, for `path` given as bytes (os.fsencode's), without os.stat's result\n"
+"object; OSError as os.stat raises it.");
+
+/* Seconds and nanoseconds as os.stat's st_mtime_ns: exact for any time (Python's arithmetic past what int64
+ * nanoseconds hold, before 1677 or after 2262, as a file system may report). */
+static PyObject *nanoseconds(long long seconds, long nanos) {
+    long long product;
+    if (!__builtin_mul_overflow(seconds, 1000000000LL, &product) &&
+        !__builtin_add_overflow(product, (long long)nanos, &product))
+        return PyLong_FromLongLong(product);
+    PyObject *result = NULL, *whole = PyLong_FromLongLong(seconds), *billion = PyLong_FromLong(1000000000L),
+             *part = PyLong_FromLong(nanos), *scaled = NULL;
+    if (whole != NULL && billion != NULL && part != NULL && (scaled = PyNumber_Multiply(whole, billion)) != NULL)
+        result = PyNumber_Add(scaled, part);
+    Py_XDECREF(whole);
+    Py_XDECREF(billion);
+    Py_XDECREF(part);
+    Py_XDECREF(scaled);
+    return result;
+}
+
+static PyObject *directory_stamp(PyObject *self, PyObject *path) {
+    if (!PyBytes_Check(path)) {
+        PyErr_SetString(PyExc_TypeError, "directory_stamp takes the path as bytes");
+        return NULL;
+    }
+    if (strlen(PyBytes_AS_STRING(path)) != (size_t)PyBytes_GET_SIZE(path)) {
+        PyErr_SetString(PyExc_ValueError, "directory_stamp: embedded null byte");
+        return NULL;
+    }
+    struct stat status;
+    int failed, error = 0;
+    Py_INCREF(path);  /* held while the interpreter lock is let go: its bytes are read outside it */
+    Py_BEGIN_ALLOW_THREADS
+    failed = stat(PyBytes_AS_STRING(path), &status) != 0;
+    if (failed) error = errno;
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        errno = error;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+        Py_DECREF(path);
+        return NULL;
+    }
+    Py_DECREF(path);
+    PyObject *mtime_ns = nanoseconds((long long)status.st_mtim.tv_sec, (long)status.st_mtim.tv_nsec);
+    if (mtime_ns == NULL) return NULL;
+    return Py_BuildValue("(NK)", mtime_ns, (unsigned long long)status.st_ino);
+}
+
 PyMethodDef mq_read_path_methods[] = {
+    {"directory_stamp", directory_stamp, METH_O, directory_stamp_doc},
     {"queue_lists", (PyCFunction)(void (*)(void))queue_lists, METH_FASTCALL, queue_lists_doc},
     {"stored_tags", stored_tags, METH_O, stored_tags_doc},
     {"stored_keys", stored_keys, METH_O, stored_keys_doc},

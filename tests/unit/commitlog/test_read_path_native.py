@@ -1,16 +1,25 @@
 """The get path's compiled helpers (commitlog/csrc/read_path.c) against their pure-Python references: a
-StoredMessage's TAGS and KEYS from any raw properties, and a ConsumeQueue's units as lists."""
+StoredMessage's TAGS and KEYS from any raw properties, a ConsumeQueue's units as lists, and the stat of the log's
+directory a reader makes on every get."""
 
 from __future__ import annotations
+
+import errno
+import os
+import struct
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mqstore.commitlog import _native  # built by the package's install; MQSTORE_NATIVE=0 only changes the default
+from mqstore.commitlog import format as fmt
 from mqstore.commitlog import message as message_module
-from mqstore.commitlog.message import StoredMessage
+from mqstore.commitlog import segments as segments_module
+from mqstore.commitlog.message import StoredMessage, decode_message
 from mqstore.consumequeue import format as cqf
+
+from tests.native import hostile
 
 # Pieces that make property bytes interesting: names, both separators, spaces, UTF-8 and broken UTF-8.
 _PIECES = st.sampled_from([b"TAGS", b"KEYS", b"\x01", b"\x02", b" ", b"  ", b"a", b"key-1", b"TAG", b"S\x01",
@@ -125,3 +134,51 @@ def test_queue_lists_hands_back_a_run_with_an_invalid_unit(offset, size):
 def test_queue_lists_refuses_units_outside_the_buffer(first, count):
     with pytest.raises(ValueError):
         _native.queue_lists(_units([1, 2, 3], [1, 1, 1]), first, count)
+
+
+@pytest.mark.parametrize("mtime_ns", [None, 0, 1_795_853_922_955_754_395, 11_000_000_000_000_000_000,
+                                      -2_147_483_648_000_000_000, 2**63 - 1])
+def test_directory_stamp_is_os_stats_mtime_and_inode(tmp_path, mtime_ns):
+    """A read-only store's get stats the log's directory every time (segments.load_if_changed); the compiled stat
+    gives os.stat's st_mtime_ns and st_ino, times beyond int64 nanoseconds included."""
+    if mtime_ns is not None:
+        os.utime(tmp_path, ns=(mtime_ns, mtime_ns))
+    path = os.fsencode(tmp_path)
+    assert _native.directory_stamp(path) == segments_module._stat_stamp(path)
+    (tmp_path / "00000000000000000000").write_bytes(b"")  # a new file moves the directory's mtime
+    assert _native.directory_stamp(path) == segments_module._stat_stamp(path)
+
+
+def test_directory_stamp_raises_as_os_stat_does(tmp_path):
+    missing = os.fsencode(tmp_path / "gone")
+    with pytest.raises(FileNotFoundError) as raised:
+        _native.directory_stamp(missing)
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOENT, missing)
+    with pytest.raises(TypeError):
+        _native.directory_stamp(str(tmp_path))  # bytes only: the caller encodes its path once
+    with pytest.raises(ValueError):
+        _native.directory_stamp(os.fsencode(tmp_path) + b"\0x")
+
+
+def test_decode_run_gives_each_message_its_own_timestamps_when_they_repeat_and_change():
+    """decode_run keeps the last timestamp's int for the next message (a batch is mostly born in one millisecond):
+    each message still has its own record's born and store times, as decode_message reads them."""
+    times = [(5, 5), (5, 5), (5, 6), (6, 5), (7, 7), (7, 9), (9, 9), (2**62, 2**62), (2**62, 5), (-1, -1), (0, 0),
+             (0, 2**63 - 1)]
+    data = bytearray()
+    positions = []
+    for number, (born, stored) in enumerate(times):
+        positions.append(len(data))
+        record = bytearray(hostile.valid_record(len(data), bytes([number]) * 3))
+        struct.pack_into(">q", record, fmt.OFFSET_BORN_TIMESTAMP, born)
+        struct.pack_into(">q", record, fmt.OFFSET_STORE_TIMESTAMP, stored)
+        data += record
+    sizes = [int.from_bytes(data[position : position + 4], "big") for position in positions]
+    messages: list = []
+    done = _native.decode_run(bytes(data), 0, list(positions), sizes, 0, -1, None, None, 0, None, messages,
+                              StoredMessage)
+    assert done == len(times)
+    expected = [decode_message(data, position, len(data) - position, position, check_crc=True)
+                for position in positions]
+    assert messages == expected
+    assert [(m.born_timestamp_ms, m.store_timestamp_ms) for m in messages] == times
