@@ -37,12 +37,7 @@ import threading
 import time
 
 from mqstore.commitlog.commitlog import CommitLog
-from mqstore.commitlog.dispatch import (
-    DISPATCH_SMALL_BATCH_RECORDS,
-    DISPATCH_TAIL_BATCH_RECORDS,
-    DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY,
-    DispatchService,
-)
+from mqstore.commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, DISPATCH_SMALL_BATCH_RECORDS, DispatchService
 from mqstore.commitlog.errors import FlushFailedError, StoreError, StoreIOError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
@@ -415,8 +410,10 @@ class _Child:
         self.failure: FlushFailedError | None = None  # the first failed flush: the child stops on it
         self.service = DispatchService(_FollowedLog(commitlog, control), dispatchers, control[DISPATCHED],
                                        check_crc=settings["check_crc_on_dispatch"])
-        self.tail_batch = DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY if settings["sync_flush"] \
-            else DISPATCH_TAIL_BATCH_RECORDS
+        # Batches as large as the catch-up's: the dispatch thread keeps its batches small so that producers get the
+        # interpreter between them (commitlog/dispatch.py), and this process shares no interpreter with them. A
+        # batch's fixed cost is then paid once for up to 8,192 records when it is behind, not once for 512 (or 16).
+        self.tail_batch = DISPATCH_BATCH_RECORDS_MAX
 
     def _keep(self, part):
         self.parts.append(part)
