@@ -1,0 +1,98 @@
+"""The compiled Arrow decoder (commitlog/csrc/arrow_core.c) of this tree against another build's, in one process,
+alternated: ns a row of `arrow_columns` over every record of the first 32 MiB of a store's log ("full") and over
+one topic's records among them ("topic": a quarter of the rows of bench/users_rows.py's store, interleaved).
+
+    .venv/bin/python bench/users_rows.py '{"worker": "build", "root": "STORE", "count": 1000000}'
+    .venv/bin/python bench/scan_decode_ab.py STORE OTHER_BUILD/_native.cpython-311-x86_64-linux-gnu.so [--rounds 25]
+
+The other build is a copy of another checkout's commitlog/_native*.so (loaded under its own name beside this
+tree's). Both decoders read the same mapped pages in the same process, one after the other each round, so a busy
+machine slows both alike; the medians and minima of the rounds are printed and written to
+bench/results/scan_decode_ab.json (--out to choose). Decision 0049 has the numbers and the reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import mmap
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from mqstore.commitlog import _native as this_build  # noqa: E402
+from mqstore.commitlog import arrow_decode  # noqa: E402
+from mqstore.commitlog import format as fmt  # noqa: E402
+
+LOG_BYTES = 32 * 1024 * 1024
+TOPIC = "T0"
+
+
+def _record_sets(root: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    path = os.path.join(root, "commitlog", fmt.segment_name(0))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mapped = np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), dtype=np.uint8)
+    finally:
+        os.close(fd)
+    length = min(LOG_BYTES, len(mapped) - arrow_decode.BUFFER_PAD_BYTES)
+    positions, _, _ = arrow_decode.locate_records(mapped[:length + arrow_decode.BUFFER_PAD_BYTES], length, 0,
+                                                  len(mapped), lenient=False, path=path)
+    topic_at = positions + fmt.OFFSET_BODY + arrow_decode.FastLayout(mapped, positions, positions).body_length
+    wanted = TOPIC.encode()
+    keep = mapped[topic_at] == len(wanted)
+    for k, byte in enumerate(wanted):
+        keep &= mapped[topic_at + 1 + k] == byte
+    return mapped, {"full": positions, "topic": positions[keep]}
+
+
+def _ns_a_row(module, mapped: np.ndarray, positions: np.ndarray) -> float:
+    began = time.perf_counter()
+    for at in range(0, len(positions), arrow_decode.BATCH_RECORDS_MAX):
+        part = np.ascontiguousarray(positions[at:at + arrow_decode.BATCH_RECORDS_MAX])
+        if module.arrow_columns(mapped, part, part, None, None, None, None, None, None, None, None, None) is None:
+            raise SystemExit("the compiled decoder left these records to Python: not the common kind")
+    return (time.perf_counter() - began) / len(positions) * 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root")
+    parser.add_argument("other_build")
+    parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "scan_decode_ab.json"))
+    args = parser.parse_args()
+    spec = importlib.util.spec_from_file_location("_native", args.other_build)
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    mapped, sets = _record_sets(args.root)
+    builds = {"other": other, "this": this_build}
+    times = {(build, kind): [] for build in builds for kind in sets}
+    for _ in range(args.rounds):
+        for build, module in builds.items():
+            for kind, positions in sets.items():
+                times[(build, kind)].append(_ns_a_row(module, mapped, positions))
+    result = {"command": "bench/scan_decode_ab.py STORE OTHER_BUILD --rounds " + str(args.rounds),
+              "rows": {kind: len(p) for kind, p in sets.items()}, "ns_a_row": {}}
+    for (build, kind), values in times.items():
+        result["ns_a_row"][f"{build} {kind}"] = {"median": round(statistics.median(values)),
+                                                 "min": round(min(values))}
+        print(f"{build:>5} {kind:>5}: median {statistics.median(values):5.0f} ns a row, min {min(values):5.0f}")
+    for build in builds:
+        ratio = statistics.median(times[(build, "topic")]) / statistics.median(times[(build, "full")])
+        result[f"{build} topic/full"] = round(ratio, 2)
+        print(f"{build:>5} topic/full, a row: {ratio:.2f}")
+    with open(args.out, "w") as out:
+        json.dump(result, out, indent=1)
+        out.write("\n")
+
+
+if __name__ == "__main__":
+    main()
