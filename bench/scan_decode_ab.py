@@ -53,11 +53,14 @@ def _record_sets(root: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return mapped, {"full": positions, "topic": positions[keep]}
 
 
-def _ns_a_row(module, mapped: np.ndarray, positions: np.ndarray) -> float:
+def _ns_a_row(module, mapped: np.ndarray, positions: np.ndarray, topic: bytes | None) -> float:
+    """As scan() calls it: a topic's records with the topic and sizes their ConsumeQueue units give."""
+    sizes = arrow_decode.big_endian_ints(mapped, positions, 4, ">i4") if topic else None
     began = time.perf_counter()
     for at in range(0, len(positions), arrow_decode.BATCH_RECORDS_MAX):
         part = np.ascontiguousarray(positions[at:at + arrow_decode.BATCH_RECORDS_MAX])
-        if module.arrow_columns(mapped, part, part, None, None, None, None, None, None, None, None, None) is None:
+        expect = None if sizes is None else np.ascontiguousarray(sizes[at:at + arrow_decode.BATCH_RECORDS_MAX])
+        if module.arrow_columns(mapped, part, part, None, None, None, None, None, None, topic, expect, None) is None:
             raise SystemExit("the compiled decoder left these records to Python: not the common kind")
     return (time.perf_counter() - began) / len(positions) * 1e9
 
@@ -78,7 +81,8 @@ def main() -> None:
     for _ in range(args.rounds):
         for build, module in builds.items():
             for kind, positions in sets.items():
-                times[(build, kind)].append(_ns_a_row(module, mapped, positions))
+                times[(build, kind)].append(_ns_a_row(module, mapped, positions,
+                                                              TOPIC.encode() if kind == "topic" else None))
     result = {"command": "bench/scan_decode_ab.py STORE OTHER_BUILD --rounds " + str(args.rounds),
               "rows": {kind: len(p) for kind, p in sets.items()}, "ns_a_row": {}}
     for (build, kind), values in times.items():

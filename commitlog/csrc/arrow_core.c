@@ -104,11 +104,12 @@ static inline int64_t next_separator(const uint8_t *p, int64_t i, int64_t n) {
 }
 
 /* Records are read in order but not side by side (a topic's records among others'), so the hardware's stream
- * prefetch, which follows adjacent lines, does not run ahead of them: each pass asks for a record's lines while
- * it decodes the record PREFETCH_RECORDS before (a prefetch never faults). The measure pass asks for the header
- * of the record 2 * PREFETCH_RECORDS on, then, PREFETCH_RECORDS on, reads its TOTALSIZE and asks for the lines to
- * its end; the fill pass asks for a kept record's lines up to its properties' end, which measure found. Asking
- * for the first 256 bytes only missed the properties of a 273-byte record on every line it crossed. */
+ * prefetch, which follows adjacent lines, does not run ahead of them: each pass asks for the lines of the record
+ * PREFETCH_RECORDS on while it decodes this one (a prefetch never faults). The measure pass asks for all of a
+ * record whose size a ConsumeQueue unit gave (untrusted: it only bounds a prefetch, clamped to the buffer), else
+ * for its first PREFETCH_BYTES (a log walk's records lie side by side); the fill pass asks for a kept record's
+ * lines up to its properties' end, which measure found. Asking for the first 256 bytes only, both passes missed
+ * the cache at the properties of a topic's 273-byte records on every line past them. */
 #define PREFETCH_RECORDS 6
 #define PREFETCH_BYTES 256  /* the first and the last bytes of a record asked for: all of a common record */
 
@@ -174,13 +175,10 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
     host_cache born_cache = {.length = 0}, store_cache = {.length = 0};
     char *host;
     for (int64_t i = 0; i < count; i++) {
-        if (i + 2 * PREFETCH_RECORDS < count)  /* its header, whose TOTALSIZE is read PREFETCH_RECORDS on */
-            prefetch_span(buf, length, positions[i + 2 * PREFETCH_RECORDS],
-                          positions[i + 2 * PREFETCH_RECORDS] + MQ_HEADER_SIZE);
-        if (i + PREFETCH_RECORDS < count) {
+        if (i + PREFETCH_RECORDS < count) {  /* the ConsumeQueue path knows the record's size: all of it */
             int64_t ahead = positions[i + PREFETCH_RECORDS];
-            if (ahead >= 0 && ahead <= length - 4)  /* TOTALSIZE untrusted: only the end of a span to prefetch */
-                prefetch_span(buf, length, ahead, ahead + (int64_t)mq_get_i32(buf + ahead));
+            prefetch_span(buf, length, ahead, ahead + (f->expect_sizes != NULL ? f->expect_sizes[i + PREFETCH_RECORDS]
+                                                                               : PREFETCH_BYTES));
         }
         int64_t pos = positions[i];
         if (pos < 0 || pos > length - MQ_HEADER_SIZE) return MQ_ARROW_FALLBACK;
