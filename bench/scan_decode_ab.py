@@ -8,14 +8,14 @@ one topic's records among them ("topic": a quarter of the rows of bench/users_ro
 The other build is a copy of another checkout's commitlog/_native*.so (loaded under its own name beside this
 tree's). Both decoders read the same mapped pages in the same process, one after the other each round, so a busy
 machine slows both alike; the medians and minima of the rounds are printed and written to
-bench/results/scan_decode_ab.json (--out to choose). Decision 0049 has the numbers and the reading.
+bench/results/scan_decode_ab.md (--out to choose; markdown, not a bench/report.py table: the numbers compare two
+builds of one run). Decision 0049 has the numbers and the reading.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import mmap
 import os
 import statistics
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("root")
     parser.add_argument("other_build")
     parser.add_argument("--rounds", type=int, default=25)
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "scan_decode_ab.json"))
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "scan_decode_ab.md"))
     args = parser.parse_args()
     spec = importlib.util.spec_from_file_location("_native", args.other_build)
     other = importlib.util.module_from_spec(spec)
@@ -83,20 +83,16 @@ def main() -> None:
             for kind, positions in sets.items():
                 times[(build, kind)].append(_ns_a_row(module, mapped, positions,
                                                               TOPIC.encode() if kind == "topic" else None))
-    result = {"command": "bench/scan_decode_ab.py STORE OTHER_BUILD --rounds " + str(args.rounds),
-              "rows": {kind: len(p) for kind, p in sets.items()}, "ns_a_row": {}}
-    for (build, kind), values in times.items():
-        result["ns_a_row"][f"{build} {kind}"] = {"median": round(statistics.median(values)),
-                                                 "min": round(min(values))}
-        print(f"{build:>5} {kind:>5}: median {statistics.median(values):5.0f} ns a row, min {min(values):5.0f}")
+    lines = [f"`.venv/bin/python bench/scan_decode_ab.py STORE OTHER_BUILD --rounds {args.rounds}` "
+             f"({len(sets['full'])} records, {len(sets['topic'])} of topic {TOPIC}); ns a row, median (min):", "",
+             "| decoder | full | topic | topic / full |", "|---|---:|---:|---:|"]
     for build in builds:
-        ratio = statistics.median(times[(build, "topic")]) / statistics.median(times[(build, "full")])
-        result[f"{build} topic/full"] = round(ratio, 2)
-        print(f"{build:>5} topic/full, a row: {ratio:.2f}")
+        medians = {kind: statistics.median(times[(build, kind)]) for kind in sets}
+        lines.append(f"| {build} | " + " | ".join(f"{medians[k]:.0f} ({min(times[(build, k)]):.0f})" for k in sets)
+                     + f" | {medians['topic'] / medians['full']:.2f} |")
+    print("\n".join(lines))
     with open(args.out, "w") as out:
-        json.dump(result, out, indent=1)
-        out.write("\n")
-
+        out.write("\n".join(lines) + "\n")
 
 if __name__ == "__main__":
     main()
