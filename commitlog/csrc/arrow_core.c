@@ -113,12 +113,12 @@ static inline int64_t next_separator(const uint8_t *p, int64_t i, int64_t n) {
 #define PREFETCH_RECORDS 6
 #define PREFETCH_BYTES 256  /* the first and the last bytes of a record asked for: all of a common record */
 
-/* Every cache line of buf[start:end), clamped to buf[0:length]; the first and the last PREFETCH_BYTES of it when it
- * is longer (a large body is copied by memcpy, which streams). */
-static inline void prefetch_span(const uint8_t *buf, int64_t length, int64_t start, int64_t end) {
-    if (start < 0) start = 0;
-    if (end > length) end = length;
-    if (start >= end) return;
+/* Every cache line of buf[start:start+bytes), clamped to buf[0:length] (start and bytes may be untrusted: no
+ * sum overflows); the first and the last PREFETCH_BYTES of it when it is longer (a large body is copied by
+ * memcpy, which streams). */
+static inline void prefetch_span(const uint8_t *buf, int64_t length, int64_t start, int64_t bytes) {
+    if (start < 0 || start >= length || bytes <= 0) return;
+    int64_t end = bytes > length - start ? length : start + bytes;
     uintptr_t first = ((uintptr_t)(buf + start)) & ~(uintptr_t)63, last = ((uintptr_t)(buf + end - 1)) & ~(uintptr_t)63;
     if (last - first >= 2 * PREFETCH_BYTES) {
         for (uintptr_t line = first; line < first + PREFETCH_BYTES; line += 64) __builtin_prefetch((const void *)line);
@@ -177,8 +177,8 @@ int mq_arrow_measure(const uint8_t *buf, int64_t length, const int64_t *position
     for (int64_t i = 0; i < count; i++) {
         if (i + PREFETCH_RECORDS < count) {  /* the ConsumeQueue path knows the record's size: all of it */
             int64_t ahead = positions[i + PREFETCH_RECORDS];
-            prefetch_span(buf, length, ahead, ahead + (f->expect_sizes != NULL ? f->expect_sizes[i + PREFETCH_RECORDS]
-                                                                               : PREFETCH_BYTES));
+            prefetch_span(buf, length, ahead,
+                          f->expect_sizes != NULL ? f->expect_sizes[i + PREFETCH_RECORDS] : PREFETCH_BYTES);
         }
         int64_t pos = positions[i];
         if (pos < 0 || pos > length - MQ_HEADER_SIZE) return MQ_ARROW_FALLBACK;
@@ -289,7 +289,7 @@ void mq_arrow_fill(const uint8_t *buf, const mq_arrow_sizes *sizes, mq_arrow_out
         if (r + PREFETCH_RECORDS < sizes->rows) {  /* a kept record: its header to its properties' end */
             const mq_arrow_row *ahead = &sizes->kept[r + PREFETCH_RECORDS];
             int64_t ahead_end = ahead->properties_start + ahead->properties_length;
-            prefetch_span(buf, ahead_end, ahead->pos, ahead_end);
+            prefetch_span(buf, ahead_end, ahead->pos, ahead_end - ahead->pos);
         }
         const mq_arrow_row *row = &sizes->kept[r];
         const uint8_t *p = buf + row->pos;
