@@ -40,11 +40,12 @@ def _segment(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return buf, np.array(positions, dtype=np.int64)
 
 
-def _outcome(monkeypatch, native, buf, positions):
+def _outcome(monkeypatch, native, buf, positions, expect_sizes=None):
     monkeypatch.setattr(arrow_decode, "NATIVE", native)
     decoder = arrow_decode.Decoder(SCAN_SCHEMA, row_filter(), None)
     try:
-        batches = list(decoder.decode(buf, positions, positions, np.full(len(positions), 1 << 30), "segment"))
+        batches = list(decoder.decode(buf, positions, positions, np.full(len(positions), 1 << 30), "segment",
+                                      expect_topic=None if expect_sizes is None else "t", expect_sizes=expect_sizes))
     except CorruptionError as exc:
         return (str(exc), exc.offset, exc.rule)
     return [batch.to_pylist() for batch in batches]
@@ -70,3 +71,42 @@ def test_common_properties_are_decoded_in_c(raw):
     found = _native.arrow_columns(buf, positions, positions, None, None, None, None, None, None, None, None, None)
     assert found is not None and found[0] == 2
     assert found[3] == 2 * raw.count(b"\x02")  # the pairs, each copied
+
+
+# The passes prefetch the record 6 on (arrow_core.c's PREFETCH_RECORDS), by the size its ConsumeQueue unit gives on
+# a topic scan: runs longer than that, with hostile sizes among them, still give the Python decoder's rows or error.
+_HOSTILE_SIZES = st.sampled_from([-1, 0, 1, 0x7FFFFFFF, -0x80000000, 1 << 20, 300, 4096])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_RAW, min_size=13, max_size=24), st.dictionaries(st.integers(0, 23), _HOSTILE_SIZES, max_size=3),
+       st.booleans())
+def test_hostile_sizes_ahead_of_the_decoded_record(raws, sizes, in_units):
+    """The sizes in the records' TOTALSIZE, or in the ConsumeQueue units (which the measure pass prefetches by)."""
+    buf, positions = _segment(raws)
+    data = bytearray(buf.tobytes())
+    units = arrow_decode.big_endian_ints(buf, positions, 4, ">i4")
+    for index, size in sizes.items():
+        if index < len(positions) and in_units:
+            units[index] = size
+        elif index < len(positions):
+            fmt.I32.pack_into(data, int(positions[index]), size)
+    buf = np.frombuffer(bytes(data), dtype=np.uint8)
+    with pytest.MonkeyPatch.context() as patch:
+        expected = _outcome(patch, None, buf, positions, units if in_units else None)
+    with pytest.MonkeyPatch.context() as patch:
+        assert _outcome(patch, _native, buf, positions, units if in_units else None) == expected
+
+
+def test_positions_past_the_buffer_are_left_to_python():
+    """A ConsumeQueue unit may name any place: positions near or past the buffer's end, or negative, some of them
+    only read ahead for prefetching, give 'use the Python decoder' or rows, never a read outside the buffer."""
+    buf, positions = _segment([b"a\x01b\x02"] * 16)
+    for bad in (len(buf) - 3, len(buf), len(buf) + 10_000, -1, -(1 << 40)):
+        for at in (6, 12, 15):
+            moved = positions.copy()
+            moved[at] = bad
+            assert _native.arrow_columns(buf, moved, moved, None, None, None, None, None, None, None, None,
+                                         None) is None
+    found = _native.arrow_columns(buf, positions, positions, None, None, None, None, None, None, None, None, None)
+    assert found is not None and found[0] == 16
