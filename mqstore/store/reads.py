@@ -6,6 +6,7 @@ GetStatus values. It needs the store's `_commitlog`, `_queues`, `read_only`, `_f
 from __future__ import annotations
 
 import enum
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -17,6 +18,13 @@ from mqstore.commitlog.message import StoredMessage
 
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
+# A read_only store's get() looks at the log's directory (a stat, a listing when it changed) at most this often to
+# see the segments the writer's retention deleted: a deletion shows in a get within this bound, and at once in
+# min_offset(), max_offset() and the other reads. Until then the deleted segment's mapping stays valid (a mapping
+# outlives the unlink), so such a get returns the records as they were, never unmapped bytes; RocketMQ's own
+# readers do the same while they hold a MappedFile that retention destroys. New segments need no look: a read past
+# the last mapped one lists the directory. Decision 0048.
+GET_LOG_FOLLOW_INTERVAL_NS = 1_000_000
 
 
 class GetStatus(enum.Enum):
@@ -50,8 +58,11 @@ _FOUND = GetStatus.FOUND
 class Reads:
     """get() and the other reads of a MessageStore."""
 
-    def _queue(self, topic, queue_id):
-        """The ConsumeQueue of (topic, queue_id) or None; bad names and ids raise InvalidMessageError."""
+    _log_followed_ns = None  # when a read_only store's get() last looked at the log's directory (monotonic)
+
+    def _queue(self, topic, queue_id, *, from_get: bool = False):
+        """The ConsumeQueue of (topic, queue_id) or None; bad names and ids raise InvalidMessageError. A get
+        (`from_get`) of a read_only store follows the log's directory at most every GET_LOG_FOLLOW_INTERVAL_NS."""
         if type(queue_id) is not int or queue_id < 0:
             raise InvalidMessageError(f"queue_id must be a non-negative int, got {queue_id!r}")
         queue = self._queues.get(topic, queue_id) if topic.__class__ is str else None
@@ -64,10 +75,18 @@ class Reads:
             if queue is not None:
                 queue.refresh()
                 log_ = self._commitlog
-                if self.read_only:
+                if self.read_only and self._log_follow_due(from_get):
                     log_.segments.load_if_changed()  # follow the writer's retention: its minimum, as its queues do
                 queue.follow_log_min(log_.min_offset())
         return queue
+
+    def _log_follow_due(self, from_get: bool) -> bool:
+        now = time.monotonic_ns()
+        last = self._log_followed_ns
+        if from_get and last is not None and now - last < GET_LOG_FOLLOW_INTERVAL_NS:
+            return False
+        self._log_followed_ns = now
+        return True
 
     def get(self, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None) -> GetResult:
         """Up to `max_count` messages of one queue from entry `offset`, optionally only those with given tags.
@@ -80,7 +99,7 @@ class Reads:
         if type(max_count) is not int or not 1 <= max_count <= GET_MAX_COUNT_LIMIT:
             raise InvalidMessageError(f"max_count must be an int in 1..{GET_MAX_COUNT_LIMIT}, got {max_count!r}")
         wanted = None if tags is None else _parse_tags(tags)
-        queue = self._queue(topic, queue_id)
+        queue = self._queue(topic, queue_id, from_get=True)
         if queue is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
         low, high = queue.min_offset, queue.max_offset

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 
 from mqstore.commitlog.format import parse_segment_name
+from mqstore.commitlog.segments import SegmentList
 
 from mqstore import GetStatus, Message, MessageStore, PutStatus
+from mqstore.store import reads
 from mqstore.store.retention import Retention, restore_from_archive
 from tests.conftest import small_config
 
@@ -161,3 +163,49 @@ def test_a_read_only_store_follows_the_writers_retention(tmp_path):
             assert reader.stats()["commitlog"]["min_offset"] == store.stats()["commitlog"]["min_offset"]
             assert all(not segment.closed for segment in reader._commitlog.segments.segments)
             assert reader._commitlog.segments.segments[0].base_offset == store.stats()["commitlog"]["min_offset"]
+
+
+def test_a_read_only_get_follows_a_deletion_within_its_bound_and_stats_the_log_no_more(tmp_path, monkeypatch):
+    """A get of a read_only store looks at the log's directory at most every GET_LOG_FOLLOW_INTERVAL_NS (decision
+    0048): until then a deleted segment's records come from its mapping, which outlives the unlink; after it, the
+    deletion shows, and min_offset() sees it at once."""
+    clock = [10**12]
+    monkeypatch.setattr(reads.time, "monotonic_ns", lambda: clock[0])
+    looks = []
+    follow = SegmentList.load_if_changed
+    monkeypatch.setattr(SegmentList, "load_if_changed", lambda self: (looks.append(1), follow(self))[1])
+    config = small_config(file_reserved_hours=1, consume_queue_entries_per_file=8)
+    with MessageStore.open(tmp_path, config) as store:
+        _fill(store)
+        expected = store.get("t", 0, 0, max_count=4).messages
+        with MessageStore.open(tmp_path, config, read_only=True) as reader:
+            assert reader.get("t", 0, 0, max_count=4).messages == expected
+            looks.clear()
+            for _ in range(50):  # within the bound: the directory is not looked at again
+                assert reader.get("t", 0, 0, max_count=4).status is GetStatus.FOUND
+            assert looks == []
+            _age(tmp_path, 2)
+            assert store.clean_expired()["queue_files_removed"] > 0
+            low = store.min_offset("t", 0)
+            assert low > 0
+            stale = reader.get("t", 0, 0, max_count=4)  # the deleted records, from the mapping that outlives them
+            assert stale.messages == expected
+            clock[0] += reads.GET_LOG_FOLLOW_INTERVAL_NS
+            after = reader.get("t", 0, 0, max_count=4)
+            assert after.status is GetStatus.OFFSET_TOO_SMALL and after.next_offset == low == after.min_offset
+            assert reader.get("t", 0, low).messages == store.get("t", 0, low).messages
+            assert reader._commitlog.segments.segments[0].base_offset == store.stats()["commitlog"]["min_offset"]
+
+
+def test_a_read_only_min_offset_sees_a_deletion_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(reads.time, "monotonic_ns", lambda: 10**12)  # a frozen clock: no get bound ever passes
+    config = small_config(file_reserved_hours=1, consume_queue_entries_per_file=8)
+    with MessageStore.open(tmp_path, config) as store:
+        _fill(store)
+        with MessageStore.open(tmp_path, config, read_only=True) as reader:
+            assert reader.get("t", 1, 0).status is GetStatus.FOUND
+            _age(tmp_path, 2)
+            store.clean_expired()
+            low = store.min_offset("t", 1)
+            assert reader.min_offset("t", 1) == low > 0
+            assert reader.get("t", 1, 0).status is GetStatus.OFFSET_TOO_SMALL
