@@ -575,6 +575,14 @@ class MessageStore(Reads, IndexLookups):
         # properties, UNIQ_KEY) in one call under the writer lock; what it leaves (another type, a bad value, a new
         # topic, a roll, ...) `_put_holding_lock` prepares and appends there through the Python path. A busy lock's
         # holder runs it for this put (HandOff), in order.
+        result = self._put_appended(message, put_common)
+        if self._lag_limit or self._sync_flush:  # a refused result (offset -1) passes _after_append unchanged
+            return self._after_append(result)
+        return result
+
+    def _put_appended(self, message: Message, put_common) -> PutResult:
+        """The append of `put` and `_put_written` through the compiled put `put_common`: under the writer lock, or
+        handed to its holder; a refused append's PutResult (`_put_refused`), else the written put's (PUT_OK)."""
         writer = self._writer
         try:
             if writer.acquire(False):
@@ -590,8 +598,6 @@ class MessageStore(Reads, IndexLookups):
                 result = self._handoff.hand_in(self._put_holding_lock, message)
         except StoreIOError as exc:  # as in _put_prepared: nothing of this message is published
             return self._put_refused(exc)
-        if self._lag_limit or self._sync_flush:
-            return self._after_append(result)
         return result
 
     def _put_refused(self, exc: StoreIOError) -> PutResult:
@@ -655,22 +661,7 @@ class MessageStore(Reads, IndexLookups):
         put_common = self._put_common
         if put_common is None or self._disk_full:
             return self._put_prepared(message, wait=False)
-        writer = self._writer
-        try:
-            if writer.acquire(False):
-                try:
-                    result = put_common(message)
-                    if result is None:
-                        result = self._append_message_holding_lock(message)
-                finally:
-                    writer.release()
-                    if self._parked:
-                        self._handoff.drain()
-            else:
-                result = self._handoff.hand_in(self._put_holding_lock, message)
-        except StoreIOError as exc:
-            return self._put_refused(exc)
-        return result
+        return self._put_appended(message, put_common)
 
     def _put_prepared(self, message: Message, wait: bool = True) -> PutResult:
         """`put` through the Python path: prepared before the writer lock (without the compiled put, and while the
