@@ -566,31 +566,8 @@ class MessageStore(Reads, IndexLookups):
     # --- writing -------------------------------------------------------------------------------------------
     def put(self, message: Message) -> PutResult:
         """Store one message; it becomes visible to get() once dispatched."""
-        if self._closed or self.read_only:
-            self._check_writable()
-        put_common = self._put_common
-        if put_common is None or self._disk_full:
-            return self._put_prepared(message)
-        # The compiled put (commitlog/csrc/put.c) checks, encodes and appends a message of a known topic (tags, keys,
-        # properties, UNIQ_KEY) in one call under the writer lock; what it leaves (another type, a bad value, a new
-        # topic, a roll, ...) `_put_holding_lock` prepares and appends there through the Python path. A busy lock's
-        # holder runs it for this put (HandOff), in order.
-        writer = self._writer
-        try:
-            if writer.acquire(False):
-                try:
-                    result = put_common(message)
-                    if result is None:
-                        result = self._append_message_holding_lock(message)
-                finally:
-                    writer.release()  # HandOff.release, inlined: the put path
-                    if self._parked:
-                        self._handoff.drain()
-            else:
-                result = self._handoff.hand_in(self._put_holding_lock, message)
-        except StoreIOError as exc:  # as in _put_prepared: nothing of this message is published
-            return self._put_refused(exc)
-        if self._lag_limit or self._sync_flush:
+        result = self._put_written(message)
+        if self._lag_limit or self._sync_flush:  # a refused result (offset -1) passes _after_append unchanged
             return self._after_append(result)
         return result
 
@@ -647,14 +624,18 @@ class MessageStore(Reads, IndexLookups):
         return result
 
     def _put_written(self, message: Message) -> PutResult:
-        """`put` without its waits, for mqstore.aio: the PutResult (PUT_OK) once the message is written, before it
-        is durable (SYNC) or within the dispatch lag bound; the caller waits for those itself. A refused put's
-        result and the errors are `put`'s."""
+        """`put` without its waits (`put` itself, and mqstore.aio): the PutResult (PUT_OK) once the message is written,
+        before it is durable (SYNC) or within the dispatch lag bound; the caller waits for those itself. A refused
+        put's result and the errors are `put`'s."""
         if self._closed or self.read_only:
             self._check_writable()
         put_common = self._put_common
         if put_common is None or self._disk_full:
-            return self._put_prepared(message, wait=False)
+            return self._put_prepared(message)
+        # The compiled put (commitlog/csrc/put.c) checks, encodes and appends a message of a known topic (tags, keys,
+        # properties, UNIQ_KEY) in one call under the writer lock; what it leaves (another type, a bad value, a new
+        # topic, a roll, ...) `_put_holding_lock` prepares and appends there through the Python path. A busy lock's
+        # holder runs it for this put (HandOff), in order.
         writer = self._writer
         try:
             if writer.acquire(False):
@@ -663,18 +644,18 @@ class MessageStore(Reads, IndexLookups):
                     if result is None:
                         result = self._append_message_holding_lock(message)
                 finally:
-                    writer.release()
+                    writer.release()  # HandOff.release, inlined: the put path
                     if self._parked:
                         self._handoff.drain()
             else:
                 result = self._handoff.hand_in(self._put_holding_lock, message)
-        except StoreIOError as exc:
+        except StoreIOError as exc:  # as in _put_prepared: nothing of this message is published
             return self._put_refused(exc)
         return result
 
-    def _put_prepared(self, message: Message, wait: bool = True) -> PutResult:
-        """`put` through the Python path: prepared before the writer lock (without the compiled put, and while the
-        disk is full). Without `wait`, it returns once written (`_put_written`)."""
+    def _put_prepared(self, message: Message) -> PutResult:
+        """`_put_written` through the Python path: prepared before the writer lock (without the compiled put, and
+        while the disk is full); it returns once written, `put` waits after it (`_after_append`)."""
         prepare = self._prepare_common
         record = prepare(message) if prepare is not None else None
         if record is None:
@@ -700,13 +681,7 @@ class MessageStore(Reads, IndexLookups):
         # it takes puts in batches instead of stealing the interpreter after each one (a message is visible to
         # get() within about a millisecond once producers pause, far later while one puts flat out unless
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
-        end = offset + record[RECORD_SIZE]
-        if wait and self._lag_limit and end - self._dispatch.dispatched_offset > self._lag_limit:
-            self._wait_for_lag_under_bound(end)
-        status = _PUT_OK
-        if self._sync_flush and wait and not self._group_commit.wait_durable(end, self._sync_timeout_s):
-            status = self._not_durable_status()
-        return _new_tuple(PutResult, (status, offset, queue_offset, record[RECORD_SIZE], store_ts,
+        return _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
