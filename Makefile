@@ -41,9 +41,10 @@ test-long: $(STAMP)
 test-fast: lint
 	$(BIN)/python -m pytest -q -m "not spark and not crash and not slow"
 
-# The whole suite with the pure-Python codec (the compiled one stays built: the codec tests compare the two).
+# The suite with the pure-Python codec (the compiled one stays built: the codec tests compare the two), every test
+# not marked long, as make test; CI runs it after the sanitizer pass.
 test-python: $(STAMP)
-	MQSTORE_NATIVE=0 $(BIN)/python -m pytest
+	MQSTORE_NATIVE=0 $(BIN)/python -m pytest -q -m "not long"
 
 bench: $(STAMP)
 	$(BIN)/python bench/put_get.py
