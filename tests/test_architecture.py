@@ -1,6 +1,7 @@
 """The layers import one way, and the public API is locked.
 
     mqstore.commitlog  <-  mqstore.consumequeue, mqstore.indexfile, mqstore.flush  <-  mqstore.store
+    mqstore.consumequeue, mqstore.indexfile  <-  mqstore.tier  <-  mqstore.store
     mqstore.store      <-  mqstore.consumer  <-  mqstore.cli
     mqstore.store      <-  mqstore.spark
 
@@ -28,12 +29,13 @@ FOLDERS = {  # repository folder -> the package it installs as
     "mqstore": "mqstore",
 }
 FORMATS = {"mqstore.commitlog", "mqstore.consumequeue", "mqstore.indexfile"}
-ENGINE = FORMATS | {"mqstore.flush", "mqstore.store"}
+ENGINE = FORMATS | {"mqstore.flush", "mqstore.store", "mqstore.tier"}
 ALLOWED = {  # layer -> the layers it may import
     "mqstore.commitlog": {"mqstore.commitlog"},
     "mqstore.consumequeue": {"mqstore.commitlog", "mqstore.consumequeue"},
     "mqstore.indexfile": {"mqstore.commitlog", "mqstore.indexfile"},
     "mqstore.flush": {"mqstore.commitlog", "mqstore.flush"},
+    "mqstore.tier": FORMATS | {"mqstore.tier"},  # the object store side; it knows a store only as an argument
     "mqstore.store": ENGINE | {"mqstore.consumer"},
     "mqstore.consumer": ENGINE | {"mqstore", "mqstore.consumer"},
     "mqstore.spark": ENGINE | {"mqstore", "mqstore.spark"},

@@ -60,3 +60,36 @@ def cmd_query(args) -> int:
     if not args.json:
         print(f"# {len(messages)} message(s)")
     return 0
+
+
+def add_tier_parser(commands) -> None:
+    """`mqstore tier verify URI [--repair-from STORE]`: its own arguments (a tier URI, not a store directory)."""
+    tier = commands.add_parser("tier", help="check a tier (object storage) against its manifest")
+    actions = tier.add_subparsers(dest="tier_command", required=True, metavar="ACTION")
+    verify = actions.add_parser("verify", help="check every object the tier's manifest lists: presence, size, "
+                                "CRC-32; exit 1 on a problem")
+    verify.add_argument("uri", metavar="URI", help="the tier: s3://bucket/prefix, file:///dir, a local path ...")
+    verify.add_argument("--repair-from", metavar="STORE",
+                        help="re-upload damaged objects from this store directory where its copy matches")
+    verify.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+
+def cmd_tier(args) -> int:
+    from mqstore.cli.common import progress_bar
+    from mqstore.tier.verify import verify_tier
+
+    report = verify_tier(args.uri, repair_from=args.repair_from, progress=progress_bar)
+    if args.json:
+        print_json(report.as_dict())
+        return 0 if report.ok else 1
+    print(f"tier {report.uri}: manifest generation {report.generation}, log {report.start_offset}.."
+          f"{report.end_offset}, {report.objects} objects, {report.bytes_checked:,} bytes checked, "
+          f"{report.unlisted} unlisted")
+    for problem in report.problems:
+        print(f"CORRUPT [{problem['rule']}] {problem['object']} at {problem['offset']}: {problem['message']}")
+    if report.problem_count > len(report.problems):
+        print(f"... and {report.problem_count - len(report.problems)} more problems")
+    for key in report.repaired:
+        print(f"repaired {key} from {args.repair_from}")
+    print("OK" if report.ok else f"CORRUPTION: {report.problem_count - len(report.repaired)} problems")
+    return 0 if report.ok else 1

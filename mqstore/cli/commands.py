@@ -6,6 +6,7 @@
                        [--max-messages N] [--timeout-ms MS]
     mqstore topics STORE | stats STORE | dump STORE --offset N | verify STORE
     mqstore recover STORE [--repair] | clean STORE | query STORE --topic T --key K
+    mqstore tier verify URI [--repair-from STORE] [--json]
     mqstore demo [--store DIR] [--messages N] | --version
 
 Store commands take `--json` (one JSON document on stdout; `tail` writes one per message, JSON Lines) and the
@@ -137,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--offset", type=_non_negative, required=True, help="commitlog offset of the record")
     add("verify", "check every record's CRC, segment ends, ConsumeQueue entries and index files; exit 1 on corruption")
     cli_admin.add_parsers(add)
+    cli_admin.add_tier_parser(commands)
     cli_export.add_parser(add)
     return parser
 
@@ -462,4 +464,5 @@ def _cmd_verify(args) -> int:
 _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd_topics, "stats": _cmd_stats,
              "dump": _cmd_dump, "verify": _cmd_verify,
              "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query,
+             "tier": cli_admin.cmd_tier,
              "export": cli_export.cmd_export}

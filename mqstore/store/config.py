@@ -145,6 +145,22 @@ class StoreConfig:
     archive_dir: str | None = None
     """when set, removed segments are moved to <archive_dir>/commitlog/ instead of deleted."""
 
+    tier_uri: str | None = field(default=None, repr=False)
+    """None: no tier. Else an object store location (`s3://bucket/prefix`, `gs://...`, `file:///dir`, a local path)
+    opened through pyarrow's filesystems, to which the writer uploads sealed segments and the queue and index files
+    they complete, as a RocketMQ store under that prefix (docs/tier.md). Not saved in the store: credentials in its
+    query are never written or logged."""
+
+    tier_upload_interval_ms: int = 1000
+    """how often the tier uploader looks for sealed segments not in the tier yet."""
+
+    tier_backoff_max_ms: int = 60_000
+    """the longest wait between retries of a failed upload (the waits double from 0.5 s up to this)."""
+
+    tier_verify_uploads: bool = True
+    """read every uploaded object back and compare its CRC-32 before the manifest lists it (and before retention
+    may delete the local copy); False trusts the object store's write, at half the traffic."""
+
     clean_interval_ms: int = 10_000
     """how often retention checks the disk and the rules (RocketMQ's cleanResourceInterval)."""
 
@@ -187,7 +203,7 @@ class StoreConfig:
         _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
         for name in ("dispatch_process", "warm_segments", "write_fault_readahead", "preallocate_segments",
                      "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled", "record_crc",
-                     "delete_unexpired_on_disk_pressure"):
+                     "delete_unexpired_on_disk_pressure", "tier_verify_uploads"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = MESSAGE_OVERHEAD_MAX_BYTES
@@ -219,6 +235,13 @@ class StoreConfig:
                 raise InvalidConfigError(f"{name} must be a number in (0, 1], got {value!r}")
         if self.archive_dir is not None and not isinstance(self.archive_dir, str):
             raise InvalidConfigError(f"archive_dir must be a str or None, got {self.archive_dir!r}")
+        if self.tier_uri is not None and (not isinstance(self.tier_uri, str) or not self.tier_uri):
+            raise InvalidConfigError("tier_uri must be a non-empty str or None")
+        if self.tier_uri is not None and self.archive_dir is not None:
+            raise InvalidConfigError("archive_dir and tier_uri cannot both be set: with a tier, retention keeps what "
+                                     "it removes from local disk in the tier")
+        _check_int("tier_upload_interval_ms", self.tier_upload_interval_ms, 1, 3_600_000)
+        _check_int("tier_backoff_max_ms", self.tier_backoff_max_ms, 1, 86_400_000)
         _check_int("born_port", self.born_port, 0, 65535)
 
     @property

@@ -79,6 +79,8 @@ from mqstore.store.recovery import (
 from mqstore.store.repair import Salvage
 from mqstore.store.retention import Retention
 from mqstore.store.settings import resolve_config, saved_settings_damage
+from mqstore.tier.location import TierLocation
+from mqstore.tier.uploader import TierUploader
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,7 @@ class MessageStore(Reads, IndexLookups):
         self._checkpoint: Checkpoint | None = None
         self._writer = threading.Lock()  # one put or put_batch appends at a time (the CommitLog's lock once open)
         self._put_common = None  # the compiled put, once open (CommitLog.compiled_put)
+        self._tier_uploader: TierUploader | None = None  # a writer with a tier_uri
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
@@ -290,7 +293,7 @@ class MessageStore(Reads, IndexLookups):
         return written
 
     def _start_services(self, written) -> None:
-        """The dispatch thread or process, the flush services and retention."""
+        """The dispatch thread or process, the flush services, retention and the tier uploader."""
         config = self.config
         if config.dispatch_process:
             self._start_dispatch_process()
@@ -298,10 +301,15 @@ class MessageStore(Reads, IndexLookups):
             self._commitlog.written_records = written  # from the first put on
             self._dispatch.start()
         self._start_flush_services()
+        if config.tier_uri is not None:  # before retention: it removes only what the tier holds
+            self._tier_uploader = TierUploader(self, TierLocation.open(config.tier_uri))
         self._retention = Retention(self)
         self._retention.run_once(manual=False)  # learn the disk's state before the first put
         self._retention.start()
         self._services.append(self._retention)
+        if self._tier_uploader is not None:
+            self._tier_uploader.start()
+            self._services.append(self._tier_uploader)
 
     def _start_dispatch_process(self) -> None:
         """Hand the queues and the index to a child process that dispatches from here on; this process follows
@@ -859,6 +867,7 @@ class MessageStore(Reads, IndexLookups):
                          "error": repr(self._dispatch.error) if self._dispatch and self._dispatch.error else None,
                          "process_id": self._dispatch.pid if isinstance(self._dispatch, ProcessDispatch) else None},
             "queues": queues,
+            "tier": self._tier_uploader.stats() if self._tier_uploader is not None else None,
         }
 
 

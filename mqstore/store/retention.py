@@ -159,6 +159,10 @@ class Retention:
         store = self._store
         commitlog = store._commitlog
         safe_end = min(commitlog.readable_end(), commitlog.flushed_position, store._dispatch.dispatched_offset)
+        uploader = getattr(store, "_tier_uploader", None)
+        if uploader is not None:  # with a tier, only what the tier's manifest lists, verified, may leave the disk
+            tier_end = uploader.verified_end()
+            safe_end = min(safe_end, tier_end if tier_end is not None else commitlog.min_offset())
         return [s for s in commitlog.segments.segments[:-1] if s.base_offset + s.size_bytes <= safe_end]
 
     def _remove_segments(self, report: CleanReport, forcibly: bool) -> None:

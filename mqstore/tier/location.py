@@ -1,0 +1,243 @@
+"""Where a tier lives: an object store location opened through pyarrow's filesystems.
+
+A tier URI names a directory of a filesystem pyarrow knows (`pyarrow.fs.FileSystem.from_uri`): `s3://bucket/prefix`
+(and anything S3-compatible, with `?endpoint_override=host:port&scheme=http` or pyarrow's usual AWS_* variables),
+`gs://bucket/prefix`, `hdfs://...`, `file:///abs/dir`, or a plain local path. A scheme pyarrow does not know is
+opened through fsspec when fsspec is installed. Credentials come from pyarrow's usual configuration (environment
+variables, the credentials file, the URI's query); `redacted()` is the only form of the URI that is ever logged or
+shown, with user info and secret query values removed.
+
+Objects are written whole or not at all, as a reader sees them: on object stores (S3, GCS, Azure) a PUT or a
+completed multipart upload is atomic; on a filesystem with directories (local, HDFS, fsspec) the object is written
+under a temporary name beside it and renamed over it. A reader still trusts an object only as far as the tier's
+manifest lists it (mqstore/tier/manifest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import urllib.parse
+from dataclasses import dataclass
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from isal import isal_zlib
+
+from mqstore.commitlog.errors import CorruptionError, InvalidConfigError, StoreIOError
+
+# object stores whose writes are atomic (no temporary name needed)
+ATOMIC_PUT_FILESYSTEMS = frozenset({"s3", "gcs", "abfs"})
+TEMPORARY_MARK = ".mqstore-part-"  # in the name of an object still being written on a filesystem with renames
+STREAM_CHUNK_BYTES = 8 * 1024 * 1024  # what one write of an upload or one read of a verification moves
+SECRET_QUERY_KEYS = frozenset({"access_key", "secret_key", "session_token", "password", "token", "sas_token",
+                               "account_key", "credential", "credentials"})
+
+
+def redacted(uri: str) -> str:
+    """`uri` without user info and without the values of secret query parameters: the form that is logged."""
+    parts = urllib.parse.urlsplit(uri)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    shown = [(key, "***" if key.lower() in SECRET_QUERY_KEYS else value) for key, value in query]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, urllib.parse.urlencode(shown, safe="*:"),
+                                    parts.fragment))
+
+
+def crc32(data, value: int = 0) -> int:
+    """CRC-32 (zlib's polynomial, as RocketMQ's UtilAll.crc32) of `data`, continuing from `value`."""
+    return isal_zlib.crc32(data, value) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object found in the tier: its key (relative to the tier's root) and size."""
+
+    key: str
+    size: int
+
+
+class TierLocation:
+    """A tier's root directory on a filesystem; keys are relative paths with `/` (as on disk in a store)."""
+
+    def __init__(self, filesystem: pafs.FileSystem, root: str, uri: str):
+        self.filesystem = filesystem
+        self.root = root.rstrip("/")
+        self.uri = redacted(uri)
+        self.atomic_put = filesystem.type_name in ATOMIC_PUT_FILESYSTEMS
+
+    @classmethod
+    def open(cls, uri: str) -> "TierLocation":
+        """Open the location a tier URI (or a local path) names; InvalidConfigError when it cannot be."""
+        if not isinstance(uri, str) or not uri:
+            raise InvalidConfigError(f"a tier location must be a non-empty URI or path, got {uri!r}")
+        if "://" not in uri:
+            uri = "file://" + os.path.abspath(uri)
+        try:
+            filesystem, root = pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+            if "nrecognized filesystem" not in str(exc):
+                raise InvalidConfigError(f"cannot open the tier {redacted(uri)}: {exc}") from exc
+            filesystem, root = _from_fsspec(uri, exc)
+        except OSError as exc:
+            raise StoreIOError(f"cannot open the tier {redacted(uri)}: {exc}") from exc
+        return cls(filesystem, root, uri)
+
+    def path(self, key: str) -> str:
+        assert key and not key.startswith("/") and ".." not in key.split("/"), key
+        return f"{self.root}/{key}" if self.root else key
+
+    def display(self, key: str) -> str:
+        """How an object is named in messages and errors: the redacted URI and the key."""
+        return f"{self.uri.split('?', 1)[0].rstrip('/')}/{key}"
+
+    # --- writing -------------------------------------------------------------------------------------------
+    def put_chunks(self, key: str, chunks: Iterable) -> tuple[int, int]:
+        """Write the object `key` from `chunks` (bytes-like), visible whole or not at all; (size, CRC-32)."""
+        target = self.path(key)
+        written = self.path(f"{key}{TEMPORARY_MARK}{secrets.token_hex(6)}") if not self.atomic_put else target
+        size = checksum = 0
+        try:
+            parent = target.rsplit("/", 1)[0]
+            if not self.atomic_put and parent:
+                self.filesystem.create_dir(parent, recursive=True)
+            with self.filesystem.open_output_stream(written, metadata={}) as stream:
+                for chunk in chunks:
+                    stream.write(chunk)
+                    size += len(chunk)
+                    checksum = crc32(chunk, checksum)
+            if written != target:
+                self.filesystem.move(written, target)
+        except (OSError, pa.ArrowException) as exc:
+            if written != target:
+                self._remove_quietly(written)
+            raise StoreIOError(f"cannot write {self.display(key)}: {exc}") from exc
+        return size, checksum
+
+    def put_bytes(self, key: str, data: bytes) -> tuple[int, int]:
+        return self.put_chunks(key, (data,))
+
+    def delete(self, key: str) -> None:
+        try:
+            self.filesystem.delete_file(self.path(key))
+        except FileNotFoundError:
+            pass
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreIOError(f"cannot delete {self.display(key)}: {exc}") from exc
+
+    def _remove_quietly(self, path: str) -> None:
+        try:
+            self.filesystem.delete_file(path)
+        except (OSError, pa.ArrowException):
+            pass
+
+    def remove_leftovers(self, directory: str) -> int:
+        """Delete the temporary objects an interrupted writer left under `directory` (a key prefix); how many."""
+        removed = 0
+        for info in self.list(directory):
+            if TEMPORARY_MARK in info.key.rsplit("/", 1)[-1]:
+                self._remove_quietly(self.path(info.key))
+                removed += 1
+        return removed
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def size(self, key: str) -> int | None:
+        """The object's size, or None when there is no such object."""
+        try:
+            info = self.filesystem.get_file_info(self.path(key))
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreIOError(f"cannot look up {self.display(key)}: {exc}") from exc
+        return info.size if info.type == pafs.FileType.File else None
+
+    def read_all(self, key: str) -> bytes | None:
+        """The whole object, or None when there is none."""
+        try:
+            with self.filesystem.open_input_stream(self.path(key)) as stream:
+                return stream.read()
+        except FileNotFoundError:
+            return None
+        except (OSError, pa.ArrowException) as exc:
+            if _not_found(exc):
+                return None
+            raise StoreIOError(f"cannot read {self.display(key)}: {exc}") from exc
+
+    def open_input(self, key: str, size: int):
+        """A random-access reader of an object the manifest says is `size` bytes. Opening costs a request (S3: a
+        HEAD), each read_at one range read: keep the reader for the next reads."""
+        try:
+            return self.filesystem.open_input_file(self.path(key))
+        except (OSError, pa.ArrowException) as exc:
+            if _not_found(exc):
+                raise CorruptionError(f"the tier object {self.display(key)} listed in the manifest is missing",
+                                      path=self.display(key), offset=0, rule="tier.object-missing") from exc
+            raise StoreIOError(f"cannot open {self.display(key)}: {exc}") from exc
+
+    def read_range(self, key: str, size: int, offset: int, length: int, handle=None) -> bytes:
+        """`length` bytes at `offset` of the object `key` of `size` bytes, in one range read. Fewer bytes than
+        asked (the object is shorter than the manifest says) raise CorruptionError naming the object."""
+        assert 0 <= offset and 0 <= length and offset + length <= size, (key, size, offset, length)
+        try:
+            if handle is None:
+                with self.open_input(key, size) as opened:
+                    data = opened.read_at(length, offset)
+            else:
+                data = handle.read_at(length, offset)
+        except (OSError, pa.ArrowException) as exc:
+            if _not_found(exc):
+                raise CorruptionError(f"the tier object {self.display(key)} listed in the manifest is missing",
+                                      path=self.display(key), offset=offset, rule="tier.object-missing") from exc
+            raise StoreIOError(f"cannot read {self.display(key)} at {offset}: {exc}") from exc
+        if len(data) != length:
+            raise CorruptionError(f"the tier object {self.display(key)} ends before {offset + length}: it is "
+                                  f"shorter than the {size} bytes its manifest lists", path=self.display(key),
+                                  offset=offset + len(data), rule="tier.object-size")
+        return data
+
+    def checksum(self, key: str, size: int, length: int | None = None) -> tuple[int, int]:
+        """(bytes read, CRC-32) of the object's first `length` bytes (all of it by default), read in chunks."""
+        length = size if length is None else length
+        checksum = done = 0
+        with self.open_input(key, size) as handle:
+            while done < length:
+                want = min(STREAM_CHUNK_BYTES, length - done)
+                try:
+                    data = handle.read_at(want, done)
+                except (OSError, pa.ArrowException) as exc:
+                    if _not_found(exc):
+                        return done, checksum
+                    raise StoreIOError(f"cannot read {self.display(key)} at {done}: {exc}") from exc
+                checksum = crc32(data, checksum)
+                done += len(data)
+                if len(data) < want:
+                    break
+        return done, checksum
+
+    def list(self, directory: str = "") -> list[ObjectInfo]:
+        """Every object under `directory` (a key prefix, recursively), sorted by key."""
+        base = self.path(directory) if directory else self.root
+        try:
+            infos = self.filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreIOError(f"cannot list {self.display(directory)}: {exc}") from exc
+        skip = len(self.root) + 1 if self.root else 0
+        return sorted((ObjectInfo(info.path[skip:], info.size) for info in infos
+                       if info.type == pafs.FileType.File), key=lambda info: info.key)
+
+
+def _not_found(exc: BaseException) -> bool:
+    return isinstance(exc, FileNotFoundError) or "NoSuchKey" in str(exc) or "does not exist" in str(exc)
+
+
+def _from_fsspec(uri: str, cause: BaseException):
+    try:
+        import fsspec
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+    except ImportError:
+        raise InvalidConfigError(f"pyarrow has no filesystem for {redacted(uri)} ({cause}) and fsspec is not "
+                                 "installed") from cause
+    try:
+        filesystem, root = fsspec.core.url_to_fs(uri)
+    except (ValueError, ImportError, OSError) as exc:
+        raise InvalidConfigError(f"neither pyarrow nor fsspec opens {redacted(uri)}: {exc}") from exc
+    return PyFileSystem(FSSpecHandler(filesystem)), root

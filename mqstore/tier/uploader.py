@@ -1,0 +1,418 @@
+"""The tier's uploader: a writer's thread that copies what the store has finished to the tier.
+
+Each round (every `tier_upload_interval_ms`, and at once after a failure's backoff) it uploads, in order:
+  1. the sealed CommitLog segments after the tier's end: a segment is sealed when the log's written end, its
+     flushed position and its dispatched offset are all past it (never the segment being written);
+  2. the ConsumeQueue files holding entries below the tier's new end, each as a full-size image of the file with
+     only those entries (the rest zeros, as RocketMQ's files are), when that is more than the tier holds;
+  3. the IndexFiles the store has finished (not the newest) whose entries all point below the new end;
+then writes the manifest that lists them. Every object is read back and its CRC-32 compared with what was sent
+before the manifest lists it (`tier_verify_uploads`). A kill -9 at any moment leaves objects the manifest does
+not list, invisible to readers; the next open's uploader starts again after the manifest's end and writes them
+over.
+
+Failures (the object store down, slow, refusing) are counted, logged at WARNING with the tier's redacted URI, and
+retried with exponential backoff from TIER_BACKOFF_FIRST_S up to `tier_backoff_max_ms`; puts go on meanwhile, into
+local disk, until `disk_full_ratio` makes them return DISK_FULL (retention never deletes a segment the manifest
+does not list). The uploader refuses (stops, with the reason in stats()) a tier whose manifest belongs to another
+store: other format settings, a segment whose checksum differs from the local one, or a gap between the tier's end
+and the local log's start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+
+import numpy as np
+
+from mqstore.commitlog import format as fmt
+from mqstore.commitlog.errors import CorruptionError, StoreError, StoreIOError
+from mqstore.consumequeue import format as queue_fmt
+from mqstore.indexfile import format as index_fmt
+from mqstore.tier import manifest as manifest_module
+from mqstore.tier.location import STREAM_CHUNK_BYTES, TierLocation, crc32
+from mqstore.tier.manifest import Manifest, TierIndexFile, TierQueueFile, TierSegment
+
+log = logging.getLogger(__name__)
+
+TIER_BACKOFF_FIRST_S = 0.5  # the first wait after a failed round; it doubles up to tier_backoff_max_ms
+TIER_ROUND_SEGMENTS_MAX = 64  # segments one round uploads before it writes the manifest
+TIER_STOP_WAIT_S = 30.0  # how long close() waits for an object upload in flight (it is never cut short)
+ERROR_TEXT_MAX = 500  # of an error's text kept in stats()
+
+
+class TierRefused(StoreError):
+    """The tier's manifest does not belong to this store (its reason is in stats()["tier"]["refused"])."""
+
+
+class TierUploader:
+    """Uploads one writable store's finished files to its tier (module docstring)."""
+
+    def __init__(self, store, location: TierLocation):
+        self._store = store
+        self._config = store.config
+        self.location = location
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mqstore-tier-uploader", daemon=True)
+        self._lock = threading.Lock()  # guards the figures stats() reads
+        self.manifest: Manifest | None = None  # the tier's, as last read or written
+        self.rounds = 0
+        self.objects_uploaded = 0
+        self.bytes_uploaded = 0
+        self.failures = 0
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
+        self.last_upload_ms: int | None = None
+        self.refused: str | None = None
+        self.leftovers_removed = 0
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(TIER_STOP_WAIT_S)
+            if self._thread.is_alive():
+                log.warning("the tier uploader of %s is still writing an object to %s after %.0f s; the store "
+                            "closes without it (the object is not listed, the next open uploads it again)",
+                            self._store.root_dir, self.location.uri, TIER_STOP_WAIT_S)
+
+    def nudge(self) -> None:
+        """Start a round now rather than at the next interval."""
+        self._wake.set()
+
+    def verified_end(self) -> int | None:
+        """The tier's end: every record below it is uploaded, verified and listed (None before the manifest is
+        read, or with an empty tier)."""
+        manifest = self.manifest
+        return None if manifest is None else manifest.end
+
+    def _run(self) -> None:
+        interval = self._config.tier_upload_interval_ms / 1000.0
+        wait = 0.0
+        while not self._stopping.is_set():
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.run_round()
+                wait = interval
+            except TierRefused:
+                return  # logged and kept in stats(); nothing more is uploaded
+            except (StoreError, OSError) as exc:  # the object store down, slow, refusing: back off and retry
+                wait = self._failed(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug: logged, kept in stats(), retried like a failure
+                log.exception("the tier uploader's round failed")
+                wait = self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> float:
+        with self._lock:
+            self.failures += 1
+            self.consecutive_failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX]
+            failures = self.consecutive_failures
+        backoff_max = self._config.tier_backoff_max_ms / 1000.0
+        wait = min(backoff_max, TIER_BACKOFF_FIRST_S * 2 ** min(failures - 1, 30)) * random.uniform(0.8, 1.0)
+        log.warning("uploading to the tier %s failed (%d in a row; next try in %.1f s): %s", self.location.uri,
+                    failures, wait, self.last_error)
+        return wait
+
+    # --- one round -----------------------------------------------------------------------------------------
+    def run_round(self) -> int:
+        """Upload what is sealed and not in the tier yet, then write the manifest; how many segments it added.
+        Raises on failure (the caller backs off), TierRefused for a tier of another store."""
+        store = self._store
+        if self.manifest is None:
+            self._load_manifest()
+        manifest = self.manifest
+        assert manifest is not None
+        sealed = self._sealed_segments()
+        if manifest.end is not None:
+            sealed = [segment for segment in sealed if segment.base_offset >= manifest.end]
+            if sealed and sealed[0].base_offset != manifest.end:
+                self._refuse(f"the tier ends at commitlog offset {manifest.end} and the local log's next sealed "
+                             f"segment starts at {sealed[0].base_offset}: the segments between are in neither")
+        sealed = sealed[:TIER_ROUND_SEGMENTS_MAX]
+        if not sealed:
+            self._round_done(0)
+            return 0
+        written = manifest.next_generation()
+        for segment in sealed:
+            checksum = self._upload_file(manifest_module.segment_key(segment.base_offset), segment.path,
+                                         segment.size_bytes)
+            written.segments.append(TierSegment(segment.base_offset, checksum))
+        self._upload_queue_images(written)
+        self._upload_index_files(written)
+        if self._stopping.is_set():
+            return 0  # stop() gave up waiting: leave the objects unlisted, the next open lists them
+        manifest_module.save(self.location, written)
+        self.manifest = written
+        log.info("tier %s now holds the log up to commitlog offset %d (%d objects, generation %d)",
+                 self.location.uri, written.end, written.object_count(), written.generation)
+        store_end = store._commitlog.readable_end()
+        self._round_done(len(sealed))
+        if store_end - written.end > self._config.segment_size_bytes:
+            self._wake.set()  # more sealed segments wait: go on without the interval
+        return len(sealed)
+
+    def _round_done(self, segments: int) -> None:
+        with self._lock:
+            self.rounds += 1
+            self.consecutive_failures = 0
+            if segments:
+                self.last_upload_ms = time.time_ns() // 1_000_000
+
+    def _load_manifest(self) -> None:
+        """Read the tier's manifest (or start an empty one) and check that it belongs to this store."""
+        store = self._store
+        block = manifest_module.store_block(self._config, store._commitlog.record_crc_from)
+        found = manifest_module.load(self.location)
+        if found is None:
+            self.leftovers_removed += self._remove_leftovers()
+            self.manifest = Manifest(store=block)
+            return
+        theirs = {name: found.store.get(name) for name in manifest_module.STORE_FIELDS}
+        ours = {name: block[name] for name in manifest_module.STORE_FIELDS}
+        if theirs != ours:
+            self._refuse(f"the tier's manifest was written for other format settings: {theirs}, this store has "
+                         f"{ours}")
+        if found.store.get("record_crc_from_offset") != block["record_crc_from_offset"]:
+            self._refuse(f"the tier's record_crc_from_offset is {found.store.get('record_crc_from_offset')!r}, this "
+                         f"store's is {block['record_crc_from_offset']!r}")
+        self._check_same_log(found)
+        self.leftovers_removed += self._remove_leftovers()
+        self.manifest = found
+
+    def _check_same_log(self, found: Manifest) -> None:
+        """The tier must continue this store's log: the local log reaches the tier's end, and the last segment both
+        hold is the same bytes in both (one segment's checksum, read once per open)."""
+        if not found.segments:
+            return
+        commitlog = self._store._commitlog
+        if commitlog.readable_end() < found.end:
+            self._refuse(f"the tier holds the log up to commitlog offset {found.end}, past this store's end "
+                         f"{commitlog.readable_end()}: it is another store's log (or this store is an older copy)")
+        common = [segment for segment in list(commitlog.segments.segments)
+                  if found.segment_at(segment.base_offset) is not None]
+        if not common:
+            if commitlog.min_offset() > found.end:
+                self._refuse(f"the tier ends at commitlog offset {found.end}, below the local log's start "
+                             f"{commitlog.min_offset()}: the segments between are in neither")
+            return
+        segment = common[-1]
+        if _file_checksum(segment.path, segment.size_bytes) != found.segment_at(segment.base_offset).crc32:
+            self._refuse(f"the tier's segment {fmt.segment_name(segment.base_offset)} differs from the local one: "
+                         "the tier holds another store's log")
+
+    def _remove_leftovers(self) -> int:
+        if self.location.atomic_put:
+            return 0
+        return sum(self.location.remove_leftovers(directory) for directory in ("commitlog", "consumequeue", "index",
+                                                                               "tier"))
+
+    def _refuse(self, reason: str) -> None:
+        with self._lock:
+            self.refused = reason
+        log.error("the tier uploader of %s stops: %s (tier %s)", self._store.root_dir, reason, self.location.uri)
+        raise TierRefused(reason)
+
+    def _sealed_segments(self) -> list:
+        """The local segments that are finished: written, flushed and dispatched past their end."""
+        store = self._store
+        commitlog = store._commitlog
+        dispatched = store._dispatch.dispatched_offset if store._dispatch is not None else 0
+        safe_end = min(commitlog.readable_end(), commitlog.flushed_position, dispatched)
+        return [segment for segment in list(commitlog.segments.segments)
+                if segment.base_offset + segment.size_bytes <= safe_end]
+
+    # --- objects -------------------------------------------------------------------------------------------
+    def _upload_file(self, key: str, path: str, size: int, image_units: int | None = None) -> int:
+        """Upload the local file at `path` (`size` bytes) as `key`, read it back when verifying; its CRC-32."""
+        if image_units is None:
+            chunks = _file_chunks(path, size)
+        else:
+            chunks = _queue_image_chunks(path, size, image_units)
+        sent_size, checksum = self.location.put_chunks(key, chunks)
+        if sent_size != size:
+            raise StoreIOError(f"{path} changed size while it was uploaded as {self.location.display(key)}")
+        if self._config.tier_verify_uploads:
+            read_size, read_checksum = self.location.checksum(key, size)
+            if (read_size, read_checksum) != (size, checksum):
+                raise CorruptionError(f"the tier object {self.location.display(key)} read back differs from what "
+                                      f"was sent ({read_size} bytes, CRC-32 {read_checksum:#010x}; sent {size}, "
+                                      f"{checksum:#010x})", path=self.location.display(key), rule="tier.verify")
+        with self._lock:
+            self.objects_uploaded += 1
+            self.bytes_uploaded += size
+        return checksum
+
+    def _upload_queue_images(self, written: Manifest) -> None:
+        """Upload every ConsumeQueue file that holds more entries below the tier's end than the tier has."""
+        end = written.end
+        entries_per_file = self._config.consume_queue_entries_per_file
+        file_bytes = entries_per_file * queue_fmt.UNIT_SIZE_BYTES
+        root = os.path.join(self._store.root_dir, "consumequeue")
+        for topic, queue_id, directory in _queue_directories(root):
+            known = written.queues.get((topic, queue_id), [])
+            last_known = known[-1].name if known else None
+            names = sorted(n for n in _list(directory) if queue_fmt.parse_file_name(n) is not None
+                           and (last_known is None or n >= last_known))
+            for name in names:
+                path = os.path.join(directory, name)
+                units = _units_below(path, file_bytes, end)
+                if units == 0:
+                    break  # this file and the later ones hold nothing below the tier's end yet
+                held = written.queue_file(topic, queue_id, name)
+                if held is not None and held.entries >= units:
+                    continue
+                self._upload_file(manifest_module.queue_key(topic, queue_id, name), path, file_bytes, units)
+                checksum = _file_checksum(path, units * queue_fmt.UNIT_SIZE_BYTES)
+                files = [f for f in written.queues.get((topic, queue_id), []) if f.name != name]
+                files.append(TierQueueFile(name, units, checksum))
+                written.queues[(topic, queue_id)] = sorted(files, key=lambda f: f.name)
+                if units < entries_per_file:
+                    break
+
+    def _upload_index_files(self, written: Manifest) -> None:
+        """Upload the finished IndexFiles whose entries all point below the tier's end."""
+        directory = os.path.join(self._store.root_dir, "index")
+        names = sorted(n for n in _list(directory) if index_fmt.parse_file_name(n) is not None)
+        held = {f.name for f in written.index}
+        size = index_fmt.file_size_bytes(self._config.index_slot_count, self._config.index_entry_count_max)
+        for name in names[:-1]:  # the newest is still written
+            if name in held or (written.index and name < written.index[-1].name):
+                continue
+            path = os.path.join(directory, name)
+            header = _pread(path, index_fmt.HEADER_SIZE_BYTES, 0)
+            _, _, _, end_offset, _, _ = index_fmt.HEADER_STRUCT.unpack(header)
+            if os.path.getsize(path) != size or end_offset >= written.end:
+                break
+            checksum = self._upload_file(manifest_module.index_key(name), path, size)
+            written.index.append(TierIndexFile(name, size, checksum, end_offset))
+
+    # --- figures -------------------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        store = self._store
+        manifest = self.manifest
+        end = store._commitlog.readable_end()
+        tier_end = manifest.end if manifest is not None else None
+        waiting = [s for s in list(store._commitlog.segments.segments)
+                   if s.base_offset + s.size_bytes <= end and (tier_end is None or s.base_offset >= tier_end)]
+        lag_seconds = 0.0
+        if waiting and waiting[0].base_offset + waiting[0].size_bytes < end:
+            try:
+                lag_seconds = max(0.0, time.time() - os.path.getmtime(waiting[0].path))
+            except OSError:
+                lag_seconds = 0.0
+        with self._lock:
+            return {
+                "uri": self.location.uri,
+                "start_offset": manifest.start if manifest is not None else None,
+                "uploaded_end": tier_end,
+                "lag_bytes": max(0, end - (tier_end if tier_end is not None else store._commitlog.min_offset())),
+                "lag_seconds": round(lag_seconds, 3),
+                "sealed_segments_waiting": len(waiting),
+                "segments": len(manifest.segments) if manifest is not None else 0,
+                "objects": manifest.object_count() if manifest is not None else 0,
+                "manifest_generation": manifest.generation if manifest is not None else 0,
+                "rounds": self.rounds,
+                "objects_uploaded": self.objects_uploaded,
+                "bytes_uploaded": self.bytes_uploaded,
+                "failures": self.failures,
+                "retrying": self.consecutive_failures > 0,
+                "consecutive_failures": self.consecutive_failures,
+                "last_error": self.last_error,
+                "last_upload_ms": self.last_upload_ms,
+                "refused": self.refused,
+            }
+
+
+# --- local files ---------------------------------------------------------------------------------------------
+def _pread(path: str, length: int, offset: int) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _file_chunks(path: str, size: int):
+    """The first `size` bytes of the file, in STREAM_CHUNK_BYTES reads (short: the file shrank, an error)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise StoreIOError(f"cannot open {path}: {exc.strerror}") from exc
+    try:
+        done = 0
+        while done < size:
+            try:
+                chunk = os.pread(fd, min(STREAM_CHUNK_BYTES, size - done), done)
+            except OSError as exc:
+                raise StoreIOError(f"cannot read {path} at {done}: {exc.strerror}") from exc
+            if not chunk:
+                raise StoreIOError(f"{path} is shorter than {size} bytes: it ends at {done}")
+            done += len(chunk)
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def _queue_image_chunks(path: str, file_bytes: int, units: int):
+    """A ConsumeQueue file's image: its first `units` units, then zeros to `file_bytes`."""
+    kept = units * queue_fmt.UNIT_SIZE_BYTES
+    yield from _file_chunks(path, kept)
+    zeros = bytes(min(STREAM_CHUNK_BYTES, file_bytes - kept))
+    done = kept
+    while done < file_bytes:
+        step = min(len(zeros), file_bytes - done)
+        yield zeros[:step] if step < len(zeros) else zeros
+        done += step
+
+
+def _file_checksum(path: str, length: int) -> int:
+    checksum = 0
+    for chunk in _file_chunks(path, length):
+        checksum = crc32(chunk, checksum)
+    return checksum
+
+
+def _units_below(path: str, file_bytes: int, end: int) -> int:
+    """How many units from the start of the ConsumeQueue file at `path` are written and point below `end` (fillers
+    count: they stand for entries below the log's start)."""
+    raw = _pread(path, file_bytes, 0)
+    count = len(raw) // queue_fmt.UNIT_SIZE_BYTES
+    units = np.frombuffer(raw, dtype=queue_fmt.CONSUME_QUEUE_UNIT, count=count)
+    taken = (units["size"] != 0) & (units["commitlog_offset"] < end)
+    return count if taken.all() else int(np.argmin(taken))
+
+
+def _list(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreIOError(f"cannot list {directory}: {exc.strerror}") from exc
+
+
+def _queue_directories(root: str):
+    """(topic, queue id, directory) of every ConsumeQueue directory under `root`, sorted."""
+    for topic in sorted(_list(root)):
+        topic_dir = os.path.join(root, topic)
+        if not os.path.isdir(topic_dir):
+            continue
+        for queue_text in sorted(_list(topic_dir)):
+            if queue_text.isascii() and queue_text.isdigit() and len(queue_text) <= 7:
+                yield topic, int(queue_text), os.path.join(topic_dir, queue_text)

@@ -1,0 +1,186 @@
+"""The tier uploader: sealed segments and the queue and index files they complete reach the tier, byte for byte,
+listed by the manifest; never the segment being written; resumed after a reopen; retried through an outage; and
+retention removes from local disk only what the manifest lists."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import numpy as np
+from mqstore.consumequeue import format as queue_fmt
+
+from mqstore import Message, MessageStore
+from mqstore.tier import manifest as manifest_module
+from mqstore.tier.location import TierLocation, crc32
+from tests.conftest import small_config, wait_until
+from tests.rocketmq import assert_same_messages, require_rmq, store_entries
+
+SEGMENT = 64 * 1024
+TOPICS = ("orders", "%RETRY%group", "audit")
+
+
+def tier_config(uri: str, **overrides):
+    settings = dict(tier_uri=uri, tier_upload_interval_ms=20, tier_backoff_max_ms=200, index_enabled=True,
+                    consume_queue_entries_per_file=40, index_entry_count_max=100)
+    settings.update(overrides)
+    return small_config(**settings)
+
+
+def put_messages(store, rng: random.Random, count: int, first: int = 0) -> None:
+    for number in range(first, first + count):
+        store.put(Message(rng.choice(TOPICS), rng.randbytes(rng.randint(0, 600)), queue_id=number % 3,
+                          tags=f"tag-{number % 5}", keys=[f"key-{number}"]))
+
+
+def sealed_end(store) -> int:
+    """The end of the last segment the uploader may take: the one before the segment holding the log's end."""
+    end = store.stats()["commitlog"]["max_offset"]
+    return end - end % SEGMENT
+
+
+def wait_uploaded(store, end: int) -> dict:
+    assert wait_until(lambda: (store.stats()["tier"]["uploaded_end"] or 0) >= end), store.stats()["tier"]
+    return store.stats()["tier"]
+
+
+def test_sealed_segments_and_the_files_they_complete_reach_the_tier(tmp_path, tier_uri):
+    rng = random.Random(31)
+    root = tmp_path / "store"
+    with MessageStore.open(root, tier_config(tier_uri)) as store:
+        put_messages(store, rng, 900)
+        end = sealed_end(store)
+        stats = wait_uploaded(store, end)
+        written_end = store.stats()["commitlog"]["max_offset"]
+    assert end >= 4 * SEGMENT and stats["uploaded_end"] == end and stats["failures"] == 0
+    location = TierLocation.open(tier_uri)
+    manifest = manifest_module.load(location)
+    assert manifest.start == 0 and manifest.end == end
+    for segment in manifest.segments:  # every sealed segment, byte for byte; the one being written is not there
+        local = (root / "commitlog" / f"{segment.base_offset:020d}").read_bytes()
+        key = manifest_module.segment_key(segment.base_offset)
+        assert location.read_range(key, SEGMENT, 0, SEGMENT) == local and crc32(local) == segment.crc32
+    assert location.size(manifest_module.segment_key(end)) is None and written_end > end
+    for (topic, queue_id), files in manifest.queues.items():
+        for queue_file in files:  # each image: the local file's entries below the tier's end, then zeros
+            local = (root / "consumequeue" / topic / str(queue_id) / queue_file.name).read_bytes()
+            remote = location.read_range(manifest_module.queue_key(topic, queue_id, queue_file.name), len(local), 0,
+                                         len(local))
+            kept = queue_file.entries * queue_fmt.UNIT_SIZE_BYTES
+            assert remote[:kept] == local[:kept] and not remote[kept:].strip(b"\0")
+            units = np.frombuffer(local, dtype=queue_fmt.CONSUME_QUEUE_UNIT)
+            below = (units["size"] != 0) & (units["commitlog_offset"] < end)
+            assert queue_file.entries == int(np.count_nonzero(below)) and crc32(local[:kept]) == queue_file.crc32
+    assert {topic for topic, _ in manifest.queues} == set(TOPICS)
+    index_names = sorted(os.listdir(root / "index"))
+    assert [f.name for f in manifest.index] == [n for n in index_names[:-1]
+                                                if any(f.name == n for f in manifest.index)]
+    assert manifest.index and all(f.end_commitlog_offset < end for f in manifest.index)
+
+
+def test_a_reopened_store_goes_on_after_the_manifest(tmp_path, tier_uri):
+    rng = random.Random(32)
+    root = tmp_path / "store"
+    with MessageStore.open(root, tier_config(tier_uri)) as store:
+        put_messages(store, rng, 400)
+        first_end = sealed_end(store)
+        wait_uploaded(store, first_end)
+    generation = manifest_module.load(TierLocation.open(tier_uri)).generation
+    with MessageStore.open(root, tier_config(tier_uri)) as store:
+        put_messages(store, rng, 400, first=400)
+        second_end = sealed_end(store)
+        stats = wait_uploaded(store, second_end)
+    manifest = manifest_module.load(TierLocation.open(tier_uri))
+    assert second_end > first_end and manifest.end == second_end and manifest.generation > generation
+    assert [s.base_offset for s in manifest.segments] == list(range(0, second_end, SEGMENT))
+    assert stats["objects_uploaded"] < manifest.object_count()  # the first open's objects were not sent again
+
+
+def test_retention_removes_from_disk_only_what_the_manifest_lists(tmp_path):
+    rng = random.Random(33)
+    root = tmp_path / "store"
+    unreachable = "s3://k:k@bucket/prefix?endpoint_override=127.0.0.1:9&scheme=http&region=us-east-1"
+    config = tier_config(unreachable, file_reserved_hours=0, tier_backoff_max_ms=50)
+    with MessageStore.open(root, config) as store:
+        put_messages(store, rng, 600)
+        assert wait_until(lambda: store.stats()["tier"]["failures"] >= 2)
+        report = store.clean_expired()
+        stats = store.stats()
+    assert report["segments_removed"] == [] and stats["commitlog"]["min_offset"] == 0
+    assert stats["tier"]["uploaded_end"] is None and stats["tier"]["retrying"]
+    assert stats["tier"]["lag_bytes"] == stats["commitlog"]["max_offset"]
+    assert "k:k" not in str(stats["tier"]) and "127.0.0.1:9" in stats["tier"]["uri"]
+    tier = (tmp_path / "tier").as_uri()
+    with MessageStore.open(root, tier_config(tier, file_reserved_hours=0)) as store:
+        end = sealed_end(store)
+        wait_uploaded(store, end)
+        put_messages(store, rng, 300, first=600)  # seals more segments, not uploaded before the clean below
+        report = store.clean_expired()
+        listed_end = manifest_module.load(TierLocation.open(tier)).end
+        assert store.stats()["commitlog"]["min_offset"] <= listed_end
+    assert report["segments_removed"] and report["log_min_offset"] <= listed_end
+    for name in report["segments_removed"]:
+        assert int(name) + SEGMENT <= listed_end
+        assert (tmp_path / "tier" / "commitlog" / name).stat().st_size == SEGMENT
+
+
+def test_an_outage_is_retried_and_the_tier_catches_up(tmp_path):
+    from tests.tier.conftest import S3_BUCKET, S3Server
+
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    server = S3Server()  # a server of this test's own: it is stopped and started again
+    try:
+        server.filesystem().create_dir(S3_BUCKET)
+        rng = random.Random(34)
+        with MessageStore.open(tmp_path / "store", tier_config(server.uri("outage"))) as store:
+            put_messages(store, rng, 300)
+            before = wait_uploaded(store, sealed_end(store))
+            server.stop()
+            put_messages(store, rng, 600, first=300)
+            assert wait_until(lambda: store.stats()["tier"]["consecutive_failures"] >= 2), store.stats()["tier"]
+            down = store.stats()["tier"]
+            assert down["uploaded_end"] == before["uploaded_end"] and down["lag_bytes"] > SEGMENT
+            assert down["sealed_segments_waiting"] >= 1 and down["last_error"]
+            server.start()
+            after = wait_uploaded(store, sealed_end(store))
+        assert after["failures"] >= 2 and not after["retrying"] and after["last_error"] == down["last_error"]
+        manifest = manifest_module.load(TierLocation.open(server.uri("outage")))
+        assert manifest.end == after["uploaded_end"] > before["uploaded_end"]
+    finally:
+        if server.running:
+            server.stop()
+
+
+def test_a_tier_holding_another_stores_log_is_refused(tmp_path, tier_uri):
+    rng = random.Random(35)
+    with MessageStore.open(tmp_path / "first", tier_config(tier_uri)) as store:
+        put_messages(store, rng, 300)
+        wait_uploaded(store, sealed_end(store))
+    listed = manifest_module.load(TierLocation.open(tier_uri))
+    for count in (100, 900):  # a log shorter than the tier's, and one as long with other bytes
+        with MessageStore.open(tmp_path / f"second-{count}", tier_config(tier_uri)) as store:
+            put_messages(store, rng, count)
+            assert wait_until(lambda: store.stats()["tier"]["refused"] is not None)
+            assert "another store" in store.stats()["tier"]["refused"]
+    assert manifest_module.load(TierLocation.open(tier_uri)) == listed  # nothing of the second store was listed
+
+
+def test_rocketmq_reads_a_copy_of_the_tier(tmp_path):
+    rmq = require_rmq()
+    rng = random.Random(36)
+    tier_dir = tmp_path / "tier"
+    config = tier_config(tier_dir.as_uri())
+    with MessageStore.open(tmp_path / "store", config) as store:
+        put_messages(store, rng, 700)
+        end = sealed_end(store)
+        wait_uploaded(store, end)
+    copy = tmp_path / "copy"
+    shutil.copytree(tier_dir, copy)  # what a download of the bucket gives
+    theirs = rmq.read(copy, config, tmp_path / "work").entries
+    with MessageStore.open(tmp_path / "store", config, read_only=True) as store:
+        ours = [entry for entry in store_entries(store) if entry["commitlog_offset"] < end]
+    assert len(ours) > 100
+    for entry in theirs + ours:
+        entry["properties"].pop("__CRC32#", None)
+    assert_same_messages(ours, theirs, "RocketMQ 4.4.0 reading a copy of the tier")
