@@ -85,6 +85,8 @@ def cmd_tier(args) -> int:
     print(f"tier {report.uri}: manifest generation {report.generation}, log {report.start_offset}.."
           f"{report.end_offset}, {report.objects} objects, {report.bytes_checked:,} bytes checked, "
           f"{report.unlisted} unlisted")
+    for slot in report.spoiled_slots:
+        print(f"note [{slot['rule']}] {slot['object']}: {slot['message']}")
     for problem in report.problems:
         print(f"CORRUPT [{problem['rule']}] {problem['object']} at {problem['offset']}: {problem['message']}")
     if report.problem_count > len(report.problems):

@@ -5,13 +5,20 @@ A tier is a RocketMQ store laid out in an object store under one prefix, byte fo
     <prefix>/commitlog/<20 digits>                       sealed CommitLog segments, segment_size_bytes each
     <prefix>/consumequeue/<topic>/<queue id>/<20 digits> ConsumeQueue files, full size, entries below the tier's end
     <prefix>/index/<17 digits>                           IndexFiles the store has finished
-    <prefix>/tier/manifest.json                          this file
+    <prefix>/tier/manifest.0.json, manifest.1.json       the manifest, in two slots
 
 so that a copy of the prefix is a store RocketMQ 4.4.0 loads (its loader ignores `tier/`). The manifest is written
 after every object it lists, and an object is listed only after it was read back and its checksum matched what
 was sent: an object not listed (an upload a crash interrupted, a temporary name) is invisible to readers.
 
-`tier/manifest.json`, UTF-8 JSON, one object:
+Two slots. Generation g is written to `tier/manifest.<g % 2>.json`, over generation g - 2: a write torn by a crash
+(an object store may keep the part of a PUT it received) spoils one slot and leaves the other, generation g - 1,
+whole. A reader reads both and takes the newest whole one. Each slot is one line of UTF-8 JSON checked by its own
+CRC-32, laid out so that it is also plain JSON:
+
+    {"manifest":<DOCUMENT>,"crc32":"<8 lower-case hex digits: CRC-32 of the DOCUMENT's bytes>"}
+
+DOCUMENT, one JSON object:
 
     FIELD            TYPE                  MEANING
     format           "mqstore-tier"        what the file is
@@ -33,7 +40,8 @@ was sent: an object not listed (an upload a crash interrupted, a temporary name)
     index            [[name, size, crc32, end_commitlog_offset], ...]
                                            finished IndexFiles, every entry below end_commitlog_offset
 
-Validity rule: a manifest is valid iff (1) it is a JSON object with the format and version above, (2) every number
+Validity rule: a slot is valid iff (0) it has the wrapper above and its DOCUMENT's CRC-32 matches, (1) DOCUMENT is a
+JSON object with the format and version above, (2) every number
 is an int in its range (offsets and sizes in 0..2^63-1, checksums in 0..2^32-1), (3) segments are sorted,
 and contiguous, (4) names are the 20- (queue) or 17-digit (index) names
 the store uses and topics are valid topic names, (5) a queue file holds at most consume_queue_entries_per_file
@@ -53,8 +61,11 @@ from mqstore.commitlog.commitlog import validate_topic
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
 from mqstore.consumequeue import format as queue_fmt
 from mqstore.indexfile import format as index_fmt
+from mqstore.tier.location import crc32
 
-MANIFEST_KEY = "tier/manifest.json"
+MANIFEST_KEYS = ("tier/manifest.0.json", "tier/manifest.1.json")  # generation g goes to MANIFEST_KEYS[g % 2]
+SLOT_HEAD = b'{"manifest":'
+SLOT_TAIL_BYTES = len(b',"crc32":"00000000"}')
 MANIFEST_FORMAT = "mqstore-tier"
 MANIFEST_VERSION = 1
 MANIFEST_BYTES_MAX = 1 << 30  # a manifest larger than this is refused rather than parsed
@@ -273,12 +284,61 @@ def _parse_index(checks: _Checks, rows, manifest: Manifest) -> None:
             checks.number(checksum, "a CRC-32", CRC_MAX), checks.number(end, f"end_commitlog_offset of {name}")))
 
 
+def slot_bytes(manifest: Manifest) -> bytes:
+    """A slot's bytes: the manifest's DOCUMENT in its CRC-checked wrapper (module docstring)."""
+    document = manifest.to_json()
+    return SLOT_HEAD + document + b',"crc32":"%08x"}' % crc32(document)
+
+
+def parse_slot(raw: bytes, where: str) -> Manifest:
+    """A manifest from a slot's bytes; CorruptionError (rule tier.manifest) for a torn or damaged slot."""
+    tail = raw[-SLOT_TAIL_BYTES:]
+    if not (raw.startswith(SLOT_HEAD) and len(raw) >= len(SLOT_HEAD) + SLOT_TAIL_BYTES
+            and tail.startswith(b',"crc32":"') and tail.endswith(b'"}')):
+        raise _Checks(where).bad(f"not a manifest slot ({len(raw)} bytes: torn or damaged)")
+    document = raw[len(SLOT_HEAD):-SLOT_TAIL_BYTES]
+    listed = tail[len(b',"crc32":"'):-2]
+    if not (listed.isascii() and len(listed) == 8 and all(c in b"0123456789abcdef" for c in listed)) \
+            or int(listed, 16) != crc32(document):
+        raise _Checks(where).bad(f"its CRC-32 {listed[:8]!r} does not match its document (torn or damaged)")
+    return parse(document, where)
+
+
+def read_slots(location) -> list[tuple[str, Manifest | CorruptionError]]:
+    """Each slot present in the tier at `location`: (key, its manifest, or the CorruptionError it breaks the rule
+    with)."""
+    found = []
+    for key in MANIFEST_KEYS:
+        raw = location.read_all(key)
+        if raw is None:
+            continue
+        try:
+            found.append((key, parse_slot(raw, location.display(key))))
+        except CorruptionError as exc:
+            found.append((key, exc))
+    return found
+
+
 def load(location) -> Manifest | None:
-    """The manifest of the tier at `location` (a TierLocation), or None when it has none yet."""
-    raw = location.read_all(MANIFEST_KEY)
-    return None if raw is None else parse(raw, location.display(MANIFEST_KEY))
+    """The newest whole manifest of the tier at `location` (a TierLocation), or None when it has none yet. A
+    spoiled slot beside a whole one is a torn write (or damage `tier verify` reports); two spoiled slots raise."""
+    slots = read_slots(location)
+    whole = [manifest for _, manifest in slots if isinstance(manifest, Manifest)]
+    if whole:
+        return max(whole, key=lambda manifest: manifest.generation)
+    if len(slots) == 2:
+        raise slots[-1][1]
+    if slots and not _torn_first_write(slots[0]):
+        raise slots[0][1]
+    return None
+
+
+def _torn_first_write(slot) -> bool:
+    """Whether the one spoiled slot of a tier can be its first manifest write, torn: generation 1's slot."""
+    return slot[0] == MANIFEST_KEYS[1]
 
 
 def save(location, manifest: Manifest) -> None:
-    """Write `manifest` over the tier's one (after the objects it lists)."""
-    location.put_bytes(MANIFEST_KEY, manifest.to_json())
+    """Write `manifest` (after the objects it lists) to its generation's slot."""
+    assert manifest.generation >= 1
+    location.put_bytes(MANIFEST_KEYS[manifest.generation % 2], slot_bytes(manifest))

@@ -190,7 +190,30 @@ class TierUploader:
                          f"store's is {block['record_crc_from_offset']!r}")
         self._check_same_log(found)
         self.leftovers_removed += self._remove_leftovers()
+        self._rewrite_torn_queue_images(found)
         self.manifest = found
+
+    def _rewrite_torn_queue_images(self, found: Manifest) -> None:
+        """A queue file's image is written again over its listed key as the queue grows: an object store that
+        keeps part of a PUT a crash cut (some S3-compatible servers do) leaves it short. Each listed image whose
+        object has the wrong size is uploaded again from the local file (one listing of the queues' objects)."""
+        file_bytes = self._config.consume_queue_entries_per_file * queue_fmt.UNIT_SIZE_BYTES
+        sizes = {info.key: info.size for info in self.location.list("consumequeue")}
+        root = os.path.join(self._store.root_dir, "consumequeue")
+        for (topic, queue_id), files in found.queues.items():
+            for queue_file in files[-1:]:  # only the last file of a queue is ever written again
+                key = manifest_module.queue_key(topic, queue_id, queue_file.name)
+                if sizes.get(key) == file_bytes:
+                    continue
+                path = os.path.join(root, topic, str(queue_id), queue_file.name)
+                length = queue_file.entries * queue_fmt.UNIT_SIZE_BYTES
+                if not os.path.exists(path) or _file_checksum(path, length) != queue_file.crc32:
+                    log.error("the tier object %s is %s bytes, not %d, and no local copy matches it: `mqstore tier "
+                              "verify` reports it", self.location.display(key), sizes.get(key), file_bytes)
+                    continue
+                log.warning("writing the tier object %s again: it is %s bytes, not %d (a write a crash cut)",
+                            self.location.display(key), sizes.get(key), file_bytes)
+                self._upload_file(key, path, file_bytes, queue_file.entries)
 
     def _check_same_log(self, found: Manifest) -> None:
         """The tier must continue this store's log: the local log reaches the tier's end, and the last segment both

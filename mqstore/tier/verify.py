@@ -8,9 +8,10 @@ the manifest counts). Each breach is a problem naming the object and the rule:
     tier.object-size      the object's size is not the listed one
     tier.object-crc       the bytes' CRC-32 is not the listed one
 
-Objects under the store's directories that the manifest does not list (an upload a crash interrupted, one not
-listed yet) are counted, not problems. `repair_from` re-uploads each damaged object from a local store directory
-whose file still has the listed checksum.
+A manifest slot that is spoiled beside a whole one (a write a crash tore) is reported apart, not as a problem: the
+next upload writes it again. Objects under the store's directories that the manifest does not list (an upload a
+crash interrupted, one not listed yet) are counted, not problems. `repair_from` re-uploads each damaged object
+from a local store directory whose file still has the listed checksum.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from mqstore.commitlog.errors import CorruptionError, StoreError
 from mqstore.consumequeue import format as queue_fmt
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TEMPORARY_MARK, TierLocation, crc32
-from mqstore.tier.manifest import MANIFEST_KEY, Manifest
+from mqstore.tier.manifest import MANIFEST_KEYS, Manifest
 
 PROBLEMS_KEPT_MAX = 100  # problems a report lists; the rest are counted
 
@@ -45,6 +46,7 @@ class TierReport:
     objects: int = 0
     bytes_checked: int = 0
     unlisted: int = 0
+    spoiled_slots: list[dict] = field(default_factory=list)  # a manifest slot torn by a crash (the other is whole)
     problem_count: int = 0
     problems: list[dict] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
@@ -85,13 +87,18 @@ def verify_tier(uri: str, *, repair_from: str | None = None, progress=None) -> T
     report = TierReport(uri=location.uri)
     manifest = manifest_module.load(location)
     if manifest is None:
-        raise CorruptionError(f"the tier {location.uri} has no manifest ({MANIFEST_KEY})",
-                              path=location.display(MANIFEST_KEY), rule="tier.manifest")
+        raise CorruptionError(f"the tier {location.uri} has no manifest ({' or '.join(MANIFEST_KEYS)})",
+                              path=location.display(MANIFEST_KEYS[0]), rule="tier.manifest")
+    for key, slot in manifest_module.read_slots(location):
+        if isinstance(slot, CorruptionError):  # the other slot is whole: this one was torn by a crash, or damaged
+            report.spoiled_slots.append({"object": location.display(key), "rule": "tier.manifest",
+                                         "message": f"{slot}; generation {manifest.generation} is read from the "
+                                                    "other slot, and the next upload writes this one again"})
     report.generation, report.start_offset, report.end_offset = manifest.generation, manifest.start, manifest.end
     objects = listed_objects(manifest)
     report.objects = len(objects)
     present = {info.key: info.size for info in location.list()}
-    listed = {listed_object.key for listed_object in objects} | {MANIFEST_KEY}
+    listed = {listed_object.key for listed_object in objects} | set(MANIFEST_KEYS)
     report.unlisted = sum(1 for key in present if key not in listed and TEMPORARY_MARK not in key)
     bar = progress(sum(o.checked for o in objects), "tier", "B") if progress else None
     try:

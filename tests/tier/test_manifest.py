@@ -77,3 +77,40 @@ def test_a_manifest_breaking_the_rule_is_refused_with_its_name(raw, reason):
         manifest_module.parse(raw, WHERE)
     assert caught.value.rule == "tier.manifest" and caught.value.path == WHERE
     assert reason in str(caught.value)
+
+
+class Slots:
+    """A stand-in tier holding the manifest slots' bytes."""
+
+    def __init__(self, **slots):
+        self.slots = slots
+
+    def read_all(self, key):
+        return self.slots.get(key)
+
+    def display(self, key):
+        return f"mem://{key}"
+
+
+def test_the_newest_whole_slot_is_the_manifest():
+    first, second = sample(), sample().next_generation()
+    first_key, second_key = (manifest_module.MANIFEST_KEYS[m.generation % 2] for m in (first, second))
+    both = {first_key: manifest_module.slot_bytes(first), second_key: manifest_module.slot_bytes(second)}
+    assert manifest_module.load(Slots(**both)).generation == second.generation
+    torn = dict(both, **{second_key: both[second_key][:-5]})
+    assert manifest_module.load(Slots(**torn)).generation == first.generation
+    flipped = bytearray(both[second_key])
+    flipped[40] ^= 1
+    assert manifest_module.load(Slots(**dict(both, **{second_key: bytes(flipped)}))).generation == first.generation
+    with pytest.raises(CorruptionError) as caught:
+        manifest_module.load(Slots(**{first_key: b"{", second_key: bytes(flipped)}))
+    assert caught.value.rule == "tier.manifest"
+    assert manifest_module.load(Slots()) is None
+
+
+def test_a_torn_first_write_is_no_manifest_and_any_other_lone_spoiled_slot_is_damage():
+    first_write = Manifest(store=sample().store, generation=1)
+    key = manifest_module.MANIFEST_KEYS[1]
+    assert manifest_module.load(Slots(**{key: manifest_module.slot_bytes(first_write)[:10]})) is None
+    with pytest.raises(CorruptionError):
+        manifest_module.load(Slots(**{manifest_module.MANIFEST_KEYS[0]: b"garbage"}))

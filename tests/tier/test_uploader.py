@@ -14,6 +14,7 @@ from mqstore.consumequeue import format as queue_fmt
 from mqstore import Message, MessageStore
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation, crc32
+from mqstore.tier.verify import verify_tier
 from tests.conftest import small_config, wait_until
 from tests.rocketmq import assert_same_messages, require_rmq, store_entries
 
@@ -184,3 +185,47 @@ def test_rocketmq_reads_a_copy_of_the_tier(tmp_path):
     for entry in theirs + ours:
         entry["properties"].pop("__CRC32#", None)
     assert_same_messages(ours, theirs, "RocketMQ 4.4.0 reading a copy of the tier")
+
+
+def test_a_torn_manifest_slot_falls_back_to_the_other_and_is_written_again(tmp_path, tier_uri):
+    rng = random.Random(38)
+    root = tmp_path / "store"
+    with MessageStore.open(root, tier_config(tier_uri)) as store:
+        put_messages(store, rng, 300)
+        wait_uploaded(store, sealed_end(store))
+        put_messages(store, rng, 300, first=300)
+        wait_uploaded(store, sealed_end(store))
+    location = TierLocation.open(tier_uri)
+    newest = manifest_module.load(location)
+    assert newest.generation >= 2
+    newest_key = manifest_module.MANIFEST_KEYS[newest.generation % 2]
+    whole = location.read_all(newest_key)
+    location.put_bytes(newest_key, whole[: len(whole) // 2])  # what a crash in the middle of the PUT may leave
+    older = manifest_module.load(location)
+    assert older.generation == newest.generation - 1 and older.end < newest.end
+    report = verify_tier(tier_uri)
+    assert report.ok and len(report.spoiled_slots) == 1 and report.spoiled_slots[0]["object"].endswith(newest_key)
+    with MessageStore.open(root, tier_config(tier_uri)) as store:  # the objects of the torn generation are sent again
+        put_messages(store, rng, 100, first=600)
+        stats = wait_uploaded(store, newest.end)
+    assert stats["failures"] == 0 and verify_tier(tier_uri).spoiled_slots == []
+    again = manifest_module.load(location)
+    assert again.generation >= newest.generation and again.end >= newest.end
+    assert again.segments[:len(newest.segments)] == newest.segments  # the same bytes, sent again
+
+
+def test_a_torn_queue_image_is_written_again_when_the_store_opens(tmp_path, tier_uri):
+    rng = random.Random(39)
+    root = tmp_path / "store"
+    with MessageStore.open(root, tier_config(tier_uri)) as store:
+        put_messages(store, rng, 500)
+        wait_uploaded(store, sealed_end(store))
+    location = TierLocation.open(tier_uri)
+    manifest = manifest_module.load(location)
+    (topic, queue_id), files = sorted(manifest.queues.items())[0]
+    key = manifest_module.queue_key(topic, queue_id, files[-1].name)
+    location.put_bytes(key, b"\0" * 7)
+    assert not verify_tier(tier_uri).ok
+    with MessageStore.open(root, tier_config(tier_uri)) as store:
+        assert wait_until(lambda: store.stats()["tier"]["rounds"] >= 1)
+    assert verify_tier(tier_uri).ok

@@ -1,0 +1,73 @@
+"""The writer process that tests/crash/test_tier_kill.py kills with SIGKILL while it uploads to its tier.
+
+    python tests/crash/tier_writer_process.py ROOT TIER_URI --generation G [--count N]
+
+Opens the store at ROOT with `tier_kill_config(TIER_URI)` (a tier uploaded every millisecond, local retention
+removing uploaded segments as soon as the manifest lists them), then puts `planned_message(seq)` for seq =
+G * 1_000_000, + 1, ... until it is killed (with --count, N puts, then it waits with the store open, uploading, until
+it is killed), printing one line per acknowledged put, in one write(2):
+
+    OPENED <log end>
+    ACK <seq> <commitlog_offset> <size>    put returned PUT_OK
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from mqstore import FlushMode, MessageStore, PutStatus, StoreConfig  # noqa: E402
+from tests.crash.checks import RETENTION_OFF, planned_message  # noqa: E402
+
+GENERATION_SEQ_STRIDE = 1_000_000
+WRITER_LIFETIME_MAX_S = 120.0  # a writer nobody kills stops by itself
+PUT_PAUSE_EVERY = 50  # puts between short pauses, so that kills land in uploads as well as in puts
+PUT_PAUSE_S = 0.002
+
+
+def tier_kill_config(tier_uri: str) -> StoreConfig:
+    settings = dict(RETENTION_OFF, disk_max_used_space_ratio=0.001)  # every round removes what the tier lists
+    return StoreConfig(dispatch_process=False, segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64,
+                       max_message_size_bytes=8192, store_host="10.0.0.7", store_port=10911, index_enabled=True,
+                       index_slot_count=64, index_entry_count_max=256, flush_mode=FlushMode.ASYNC,
+                       flush_interval_ms=5, flush_least_pages=1, flush_consume_queue_interval_ms=5,
+                       file_reserved_hours=0, clean_interval_ms=10, tier_uri=tier_uri, tier_upload_interval_ms=1,
+                       tier_backoff_max_ms=50, **settings)
+
+
+def _say(line: str) -> None:
+    os.write(1, (line + "\n").encode())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("tier_uri")
+    parser.add_argument("--generation", type=int, required=True)
+    parser.add_argument("--count", type=int, default=None)
+    args = parser.parse_args(argv)
+    store = MessageStore.open(args.root, tier_kill_config(args.tier_uri))
+    _say(f"OPENED {store.recovery_report.log_end}")
+    deadline = time.monotonic() + WRITER_LIFETIME_MAX_S
+    seq = args.generation * GENERATION_SEQ_STRIDE
+    last = None if args.count is None else seq + args.count
+    while time.monotonic() < deadline and seq != last:
+        message = planned_message(seq, keys=True)
+        result = store.put(message)
+        if result.status is PutStatus.PUT_OK:
+            _say(f"ACK {seq} {result.commitlog_offset} {result.size_bytes}")
+        seq += 1
+        if seq % PUT_PAUSE_EVERY == 0:
+            time.sleep(PUT_PAUSE_S)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
