@@ -5,6 +5,7 @@ A tier is a RocketMQ store laid out in an object store under one prefix, byte fo
     <prefix>/commitlog/<20 digits>                       sealed CommitLog segments, segment_size_bytes each
     <prefix>/consumequeue/<topic>/<queue id>/<20 digits> ConsumeQueue files, full size, entries below the tier's end
     <prefix>/index/<17 digits>                           IndexFiles the store has finished
+    <prefix>/abort                                       RocketMQ's crash marker, while queue files lag the log
     <prefix>/tier/manifest.0.json, manifest.1.json       the manifest, in two slots
 
 so that a copy of the prefix is a store RocketMQ 4.4.0 loads (its loader ignores `tier/`). The manifest is written
@@ -32,22 +33,29 @@ DOCUMENT, one JSON object:
                                            the CommitLog segments in the tier, by base offset, contiguous, each
                                            sealed (its records end with RocketMQ's end-of-file blank); the CRC-32 is
                                            of the whole object
+    queues_end       int or null           every queue's entries below this commitlog offset are in the queue files
+                                           listed (null: none yet); at most the tier's end
     queues           {topic: {queue id: [[name, entries, crc32], ...]}}
                                            each queue's files by name; `entries` units (fillers included) hold the
-                                           queue's entries below the tier's end, the rest of the file is zeros; the
+                                           queue's entries below queues_end, the rest of the file is zeros; the
                                            CRC-32 is of those units' bytes (a later upload of the same file with
                                            more entries keeps that prefix, so it still matches)
     index            [[name, size, crc32, end_commitlog_offset], ...]
                                            finished IndexFiles, every entry below end_commitlog_offset
 
-Validity rule: a slot is valid iff (0) it has the wrapper above and its DOCUMENT's CRC-32 matches, (1) DOCUMENT is a
-JSON object with the format and version above, (2) every number
-is an int in its range (offsets and sizes in 0..2^63-1, checksums in 0..2^32-1), (3) segments are sorted,
-and contiguous, (4) names are the 20- (queue) or 17-digit (index) names
-the store uses and topics are valid topic names, (5) a queue file holds at most consume_queue_entries_per_file
-units. Anything else raises CorruptionError with rule `tier.manifest`, naming the manifest's object.
+Validity rule: a slot is valid iff (0) it has the wrapper above and its DOCUMENT's CRC-32 matches, (1) DOCUMENT is
+a JSON object with the format and version above, (2) every number is an int in its range (offsets and sizes in
+0..2^63-1, checksums in 0..2^32-1), (3) segments are sorted and contiguous, (4) queues_end is at most the tier's
+end, and null only when no queue file is listed, (5) names are the 20- (queue) or 17-digit (index) names the store
+uses and topics are valid topic names, (6) a queue file holds at most consume_queue_entries_per_file units.
+Anything else raises CorruptionError with rule `tier.manifest`, naming the manifest's object.
 
-The tier's end is the end of its last segment; every record below it is in the tier.
+The tier's end is the end of its last segment; every record below it is in the tier. Queue files cover the log up
+to queues_end, which the uploader moves up less often than the end (`tier_queue_refresh_bytes`: the last file of
+every queue is sent whole each time, so a refresh per segment would send each active queue's 6 MB file per
+segment). While queues_end is below the end, the tier also holds RocketMQ's empty `abort` marker at its root, so
+that RocketMQ 4.4.0 loading a copy recovers as after a crash: it walks the log and dispatches what the queue files
+lack (after a clean load it would not: its start dispatches only records written after it).
 """
 
 from __future__ import annotations
@@ -115,6 +123,7 @@ class Manifest:
     written_ms: int = 0
     segments: list[TierSegment] = field(default_factory=list)
     queues: dict[tuple[str, int], list[TierQueueFile]] = field(default_factory=dict)
+    queues_end: int | None = None  # every queue's entries below it are in its listed files
     index: list[TierIndexFile] = field(default_factory=list)
 
     @property
@@ -155,7 +164,7 @@ class Manifest:
             "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "generation": self.generation,
             "written_ms": self.written_ms, "store": self.store,
             "segments": [[s.base_offset, s.crc32] for s in self.segments],
-            "queues": queues,
+            "queues": queues, "queues_end": self.queues_end,
             "index": [[f.name, f.size, f.crc32, f.end_commitlog_offset] for f in self.index],
         }
         return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
@@ -164,7 +173,8 @@ class Manifest:
         """A copy to write as the next generation (the lists are copied; entries are immutable)."""
         return Manifest(store=dict(self.store), generation=self.generation + 1,
                         written_ms=time.time_ns() // 1_000_000, segments=list(self.segments),
-                        queues={name: list(files) for name, files in self.queues.items()}, index=list(self.index))
+                        queues={name: list(files) for name, files in self.queues.items()}, index=list(self.index),
+                        queues_end=self.queues_end)
 
 
 STORE_FIELDS = ("segment_size_bytes", "consume_queue_entries_per_file", "index_slot_count", "index_entry_count_max")
@@ -226,6 +236,12 @@ def parse(raw: bytes, where: str) -> Manifest:
                         written_ms=checks.number(document.get("written_ms"), "written_ms"))
     _parse_segments(checks, document.get("segments"), manifest)
     _parse_queues(checks, document.get("queues"), manifest)
+    queues_end = document.get("queues_end")
+    if queues_end is None:
+        if manifest.queues:
+            raise checks.bad("queues_end is null while queue files are listed")
+    else:
+        manifest.queues_end = checks.number(queues_end, "queues_end", manifest.end or 0)
     _parse_index(checks, document.get("index"), manifest)
     return manifest
 

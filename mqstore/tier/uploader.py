@@ -3,8 +3,11 @@
 Each round (every `tier_upload_interval_ms`, and at once after a failure's backoff) it uploads, in order:
   1. the sealed CommitLog segments after the tier's end: a segment is sealed when the log's written end, its
      flushed position and its dispatched offset are all past it (never the segment being written);
-  2. the ConsumeQueue files holding entries below the tier's new end, each as a full-size image of the file with
-     only those entries (the rest zeros, as RocketMQ's files are), when that is more than the tier holds;
+  2. when the tier's end has moved `tier_queue_refresh_bytes` past the queues' (the manifest's queues_end), the
+     ConsumeQueue files holding entries below the new end, each as a full-size image of the file with only those
+     entries (the rest zeros, as RocketMQ's files are), where that is more than the tier holds; while the queue
+     files are behind the log, the tier holds RocketMQ's `abort` marker, so that RocketMQ loading a copy of the tier
+     recovers as after a crash and dispatches the records the queue files lack, for every queue;
   3. the IndexFiles the store has finished (not the newest) whose entries all point below the new end;
 then writes the manifest that lists them. Every object is read back and its CRC-32 compared with what was sent
 before the manifest lists it (`tier_verify_uploads`). A kill -9 at any moment leaves objects the manifest does
@@ -39,6 +42,7 @@ from mqstore.tier.manifest import Manifest, TierIndexFile, TierQueueFile, TierSe
 
 log = logging.getLogger(__name__)
 
+ABORT_KEY = "abort"  # RocketMQ's marker of a store not shut down cleanly: its next load re-dispatches the log
 TIER_BACKOFF_FIRST_S = 0.5  # the first wait after a failed round; it doubles up to tier_backoff_max_ms
 TIER_ROUND_SEGMENTS_MAX = 64  # segments one round uploads before it writes the manifest
 TIER_STOP_WAIT_S = 30.0  # how long close() waits for an object upload in flight (it is never cut short)
@@ -70,6 +74,7 @@ class TierUploader:
         self.last_upload_ms: int | None = None
         self.refused: str | None = None
         self.leftovers_removed = 0
+        self._abort_marked = False  # whether the tier holds RocketMQ's `abort` marker (read at the first round)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -150,7 +155,12 @@ class TierUploader:
             checksum = self._upload_file(manifest_module.segment_key(segment.base_offset), segment.path,
                                          segment.size_bytes)
             written.segments.append(TierSegment(segment.base_offset, checksum))
-        self._upload_queue_images(written)
+        if written.queues_end is None or written.end - written.queues_end >= self._config.tier_queue_refresh_bytes:
+            self._upload_queue_images(written)
+            written.queues_end = written.end
+        elif not self._abort_marked:  # queue files behind the log: a copy must re-dispatch as after a crash
+            self.location.put_bytes(ABORT_KEY, b"")
+            self._abort_marked = True
         self._upload_index_files(written)
         if self._stopping.is_set():
             return 0  # stop() gave up waiting: leave the objects unlisted, the next open lists them
@@ -176,6 +186,7 @@ class TierUploader:
         store = self._store
         block = manifest_module.store_block(self._config, store._commitlog.record_crc_from)
         found = manifest_module.load(self.location)
+        self._abort_marked = self.location.size(ABORT_KEY) is not None
         if found is None:
             self.leftovers_removed += self._remove_leftovers()
             self.manifest = Manifest(store=block)

@@ -25,6 +25,7 @@ def sample() -> Manifest:
                                        TierQueueFile("00000000000000002000", 12, 2)],
                        ("%RETRY%group", 3): [TierQueueFile("00000000000000000000", 5, 3)]}
     manifest.index = [TierIndexFile("20261128104500123", 1000, 9, SEGMENT * 3 + 10)]
+    manifest.queues_end = SEGMENT * 3
     return manifest
 
 
@@ -44,6 +45,7 @@ def test_the_manifest_bytes_are_the_documented_layout():
     assert document["segments"] == [[SEGMENT * 2, 0xDEADBEEF], [SEGMENT * 3, 7]]
     assert document["queues"]["orders"]["0"][1] == ["00000000000000002000", 12, 2]
     assert document["index"] == [["20261128104500123", 1000, 9, SEGMENT * 3 + 10]]
+    assert document["queues_end"] == SEGMENT * 3
     assert document["store"]["segment_size_bytes"] == SEGMENT and document["store"]["record_crc_from_offset"] == 0
 
 
@@ -70,6 +72,8 @@ def broken(change) -> bytes:
     (broken(lambda d: d["queues"]["orders"]["0"][0].__setitem__(1, 101)), "entries"),
     (broken(lambda d: d["queues"]["orders"]["0"][1].__setitem__(0, "00000000000000000020")), "multiple of the file"),
     (broken(lambda d: d["index"][0].__setitem__(0, "../../etc/passwd")), "index file name"),
+    (broken(lambda d: d.update(queues_end=SEGMENT * 4 + 1)), "queues_end"),
+    (broken(lambda d: d.update(queues_end=None)), "queues_end is null"),
     (broken(lambda d: d["index"][0].__setitem__(1, 1 << 40)), "size"),
 ])
 def test_a_manifest_breaking_the_rule_is_refused_with_its_name(raw, reason):

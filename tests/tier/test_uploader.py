@@ -9,6 +9,7 @@ import random
 import shutil
 
 import numpy as np
+import pytest
 from mqstore.consumequeue import format as queue_fmt
 
 from mqstore import Message, MessageStore
@@ -24,7 +25,7 @@ TOPICS = ("orders", "%RETRY%group", "audit")
 
 def tier_config(uri: str, **overrides):
     settings = dict(tier_uri=uri, tier_upload_interval_ms=20, tier_backoff_max_ms=200, index_enabled=True,
-                    consume_queue_entries_per_file=40, index_entry_count_max=100)
+                    consume_queue_entries_per_file=40, index_entry_count_max=100, tier_queue_refresh_bytes=0)
     settings.update(overrides)
     return small_config(**settings)
 
@@ -167,15 +168,21 @@ def test_a_tier_holding_another_stores_log_is_refused(tmp_path, tier_uri):
     assert manifest_module.load(TierLocation.open(tier_uri)) == listed  # nothing of the second store was listed
 
 
-def test_rocketmq_reads_a_copy_of_the_tier(tmp_path):
+@pytest.mark.parametrize("refresh_segments", [0, 3])
+def test_rocketmq_reads_a_copy_of_the_tier(tmp_path, refresh_segments):
+    """With the queue files refreshed each round, and with them behind the log (RocketMQ's start re-dispatches
+    the rest, for every queue alike)."""
     rmq = require_rmq()
     rng = random.Random(36)
     tier_dir = tmp_path / "tier"
-    config = tier_config(tier_dir.as_uri())
+    config = tier_config(tier_dir.as_uri(), tier_queue_refresh_bytes=refresh_segments * SEGMENT)
     with MessageStore.open(tmp_path / "store", config) as store:
-        put_messages(store, rng, 700)
-        end = sealed_end(store)
-        wait_uploaded(store, end)
+        for step in range(8):  # rounds of about a segment each: the queue files fall behind when they may
+            put_messages(store, rng, 100, first=100 * step)
+            end = sealed_end(store)
+            wait_uploaded(store, end)
+    manifest = manifest_module.load(TierLocation.open(tier_dir.as_uri()))
+    assert manifest.end == end and (manifest.queues_end < end) == (refresh_segments > 0)
     copy = tmp_path / "copy"
     shutil.copytree(tier_dir, copy)  # what a download of the bucket gives
     theirs = rmq.read(copy, config, tmp_path / "work").entries
@@ -229,3 +236,20 @@ def test_a_torn_queue_image_is_written_again_when_the_store_opens(tmp_path, tier
     with MessageStore.open(root, tier_config(tier_uri)) as store:
         assert wait_until(lambda: store.stats()["tier"]["rounds"] >= 1)
     assert verify_tier(tier_uri).ok
+
+
+def test_queue_files_are_sent_again_only_every_refresh_bytes(tmp_path):
+    rng = random.Random(40)
+    uri = (tmp_path / "tier").as_uri()
+    with MessageStore.open(tmp_path / "store", tier_config(uri, tier_queue_refresh_bytes=4 * SEGMENT)) as store:
+        for round_number in range(6):
+            put_messages(store, rng, 150, first=150 * round_number)
+            wait_uploaded(store, sealed_end(store))
+            manifest = manifest_module.load(TierLocation.open(uri))
+            assert manifest.end - manifest.queues_end < 4 * SEGMENT + SEGMENT * 64, manifest.queues_end
+            for (topic, queue_id), files in manifest.queues.items():  # each queue covers exactly [.., queues_end)
+                local = (tmp_path / "store" / "consumequeue" / topic / str(queue_id) / files[-1].name).read_bytes()
+                units = np.frombuffer(local, dtype=queue_fmt.CONSUME_QUEUE_UNIT)
+                below = (units["size"] != 0) & (units["commitlog_offset"] < manifest.queues_end)
+                assert files[-1].entries == int(np.count_nonzero(below)), (topic, queue_id)
+    assert manifest.queues_end < manifest.end
