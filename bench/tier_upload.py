@@ -4,12 +4,13 @@
     .venv/bin/python bench/tier_upload.py --quick    # smoke run: 4 MiB segments (the row names say so)
 
 Rows, taking turns for ROUNDS rounds (medians): put_batch of 1 KB user-shaped messages (bench/users_rows.py's
-shape: a tag and a key each, 4 topics x 4 queues, batches of 1,000) into a fresh store with StoreConfig's defaults,
-(a) with no tier, (b) with a `file://` tier on the same disk, (c) with a tier on moto's S3 server on 127.0.0.1.
-Per row: messages a second and GB a second of the put loop; the tier's lag at the end of the loop (how long until
-the manifest lists every segment sealed by then); the largest `stats()["tier"]["lag_seconds"]` sampled during the
-loop. The baseline of each endpoint is measured in the same run: PUT and GET of one 64 MiB object through pyarrow
-(the most any uploader could move through it; the uploader sends each object once and reads it back once).
+shape: a tag and a key each, 4 topics x 4 queues, batches of 1,000) into a fresh store with StoreConfig's
+defaults, (a) with no tier, (b) with a `file://` tier on the same disk, (c) with a tier on moto's S3 server on
+127.0.0.1 (in a process of its own). Per row: messages a second and GB a second of the put loop; the tier's lag
+at the end of the loop (how long until the manifest lists every segment sealed by then); the largest
+`stats()["tier"]["lag_seconds"]` sampled during the loop. The baseline of each endpoint is measured in the same
+run: PUT and GET of one 64 MiB object through pyarrow (the most any uploader could move through it; the uploader
+sends each object once and reads it back once).
 
 Targets (issue #31): tier lag <= 30 s at full write rate; put throughput with a tier >= 90% of the row without.
 Writes bench/results/tier_upload.json and .md (or *_quick.*).
@@ -47,20 +48,32 @@ CATCH_UP_TIMEOUT_S = 1800.0
 
 
 def start_s3():
+    """moto's S3 server in a process of its own on 127.0.0.1 (in this process its threads would share the
+    interpreter lock with the writer being measured); (process, URI template with {prefix})."""
+    import socket
+    import subprocess
+
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import pyarrow.fs as pafs
 
-    pafs.S3FileSystem(access_key="bench", secret_key="bench", region="us-east-1", scheme="http",
-                      endpoint_override=f"{host}:{port}", allow_bucket_creation=True).create_dir("bench")
-    return server, f"s3://bench:bench@bench/{{prefix}}?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+    filesystem = pafs.S3FileSystem(access_key="bench", secret_key="bench", region="us-east-1", scheme="http",
+                                   endpoint_override=f"127.0.0.1:{port}", allow_bucket_creation=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            filesystem.create_dir("bench")
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise
+            time.sleep(0.1)
+    return server, f"s3://bench:bench@bench/{{prefix}}?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
 
 
 def endpoint_rates(uri: str) -> dict:
@@ -143,10 +156,12 @@ def main() -> int:
                         else s3_template.format(prefix=f"round-{number}"))
                 samples[name].append(run_row(work, tier, **shape))
                 print(name, json.dumps(samples[name][-1]), flush=True)
-                if tier is not None and tier.startswith("file://"):
-                    shutil.rmtree(tier[len("file://"):], ignore_errors=True)
+                if tier is not None:  # the next rows start from an empty endpoint
+                    location = TierLocation.open(tier)
+                    location.filesystem.delete_dir_contents(location.root, missing_dir_ok=True)
     finally:
-        server.stop()
+        server.kill()
+        server.wait()
         shutil.rmtree(work, ignore_errors=True)
     baseline = statistics.median(s["rate"] for s in samples["no tier"])
     rows = []

@@ -619,6 +619,42 @@ class CommitLog:
         self._make_room(next_base + size + fmt.END_FILE_MIN_BLANK_LENGTH)
         return next_base
 
+    def seal_holding_lock(self) -> bool:
+        """End the segment holding the log's end with the end-of-segment blank, as a roll does when a record does
+        not fit, and move to the next segment: every record written so far then lies in sealed segments. For a
+        caller that holds `self.lock`. False (nothing done) when the end is at a segment's start."""
+        if self._closed or not self.writable:
+            raise StoreClosedError("the commitlog is closed" if self._closed else "the commitlog is read-only")
+        end = self._end
+        if end % self.segment_size_bytes == 0:
+            return False
+        segment = self.segments.segment_at(end)
+        assert segment is not None, end
+        self._use_segment(segment)
+        pos = end - segment.base_offset
+        left = segment.size_bytes - pos
+        assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left  # every append leaves room for a blank after it
+        if self.reserve_space:
+            segment.reserve(pos + fmt.END_FILE_MIN_BLANK_LENGTH)
+        if self.codec is not None:
+            self.codec.encode_blank(segment.view, pos, left)
+        else:
+            fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
+        next_base = self._segment_end
+        self.set_end(next_base)
+        if segment.appending:
+            if self.segment_retirer is not None:
+                self.segment_retirer(segment)
+            else:
+                segment.advise_appending(False)
+        following = self.segments.segment_at(next_base)
+        if following is None:
+            made = self.segment_source(next_base) if self.segment_source is not None else None
+            following = self.segments.adopt(made) if made is not None else self.segments.create(next_base)
+        self._use_segment(following)
+        self._make_room(next_base + fmt.END_FILE_MIN_BLANK_LENGTH)
+        return True
+
     # --- reading -------------------------------------------------------------------------------------------
     def read(self, commitlog_offset: int, *, check_crc: bool = True) -> StoredMessage:
         """Decode and check (body CRC included unless told otherwise) the message record at `commitlog_offset`."""

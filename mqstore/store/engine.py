@@ -86,6 +86,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_DISPATCH_TIMEOUT_S = 300.0
 DISPATCH_LAG_POLL_S = 0.1  # a put waiting for dispatch (max_dispatch_lag_bytes) looks at the store's state this often
+TIER_WAIT_POLL_S = 0.01  # wait_tiered looks at the tier's end this often
 COMMAND_LINE_SHOWN_BYTES_MAX = 200  # of a lock holder's command line, in StoreLockedError
 REBUILDS_PER_OPEN_MAX = 64  # queues one open may rebuild after finding holes in them
 CONSUME_QUEUE_FLUSH_LEAST_PAGES = 2  # RocketMQ's flushConsumeQueueLeastPages
@@ -794,6 +795,34 @@ class MessageStore(Reads, IndexLookups):
         if self._dispatch is None:
             return True
         return self._dispatch.wait_dispatched(timeout_s)
+
+    def seal_segment(self) -> int:
+        """End the segment being written as RocketMQ ends a full one (its end-of-segment blank) and start the next:
+        every message stored so far is then in a sealed segment, which a tier uploads (docs/tier.md). The rest of
+        the ended segment stays blank (on disk sparse; in a tier, objects are whole segments). Returns the log's
+        end, where the next message goes."""
+        self._check_writable()
+        with self._writer:
+            if self._commitlog.seal_holding_lock():
+                self._dispatch.wake()
+        if self._tier_uploader is not None:
+            self._tier_uploader.nudge()
+        return self._commitlog.readable_end()
+
+    def wait_tiered(self, commitlog_offset: int, timeout_s: float) -> bool:
+        """Wait until the tier lists every record below `commitlog_offset` (seal_segment() returns the offset that
+        covers everything stored); whether it does by `timeout_s`."""
+        self._check_open()
+        uploader = self._tier_uploader
+        if uploader is None:
+            raise ReadOnlyStoreError(f"the store at {self.root_dir} has no tier (tier_uri)")
+        deadline = time.monotonic() + timeout_s
+        while (uploader.verified_end() or 0) < commitlog_offset:
+            if time.monotonic() >= deadline:
+                return False
+            uploader.nudge()
+            time.sleep(TIER_WAIT_POLL_S)
+        return True
 
     def clean_expired(self) -> dict:
         """Run retention now: remove (or archive) expired segments and what points into them; a report."""

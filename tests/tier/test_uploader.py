@@ -253,3 +253,24 @@ def test_queue_files_are_sent_again_only_every_refresh_bytes(tmp_path):
                 below = (units["size"] != 0) & (units["commitlog_offset"] < manifest.queues_end)
                 assert files[-1].entries == int(np.count_nonzero(below)), (topic, queue_id)
     assert manifest.queues_end < manifest.end
+
+
+@pytest.mark.parametrize("dispatch_process", [False, True])
+def test_a_sealed_segment_puts_every_message_in_the_tier(tmp_path, dispatch_process):
+    rng = random.Random(42)
+    root = tmp_path / "store"
+    uri = (tmp_path / "tier").as_uri()
+    with MessageStore.open(root, tier_config(uri, dispatch_process=dispatch_process)) as store:
+        put_messages(store, rng, 250)
+        written_end = store.stats()["commitlog"]["max_offset"]
+        end = store.seal_segment()
+        assert end % SEGMENT == 0 and end > written_end and store.seal_segment() == end  # nothing more to seal
+        assert store.wait_tiered(end, 30)
+        put_messages(store, rng, 50, first=250)  # the next messages go to the next segment
+        assert store.wait_dispatched(30)
+        offsets = sorted(entry["commitlog_offset"] for entry in store_entries(store))
+    assert len(offsets) == 300 and offsets[249] < written_end <= end <= offsets[250]
+    manifest = manifest_module.load(TierLocation.open(uri))
+    assert manifest.end == end
+    with MessageStore.open(root, tier_config(uri), read_only=True) as store:
+        assert len(store_entries(store)) == 300  # the blank is read past, as after a roll
