@@ -4,6 +4,10 @@ Lifecycle of a writable store: open takes the lock, checks the saved format sett
 finds its end, loads the ConsumeQueues, dispatches whatever the queues have not seen yet, restores the queue
 offset table from the queues and starts the dispatch thread. close() stops accepting puts, lets dispatch
 reach the end of the log, flushes everything and releases the lock.
+
+With a tier (`tier_uri`, or the one saved in the store) a writer also starts the tier uploader
+(mqstore/tier/uploader.py), and every store gets a TierReader (mqstore/tier/reader.py) through which reads of what
+retention removed from local disk go to the tier (mqstore/store/reads.py).
 """
 
 from __future__ import annotations
@@ -190,7 +194,8 @@ class MessageStore(Reads, IndexLookups):
         self.put = entry_type(self, appender, self._writer, self._handoff, MessageStore.put, StoreIOError, gate).put
 
     def _open_files(self) -> None:
-        """The config resolved against the store, the lock, the CommitLog, ConsumeQueues and index, opened."""
+        """The config resolved against the store (its format settings, its saved tier), the lock, the CommitLog,
+        ConsumeQueues and index, and the reader of the tier (mqstore/store/tiering.py), opened."""
         root, passed = self.root_dir, self.config
         self._salvage = Salvage(root) if self._repair and not self.read_only else None  # keeps what repair cuts
         # The format settings not passed explicitly are the store's (mqstore/store/settings.py).
@@ -315,6 +320,7 @@ class MessageStore(Reads, IndexLookups):
         if self._tier_reader is not None:  # before retention: it removes only what the tier holds
             uploader = self._tier_uploader = TierUploader(self, self._tier_reader.location)
             self._tier_reader.manifest_source = lambda: uploader.manifest  # current: reads follow the uploads
+            self._tier_reader.refusal_source = lambda: uploader.refused  # another store's tier: not read
         self._retention = Retention(self)
         self._retention.run_once(manual=False)  # learn the disk's state before the first put
         self._retention.start()

@@ -25,11 +25,12 @@ one). A read asks the object store only for the runs of blocks it misses, each r
 handles of recently read objects are kept (TIER_OPEN_OBJECTS_MAX): opening an S3 object costs a HEAD, a read with
 an open handle is one GET.
 
-The manifest: a writer's reader follows its uploader's manifest (`manifest_source`), always current. Without one
-(a read_only store, or before the uploader read it) the reader loads `tier/manifest.json` itself, at first use,
-and again when asked about offsets past the tier's end that it may have gained since (a writer in another process
-uploads and then removes its local copies): at once when the local log's start moved past the tier's end since the
-last load (the writer removed segments, so the manifest lists them), else at most every
+The manifest: a writer's reader follows its uploader's manifest (`manifest_source`), always current, and reads
+nothing from a tier the uploader refused as another store's (`refusal_source`: reads stop at the local log).
+Without one (a read_only store, or before the uploader read it) the reader loads `tier/manifest.json` itself, at
+first use, and again when asked about offsets past the tier's end that it may have gained since (a writer in
+another process uploads and then removes its local copies): at once when the local log's start moved past the
+tier's end since the last load (the writer removed segments, so the manifest lists them), else at most every
 TIER_MANIFEST_FOLLOW_INTERVAL_MS. A manifest written for other format settings than the store's is refused
 (ConfigMismatchError): its objects would be read with the wrong segment size.
 """
@@ -86,6 +87,7 @@ class TierReader:
         self.block_bytes = block_bytes
         self.codec = codec  # the compiled codec (commitlog.native.NATIVE) or None: the pure-Python reference
         self.manifest_source = manifest_source  # callable -> Manifest | None: a writer's uploader's manifest
+        self.refusal_source = None  # callable -> str | None: why the writer's uploader refused the tier
         self._follow_interval_ns = follow_interval_ms * 1_000_000
         self._lock = threading.Lock()  # the cache, the handles and the figures
         self._blocks: collections.OrderedDict = collections.OrderedDict()  # (key, block number) -> bytes, LRU
@@ -165,6 +167,8 @@ class TierReader:
         offset): its segments reach from at or below `local_min` up to it. None otherwise (an empty tier, one
         starting past the local log's start, or one ending below it, a gap: reads then stop at `local_min`).
         Raises StoreIOError when the tier cannot be read and the reader has no manifest yet."""
+        if self._refused() is not None:
+            return None
         manifest = self.manifest()
         if manifest is None or manifest.end is None or manifest.end < local_min:
             manifest = self._reload_if_due(local_min)
@@ -172,8 +176,15 @@ class TierReader:
             return None
         return manifest.start if manifest.start <= local_min <= manifest.end else None
 
+    def _refused(self) -> str | None:
+        return self.refusal_source() if self.refusal_source is not None else None
+
     def _segment_for(self, commitlog_offset: int) -> tuple[Manifest, TierSegment]:
         """The manifest and its segment holding `commitlog_offset`; InvalidMessageError when the tier has none."""
+        refused = self._refused()
+        if refused is not None:
+            raise InvalidMessageError(f"commitlog offset {commitlog_offset} is not in the local log, and the tier "
+                                      f"{self.location.uri} is not this store's ({refused})")
         manifest = self.manifest()
         segment = manifest.segment_at(commitlog_offset) if manifest is not None else None
         if segment is None and (manifest is None or manifest.end is None or commitlog_offset >= manifest.end):

@@ -6,6 +6,7 @@ a cold get costs one range read."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import random
 import urllib.parse
@@ -37,8 +38,10 @@ def credentials_from_environment(uri: str, monkeypatch) -> str:
 
 
 def put_orders(store, rng: random.Random, count: int, first: int = 0) -> None:
-    store.put_batch([Message(TOPIC, rng.randbytes(rng.randint(100, 500)), queue_id=number % QUEUES,
-                             tags=f"tag-{number % 4}", keys=[f"key-{number}"])
+    """`count` messages over QUEUES queues, each with its key; every 40th is longer than a read_at's first window
+    (mqstore/tier/reader.py TIER_READ_AT_FIRST_BYTES)."""
+    store.put_batch([Message(TOPIC, rng.randbytes(6000 if number % 40 == 7 else rng.randint(100, 500)),
+                             queue_id=number % QUEUES, tags=f"tag-{number % 4}", keys=[f"key-{number}"])
                      for number in range(first, first + count)])
 
 
@@ -124,6 +127,9 @@ def test_a_read_only_open_and_the_command_line_find_the_tier_in_the_store(tmp_pa
         oldest = expected[1][0]
     with MessageStore.open(root, read_only=True) as reader:
         assert_reads_everything(reader, expected)
+    with MessageStore.open(root, tier_config(None)) as writer:  # a writer reopened without tier_uri: the saved one
+        assert writer.stats()["tier"]["uri"] == TierLocation.open(uri).uri
+        assert every_message(writer) == expected
     assert json.loads(open(tier_file_path(root)).read())["uri"] == TierLocation.open(uri).uri
     got = mqstore("get", root, "--topic", TOPIC, "--queue", 1, "--offset", 0, "--count", 5, "--json").json()
     assert got["status"] == "FOUND" and [m["body_hex"] for m in got["messages"]] == \
@@ -218,6 +224,16 @@ def test_the_cache_keeps_its_bound_and_a_cold_get_is_one_range_read(tmp_path, ti
             stats = reader.stats()
             assert held == stats["cache_bytes"] <= bound and stats["cache_bytes_peak"] <= bound
         assert stats["range_reads"] > len(manifest_module.load(TierLocation.open(tier_uri)).segments)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:  # threads share the cache
+            assert all(found == expected for found in pool.map(lambda _: every_message(store), range(3)))
+        assert reader.stats()["cache_bytes_peak"] <= bound
+    with MessageStore.open(root, tier_config(tier_uri, tier_cache_bytes=20_000), read_only=True) as store:
+        store._tier_reader.block_bytes = 4096  # records across blocks, windows of many blocks, a cache of four
+        assert every_message(store) == expected
+        for message in [m for queue in expected.values() for m in queue]:
+            assert store.read_at(message.commitlog_offset) == message
+        stats = store._tier_reader.stats()
+        assert stats["cache_bytes_peak"] <= 20_000 and stats["cache_blocks"] <= 4
 
 
 def test_tier_local_retention_bytes_and_disk_pressure_remove_only_uploaded_segments(tmp_path, tier_uri,
