@@ -267,7 +267,7 @@ def test_tier_local_retention_bytes_and_disk_pressure_remove_only_uploaded_segme
         assert every_message(store)[0][: len(expected[0])] == expected[0]
 
 
-def test_a_uri_with_credentials_is_not_saved(tmp_path, s3_server):
+def test_a_uri_with_credentials_is_not_saved(tmp_path, s3_server, mqstore):  # noqa: F811
     uri = s3_server.uri("credentials")  # the test server's dummy keys in its user info
     root = tmp_path / "store"
     rng = random.Random(47)
@@ -281,3 +281,26 @@ def test_a_uri_with_credentials_is_not_saved(tmp_path, s3_server):
         assert store.get(TOPIC, 0, 0).status is GetStatus.OFFSET_TOO_SMALL
     with MessageStore.open(root, tier_config(uri), read_only=True) as store:
         assert every_message(store) == expected
+    assert mqstore("get", root, "--topic", TOPIC, "--queue", 0, "--offset", 0, "--json").json()["status"] == \
+        "OFFSET_TOO_SMALL"
+    got = mqstore("get", root, "--topic", TOPIC, "--queue", 0, "--offset", 0, "--tier-uri", uri, "--json").json()
+    assert [m["body_hex"] for m in got["messages"]] == [m.body.hex() for m in expected[0][:32]]
+
+
+@pytest.mark.xfail(strict=True, reason="recovery (mqstore/store/recovery.py) after a crash deletes a queue whose "
+                   "last entry is below the local log (_last_entry_matches) and cuts index entries it can re-dispatch "
+                   "only from the local log: with a tier they point at messages the tier holds")
+def test_a_crash_keeps_the_queues_and_index_entries_of_the_tiers_history(tmp_path):
+    from mqstore.store.markers import ABORT_FILE_NAME
+
+    rng = random.Random(48)
+    root = tmp_path / "store"
+    config = tier_config((tmp_path / "tier").as_uri(), file_reserved_hours=0)
+    with MessageStore.open(root, config) as store:
+        store.put_batch([Message("early", b"e" * 200, queue_id=0, keys=[f"early-{n}"]) for n in range(20)])
+        offload(store, rng, 600)
+        early = store.get("early", 0, 0, max_count=20).messages
+    (root / ABORT_FILE_NAME).touch()  # a crash after the close's last flush: recovery runs
+    with MessageStore.open(root, config) as store:
+        assert store.query("early", "early-3") == [early[3]]
+        assert store.get("early", 0, 0, max_count=20).messages == early
