@@ -14,6 +14,9 @@ format settings `--segment-size-bytes` / `--cq-entries-per-file` / `--index-slot
 `--index-entry-count-max`. Those not given are the store's, as MessageStore.open(path) takes them: from
 `config/mqstore.json` when the store has it, else from its files (a RocketMQ store's CommitLog and ConsumeQueue
 files are full-size; an IndexFile's header), else the defaults; given options must match the store's.
+`--tier-uri URI` names the store's tier (the messages that left local disk are read from it); without it, the
+tier the store saved in `config/tier.json` (a writer saves its tier's URI there when it carries no credentials;
+credentials come from pyarrow's usual environment variables and files).
 
 `put` opens the store for writing (creating it; a put that fails before storing a message removes the
 directory it created). A body is a line without its ending, LF or CRLF (a CR elsewhere is part of the body).
@@ -99,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hash slots per index file (default 5000000; RocketMQ's maxHashSlotNum)")
     store.add_argument("--index-entry-count-max", type=_positive, metavar="N",
                        help="entries per index file (default 20000000; RocketMQ's maxIndexNum)")
+    store.add_argument("--tier-uri", metavar="URI",
+                       help="the store's tier (s3://bucket/prefix, file:///dir, ...), to read what left local disk; "
+                            "default: the one the store saved (credentials come from the environment)")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, parents=[store], help=help_text, description=help_text)
@@ -406,11 +412,15 @@ def _cmd_stats(args) -> int:
     summary = {"commitlog": {"segments": engine["commitlog"]["segments"], "min_offset": log_min,
                              "end_offset": end, "bytes": end - log_min},
                "dispatched_offset": dispatched, "dispatch_lag_bytes": dispatch_lag, "flush_lag_bytes": flush_lag,
-               "topics": topics}
+               "topics": topics, "tier": _tier_summary(engine["tier"])}
     if args.json:
         print_json(summary)
         return 0
     print(f"commitlog: {summary['commitlog']['segments']} segments, offsets {log_min}..{end} ({end - log_min} bytes)")
+    if summary["tier"] is not None:
+        tier = summary["tier"]
+        print(f"tier: {tier['uri']}, offsets {tier['start_offset']}..{tier['end_offset']}; reads reach offset "
+              f"{tier['read_min_offset']}" + (f" ({tier['last_error']})" if tier.get("last_error") else ""))
     print(f"dispatch lag: {dispatch_lag} bytes (ConsumeQueues reach offset {dispatched})")
     print("flush lag: " + ("unknown (a read-only view: only the writer knows)" if flush_lag is None
                            else f"{flush_lag} bytes"))
@@ -418,6 +428,14 @@ def _cmd_stats(args) -> int:
             for topic, queues in topics.items() for queue_id, q in queues.items()]
     print("\n".join(table(rows, ["TOPIC", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "MESSAGES", "BYTES"])))
     return 0
+
+
+def _tier_summary(tier: dict | None) -> dict | None:
+    """What `stats` shows of the store's tier: where it is, the log it holds, where reads start."""
+    if tier is None:
+        return None
+    return {"uri": tier["uri"], "start_offset": tier.get("start_offset"), "end_offset": tier.get("uploaded_end"),
+            "read_min_offset": tier.get("read_min_offset"), "last_error": tier.get("last_error")}
 
 
 def _cmd_dump(args) -> int:

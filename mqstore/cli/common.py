@@ -14,11 +14,15 @@ from mqstore.store.settings import resolve_config
 def store_config(args) -> StoreConfig:
     """The StoreConfig to open args.store with: the format options given on the command line, and nothing else,
     so that opening takes every other format setting from the store as the API does (mqstore/store/settings.py:
-    its saved settings, else its files' sizes, else the defaults)."""
+    its saved settings, else its files' sizes, else the defaults); and --tier-uri, without which the store's
+    saved tier is used (mqstore/store/tiering.py)."""
     given = {"segment_size_bytes": args.segment_size_bytes, "consume_queue_entries_per_file": args.cq_entries_per_file,
              "index_slot_count": getattr(args, "index_slot_count", None),
              "index_entry_count_max": getattr(args, "index_entry_count_max", None)}
-    return StoreConfig(**{name: value for name, value in given.items() if value})
+    settings = {name: value for name, value in given.items() if value}
+    if getattr(args, "tier_uri", None):  # else the tier the store saved (config/tier.json), if any
+        settings["tier_uri"] = args.tier_uri
+    return StoreConfig(**settings)
 
 
 def resolved_store_config(args, *, read_only: bool) -> StoreConfig:

@@ -148,8 +148,9 @@ class StoreConfig:
     tier_uri: str | None = field(default=None, repr=False)
     """None: no tier. Else an object store location (`s3://bucket/prefix`, `gs://...`, `file:///dir`, a local path)
     opened through pyarrow's filesystems, to which the writer uploads sealed segments and the queue and index files
-    they complete, as a RocketMQ store under that prefix (docs/tier.md). Not saved in the store: credentials in its
-    query are never written or logged."""
+    they complete, as a RocketMQ store under that prefix (docs/tier.md); reads of what left local disk go to it.
+    Saved in the store's config/tier.json only when it carries no credentials (user info, secret query values),
+    which are never written or logged; an open without tier_uri uses the saved one (mqstore/store/tiering.py)."""
 
     tier_upload_interval_ms: int = 1000
     """how often the tier uploader looks for sealed segments not in the tier yet."""
@@ -166,6 +167,16 @@ class StoreConfig:
     tier_verify_uploads: bool = True
     """read every uploaded object back and compare its CRC-32 before the manifest lists it (and before retention
     may delete the local copy); False trusts the object store's write, at half the traffic."""
+
+    tier_cache_bytes: int = 64 * MIB
+    """bound of the cache of tier blocks (256 KiB each) that reads of the tier's history share: a consumer reading
+    on, or gets near one another, cost one range read per block; 64 MiB holds 256 blocks, several busy consumers'
+    read-ahead, at a small fraction of a broker's memory. 0: no cache (every read of the tier is a request)."""
+
+    tier_local_retention_bytes: int | None = None
+    """with a tier: None keeps uploaded segments on local disk until they expire (file_reserved_hours); a number
+    bounds the local CommitLog to about that many bytes, removing the oldest uploaded segments early (they stay
+    readable from the tier). Segments not in the tier yet are never removed for it."""
 
     clean_interval_ms: int = 10_000
     """how often retention checks the disk and the rules (RocketMQ's cleanResourceInterval)."""
@@ -249,6 +260,9 @@ class StoreConfig:
         _check_int("tier_upload_interval_ms", self.tier_upload_interval_ms, 1, 3_600_000)
         _check_int("tier_backoff_max_ms", self.tier_backoff_max_ms, 1, 86_400_000)
         _check_int("tier_queue_refresh_bytes", self.tier_queue_refresh_bytes, 0, 1 << 50)
+        _check_int("tier_cache_bytes", self.tier_cache_bytes, 0, 1 << 40)
+        if self.tier_local_retention_bytes is not None:
+            _check_int("tier_local_retention_bytes", self.tier_local_retention_bytes, 0, 1 << 60)
         _check_int("born_port", self.born_port, 0, 65535)
 
     @property

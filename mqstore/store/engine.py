@@ -4,6 +4,10 @@ Lifecycle of a writable store: open takes the lock, checks the saved format sett
 finds its end, loads the ConsumeQueues, dispatches whatever the queues have not seen yet, restores the queue
 offset table from the queues and starts the dispatch thread. close() stops accepting puts, lets dispatch
 reach the end of the log, flushes everything and releases the lock.
+
+With a tier (`tier_uri`, or the one saved in the store) a writer also starts the tier uploader
+(mqstore/tier/uploader.py), and every store gets a TierReader (mqstore/tier/reader.py) through which reads of what
+retention removed from local disk go to the tier (mqstore/store/reads.py).
 """
 
 from __future__ import annotations
@@ -79,7 +83,9 @@ from mqstore.store.recovery import (
 from mqstore.store.repair import Salvage
 from mqstore.store.retention import Retention
 from mqstore.store.settings import resolve_config, saved_settings_damage
+from mqstore.store.tiering import adopt_saved_tier, open_tier_reader, save_tier
 from mqstore.tier.location import TierLocation
+from mqstore.tier.reader import TierReader
 from mqstore.tier.uploader import TierUploader
 
 log = logging.getLogger(__name__)
@@ -132,6 +138,7 @@ class MessageStore(Reads, IndexLookups):
         self._writer = threading.Lock()  # one put or put_batch appends at a time (the CommitLog's lock once open)
         self._put_common = None  # the compiled put, once open (CommitLog.compiled_put)
         self._tier_uploader: TierUploader | None = None  # a writer with a tier_uri
+        self._tier_reader: TierReader | None = None  # a store with a tier: reads of what left local disk
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
@@ -187,7 +194,8 @@ class MessageStore(Reads, IndexLookups):
         self.put = entry_type(self, appender, self._writer, self._handoff, MessageStore.put, StoreIOError, gate).put
 
     def _open_files(self) -> None:
-        """The config resolved against the store, the lock, the CommitLog, ConsumeQueues and index, opened."""
+        """The config resolved against the store (its format settings, its saved tier), the lock, the CommitLog,
+        ConsumeQueues and index, and the reader of the tier (mqstore/store/tiering.py), opened."""
         root, passed = self.root_dir, self.config
         self._salvage = Salvage(root) if self._repair and not self.read_only else None  # keeps what repair cuts
         # The format settings not passed explicitly are the store's (mqstore/store/settings.py).
@@ -208,6 +216,7 @@ class MessageStore(Reads, IndexLookups):
                 self.config = config = resolve_config(root, passed, read_only=False)  # now from the files
         self._settings = save_or_check_format(os.path.join(root, "config"), config, writable=not self.read_only,
                                               new_log=not _has_segments(os.path.join(root, "commitlog")))
+        self.config = config = adopt_saved_tier(root, config)  # the tier_uri saved in the store, when none passed
         born_raw = fmt.encode_host(config.born_host or config.store_host, config.born_port)
         self._commitlog = CommitLog(
             os.path.join(root, "commitlog"), config.segment_size_bytes, writable=not self.read_only,
@@ -229,6 +238,11 @@ class MessageStore(Reads, IndexLookups):
         if config.index_enabled:
             self._index = self._open_index()
             self._commitlog.unique_keys = None if self.read_only else UniqueKeyGenerator(born_raw[:4])
+        if config.tier_uri is not None:
+            location = TierLocation.open(config.tier_uri)
+            self._tier_reader = open_tier_reader(config, location, self._commitlog.codec)
+            if not self.read_only and passed.tier_uri is not None:
+                save_tier(root, location, passed.tier_uri)  # where read_only opens and the command line find it
         # The compiled prepare of the common message shape (None without the compiled core, or with UNIQ_KEYs)
         self._prepare_common = None if self.read_only else self._commitlog.compiled_prepare()
         # The compiled single-message put under the writer lock (None: every put takes _put_prepared)
@@ -289,8 +303,9 @@ class MessageStore(Reads, IndexLookups):
         self.recovery_report = report
         (log.warning if report.cases() not in ([RecoveryCase.CLEAN], [RecoveryCase.NEW_STORE]) else log.info)(
             "opened %s: recovery %s", root, report.as_dict())
+        read_min = self._read_log_min()  # with a tier holding the log's history, the tier's start
         for queue in self._queues.queues.values():
-            queue.correct_min_offset(self._commitlog.min_offset())
+            queue.correct_min_offset(read_min)
         return written
 
     def _start_services(self, written) -> None:
@@ -302,8 +317,10 @@ class MessageStore(Reads, IndexLookups):
             self._commitlog.written_records = written  # from the first put on
             self._dispatch.start()
         self._start_flush_services()
-        if config.tier_uri is not None:  # before retention: it removes only what the tier holds
-            self._tier_uploader = TierUploader(self, TierLocation.open(config.tier_uri))
+        if self._tier_reader is not None:  # before retention: it removes only what the tier holds
+            uploader = self._tier_uploader = TierUploader(self, self._tier_reader.location)
+            self._tier_reader.manifest_source = lambda: uploader.manifest  # current: reads follow the uploads
+            self._tier_reader.refusal_source = lambda: uploader.refused  # another store's tier: not read
         self._retention = Retention(self)
         self._retention.run_once(manual=False)  # learn the disk's state before the first put
         self._retention.start()
@@ -540,6 +557,8 @@ class MessageStore(Reads, IndexLookups):
             if getattr(self, "_commitlog", None) is not None:
                 self._commitlog.end_word = None  # a view of the control file's mapping
             self._dispatch.close()
+        if self._tier_reader is not None:
+            self._tier_reader.close()
         failed = None  # a file whose last flush fails as it closes (after a failed flush): the rest close all the same
         for part in ("_index", "_queues", "_commitlog", "_checkpoint", "_mark"):
             component = getattr(self, part, None)
@@ -896,8 +915,31 @@ class MessageStore(Reads, IndexLookups):
                          "error": repr(self._dispatch.error) if self._dispatch and self._dispatch.error else None,
                          "process_id": self._dispatch.pid if isinstance(self._dispatch, ProcessDispatch) else None},
             "queues": queues,
-            "tier": self._tier_uploader.stats() if self._tier_uploader is not None else None,
+            "tier": self._tier_stats(),
         }
+
+    def _tier_stats(self) -> dict | None:
+        """The uploader's figures (a writer) or the tier's extent (a reader), and the reads' (`reads`)."""
+        reader = self._tier_reader
+        if reader is None:
+            return None
+        if self._tier_uploader is not None:
+            figures = self._tier_uploader.stats()
+        else:
+            try:
+                manifest = reader.manifest()
+            except StoreError as exc:
+                manifest, figures = None, {"uri": reader.location.uri, "last_error": str(exc)}
+            else:
+                figures = {"uri": reader.location.uri}
+            figures.update(start_offset=manifest.start if manifest is not None else None,
+                           uploaded_end=manifest.end if manifest is not None else None)
+        try:
+            read_min = self._read_log_min()
+        except StoreError:
+            read_min = None
+        figures.update(read_min_offset=read_min, reads=reader.stats())
+        return figures
 
 
     def _flush_stats(self, end: int) -> dict | None:

@@ -1,7 +1,9 @@
 """The store's IndexFile side: opening (and rebuilding) the index, lookups by key, flushing it.
 
 `IndexLookups` is mixed into MessageStore; it uses the store's `_index`, `_commitlog`, `config`, `root_dir`,
-`read_only`, `_follows_queues` and `read_at`.
+`read_only`, `_follows_queues`, `_read_log_min` and `read_at`. With a tier, the index files stay on local disk
+after the segments they point into left it (mqstore/store/retention.py): a lookup reads those messages from the
+tier.
 """
 
 from __future__ import annotations
@@ -104,10 +106,10 @@ class IndexLookups:
             wanted *= 4  # many collisions: look further
 
     def _read_indexed(self, commitlog_offset: int) -> StoredMessage | None:
-        """The message an index entry points to; None when it is below the log's minimum (deleted).
-        CorruptionError naming the index when no record starts there (the entry is damaged), naming the segment
-        when the record there is damaged."""
-        if commitlog_offset < self._commitlog.min_offset():
+        """The message an index entry points to; None when it is below the log's minimum as reads see it (deleted;
+        with a tier, below the tier's start). CorruptionError naming the index when no record starts there (the
+        entry is damaged), naming the segment (or the tier's object) when the record there is damaged."""
+        if commitlog_offset < self._read_log_min():
             return None
         try:
             return self.read_at(commitlog_offset)

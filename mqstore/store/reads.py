@@ -1,6 +1,13 @@
 """The read side of MessageStore (a mixin): get, read_at, queue offsets and times, topics, with RocketMQ's
-GetStatus values. It needs the store's `_commitlog`, `_queues`, `read_only`, `_follows_queues` and
-`_check_open`.
+GetStatus values. It needs the store's `_commitlog`, `_queues`, `read_only`, `_follows_queues`, `_tier_reader`
+and `_check_open`.
+
+With a tier (mqstore/tier/reader.py) the log as reads see it starts at the tier's start, when the tier holds the
+history below the local log (`_read_log_min`): records below the local log's first segment and at or above that
+start are read from the tier, the rest from local disk (`_read_records`, `_read_record`), and the queues' minimum
+offsets follow that start, not the local log's. Below it the statuses are RocketMQ's (OFFSET_TOO_SMALL,
+MESSAGE_WAS_REMOVING), as below the local log's start without a tier. The common get of local records takes the
+same path as without a tier (one comparison with the local log's start).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import numpy as np
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.commitlog import validate_topic
-from mqstore.commitlog.errors import CorruptionError, InvalidMessageError
+from mqstore.commitlog.errors import CorruptionError, InvalidMessageError, StoreIOError
 from mqstore.commitlog.message import StoredMessage
 
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
@@ -59,6 +66,7 @@ class Reads:
     """get() and the other reads of a MessageStore."""
 
     _log_followed_ns = None  # when a read_only store's get() last looked at the log's directory (monotonic)
+    _tier_reader = None  # the store's TierReader, or None without a tier
 
     def _queue(self, topic, queue_id, *, from_get: bool = False):
         """The ConsumeQueue of (topic, queue_id) or None; bad names and ids raise InvalidMessageError. A get
@@ -77,8 +85,65 @@ class Reads:
                 log_ = self._commitlog
                 if self.read_only and self._log_follow_due(from_get):
                     log_.segments.load_if_changed()  # follow the writer's retention: its minimum, as its queues do
-                queue.follow_log_min(log_.min_offset())
+                queue.follow_log_min(self._read_log_min())
         return queue
+
+    # --- the log as reads see it: local disk, and the tier below it ----------------------------------------
+    def _read_log_min(self) -> int:
+        """The first commitlog offset reads reach: the tier's start when the tier holds the log's history below the
+        local log, else the local log's first offset. 0 while a tier whose manifest this store could never read is
+        down (nothing is taken for removed then: reads of it raise StoreIOError until it answers)."""
+        local_min = self._commitlog.min_offset()
+        tier = self._tier_reader
+        if tier is None:
+            return local_min
+        try:
+            start = tier.history_start(local_min)
+        except StoreIOError:  # logged by the reader
+            return 0
+        return local_min if start is None else min(start, local_min)
+
+    def _read_records(self, commitlog_offsets: list[int], sizes: list[int], queue=None, span=None
+                      ) -> list[StoredMessage]:
+        """CommitLog.read_many over local disk and the tier: the records below the local log's start come from
+        the tier (in order, each run of them in one TierReader.read_many)."""
+        log_ = self._commitlog
+        tier = self._tier_reader
+        if tier is None or not commitlog_offsets:
+            return log_.read_many(commitlog_offsets, sizes, queue, span)
+        local_min = log_.min_offset()
+        if (span[0] if span is not None else min(commitlog_offsets)) >= local_min:
+            try:
+                return log_.read_many(commitlog_offsets, sizes, queue, span)
+            except InvalidMessageError:
+                if log_.min_offset() == local_min:
+                    raise
+                local_min = log_.min_offset()  # retention removed segments meanwhile: they are in the tier
+        found: list[StoredMessage] = []
+        start = 0
+        while start < len(commitlog_offsets):
+            below = commitlog_offsets[start] < local_min
+            stop = start + 1
+            while stop < len(commitlog_offsets) and (commitlog_offsets[stop] < local_min) == below:
+                stop += 1
+            part = None if queue is None else (queue[0], queue[1], queue[2][start:stop])
+            read = tier.read_many if below else log_.read_many
+            found.extend(read(commitlog_offsets[start:stop], sizes[start:stop], part))
+            start = stop
+        return found
+
+    def _read_record(self, commitlog_offset: int) -> StoredMessage:
+        """CommitLog.read over local disk and the tier (the offset below the local log's start: the tier)."""
+        log_ = self._commitlog
+        tier = self._tier_reader
+        if tier is not None and commitlog_offset < log_.min_offset():
+            return tier.read(commitlog_offset)
+        try:
+            return log_.read(commitlog_offset)
+        except InvalidMessageError:
+            if tier is None or commitlog_offset >= log_.min_offset():
+                raise
+            return tier.read(commitlog_offset)  # retention removed its segment meanwhile: it is in the tier
 
     def _log_follow_due(self, from_get: bool) -> bool:
         now = time.monotonic_ns()
@@ -125,7 +190,7 @@ class Reads:
         return self._collect(queue, offset, units, max_count, wanted, low, high)
 
     def _collect(self, queue, offset, units, max_count, wanted, low, high) -> GetResult:
-        log_min = self._commitlog.min_offset()
+        log_min = self._read_log_min()
         if wanted:
             codes = np.array([fmt.tags_code(tag) for tag in wanted], dtype=np.int64)
             rows = np.flatnonzero(np.isin(units["tags_code"], codes) & (units["commitlog_offset"] >= log_min))
@@ -139,8 +204,8 @@ class Reads:
             take = rows[: max_count - len(messages)] if not wanted else rows[: max(max_count - len(messages), 32)]
             rows = rows[len(take):]
             take_rows = take.tolist()
-            found = self._commitlog.read_many(units["commitlog_offset"][take].tolist(), units["size"][take].tolist(),
-                                              (topic, queue_id, [offset + row for row in take_rows]))
+            found = self._read_records(units["commitlog_offset"][take].tolist(), units["size"][take].tolist(),
+                                       (topic, queue_id, [offset + row for row in take_rows]))
             if not wanted and len(found) == max_count - len(messages):
                 messages.extend(found)  # every record checked against its entry by read_many
                 examined = take_rows[-1] + 1
@@ -168,7 +233,7 @@ class Reads:
         if type(commitlog_offset) is not int:
             raise InvalidMessageError(f"commitlog_offset must be an int, got {commitlog_offset!r}")
         try:
-            return self._commitlog.read(commitlog_offset)
+            return self._read_record(commitlog_offset)
         except CorruptionError as exc:
             if exc.not_a_record:
                 raise InvalidMessageError(f"no message record starts at commitlog offset {commitlog_offset}") \
@@ -196,7 +261,7 @@ class Reads:
         while low < high:
             middle = (low + high) // 2
             unit = queue.read(middle, 1)
-            if self._commitlog.read(int(unit["commitlog_offset"][0])).store_timestamp_ms < timestamp_ms:
+            if self._read_record(int(unit["commitlog_offset"][0])).store_timestamp_ms < timestamp_ms:
                 low = middle + 1
             else:
                 high = middle

@@ -19,6 +19,19 @@ ConsumeQueues and index from the whole log.
 
 After segments go, ConsumeQueue files whose every entry points below the log's new minimum are deleted, each
 queue's `min_offset` moves to its first entry still in the log, and index files below it are deleted.
+
+With a tier (`tier_uri`), a segment may leave local disk only once the tier's manifest lists it (uploaded and
+verified), and then it is still readable (mqstore/store/reads.py reads it from the tier), so:
+  - the ConsumeQueue and index files stay on local disk (they are what reads of the tier's history look up, and
+    the queues' `min_offset` stays at the tier's start); neither this process nor the dispatch process trims them.
+    They cost about 20 bytes a message (its ConsumeQueue unit) plus 20 bytes a key with the index on (one entry
+    for the UNIQ_KEY and one per KEYS word, and 4 bytes per hash slot of each file), next to the message's record
+    in the log (its body plus about 100-200 bytes): for 1 KiB messages with one key, 60 of every ~1,200 bytes;
+  - besides expiry, uploaded segments go early, oldest first, unexpired: while the local segments take more than
+    `tier_local_retention_bytes` (each counted at its full size), and while disk usage is over
+    `disk_max_used_space_ratio` (`delete_unexpired_on_disk_pressure` is not needed: nothing is lost). They are
+    listed in the report's `offloaded_segments_removed`, not as unexpired messages removed. Segments not in the
+    tier are never removed before they expire, whatever the disk.
 Above `disk_full_ratio`, `put()` returns PutStatus.DISK_FULL until space is freed (a WARNING when that begins).
 
 The disk's usage comes from `disk_usage_probe`, looked up at each call: tests replace it to stand for a disk
@@ -57,6 +70,7 @@ class CleanReport:
     index_files_removed: int = 0
     disk_used_ratio: float = 0.0
     unexpired_segments_removed: list[str] = field(default_factory=list)  # of segments_removed, the unexpired
+    offloaded_segments_removed: list[str] = field(default_factory=list)  # of those, unexpired but in the tier
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -122,10 +136,12 @@ class Retention:
             space_pressure = usage > config.disk_max_used_space_ratio
             forcibly = config.delete_unexpired_on_disk_pressure and usage > config.disk_clean_forcibly_ratio
             time_up = self._local_hour() == config.delete_when_hour
-            if not (manual or time_up or space_pressure):
+            over_local_bound = self._over_local_bound()
+            if not (manual or time_up or space_pressure or over_local_bound):
                 self.last_report = report
                 return report
-            report.reason = "manual" if manual else ("disk" if space_pressure else "time")
+            report.reason = "manual" if manual else ("disk" if space_pressure else
+                                                     "local-bytes" if over_local_bound else "time")
             self._remove_segments(report, forcibly)
             if report.segments_removed:
                 self._trim_queues_and_index(report)
@@ -142,6 +158,24 @@ class Retention:
             if report.segments_removed:
                 log.info("retention removed %s", report.as_dict())
             return report
+
+    def _over_local_bound(self) -> bool:
+        """With a tier and tier_local_retention_bytes: whether the local segments take more than that."""
+        store = self._store
+        bound = store.config.tier_local_retention_bytes
+        if bound is None or getattr(store, "_tier_uploader", None) is None:
+            return False
+        return sum(segment.size_bytes for segment in list(store._commitlog.segments.segments)) > bound
+
+    def _unexpired_may_go(self, forcibly: bool) -> bool:
+        """Whether the oldest removable segment may go unexpired: with a tier (it is in the tier) while the local
+        segments are over tier_local_retention_bytes or the disk over disk_max_used_space_ratio; without one
+        only by delete_unexpired_on_disk_pressure's rule."""
+        store = self._store
+        config = store.config
+        if getattr(store, "_tier_uploader", None) is not None:
+            return self._over_local_bound() or self._usage(store.root_dir) > config.disk_max_used_space_ratio
+        return forcibly and self._usage(store.root_dir) > config.disk_clean_forcibly_ratio
 
     def _set_disk_full(self, usage: float) -> None:
         """Refuse puts (DISK_FULL) while usage is over disk_full_ratio; a WARNING when that begins."""
@@ -170,12 +204,15 @@ class Retention:
         config = store.config
         now = self._clock_ms()
         reserved_ms = config.file_reserved_hours * HOUR_MS
+        tiered = getattr(store, "_tier_uploader", None) is not None
         for segment in self._removable()[:SEGMENTS_REMOVED_PER_ROUND_MAX]:
             expired = os.path.getmtime(segment.path) * 1000 + reserved_ms <= now
-            if not expired and not (forcibly and self._usage(store.root_dir) > config.disk_clean_forcibly_ratio):
+            if not expired and not self._unexpired_may_go(forcibly):
                 break  # segments go oldest first: a kept one keeps every later one
             self._remove_segment(segment, report)
-            if not expired:
+            if not expired and tiered:  # in the tier: nothing is lost
+                report.offloaded_segments_removed.append(report.segments_removed[-1])
+            elif not expired:
                 report.unexpired_segments_removed.append(report.segments_removed[-1])
                 self.unexpired_segments_removed += 1
                 self.unexpired_bytes_removed += segment.size_bytes
@@ -203,6 +240,8 @@ class Retention:
     def _trim_queues_and_index(self, report: CleanReport) -> None:
         store = self._store
         log_min = store._commitlog.min_offset()
+        if getattr(store, "_tier_reader", None) is not None:
+            return  # the tier holds the history they point into: they stay (module docstring)
         if store._follows_queues:  # the dispatch process writes them: it deletes their files
             queue_files, index_files = store._dispatch.trim(log_min, TRIM_TIMEOUT_S)
             report.queue_files_removed += queue_files
