@@ -447,6 +447,20 @@ def report_aio_put(data: dict) -> str:
     return "\n\n".join(parts)
 
 
+def report_tier_upload(data: dict) -> str:
+    shape = data["shape"]
+    endpoints = data["endpoints"]
+    parts = [f"{shape['messages']:,} messages of 1 KB by put_batch, segments of {shape['segment_size_bytes'] >> 20} "
+             f"MiB, medians of {data['rounds']} interleaved rounds:", table(data["rows"], [
+                 ("row", "row", text), ("msgs/s", "rate", rate), ("GB/s", "gb_per_s", number(2)),
+                 ("vs no tier", "vs_no_tier", ratio), ("tier lag at the loop's end (s)", "lag_at_end_s", number(1)),
+                 ("largest lag seen (s)", "lag_max_sampled_s", number(1)), ("failures", "failures", number(0))]),
+             "Each endpoint's own rates in the same run (one 64 MiB object through pyarrow): " + "; ".join(
+                 f"{name} PUT {rates['put_mb_per_s']:,.0f} MB/s, GET {rates['get_mb_per_s']:,.0f} MB/s"
+                 for name, rates in endpoints.items()) + "."]
+    return "\n\n".join(parts)
+
+
 BENCHMARKS = {
     "put_get": report_put_get,
     "flush_modes": report_flush_modes,
@@ -466,6 +480,7 @@ BENCHMARKS = {
     "core": report_core,
     "users": report_users,
     "aio_put": report_aio_put,
+    "tier_upload": report_tier_upload,
 }
 TOP_README = HERE.parent / "README.md"
 GAPS = HERE / "results" / "users-gaps.md"  # where the time goes in each row of users.json not met

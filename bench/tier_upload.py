@@ -176,7 +176,9 @@ def main() -> int:
     result = {"command": " ".join(["python", "bench/tier_upload.py"] + sys.argv[1:]), "shape": shape,
               "rounds": rounds, "endpoints": endpoints, "rows": rows, "machine": platform.platform(),
               "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0],
-              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": platform.python_version()}
+    result["load_average_1min"] = [result["load_before"], result["load_after"]]
+    result["date_utc"] = result["when"]
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as handle:
         json.dump(result, handle, indent=1)
