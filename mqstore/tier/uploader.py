@@ -10,9 +10,9 @@ Each round (every `tier_upload_interval_ms`, and at once after a failure's backo
      recovers as after a crash and dispatches the records the queue files lack, for every queue;
   3. the IndexFiles the store has finished (not the newest) whose entries all point below the new end;
 then writes the manifest that lists them. Every object is read back and its CRC-32 compared with what was sent
-before the manifest lists it (`tier_verify_uploads`). A kill -9 at any moment leaves objects the manifest does
-not list, invisible to readers; the next open's uploader starts again after the manifest's end and writes them
-over.
+before the manifest lists it (`tier_verify_uploads`); the read-back of one object runs while the next uploads. A
+kill -9 at any moment leaves objects the manifest does not list, invisible to readers; the next open's uploader
+starts again after the manifest's end and writes them over.
 
 Failures (the object store down, slow, refusing) are counted, logged at WARNING with the tier's redacted URI, and
 retried with exponential backoff from TIER_BACKOFF_FIRST_S up to `tier_backoff_max_ms`; puts go on meanwhile, into
@@ -29,6 +29,7 @@ import os
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -75,6 +76,10 @@ class TierUploader:
         self.refused: str | None = None
         self.leftovers_removed = 0
         self._abort_marked = False  # whether the tier holds RocketMQ's `abort` marker (read at the first round)
+        # Read-backs run on one thread of their own, each while the next object uploads; a round waits for them
+        # all before its manifest lists anything.
+        self._verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqstore-tier-verify")
+        self._pending: list = []
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -83,6 +88,7 @@ class TierUploader:
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
+        self._verifier.shutdown(wait=False, cancel_futures=True)
         if self._thread.is_alive():
             self._thread.join(TIER_STOP_WAIT_S)
             if self._thread.is_alive():
@@ -150,6 +156,7 @@ class TierUploader:
         if not sealed:
             self._round_done(0)
             return 0
+        self._verified(raise_first=False)  # read-backs a failed round left running
         written = manifest.next_generation()
         for segment in sealed:
             checksum = self._upload_file(manifest_module.segment_key(segment.base_offset), segment.path,
@@ -162,6 +169,7 @@ class TierUploader:
             self.location.put_bytes(ABORT_KEY, b"")
             self._abort_marked = True
         self._upload_index_files(written)
+        self._verified()
         if self._stopping.is_set():
             return 0  # stop() gave up waiting: leave the objects unlisted, the next open lists them
         manifest_module.save(self.location, written)
@@ -225,6 +233,7 @@ class TierUploader:
                 log.warning("writing the tier object %s again: it is %s bytes, not %d (a write a crash cut)",
                             self.location.display(key), sizes.get(key), file_bytes)
                 self._upload_file(key, path, file_bytes, queue_file.entries)
+        self._verified()
 
     def _check_same_log(self, found: Manifest) -> None:
         """The tier must continue this store's log: the local log reaches the tier's end, and the last segment both
@@ -278,16 +287,32 @@ class TierUploader:
         sent_size, checksum = self.location.put_chunks(key, chunks)
         if sent_size != size:
             raise StoreIOError(f"{path} changed size while it was uploaded as {self.location.display(key)}")
-        if self._config.tier_verify_uploads:
-            read_size, read_checksum = self.location.checksum(key, size)
-            if (read_size, read_checksum) != (size, checksum):
-                raise CorruptionError(f"the tier object {self.location.display(key)} read back differs from what "
-                                      f"was sent ({read_size} bytes, CRC-32 {read_checksum:#010x}; sent {size}, "
-                                      f"{checksum:#010x})", path=self.location.display(key), rule="tier.verify")
+        if self._config.tier_verify_uploads:  # read back on the verifier thread while the next object goes up
+            self._pending.append(self._verifier.submit(self._verify, key, size, checksum))
         with self._lock:
             self.objects_uploaded += 1
             self.bytes_uploaded += size
         return checksum
+
+    def _verify(self, key: str, size: int, checksum: int) -> None:
+        read_size, read_checksum = self.location.checksum(key, size)
+        if (read_size, read_checksum) != (size, checksum):
+            raise CorruptionError(f"the tier object {self.location.display(key)} read back differs from what was "
+                                  f"sent ({read_size} bytes, CRC-32 {read_checksum:#010x}; sent {size}, "
+                                  f"{checksum:#010x})", path=self.location.display(key), rule="tier.verify")
+
+    def _verified(self, *, raise_first: bool = True) -> None:
+        """Wait for the read-backs of the objects uploaded since the last call; the first failure is raised (the
+        round fails, and nothing it uploaded is listed)."""
+        pending, self._pending = self._pending, []
+        failure = None
+        for future in pending:
+            try:
+                future.result()
+            except BaseException as exc:  # noqa: BLE001 - the first is raised once all are done
+                failure = failure or exc
+        if failure is not None and raise_first:
+            raise failure
 
     def _upload_queue_images(self, written: Manifest) -> None:
         """Upload every ConsumeQueue file that holds more entries below the tier's end than the tier has."""

@@ -274,3 +274,23 @@ def test_a_sealed_segment_puts_every_message_in_the_tier(tmp_path, dispatch_proc
     assert manifest.end == end
     with MessageStore.open(root, tier_config(uri), read_only=True) as store:
         assert len(store_entries(store)) == 300  # the blank is read past, as after a roll
+
+
+def test_an_object_that_reads_back_wrong_is_never_listed(tmp_path, monkeypatch):
+    """The read-back runs beside the next upload; a mismatch fails the round before its manifest is written."""
+    original = TierLocation.checksum
+
+    def lying(self, key, size, length=None):
+        read, checksum = original(self, key, size, length)
+        return (read, checksum ^ 1) if key.startswith("commitlog/") else (read, checksum)
+
+    monkeypatch.setattr(TierLocation, "checksum", lying)
+    uri = (tmp_path / "tier").as_uri()
+    with MessageStore.open(tmp_path / "store", tier_config(uri, file_reserved_hours=0)) as store:
+        put_messages(store, random.Random(43), 300)
+        assert wait_until(lambda: store.stats()["tier"]["failures"] >= 2)
+        stats = store.stats()["tier"]
+        removed = store.clean_expired()["segments_removed"]
+    assert "tier.verify" in stats["last_error"] or "read back differs" in stats["last_error"]
+    assert stats["uploaded_end"] is None and removed == []
+    assert manifest_module.load(TierLocation.open(uri)) is None
