@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +29,13 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from mqstore.commitlog.arrow_decode import STORE_COLUMN
-from mqstore.commitlog.errors import InvalidConfigError
+from mqstore.commitlog.errors import InvalidConfigError, StoreIOError
 from mqstore.store.scan_options import RowFilter, StoreRef, _datetime_us
 from mqstore.store.scan_plan import plan_batch
 from mqstore.store.scan_read import read_partition
+from mqstore.store.scan_tier import is_tier_uri, tier_bases, tier_batches
+from mqstore.tier import manifest as manifest_module
+from mqstore.tier.location import TierLocation
 
 _STAMP = pa.timestamp("us", tz="UTC")
 # A scan reads its partitions on this many threads (the compiled walk and Arrow build let go of the interpreter
@@ -96,10 +100,12 @@ def _time_us(name: str, value) -> int | None:
     raise InvalidConfigError(f"{name} must be a datetime or ms since the epoch, got {value!r}")
 
 
-def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None = None, **filters
+def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None = None, tier=None, **filters
                ) -> pa.RecordBatchReader:
     """The records of the store under `root` (read from its files: a writer may be appending) as a
-    RecordBatchReader; see the module's docstring. `label` adds the `store` column."""
+    RecordBatchReader; see the module's docstring. `label` adds the `store` column. `root` may be a tier's URI
+    (`s3://bucket/prefix?...`): the store is then read from its tier alone (mqstore/store/scan_tier.py). `tier`
+    is MessageStore.scan()'s: (TierLocation, Manifest, local log start) for a store whose history is there."""
     wanted = row_filter(**filters)
     schema = scan_schema(label is not None)
     names = list(schema.names) if columns is None else list(columns)
@@ -108,9 +114,28 @@ def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None 
         raise InvalidConfigError(f"unknown columns {unknown}; the columns are {', '.join(schema.names)}"
                                  if unknown else "columns is empty")
     out_schema = pa.schema([schema.field(name) for name in names])
+    if is_tier_uri(root):  # a store read from its tier alone
+        location = TierLocation.open(root)
+        manifest = manifest_module.load(location)
+        if manifest is None:
+            raise StoreIOError(f"{location.uri} holds no tier manifest: it is not a store's tier (yet)")
+        batches = _projected(tier_batches(location, manifest, tier_bases(manifest, wanted), schema, wanted, label),
+                             names, schema)
+        return pa.RecordBatchReader.from_batches(out_schema, batches)
     partitions = plan_batch([StoreRef(os.path.abspath(os.fspath(root)), label)], wanted,
                             partition_bytes_max=SCAN_PARTITION_BYTES_MAX)
-    return pa.RecordBatchReader.from_batches(out_schema, _batches(partitions, schema, wanted, names))
+    local = _batches(partitions, schema, wanted, names)
+    if tier is not None:  # (location, manifest, below): the tier's segments below the local log come first
+        location, manifest, below = tier
+        history = tier_batches(location, manifest, tier_bases(manifest, wanted, below), schema, wanted, label)
+        local = itertools.chain(_projected(history, names, schema), local)
+    return pa.RecordBatchReader.from_batches(out_schema, local)
+
+
+def _projected(batches, names: list[str], schema: pa.Schema):
+    project = names != list(schema.names)
+    for batch in batches:
+        yield batch.select(names) if project else batch
 
 
 def _batches(partitions, schema: pa.Schema, wanted: RowFilter, names: list[str],
