@@ -4,7 +4,6 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.nio.file.Paths;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
@@ -40,7 +39,8 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private final TopicDictionary topics = new TopicDictionary();
 
     private int piece = -1;
-    private SegmentMap segment;
+    private Segment segment;
+    private TierObjects objects;  // a tier's, opened at its first segment
     private String path;
     private long base;
     private long segmentEnd;
@@ -77,7 +77,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         batch = new ColumnarBatch(vectors.clone());
         label = partition.label == null ? new byte[0] : partition.label.getBytes(StandardCharsets.UTF_8);
-        recordCrcFrom = recordCrcFrom(partition.root);
+        recordCrcFrom = partition.tier != null ? partition.tierRecordCrcFrom : recordCrcFrom(partition.root);
     }
 
     @Override
@@ -129,6 +129,9 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     @Override
     public void close() throws IOException {
         closeSegment();
+        if (objects != null) {
+            objects.close();
+        }
         batch.close();
     }
 
@@ -144,6 +147,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         pieceEnd = log.ends[piece];
         position = log.starts[piece];
         openSegment();
+        segment.readAhead(position, pieceEnd);
         pieceDone = position >= pieceEnd;
         return true;
     }
@@ -157,9 +161,16 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
 
     private void openSegment() throws IOException {
         closeSegment();
-        Path file = Paths.get(partition.root, "commitlog", LogFormat.segmentName(base));
-        path = file.toString();
-        segment = SegmentMap.open(file, base, partition.segmentSize);
+        if (partition.tier != null) {
+            if (objects == null) {
+                objects = partition.tier.open();
+            }
+            segment = new ObjectSegment(objects, partition.tier, base, partition.segmentSize);
+        } else {
+            segment = SegmentMap.open(Paths.get(partition.root, "commitlog", LogFormat.segmentName(base)), base,
+                    partition.segmentSize);
+        }
+        path = segment.name();
         bufLen = 0;
         bufAbs = 0;
     }
@@ -210,14 +221,27 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** Make buf hold [at, at + need) of the segment, reading from `at` up to the piece's end. */
+    /**
+     * Make buf hold [at, at + need) of the segment (at + need within the piece): the bytes from `at` that buf
+     * holds are moved to its start, and READ_CHUNK_BYTES more (or what the record needs, at most the piece's end)
+     * read after them. So each read starts where the previous one ended, as a tier's read-ahead expects.
+     */
     private void ensure(long at, int need) throws IOException {
-        if (at >= bufAbs && at + need <= bufAbs + bufLen) {
+        long bufEnd = bufAbs + bufLen;
+        if (at >= bufAbs && at + need <= bufEnd) {
             return;
         }
-        int want = (int) Math.min(pieceEnd - at, Math.max(READ_CHUNK_BYTES, need));
-        grow(want);
-        segment.read(at, buf, want, "the end planned for this read");
+        int kept = at >= bufAbs && at < bufEnd ? (int) (bufEnd - at) : 0;
+        long from = at + kept;
+        int more = (int) Math.min(pieceEnd - from, Math.max(READ_CHUNK_BYTES, need - kept));
+        int want = Math.addExact(kept, more);
+        byte[] into = buf.length >= want ? buf
+                : new byte[Math.max(want, Math.min(READ_CHUNK_BYTES + (READ_CHUNK_BYTES >> 2), 2 * buf.length))];
+        if (kept > 0) {
+            System.arraycopy(buf, (int) (at - bufAbs), into, 0, kept);
+        }
+        buf = into;
+        segment.read(from, buf, kept, more, "the end planned for this read");
         bufAbs = at;
         bufLen = want;
     }
