@@ -342,3 +342,24 @@ def test_the_signer_agrees_with_botocore(spark, jvm_reader):
         ours = jvm_authorization(spark, "GET", path, headers, "AKIDEXAMPLE", SECRET, "eu-west-3", "s3",
                                  payload_hash=request.headers["X-Amz-Content-SHA256"])
         assert ours == request.headers["Authorization"]
+
+
+# --- the benchmark --------------------------------------------------------------------------------------------
+def test_the_benchmark_quick_mode_runs(spark, jvm_reader, tmp_path):
+    """bench/spark_tier.py end to end on a small store (speed is not asserted); it writes under tmp_path only."""
+    import importlib.util
+
+    from tests.spark.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("spark_tier_bench", REPO_ROOT / "bench" / "spark_tier.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "spark_tier_quick.md"
+    path = bench.main(["--quick", "--rows", "20000", "--segment-mib", "1", "--rounds", "1", "--out", str(out),
+                       "--work-dir", str(tmp_path / "work")], spark=spark)
+    assert path == str(out) and not (tmp_path / "work" / "spark_tier_quick").exists()
+    text = out.read_text(encoding="utf-8")
+    for name in ("full scan: local", "full scan: file:// tier", "full scan: S3 tier (moto)",
+                 "topic filter: S3 tier (moto)"):
+        assert f"| {name} |" in text
+    assert "bench/spark_tier.py --quick" in text

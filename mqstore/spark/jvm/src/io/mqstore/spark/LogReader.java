@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Paths;
+import java.util.ArrayDeque;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
@@ -14,7 +15,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * Reads one partition into ColumnarBatches. A LogPartition's pieces are walked record by record, READ_CHUNK_BYTES
- * read at a time (each piece must end exactly where planned, or at its segment's blank); a
+ * read at a time, each read starting where the last ended (each piece must end exactly where planned, or at its
+ * segment's blank), from a local store's file or a tier's object ({@link Segment}: the same checks on both); a
  * QueuePartition's records are copied one by one from the mapped segments, only the records its units point to
  * ({@link QueuedRecords}). Every record is checked (rules 1 to 4 of commitlog/format.py, rule 6's shape) before a
  * byte of it is used, the row filter applied to each, every requested column decoded as
@@ -22,7 +24,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * position in the file and rule.
  */
 final class LogReader implements PartitionReader<ColumnarBatch> {
-    static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment held at once on a walk (or one larger record)
+    static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment read at once on a walk (or one larger record)
     static final int BATCH_ROWS = 8192;  // rows per ColumnarBatch
     static final int BATCH_BODY_BYTES = 16 << 20;  // a batch ends once its bodies pass this many bytes
 
@@ -41,6 +43,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private int piece = -1;
     private Segment segment;
     private TierObjects objects;  // a tier's, opened at its first segment
+    private final ArrayDeque<byte[]> readAheadSpare = new ArrayDeque<>();  // a tier's ranges' arrays, piece to piece
     private String path;
     private long base;
     private long segmentEnd;
@@ -165,7 +168,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
             if (objects == null) {
                 objects = partition.tier.open();
             }
-            segment = new ObjectSegment(objects, partition.tier, base, partition.segmentSize);
+            segment = new ObjectSegment(objects, partition.tier, base, partition.segmentSize, readAheadSpare);
         } else {
             segment = SegmentMap.open(Paths.get(partition.root, "commitlog", LogFormat.segmentName(base)), base,
                     partition.segmentSize);
@@ -233,10 +236,12 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         int kept = at >= bufAbs && at < bufEnd ? (int) (bufEnd - at) : 0;
         long from = at + kept;
-        int more = (int) Math.min(pieceEnd - from, Math.max(READ_CHUNK_BYTES, need - kept));
+        int chunk = segment.readBytes();
+        int more = (int) Math.min(pieceEnd - from, Math.max(chunk, need - kept));
         int want = Math.addExact(kept, more);
+        int roomy = chunk + (chunk >> 2);  // a chunk and the records kept before it
         byte[] into = buf.length >= want ? buf
-                : new byte[Math.max(want, Math.min(READ_CHUNK_BYTES + (READ_CHUNK_BYTES >> 2), 2 * buf.length))];
+                : new byte[Math.max(want, want >= chunk ? roomy : Math.min(roomy, 2 * buf.length))];
         if (kept > 0) {
             System.arraycopy(buf, (int) (at - bufAbs), into, 0, kept);
         }

@@ -1,6 +1,6 @@
 package io.mqstore.spark;
 
-import java.io.EOFException;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InterruptedIOException;
@@ -8,11 +8,16 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.ZonedDateTime;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.Flow;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -74,7 +79,7 @@ final class S3Objects implements TierObjects {
     @Override
     public byte[] readAll(String key, int bytesMax) throws IOException {
         return withRetries(key, () -> {
-            HttpResponse<InputStream> response = send(key, -1, 0);
+            HttpResponse<InputStream> response = send(key, -1, 0, HttpResponse.BodyHandlers.ofInputStream());
             try (InputStream body = response.body()) {
                 if (response.statusCode() != 200) {
                     String text = errorBody(body);
@@ -100,33 +105,95 @@ final class S3Objects implements TierObjects {
     public void readRange(String key, long offset, byte[] into, int at, int count) throws IOException {
         long end = Math.addExact(offset, count);
         withRetries(key, () -> {
-            HttpResponse<InputStream> response = send(key, offset, count);
-            try (InputStream body = response.body()) {
-                int status = response.statusCode();
-                if (status != 206 && status != 200) {
-                    String text = errorBody(body);
-                    if (status == 404 && !text.contains("<Code>NoSuchBucket</Code>")) {
-                        throw TierObjects.missing(location, key, offset);
-                    }
-                    if (status == 416) {
-                        throw TierObjects.shorter(location, key, offset, end);
-                    }
-                    throw failure(key, response, text);
+            HttpResponse<RangeBody> response = send(key, offset, count,
+                    info -> new RangeBody(info.statusCode(), into, at, count, offset));
+            RangeBody body = response.body();
+            int status = response.statusCode();
+            if (status != 206 && status != 200) {
+                String text = body.errorText();
+                if (status == 404 && !text.contains("<Code>NoSuchBucket</Code>")) {
+                    throw TierObjects.missing(location, key, offset);
                 }
-                if (status == 200) {  // the server ignored Range and sends the whole object: skip to the range
-                    try {
-                        body.skipNBytes(offset);
-                    } catch (EOFException e) {
-                        throw TierObjects.shorter(location, key, offset, end);
-                    }
+                if (status == 416) {
+                    throw TierObjects.shorter(location, key, offset, end);
                 }
-                int read = body.readNBytes(into, at, count);
-                if (read < count) {
-                    throw TierObjects.shorter(location, key, offset + read, end);
-                }
-                return null;
+                throw failure(key, response, text);
             }
+            if (body.filled < count) {
+                throw TierObjects.shorter(location, key, offset + body.filled, end);
+            }
+            return null;
         });
+    }
+
+    /**
+     * A range's body, copied from HttpClient's buffers straight into the reader's array as they arrive (no stream
+     * in between): [at, at + count) of `into` for a 206, the same bytes after skipping `offset` for a 200 (a server
+     * that ignored Range), and up to ERROR_BODY_BYTES_MAX bytes of text for any other answer. `filled` counts the
+     * bytes copied; more than `count` are dropped.
+     */
+    static final class RangeBody implements HttpResponse.BodySubscriber<RangeBody> {
+        private final CompletableFuture<RangeBody> done = new CompletableFuture<>();
+        private final boolean ranged;
+        private final byte[] into;
+        private final int at;
+        private final int count;
+        private long skip;
+        private final ByteArrayOutputStream error = new ByteArrayOutputStream();
+        private Flow.Subscription subscription;
+        int filled;
+
+        RangeBody(int status, byte[] into, int at, int count, long offset) {
+            this.ranged = status == 206 || status == 200;
+            this.into = into;
+            this.at = at;
+            this.count = count;
+            this.skip = status == 200 ? offset : 0;
+        }
+
+        String errorText() {
+            return error.toString(StandardCharsets.UTF_8);
+        }
+
+        @Override
+        public void onSubscribe(Flow.Subscription subscription) {
+            this.subscription = subscription;
+            subscription.request(1);
+        }
+
+        @Override
+        public void onNext(List<ByteBuffer> buffers) {
+            for (ByteBuffer buffer : buffers) {
+                if (!ranged) {
+                    byte[] part = new byte[Math.max(0, Math.min(buffer.remaining(), ERROR_BODY_BYTES_MAX - error.size()))];
+                    buffer.get(part);
+                    error.write(part, 0, part.length);
+                    continue;
+                }
+                int skipped = (int) Math.min(skip, buffer.remaining());
+                buffer.position(buffer.position() + skipped);
+                skip -= skipped;
+                int take = Math.min(buffer.remaining(), count - filled);
+                buffer.get(into, at + filled, take);
+                filled += take;
+            }
+            subscription.request(1);
+        }
+
+        @Override
+        public void onError(Throwable error) {
+            done.completeExceptionally(error);
+        }
+
+        @Override
+        public void onComplete() {
+            done.complete(this);
+        }
+
+        @Override
+        public CompletionStage<RangeBody> getBody() {
+            return done;
+        }
     }
 
     private interface Attempt<T> {
@@ -159,7 +226,7 @@ final class S3Objects implements TierObjects {
     }
 
     /** A signed GET of `key`, of `count` bytes from `offset` (offset < 0: the whole object). */
-    private HttpResponse<InputStream> send(String key, long offset, int count)
+    private <T> HttpResponse<T> send(String key, long offset, int count, HttpResponse.BodyHandler<T> handler)
             throws IOException, InterruptedException {
         String objectKey = location.root.isEmpty() ? key : location.root + "/" + key;
         String path = "/" + SigV4.uriEncode(s3.bucket, false) + "/" + SigV4.uriEncode(objectKey, true);
@@ -184,7 +251,7 @@ final class S3Objects implements TierObjects {
             request.header("authorization", SigV4.authorization("GET", path, "", headers, SigV4.EMPTY_PAYLOAD_SHA256,
                     s3.accessKey, s3.secretKey, s3.region, "s3"));
         }
-        return client().send(request.build(), HttpResponse.BodyHandlers.ofInputStream());
+        return client().send(request.build(), handler);
     }
 
     /** The Host header HttpClient sends for `uri`: the host, and the port unless it is the scheme's default. */

@@ -19,6 +19,11 @@ interface Segment extends AutoCloseable {
     default void readAhead(long from, long end) {
     }
 
+    /** How many bytes a walk reads at once: LogReader.READ_CHUNK_BYTES from a file, a range from an object. */
+    default int readBytes() {
+        return LogReader.READ_CHUNK_BYTES;
+    }
+
     /** Read [at, at + count) of the log into into[intoAt, intoAt + count); IOException when the file ends first. */
     void read(long at, byte[] into, int intoAt, int count, String what) throws IOException;
 
