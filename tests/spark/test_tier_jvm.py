@@ -161,17 +161,15 @@ def test_columns_and_the_store_label_of_several_tiers(spark, jvm_reader, tiered,
     assert from_tier == [(r["commitlog_offset"], r["topic"], r["body"]) for r in tiered.expected()]
 
 
+@pytest.mark.parametrize("tiered", ["file"], indirect=True)
 def test_hadoops_filesystem_reads_a_file_tier(spark, jvm_reader, tiered):
     """tier.io=hadoop: the objects through Hadoop's LocalFileSystem, positioned reads; the same rows."""
-    if not tiered.uri.startswith("file:"):
-        pytest.skip("Hadoop's S3 filesystem (s3a) is not on Spark's classpath")
     assert read_rows(spark, tiered.uri, **{"tier.io": "hadoop"}) == tiered.expected()
 
 
+@pytest.mark.parametrize("tiered", ["s3"], indirect=True)
 def test_s3_settings_from_the_options(spark, jvm_reader, tiered):
     """The URI names only the bucket and prefix; the endpoint, region and keys come from the reader's options."""
-    if not tiered.uri.startswith("s3:"):
-        pytest.skip("S3 settings")
     parts = urllib.parse.urlsplit(tiered.uri)
     bare = f"s3://{parts.hostname}{parts.path}"
     query = dict(urllib.parse.parse_qsl(parts.query))
@@ -285,6 +283,18 @@ def test_a_location_without_a_manifest_or_a_stream_is_refused(spark, jvm_reader,
             query.awaitTermination(120)
     finally:
         query.stop()
+
+
+@pytest.mark.parametrize("uri, said", [
+    ("gs://bucket/prefix", "Hadoop's FileSystem cannot open the tier gs://bucket/prefix"),
+    (f"s3://k:{SECRET}@bucket/prefix?endpoint=x", "unexpected query parameter 'endpoint'"),
+    (f"s3://k:{SECRET}@bucket/prefix?endpoint_override=127.0.0.1:9&scheme=http",
+     "GET s3://bucket/prefix/tier/manifest.json failed 4 times"),
+    ("file://host/dir", "a file tier URI is file:///absolute/directory")], ids=["gs", "query", "no server", "host"])
+def test_a_location_that_cannot_be_read_is_refused_with_the_reason(spark, jvm_reader, uri, said):
+    with pytest.raises(Exception) as refused:
+        spark.read.format("commitlog").load(uri).count()
+    assert said in str(refused.value) and SECRET not in str(refused.value)
 
 
 # --- the signer -----------------------------------------------------------------------------------------------

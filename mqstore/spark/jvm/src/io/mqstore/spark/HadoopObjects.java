@@ -49,7 +49,7 @@ final class HadoopObjects {
         } catch (LinkageError e) {
             throw new SourceException("the tier " + location.uri + " needs Hadoop's FileSystem API, which is not on "
                     + "the classpath (" + e + "); file:// and s3:// tiers are read without it");
-        } catch (IOException e) {
+        } catch (IOException | RuntimeException e) {  // no FileSystem for the scheme, or its class is missing
             throw new SourceException("Hadoop's FileSystem cannot open the tier " + location.uri + ": " + e.getMessage()
                     + " (a scheme without a FileSystem needs its connector's jar on spark.jars)");
         }
