@@ -29,6 +29,8 @@ import java.util.Set;
  *                                               so a false cut is an error, never a wrong row
  *   small segments                              grouped, so each core gets about PARTITIONS_PER_CORE partitions
  *   a read of at most SMALL_READ_BYTES_PER_CORE a core  one partition a core
+ *   a tier (load of a tier URI)                 the segments its manifest lists (TierManifest), all sealed: the
+ *                                               written end is the tier's end, no walk; cuts found by range reads
  * </pre>
  *
  * The walk to the written end: {@link LogEnd}. ConsumeQueue reads for a topic filter and segments skipped by time:
