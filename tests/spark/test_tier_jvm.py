@@ -19,8 +19,8 @@ import pytest
 from mqstore import MessageStore
 from mqstore.store.scan import scan_store
 from mqstore.tier import manifest as manifest_module
-from mqstore.tier.location import TierLocation
-from mqstore.tier.manifest import MANIFEST_KEY, segment_key
+from mqstore.tier.location import TierLocation, crc32
+from mqstore.tier.manifest import MANIFEST_KEYS, segment_key
 from tests.conftest import wait_until
 from tests.spark.test_scan_parity import rows_by_offset
 from tests.tier.conftest import S3_BUCKET, S3_REGION, S3Server
@@ -256,24 +256,50 @@ def manifest_variants(document: dict) -> dict[str, bytes]:
     }
 
 
+def slot(document: bytes) -> bytes:
+    """`document` in a manifest slot's CRC-checked wrapper (manifest.py's slot_bytes, for any bytes)."""
+    return b'{"manifest":' + document + b',"crc32":"%08x"}' % crc32(document)
+
+
 def test_a_bad_manifest_is_refused_as_manifest_py_refuses_it(spark, jvm_reader, tiered, tmp_path):
     from mqstore.commitlog.errors import CorruptionError
 
     uri, location = copy_tier(tiered, tmp_path)
-    document = json.loads(location.read_all(MANIFEST_KEY))
-    for name, raw in manifest_variants(document).items():
+    newest = manifest_module.load(location)
+    for listed in MANIFEST_KEYS:
+        location.delete(listed)
+    key = MANIFEST_KEYS[0]  # one slot, not generation 1's (alone and spoiled, that is a torn first write: no tier)
+    document = json.loads(newest.to_json())
+    variants = {name: slot(raw) for name, raw in manifest_variants(document).items()}
+    variants["torn"] = slot(json.dumps(document).encode())[:-7]
+    variants["a flipped byte"] = slot(json.dumps(document).encode()).replace(b'"version"', b'"versioN"')
+    for name, raw in variants.items():
         with pytest.raises(CorruptionError) as python:
-            manifest_module.parse(raw, location.display(MANIFEST_KEY))
+            manifest_module.parse_slot(raw, location.display(key))
         assert python.value.rule == "tier.manifest", name
-        put_object(location, MANIFEST_KEY, raw)
-        assert outcome(spark, uri) == ("tier.manifest", location.display(MANIFEST_KEY), 0), name
-    put_object(location, MANIFEST_KEY, json.dumps(document).encode())
+        put_object(location, key, raw)
+        assert outcome(spark, uri) == ("tier.manifest", location.display(key), 0), name
+    location.delete(key)
+    put_object(location, MANIFEST_KEYS[newest.generation % 2], manifest_module.slot_bytes(newest))
     assert read_rows(spark, uri) == tiered.expected()  # the copy itself was sound
+
+
+def test_a_torn_newest_slot_is_passed_over_for_the_other(spark, jvm_reader, tiered, tmp_path):
+    uri, location = copy_tier(tiered, tmp_path)
+    newest = manifest_module.load(location)
+    older = manifest_module.Manifest(store=newest.store, generation=newest.generation + 1, written_ms=1,
+                                     segments=newest.segments[:1])
+    put_object(location, MANIFEST_KEYS[older.generation % 2], manifest_module.slot_bytes(older))
+    assert read_rows(spark, uri) == tiered.expected(end_offset=manifest_module.load(location).end)  # the newer one wins
+    whole = manifest_module.slot_bytes(older)
+    put_object(location, MANIFEST_KEYS[older.generation % 2], whole[: len(whole) // 2])  # torn: the other is read
+    assert read_rows(spark, uri) == tiered.expected()
 
 
 def test_a_location_without_a_manifest_or_a_stream_is_refused(spark, jvm_reader, tiered, tmp_path):
     uri, location = copy_tier(tiered, tmp_path)
-    location.delete(MANIFEST_KEY)
+    for key in MANIFEST_KEYS:
+        location.delete(key)
     with pytest.raises(Exception, match="no tier manifest at") as refused:
         spark.read.format("commitlog").load(uri).count()
     assert SECRET not in str(refused.value)
@@ -289,7 +315,7 @@ def test_a_location_without_a_manifest_or_a_stream_is_refused(spark, jvm_reader,
     ("gs://bucket/prefix", "Hadoop's FileSystem cannot open the tier gs://bucket/prefix"),
     (f"s3://k:{SECRET}@bucket/prefix?endpoint=x", "unexpected query parameter 'endpoint'"),
     (f"s3://k:{SECRET}@bucket/prefix?endpoint_override=127.0.0.1:9&scheme=http",
-     "GET s3://bucket/prefix/tier/manifest.json failed 4 times"),
+     "GET s3://bucket/prefix/tier/manifest.0.json failed 4 times"),
     ("file://host/dir", "a file tier URI is file:///absolute/directory")], ids=["gs", "query", "no server", "host"])
 def test_a_location_that_cannot_be_read_is_refused_with_the_reason(spark, jvm_reader, uri, said):
     with pytest.raises(Exception) as refused:

@@ -18,11 +18,11 @@ import java.util.concurrent.Future;
  * latency and transfer overlap the decoding, and a task waits for one range only at the start of a piece. A
  * read that does not start where the ranges in flight do reads by itself (those ranges are dropped, and so are
  * their errors: the walk never asked for them). Ranges are read one after another (parallel GETs were slower
- * against the test server, decision 0050), and the segment's own reads and its close first wait for them, so
+ * against the test server, decision 0051), and the segment's own reads and its close first wait for them, so
  * one TierObjects serves them all.
  */
 final class ObjectSegment implements Segment {
-    // one GET, as much as a local walk reads at once; 4 MiB ranges, four in flight, measured slower (decision 0050)
+    // one GET, as much as a local walk reads at once; 4 MiB ranges, four in flight, measured slower (decision 0051)
     static final int RANGE_BYTES = LogReader.READ_CHUNK_BYTES;
     static final int READ_AHEAD_RANGES = 2;  // in flight a segment: the next two of the walk
     private static final ExecutorService READ_AHEAD = Executors.newCachedThreadPool(task -> {

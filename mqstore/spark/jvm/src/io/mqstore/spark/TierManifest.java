@@ -12,20 +12,26 @@ import java.util.Map;
 import java.util.regex.Pattern;
 
 /**
- * A tier's manifest, tier/manifest.json, read and checked as mqstore/tier/manifest.py reads it (the layout and
- * the validity rule are documented there; this class holds the same checks). A manifest is valid iff (1) it is a
- * JSON object with format "mqstore-tier" and version 1, (2) every number is an int in its range (offsets and sizes
+ * A tier's manifest, read and checked as mqstore/tier/manifest.py reads it (the layout and the validity rule are
+ * documented there; this class holds the same checks). Generation g is in the slot tier/manifest.(g % 2).json,
+ * each slot `{"manifest":DOCUMENT,"crc32":"<8 hex>"}` with the CRC-32 of DOCUMENT's bytes; the newest whole slot
+ * is the manifest. A slot is valid iff (0) it has that wrapper and its CRC-32 matches, (1) DOCUMENT is a JSON
+ * object with format "mqstore-tier" and version 1, (2) every number is an int in its range (offsets and sizes
  * 0..2^63-1, checksums 0..2^32-1, the store block's settings in theirs), (3) segments are sorted and contiguous,
- * each base a multiple of the segment size, (4) queue and index file names are the 20- and 17-digit names the
- * store uses, sorted, topics are valid topic names and queue ids at most 7 digits, (5) a queue file holds at most
- * consume_queue_entries_per_file units. Anything else is a CorruptLogException with rule `tier.manifest` naming
- * the manifest's object. Only the segments and the store block are kept: this reader walks the log.
+ * each base a multiple of the segment size, (4) queues_end is at most the tier's end, null only with no queue file
+ * listed, (5) queue and index file names are the 20- and 17-digit names the store uses, sorted, topics are valid
+ * topic names and queue ids at most 7 digits, (6) a queue file holds at most consume_queue_entries_per_file units.
+ * Anything else is a CorruptLogException with rule `tier.manifest` naming the slot's object. A spoiled slot beside
+ * a whole one is a write a crash tore: the whole one is read. Only the segments and the store block are kept:
+ * this reader walks the log.
  *
  * The tier's end is the end of its last segment; every segment is sealed (its records end with RocketMQ's
  * end-of-file blank), so the tier is a store with no writer whose written end is that end.
  */
 final class TierManifest {
-    static final String KEY = "tier/manifest.json";
+    static final String[] KEYS = {"tier/manifest.0.json", "tier/manifest.1.json"};  // generation g: KEYS[g % 2]
+    static final byte[] SLOT_HEAD = "{\"manifest\":".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+    static final int SLOT_TAIL_BYTES = ",\"crc32\":\"00000000\"}".length();
     static final String FORMAT = "mqstore-tier";
     static final int VERSION = 1;
     static final int BYTES_MAX = 1 << 30;  // manifest.py's MANIFEST_BYTES_MAX
@@ -59,19 +65,62 @@ final class TierManifest {
         return bases.length == 0 ? 0 : Math.addExact(bases[bases.length - 1], segmentSize);
     }
 
-    /** The manifest of the tier at `location`; SourceException when it has none (not a tier, nothing uploaded). */
+    /** The newest whole manifest slot of the tier at `location`; SourceException when it has none (not a tier,
+     * nothing uploaded), CorruptLogException when no slot is whole. */
     static TierManifest load(TierLocation location, TierObjects objects) {
-        byte[] raw;
-        try {
-            raw = objects.readAll(KEY, BYTES_MAX);
-        } catch (IOException e) {
-            throw new SourceException("cannot read the tier manifest " + location.display(KEY) + ": " + e.getMessage());
+        TierManifest newest = null;
+        CorruptLogException spoiled = null;
+        int present = 0;
+        String spoiledKey = null;
+        for (String key : KEYS) {
+            byte[] raw;
+            try {
+                raw = objects.readAll(key, BYTES_MAX);
+            } catch (IOException e) {
+                throw new SourceException("cannot read the tier manifest " + location.display(key) + ": "
+                        + e.getMessage());
+            }
+            if (raw == null) {
+                continue;
+            }
+            present++;
+            try {
+                TierManifest found = parseSlot(raw, location.display(key));
+                if (newest == null || found.generation > newest.generation) {
+                    newest = found;
+                }
+            } catch (CorruptLogException e) {
+                spoiled = e;
+                spoiledKey = key;
+            }
         }
-        if (raw == null) {
-            throw new SourceException("no tier manifest at " + location.display(KEY) + ": " + location.uri + " is not a "
-                    + "tier, or its store has uploaded nothing yet");
+        if (newest != null) {
+            return newest;
         }
-        return parse(raw, location.display(KEY));
+        if (present == 2 || (spoiled != null && !spoiledKey.equals(KEYS[1]))) {
+            throw spoiled;  // only generation 1's slot, alone and spoiled, is a torn first write: no manifest yet
+        }
+        throw new SourceException("no tier manifest at " + location.display(KEYS[0]) + " or " + KEYS[1] + ": "
+                + location.uri + " is not a tier, or its store has uploaded nothing yet");
+    }
+
+    /** A manifest from a slot's bytes: the wrapper and its CRC-32 checked, then the document (parse). */
+    static TierManifest parseSlot(byte[] raw, String where) {
+        Checks checks = new Checks(where);
+        int head = SLOT_HEAD.length;
+        if (raw.length < head + SLOT_TAIL_BYTES || !java.util.Arrays.equals(raw, 0, head, SLOT_HEAD, 0, head)) {
+            throw checks.bad("not a manifest slot (" + raw.length + " bytes: torn or damaged)");
+        }
+        int tail = raw.length - SLOT_TAIL_BYTES;
+        String tailText = new String(raw, tail, SLOT_TAIL_BYTES, java.nio.charset.StandardCharsets.ISO_8859_1);
+        String listed = tailText.length() == SLOT_TAIL_BYTES && tailText.startsWith(",\"crc32\":\"")
+                && tailText.endsWith("\"}") ? tailText.substring(10, 18) : "";
+        java.util.zip.CRC32 crc = new java.util.zip.CRC32();
+        crc.update(raw, head, tail - head);
+        if (!listed.matches("[0-9a-f]{8}") || Long.parseLong(listed, 16) != crc.getValue()) {
+            throw checks.bad("its CRC-32 '" + listed + "' does not match its document (torn or damaged)");
+        }
+        return parse(java.util.Arrays.copyOfRange(raw, head, tail), where);
     }
 
     private static final class Checks {
@@ -153,7 +202,16 @@ final class TierManifest {
         long generation = checks.number(document.get("generation"), "generation", 0, Long.MAX_VALUE);
         checks.number(document.get("written_ms"), "written_ms", 0, Long.MAX_VALUE);
         long[] bases = segments(checks, document.get("segments"), segmentSize);
-        queues(checks, document.get("queues"), entriesPerFile);
+        boolean anyQueueFile = queues(checks, document.get("queues"), entriesPerFile);
+        JsonNode queuesEnd = document.get("queues_end");
+        if (queuesEnd == null || queuesEnd.isNull()) {
+            if (anyQueueFile) {
+                throw checks.bad("queues_end is null while queue files are listed");
+            }
+        } else {
+            long end = bases.length == 0 ? 0 : bases[bases.length - 1] + segmentSize;
+            checks.number(queuesEnd, "queues_end", 0, end);
+        }
         index(checks, document.get("index"));
         return new TierManifest(generation, segmentSize, bases, recordCrcFrom);
     }
@@ -179,7 +237,9 @@ final class TierManifest {
         return bases.stream().mapToLong(Long::longValue).toArray();
     }
 
-    private static void queues(Checks checks, JsonNode queues, long entriesPerFile) {
+    /** Checks the queues object; whether it lists any queue file. */
+    private static boolean queues(Checks checks, JsonNode queues, long entriesPerFile) {
+        boolean any = false;
         if (queues == null || !queues.isObject()) {
             throw checks.bad("queues must be an object");
         }
@@ -212,9 +272,11 @@ final class TierManifest {
                     previous = name;
                     checks.number(row.get(1), "entries of " + name, 0, entriesPerFile);
                     checks.number(row.get(2), "a CRC-32", 0, CRC_MAX);
+                    any = true;
                 }
             }
         }
+        return any;
     }
 
     private static void index(Checks checks, JsonNode rows) {
