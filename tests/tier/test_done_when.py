@@ -1,7 +1,7 @@
 """Issue 31's end to end: a store with a tier runs the demo's workload, seals and uploads everything, drops its
 local history, and every message is still read back byte for byte through the API and the command line (from local
 queue files and the tier's segments) and through scan() from the bucket alone, and RocketMQ 4.4.0 reads a
-downloaded copy of the bucket."""
+downloaded copy of the bucket. Spark from the bucket alone: tests/spark/test_tier_done_when.py."""
 
 from __future__ import annotations
 
