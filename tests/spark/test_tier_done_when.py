@@ -4,11 +4,16 @@ alone (tests/tier/test_done_when.py does the API, the command line, scan() and R
 
 from __future__ import annotations
 
+import pytest
+
 from tests.tier.conftest import (
     s3_server,  # noqa: F401 - the fixture, used through tier_uri
     tier_uri,  # noqa: F401 - a fixture, parametrised over file:// and S3
 )
 from tests.tier.test_done_when import MESSAGES, expected_messages, offloaded  # noqa: F401 - a fixture
+
+# about a minute over its two tiers: `make test-long` (CI runs it after `make test`)
+pytestmark = pytest.mark.long
 
 
 def test_spark_reads_every_message_from_the_bucket_alone(spark, jvm_reader, offloaded):  # noqa: F811

@@ -19,6 +19,9 @@ from tests.tier.test_uploader import SEGMENT, tier_config
 
 MESSAGES = 3000
 
+# about a minute over its two tiers: `make test-long` (CI runs it after `make test`)
+pytestmark = pytest.mark.long
+
 
 def expected_messages() -> dict[tuple[str, int], list]:
     """The demo's messages by queue, in put order."""
