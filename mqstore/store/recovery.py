@@ -111,6 +111,7 @@ from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.flush.checkpoint import CHECKPOINT_DAMAGED_FILE_NAME, CHECKPOINT_DTYPE, Checkpoint
 from mqstore.store.markers import remove_marker, write_marker
 from mqstore.store.repair import count_dropped
+from mqstore.store.tier_history import TierHistory
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ class RecoveryCase(StrEnum):
     INDEX_CUT = "INDEX_CUT"
     INDEX_INCONSISTENT = "INDEX_INCONSISTENT"
     CHECKPOINT_REPLACED = "CHECKPOINT_REPLACED"
+    TIER_REPLAYED = "TIER_REPLAYED"
+    TIER_UNREADABLE = "TIER_UNREADABLE"
 
 
 @dataclass
@@ -147,7 +150,8 @@ class RecoveryReport:
     """What open() found and did; `MessageStore.recovery_report`.
 
     `case` is the log's row; `file_cases` ("commitlog/<segment>" -> SEGMENT_*), `queue_cases` ("topic/queue_id"
-    -> QUEUE_*), `index_case` and `checkpoint_case` the other rows that applied. `cases()` lists them all."""
+    -> QUEUE_*), `index_case`, `checkpoint_case` and `tier_case` the other rows that applied. `cases()` lists them
+    all."""
 
     case: RecoveryCase = RecoveryCase.NEW_STORE
     crashed: bool = False
@@ -173,11 +177,17 @@ class RecoveryReport:
     dropped_offset_last: int | None = None
     dropped_files: list[str] = field(default_factory=list)  # the store's files cut, moved or resized
     repair_dir: str | None = None  # where repair kept what it cut (mqstore/store/repair.py), or None
+    # A store with a tier (mqstore/store/tier_history.py): TIER_REPLAYED, TIER_UNREADABLE, or None (not needed).
+    tier_case: RecoveryCase | None = None
+    tier_replayed_from: int | None = None  # where the re-dispatch from the tier's segments started
+    tier_messages_redispatched: int = 0  # of messages_redispatched, those read from the tier
+    tier_problem: str | None = None  # why the tier could not be read
+    tier_not_checked: list[str] = field(default_factory=list)  # what recovery could not check or rebuild from it
 
     def cases(self) -> list[RecoveryCase]:
         """Every row of the table that applied, the log's first."""
         found = [self.case, *self.file_cases.values(), *self.queue_cases.values(), self.index_case,
-                 self.checkpoint_case]
+                 self.checkpoint_case, self.tier_case]
         return list(dict.fromkeys(case for case in found if case is not None))
 
     def as_dict(self) -> dict:
@@ -201,11 +211,13 @@ def note_queue_rebuilt(report: RecoveryReport, topic: str, queue_id: int) -> Non
 
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
-            repair: bool, check_crc: bool, salvage=None, checkpoint_damage: str | None = None) -> RecoveryReport:
+            repair: bool, check_crc: bool, salvage=None, checkpoint_damage: str | None = None,
+            tier: TierHistory | None = None) -> RecoveryReport:
     """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's, from
     `dispatch_start(report, ...)`. `salvage` (mqstore.store.repair.Salvage, with repair) keeps what a cut drops.
     `checkpoint_damage` says why the checkpoint was replaced by zeros (corrupt, or missing while the log has
-    segments), if it was: it then cannot tell how far the log was flushed."""
+    segments), if it was: it then cannot tell how far the log was flushed. `tier` is the store's tier's history
+    below the local log (mqstore/store/tier_history.py), for a store with a tier."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
     if checkpoint_damage is None:
@@ -218,8 +230,8 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
     walked = _recover_log(commitlog, checkpoint, queues, report, crashed=crashed, repair=repair, check_crc=check_crc,
                           with_index=index is not None, queue_ends=ends, salvage=salvage,
                           checkpoint_damage=checkpoint_damage)
-    _recover_queues(commitlog, queues, report, crashed=crashed, walked=walked)
-    _rebuild_queues_missing_first_files(commitlog, queues, report)
+    _recover_queues(commitlog, queues, report, crashed=crashed, walked=walked, tier=tier)
+    _rebuild_queues_missing_first_files(commitlog, queues, report, tier)
     if report.queues_rebuilt:
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
         checkpoint.reset_logical_times()
@@ -233,12 +245,14 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
 
 
 def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: ConsumeQueueTable, index, *,
-                   crashed: bool) -> int:
-    """Where dispatch resumes after `recover`: at or before the first message a queue or the index lacks."""
+                   crashed: bool, checkpoint: Checkpoint | None = None, tier: TierHistory | None = None) -> int:
+    """Where dispatch resumes after `recover`: at or before the first message a queue or the index lacks. With a
+    tier holding the history below the local log, that may be below the local log's start: the caller then
+    re-dispatches from the tier's segments up to it first (row TIER_REPLAYED)."""
     log_min = commitlog.min_offset()
     dispatched = max(queues.max_commitlog_end(), log_min)
     if report.queues_rebuilt or queues.corrupt:
-        dispatched = log_min
+        dispatched = _history_floor(report, tier, log_min, "the rebuilt consume queues' entries")
     elif crashed:
         # Queue pages may have been lost in any queue: replay from where the recovery scan started (the
         # checkpoint says everything before was on disk); dispatchers skip the entries they already have.
@@ -247,21 +261,62 @@ def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: Consume
         dispatched = min(dispatched, report.replay_from)
     if index is not None:
         # The index resumes at (or past) the message it indexed last, or rebuilds from the start.
-        dispatched = max(min(dispatched, _index_resume(commitlog, index)), log_min)
+        # With every index entry below the local log on disk (retention removes a segment only then, and the cut
+        # and the checks above lower index_flushed_end when they drop one), nothing below it is to add.
+        whole_below_log = checkpoint is not None and checkpoint.index_flushed_end >= log_min
+        resume = _index_resume(commitlog, index, None if whole_below_log else tier)
+        if whole_below_log:
+            resume = max(resume, log_min)
+        floor = log_min if resume >= log_min else _history_floor(
+            report, tier, log_min, f"the index's keys of the records from commitlog offset {resume}")
+        dispatched = max(min(dispatched, resume), floor)
     return dispatched
 
 
-def _index_resume(commitlog: CommitLog, index) -> int:
+def _history_floor(report: RecoveryReport, tier: TierHistory | None, log_min: int, what: str) -> int:
+    """The lowest offset a re-dispatch can start at: the tier's start when it holds the history below the local log,
+    else the local log's; a tier that cannot be read is reported (`what` is not re-dispatched below the log)."""
+    start = tier.start() if tier is not None else None
+    if start is not None:
+        return start
+    if tier is not None and tier.problem is not None:
+        note_tier_unreadable(report, tier, f"{what}: not re-dispatched below the local log's start {log_min}")
+    return log_min
+
+
+def note_tier_unreadable(report: RecoveryReport, tier: TierHistory, what: str) -> None:
+    """Row TIER_UNREADABLE: `what` recovery could not check or rebuild because the tier could not be read."""
+    report.tier_case = RecoveryCase.TIER_UNREADABLE
+    report.tier_problem = tier.problem
+    report.tier_not_checked.append(what)
+    log.warning("recovery without the tier %s (%s): %s", tier.reader.location.uri, tier.problem, what)
+
+
+def note_tier_replayed(report: RecoveryReport, start: int, records: int) -> None:
+    """Row TIER_REPLAYED: the engine re-dispatched `records` from the tier's segments from `start` on."""
+    if report.tier_case is None:
+        report.tier_case = RecoveryCase.TIER_REPLAYED
+    report.tier_replayed_from = start if report.tier_replayed_from is None else min(report.tier_replayed_from, start)
+    report.tier_messages_redispatched += records
+
+
+def _index_resume(commitlog: CommitLog, index, tier: TierHistory | None = None) -> int:
     """Where dispatch must resume for the index: at the message it indexed last while that message may lack
     some of its keys (a crash between two of them), past it when the index holds every one (any clean stop),
-    so that a reopen re-dispatches nothing the queues and the index already have."""
+    so that a reopen re-dispatches nothing the queues and the index already have. A message below the local log
+    is read from the tier's history (one range read)."""
     end = index.max_indexed_offset
     if index.entry_count == 0 or end >= commitlog.readable_end():
         return end
-    try:
-        message = commitlog.read(end)
-    except (CorruptionError, InvalidMessageError):
-        return end  # _recover_index cuts the index where no message starts; the replay settles the rest
+    if end < commitlog.min_offset():
+        message = tier.message_at(end) if tier is not None else None
+        if message is None:
+            return end
+    else:
+        try:
+            message = commitlog.read(end)
+        except (CorruptionError, InvalidMessageError):
+            return end  # _recover_index cuts the index where no message starts; the replay settles the rest
     properties = message.properties
     key_count = (properties.get(fmt.PROPERTY_UNIQ_KEY) is not None) + sum(
         1 for key in properties.get(fmt.PROPERTY_KEYS, "").split(fmt.KEY_SEPARATOR) if key)
@@ -778,21 +833,17 @@ def _data_extents(fd: int | None, low: int, high: int):
 
 
 def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport, *, crashed: bool,
-                    walked: WalkedQueues) -> None:
+                    walked: WalkedQueues, tier: TierHistory | None) -> None:
     for (topic, queue_id), error in list(queues.corrupt.items()):
-        log.warning("rebuilding consume queue %s/%d from the CommitLog: %s", topic, queue_id, error)
-        queues.remove(topic, queue_id)
-        note_queue_rebuilt(report, topic, queue_id)
+        _rebuild_queue(queues, report, (topic, queue_id), f"{error}", tier)
     end = report.log_end
     for (topic, queue_id), queue in list(queues.queues.items()):
         past = queue.offsets_past(end)
         if len(past) and (report.case == "CLEAN" or int(past.min()) < end):
             # What the cut would drop is not a tail of entries for records past the log's end (which a crash
             # leaves): an entry is damaged, and cutting there would hide the good entries after it for good.
-            log.warning("rebuilding consume queue %s/%d: %d entries from one pointing at %d do not end by the "
-                        "log's end %d", topic, queue_id, len(past), int(past[0]), end)
-            queues.remove(topic, queue_id)
-            note_queue_rebuilt(report, topic, queue_id)
+            _rebuild_queue(queues, report, (topic, queue_id), f"{len(past)} entries from one pointing at "
+                           f"{int(past[0])} do not end by the log's end {end}", tier)
             continue
         dropped = queue.truncate_past(end)
         if dropped:
@@ -804,22 +855,40 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
             why = f"it has {queue.max_offset - walked_end} entries past its last message in the log"
         if why is not None:
             # Derived data naming records that are not its own: rebuilt, never kept (repair appends after it).
-            log.warning("rebuilding consume queue %s/%d: %s", topic, queue_id, why)
-            queues.remove(topic, queue_id)
-            note_queue_rebuilt(report, topic, queue_id)
+            _rebuild_queue(queues, report, (topic, queue_id), why, tier)
             continue
         if (crashed or report.case != RecoveryCase.CLEAN) and queue.max_offset > queue.min_offset \
-                and not _last_entry_matches(commitlog, queue):
-            log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)
-            queues.remove(topic, queue_id)
-            note_queue_rebuilt(report, topic, queue_id)
+                and not _last_entry_matches(commitlog, queue, tier, report):
+            _rebuild_queue(queues, report, (topic, queue_id), "its last entry does not match the log", tier)
 
 
-def _last_entry_matches(commitlog: CommitLog, queue) -> bool:
+def _rebuild_queue(queues: ConsumeQueueTable, report: RecoveryReport, key: tuple[str, int], why: str,
+                   tier: TierHistory | None) -> None:
+    """Row QUEUE_REBUILT: delete the queue; dispatch rebuilds it from the start of the log, or of the tier's history
+    below it (TIER_REPLAYED). With a tier that cannot be read, StoreIOError first, the queue kept (TIER_UNREADABLE:
+    a queue rebuilt from the local log alone would lose its history for good)."""
+    if tier is not None:
+        tier.require(f"rebuild consume queue {key[0]}/{key[1]} ({why})")
+    log.warning("rebuilding consume queue %s/%d: %s", key[0], key[1], why)
+    queues.remove(*key)
+    note_queue_rebuilt(report, *key)
+
+
+def _last_entry_matches(commitlog: CommitLog, queue, tier: TierHistory | None, report: RecoveryReport) -> bool:
+    """Whether a queue's last entry names its record: in the local log, or below it in the tier's history (one
+    range read). An entry the tier cannot check (it cannot be read, or its record there is damaged) is kept and
+    reported (TIER_UNREADABLE): retention removed its segment only once the entry was on disk."""
     unit = queue.read(queue.max_offset - 1, 1)
     if not len(unit):
         return False
     offset, size = int(unit["commitlog_offset"][0]), int(unit["size"][0])
+    if offset < commitlog.min_offset() and tier is not None:
+        matches = tier.entry_matches(offset, size, queue.topic, queue.queue_id, queue.max_offset - 1)
+        if matches is None:
+            note_tier_unreadable(report, tier, f"consume queue {queue.topic}/{queue.queue_id}: its last entry (record "
+                                               f"at commitlog offset {offset}, in the tier) kept unchecked")
+            return True
+        return matches
     if offset < commitlog.min_offset() or offset + size > commitlog.readable_end():
         return False
     try:
@@ -830,8 +899,8 @@ def _last_entry_matches(commitlog: CommitLog, queue) -> bool:
             and message.queue_offset == queue.max_offset - 1)
 
 
-def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQueueTable,
-                                        report: RecoveryReport) -> None:
+def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport,
+                                        tier: TierHistory | None) -> None:
     """Row QUEUE_REBUILT for a queue whose first file is missing while the log still holds its messages.
 
     Retention deletes a queue file only once every message it names is below the log's start, so a queue whose
@@ -858,10 +927,8 @@ def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQue
             key = (names[topic_id], queue_id)
             if key in candidates and commitlog_offset < candidates[key]:
                 del candidates[key]
-                log.warning("rebuilding consume queue %s/%d: its first file is missing, the log still holds "
-                            "message %d of it", key[0], key[1], commitlog_offset)
-                queues.remove(*key)
-                note_queue_rebuilt(report, *key)
+                _rebuild_queue(queues, report, key, f"its first file is missing, the log still holds message "
+                                                    f"{commitlog_offset} of it", tier)
         if batch.error is not None or batch.end_offset == offset:
             break
         offset = batch.end_offset
