@@ -860,6 +860,34 @@ class MessageStore(Reads, IndexLookups):
             self._index_flushable.flush()
         self._checkpoint_queues()
 
+    def _flush_entries(self) -> int:
+        """Flush the ConsumeQueues and the index now and write the checkpoint; returns the dispatched offset read
+        before: every queue and index entry of the records below it is on disk, and the checkpoint's
+        index_flushed_end says so. Retention with a tier calls it before a segment leaves local disk, so that no
+        crash recovery has to add entries below the local log (mqstore/store/retention.py)."""
+        self._refuse_writes()
+        dispatched = self._dispatch.dispatched_offset
+        try:
+            if self._follows_queues:
+                flushed = self._dispatch.flush(CLOSE_DISPATCH_TIMEOUT_S)
+                if self._dispatch.flush_failure is not None:
+                    raise self._dispatch.flush_failure
+                if not flushed:
+                    raise StoreError(f"the queues of {self.root_dir} were not flushed: "
+                                     f"{self._dispatch.error or 'the dispatch process did not answer'}")
+            else:
+                self._queues.flush()
+                if self._index is not None:
+                    self._index_flushable.flush()
+                self._checkpoint_queues()
+            if self._index is not None:
+                self._checkpoint.update(index_flushed_end=dispatched)
+                self._checkpoint.flush()
+        except FlushFailedError as exc:
+            self._flush_failed(exc)
+            raise
+        return dispatched
+
     # --- reading -------------------------------------------------------------------------------------------
     def wait_dispatched(self, timeout_s: float | None = None) -> bool:
         """Block until everything put so far is visible to get(); False on timeout or dispatch failure."""

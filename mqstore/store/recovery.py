@@ -40,17 +40,19 @@ a segment is missing between two others                   | SEGMENT_MISSING    |
                                                           |                    | repair=True: cut the log at the gap,
                                                           |                    | move the later segments to the folder
 a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      | delete that queue, rebuild it from
-  entry does not match the record it points to, or it has |   (per queue)      | the CommitLog
-  entries past the log's end that no crash explains (any  |                    |
-  after a clean stop; one whose record starts inside the  |                    |
-  log), or dispatch finds it ends before entries the log  |                    |
-  holds, or its first file is missing while the log still |                    |
-  holds messages of it (not retention: that deletes a     |                    |
-  queue file only once all its messages are gone), or an  |                    |
-  entry of a walked record names another position or size |                    |
-  (a file of another queue), or it has entries past its   |                    |
-  last message in the walked log (derived data naming     |                    |
-  records not its own is rebuilt, never kept)             |                    |
+  entry does not match the record it points to (with a    |   (per queue)      | the CommitLog (from the tier's start
+  tier, one below the local log is read back from the     |                    | when the tier holds the history below
+  tier: one range read), or it has entries past the log's |                    | the local log: TIER_REPLAYED)
+  end that no crash explains (any after a clean stop; one |                    |
+  whose record starts inside the log), or dispatch finds  |                    |
+  it ends before entries the log holds, or its first file |                    |
+  is missing while the log still holds messages of it     |                    |
+  (not retention: that deletes a queue file only once all |                    |
+  its messages are gone), or an entry of a walked record  |                    |
+  names another position or size (a file of another       |                    |
+  queue), or it has entries past its last message in the  |                    |
+  walked log (derived data naming records not its own is  |                    |
+  rebuilt, never kept)                                    |                    |
 a ConsumeQueue has entries for records past the end of a  | QUEUE_TRUNCATED    | drop those entries
   crashed (or repaired) log                               |   (per queue)      |
 the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
@@ -61,7 +63,8 @@ an index file breaks its format rule (1)-(3)              | INDEX_REBUILT      |
   lost, stale or torn, in any file, not only the newest)  |                    | that may hold later entries (and the
                                                           |                    | newest) entry by entry, cut at the
                                                           |                    | first bad one, delete the files after
-                                                          |                    | it; re-dispatch the rest
+                                                          |                    | it; re-dispatch the rest (from below
+                                                          |                    | the local log: TIER_REPLAYED)
 no `abort` marker; an index file's header disagrees with  | INDEX_INCONSISTENT | check that file entry by entry, cut it
   its entries or its place (rules 7, 8: a zeroed tail     |                    | at the first bad entry, delete later
   under a header counting it, an older file not full), or |                    | files; cut where no message starts;
@@ -72,6 +75,21 @@ a corrupt checkpoint (rules 1-2 of flush/checkpoint.py), | CHECKPOINT_REPLACED| 
   flushed offset inside a record; a missing one while the |                    | CRASH_CORRUPT, not a torn tail. The
   log has segments (it is made before the first); or the  |                    | marker `checkpoint.damaged` says so
   marker an open that found one so left                   |                    | until a recovery completes
+a store with a tier: a queue rebuild, an index rebuild or | TIER_REPLAYED      | re-dispatch the tier's segment objects
+  an index cut reaches below the local log's first        |                    | (mqstore/store/tier_history.py: range
+  segment, whose records only the tier holds (a queue or  |                    | reads, CRCs checked) from there up to
+  index file damaged, a crash with a replaced checkpoint; |                    | the local log into the queues and the
+  not a plain crash: retention removes a segment only once|                    | index, then the local log as always
+  its queue and index entries are on disk)                |                    |
+a store with a tier: recovery needs its history below the | TIER_UNREADABLE    | a last entry it cannot check is kept
+  local log and the tier cannot be read (a crash or damage|                    | (its segment left only once it was on
+  during an outage; a tier refused as another store's; a  |                    | disk); a queue rebuild raises
+  damaged record or manifest) or does not hold it         |                    | StoreIOError before anything changes
+                                                          |                    | (rebuilt from the local log alone the
+                                                          |                    | queue would lose its history); index
+                                                          |                    | keys below the local log are not
+                                                          |                    | re-dispatched. `tier_not_checked`
+                                                          |                    | names each, and the log warns
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
 after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
@@ -80,6 +98,19 @@ segment holding the checkpoint's flushed offset (store times come from a clock t
 is exact). Records are checked with rules (1)-(4) and (6) of commitlog/format.py and, with
 check_crc_on_recover, their CRCs (rules 5 and 6). After a crash a ConsumeQueue may run ahead of the durable
 log (it is flushed on its own schedule), so only the checkpoint's flushed offset says the log goes on there.
+
+With a tier (docs/tier.md), retention removes segments from local disk once the tier's manifest lists them and keeps
+the ConsumeQueue and index files that point into them, so entries may name records only the tier holds. Three
+rules keep recovery from taking them for damage or losing them: (1) retention removes a segment only once the queue
+and index entries of its records are flushed (mqstore/store/retention.py; the checkpoint's index_flushed_end is then
+past the segment), so a crash's cuts and replays stay in the local log, and a crash needs the tier only to check a
+queue's last entry below the local log (one range read: a quiet topic's queue, all of whose records left local
+disk, is not rebuilt); (2) what only damage causes (a queue rebuilt, an index rebuilt or cut below the local log, a
+replaced checkpoint) is re-dispatched from the tier's segment objects, from the tier's start (a queue rebuild: the
+whole tier is read, its size divided by the object store's read rate) or from where the index ends, up to the local
+log (TIER_REPLAYED); (3) nothing only the tier could rebuild is destroyed while the tier cannot be read
+(TIER_UNREADABLE). A damaged tier object met by a re-dispatch raises CorruptionError naming the object and the
+position in it; `mqstore tier verify` finds such objects.
 
 Repair: repair=True walks the whole log (a segment cut short is first extended with zeros) and cuts the log at
 the first bad record, dropping everything after it; records are never skipped, so the log stays a valid chain
@@ -250,9 +281,10 @@ def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: Consume
     tier holding the history below the local log, that may be below the local log's start: the caller then
     re-dispatches from the tier's segments up to it first (row TIER_REPLAYED)."""
     log_min = commitlog.min_offset()
+    floor = log_min  # the lowest offset dispatch may start at: the local log's start, or the tier's below it
     dispatched = max(queues.max_commitlog_end(), log_min)
     if report.queues_rebuilt or queues.corrupt:
-        dispatched = _history_floor(report, tier, log_min, "the rebuilt consume queues' entries")
+        dispatched = floor = _history_floor(report, tier, log_min, "the rebuilt consume queues' entries")
     elif crashed:
         # Queue pages may have been lost in any queue: replay from where the recovery scan started (the
         # checkpoint says everything before was on disk); dispatchers skip the entries they already have.
@@ -267,8 +299,9 @@ def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: Consume
         resume = _index_resume(commitlog, index, None if whole_below_log else tier)
         if whole_below_log:
             resume = max(resume, log_min)
-        floor = log_min if resume >= log_min else _history_floor(
-            report, tier, log_min, f"the index's keys of the records from commitlog offset {resume}")
+        if resume < floor:
+            floor = _history_floor(report, tier, log_min, f"the index's keys of the records from commitlog offset "
+                                                          f"{resume}")
         dispatched = max(min(dispatched, resume), floor)
     return dispatched
 
@@ -287,9 +320,9 @@ def _history_floor(report: RecoveryReport, tier: TierHistory | None, log_min: in
 def note_tier_unreadable(report: RecoveryReport, tier: TierHistory, what: str) -> None:
     """Row TIER_UNREADABLE: `what` recovery could not check or rebuild because the tier could not be read."""
     report.tier_case = RecoveryCase.TIER_UNREADABLE
-    report.tier_problem = tier.problem
+    report.tier_problem = report.tier_problem or tier.problem
     report.tier_not_checked.append(what)
-    log.warning("recovery without the tier %s (%s): %s", tier.reader.location.uri, tier.problem, what)
+    log.warning("recovery without the tier %s: %s", tier.reader.location.uri, what)
 
 
 def note_tier_replayed(report: RecoveryReport, start: int, records: int) -> None:
@@ -883,10 +916,10 @@ def _last_entry_matches(commitlog: CommitLog, queue, tier: TierHistory | None, r
         return False
     offset, size = int(unit["commitlog_offset"][0]), int(unit["size"][0])
     if offset < commitlog.min_offset() and tier is not None:
-        matches = tier.entry_matches(offset, size, queue.topic, queue.queue_id, queue.max_offset - 1)
+        matches, why = tier.entry_matches(offset, size, queue.topic, queue.queue_id, queue.max_offset - 1)
         if matches is None:
-            note_tier_unreadable(report, tier, f"consume queue {queue.topic}/{queue.queue_id}: its last entry (record "
-                                               f"at commitlog offset {offset}, in the tier) kept unchecked")
+            note_tier_unreadable(report, tier, f"consume queue {queue.topic}/{queue.queue_id}: its last entry, for the "
+                                               f"record at commitlog offset {offset}, kept unchecked ({why})")
             return True
         return matches
     if offset < commitlog.min_offset() or offset + size > commitlog.readable_end():

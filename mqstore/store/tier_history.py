@@ -158,24 +158,35 @@ class TierHistory:
         return start
 
     def entry_matches(self, commitlog_offset: int, size: int, topic: str, queue_id: int,
-                      queue_offset: int) -> bool | None:
-        """Whether the tier's record at `commitlog_offset` is the queue entry (size, topic, queue id, queue offset);
-        False when no record of the tier starts there, None when the tier cannot tell (not readable, or the record
-        there is damaged: the tier's fault, not the entry's)."""
+                      queue_offset: int) -> tuple[bool | None, str | None]:
+        """(whether the tier's record at `commitlog_offset` is that queue entry: its size, topic, queue id and queue
+        offset, why not when it cannot tell). False also below the tier's start (the record is gone for good) and
+        where no record starts; None where the tier cannot tell: it cannot be read, it does not reach the offset
+        (a store's history the tier should hold and does not), or its record there is damaged (the tier's fault,
+        not the entry's)."""
         try:
-            message = self.reader.read(commitlog_offset)
-        except InvalidMessageError:
-            return False  # not in the tier: the entry names nothing the store holds
-        except CorruptionError as exc:
-            if exc.not_a_record:
-                return False
-            self._failed(exc)
-            return None
+            manifest = self.reader.manifest()
         except TIER_READ_ERRORS as exc:
             self._failed(exc)
-            return None
+            return None, f"the tier cannot be read: {exc}"
+        if manifest is not None and manifest.start is not None and commitlog_offset < manifest.start:
+            return False, None
+        if manifest is None or manifest.segment_at(commitlog_offset) is None:
+            return None, "the tier does not hold it"
+        try:
+            message = self.reader.read(commitlog_offset)
+        except CorruptionError as exc:
+            if exc.not_a_record:
+                return False, None
+            self._failed(exc)
+            return None, f"the tier's record there is damaged: {exc}"
+        except TIER_READ_ERRORS as exc:
+            self._failed(exc)
+            return None, f"the tier cannot be read: {exc}"
+        except InvalidMessageError as exc:
+            return None, str(exc)
         return (message.size_bytes == size and message.topic == topic and message.queue_id == queue_id
-                and message.queue_offset == queue_offset)
+                and message.queue_offset == queue_offset), None
 
     def message_at(self, commitlog_offset: int) -> StoredMessage | None:
         """The tier's message at `commitlog_offset`, or None (none there, or the tier cannot be read)."""
