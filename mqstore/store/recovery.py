@@ -48,7 +48,9 @@ a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      |
   it ends before entries the log holds, or its first file |                    |
   is missing while the log still holds messages of it     |                    |
   (not retention: that deletes a queue file only once all |                    |
-  its messages are gone), or an entry of a walked record  |                    |
+  its messages are gone; with a tier, none) or the tier's |                    |
+  manifest lists an earlier file of it (or the queue,     |                    |
+  missing), or an entry of a walked record                |                    |
   names another position or size (a file of another       |                    |
   queue), or it has entries past its last message in the  |                    |
   walked log (derived data naming records not its own is  |                    |
@@ -263,6 +265,8 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
                           checkpoint_damage=checkpoint_damage)
     _recover_queues(commitlog, queues, report, crashed=crashed, walked=walked, tier=tier)
     _rebuild_queues_missing_first_files(commitlog, queues, report, tier)
+    if tier is not None:
+        _rebuild_queues_the_tier_lists_earlier(queues, report, tier)
     if report.queues_rebuilt:
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
         checkpoint.reset_logical_times()
@@ -930,6 +934,27 @@ def _last_entry_matches(commitlog: CommitLog, queue, tier: TierHistory | None, r
         return False
     return (message.size_bytes == size and message.topic == queue.topic and message.queue_id == queue.queue_id
             and message.queue_offset == queue.max_offset - 1)
+
+
+def _rebuild_queues_the_tier_lists_earlier(queues: ConsumeQueueTable, report: RecoveryReport,
+                                           tier: TierHistory) -> None:
+    """Row QUEUE_REBUILT for a queue whose first file (or every file) local disk lacks while the tier's manifest
+    lists an earlier one of it: with a tier, retention deletes no queue file, so the file was lost to damage, and the
+    records it named may be in the tier only (where `_rebuild_queues_missing_first_files` cannot see them). One look
+    at the manifest, which lists the queue files uploaded up to its queues_end (docs/tier.md)."""
+    if tier.start() is None:
+        if tier.problem is not None:
+            note_tier_unreadable(report, tier, "consume queue files missing on local disk: not looked for in the "
+                                               "tier's manifest")
+        return
+    manifest = tier.reader.manifest()
+    for key, listed in sorted(manifest.queues.items()):
+        queue = queues.queues.get(key)
+        local_first = queue.files[0].base_offset if queue is not None and queue.files else None
+        if listed and (local_first is None or int(listed[0].name) < local_first) and \
+                f"{key[0]}/{key[1]}" not in report.queues_rebuilt:
+            _rebuild_queue(queues, report, key, f"the tier lists its file {listed[0].name}, which local disk lacks "
+                                                f"(its first file is {local_first})", tier)
 
 
 def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport,

@@ -35,6 +35,7 @@ from mqstore.commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, parse_records
 from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError, InvalidMessageError, StoreIOError
 from mqstore.commitlog.message import StoredMessage
 from mqstore.tier import manifest as manifest_module
+from mqstore.tier.location import crc32
 from mqstore.tier.manifest import Manifest, TierSegment
 from mqstore.tier.reader import TierReader
 
@@ -127,6 +128,7 @@ class TierHistory:
         self.position: int | None = None  # redispatch: the start of the batch being dispatched
         self.records_dispatched = 0  # by redispatch, over this open
         self.range_reads = 0  # by redispatch
+        self._log_checked = False  # the tier was found to continue this store's log (`_another_log`)
 
     def _failed(self, exc: BaseException) -> None:
         if self.problem is None:
@@ -136,12 +138,17 @@ class TierHistory:
     def start(self) -> int | None:
         """Where the history below the local log starts: the tier's start when the tier holds the log below the
         local log's first segment, else None (the local log starts at 0, the tier holds nothing below it, or the
-        tier cannot be read: then `problem` says why)."""
+        tier cannot be read or is not this store's: then `problem` says why)."""
         local_min = self.commitlog.min_offset()
         if local_min == 0 or self.problem is not None:
             return None
         try:
             start = self.reader.history_start(local_min)
+            if not self._log_checked:
+                other = _another_log(self.reader.manifest(), self.commitlog)
+                if other is not None:
+                    raise ConfigMismatchError(f"the tier is not this store's: {other}")
+                self._log_checked = True
         except TIER_READ_ERRORS as exc:
             self._failed(exc)
             return None
@@ -164,11 +171,10 @@ class TierHistory:
         where no record starts; None where the tier cannot tell: it cannot be read, it does not reach the offset
         (a store's history the tier should hold and does not), or its record there is damaged (the tier's fault,
         not the entry's)."""
-        try:
-            manifest = self.reader.manifest()
-        except TIER_READ_ERRORS as exc:
-            self._failed(exc)
-            return None, f"the tier cannot be read: {exc}"
+        self.start()  # the tier is read, and checked to be this store's, once
+        if self.problem is not None:
+            return None, f"the tier cannot be read: {self.problem}"
+        manifest = self.reader.manifest()
         if manifest is not None and manifest.start is not None and commitlog_offset < manifest.start:
             return False, None
         if manifest is None or manifest.segment_at(commitlog_offset) is None:
@@ -190,6 +196,8 @@ class TierHistory:
 
     def message_at(self, commitlog_offset: int) -> StoredMessage | None:
         """The tier's message at `commitlog_offset`, or None (none there, or the tier cannot be read)."""
+        if self.start() is None:
+            return None
         try:
             return self.reader.read(commitlog_offset)
         except InvalidMessageError:
@@ -254,6 +262,30 @@ class TierHistory:
         finally:
             image.close()
         return done
+
+
+def _another_log(manifest: Manifest | None, commitlog: CommitLog) -> str | None:
+    """Why the tier of `manifest` cannot be this store's history, or None: its end lies past the local log's, or
+    below the local log's start, or the last segment both hold differs (one local segment's CRC-32, compared with
+    the manifest's), as the uploader checks (mqstore/tier/uploader.py) once it runs: recovery may not rebuild queues
+    from another store's log. A tier that ends where the local log starts cannot be told from this store's."""
+    if manifest is None or not manifest.segments:
+        return None
+    end = commitlog.readable_end()
+    if end < manifest.end:
+        return f"it holds the log up to commitlog offset {manifest.end}, past this store's end {end}"
+    common = [segment for segment in commitlog.segments.segments
+              if manifest.segment_at(segment.base_offset) is not None]
+    local_min = commitlog.min_offset()
+    if not common:
+        if local_min > manifest.end:
+            return (f"it ends at commitlog offset {manifest.end}, below the local log's start {local_min}: the "
+                    "segments between are in neither")
+        return None
+    segment = common[-1]
+    if crc32(segment.view[: segment.size_bytes]) != manifest.segment_at(segment.base_offset).crc32:
+        return f"its segment {fmt.segment_name(segment.base_offset)} differs from the local one"
+    return None
 
 
 def _check_more_to_read(image: _SegmentImage, position: int) -> None:

@@ -31,12 +31,12 @@ QUIET_COUNT = 20
 ORDERS_COUNT = 600
 
 
-def offloaded(root, config, seed: int) -> dict:
+def offloaded(root, config, seed: int, orders: int = ORDERS_COUNT) -> dict:
     """Fill the store (module docstring), remove every uploaded segment, close it; each queue's messages."""
     with MessageStore.open(root, config) as store:
         store.put_batch([Message(QUIET[0], b"e%d" % n + b"." * 200, queue_id=QUIET[1], keys=[f"early-{n}"])
                          for n in range(QUIET_COUNT)])
-        put_orders(store, random.Random(seed), ORDERS_COUNT)
+        put_orders(store, random.Random(seed), orders)
         assert store.wait_dispatched(10)
         wait_uploaded(store, sealed_end(store))
         report = store.clean_expired()
@@ -215,7 +215,8 @@ def test_an_unreadable_tier_keeps_a_quiet_queue_unchecked_and_says_so(tmp_path):
     with MessageStore.open(root, config) as store:
         report = store.recovery_report
         assert report.tier_case is RecoveryCase.TIER_UNREADABLE and "StoreIOError" in report.tier_problem
-        assert len(report.tier_not_checked) == 1 and "early/0" in report.tier_not_checked[0]
+        unchecked, not_looked_for = report.tier_not_checked
+        assert "early/0" in unchecked and "kept unchecked" in unchecked and "not looked for" in not_looked_for
         assert not report.queues_rebuilt and store.max_offset(*QUIET) == QUIET_COUNT
     reconnect(tmp_path / "tier")
     with MessageStore.open(root, config) as store:
@@ -246,6 +247,23 @@ def test_a_rebuild_that_needs_an_unreadable_tier_is_refused_and_changes_nothing(
         assert_reads_all(store, expected)
 
 
+def test_a_queue_file_the_tier_lists_and_local_disk_lacks_is_rebuilt_from_the_tier(tmp_path):
+    """QUEUE_REBUILT: with a tier, retention deletes no queue file, so a first file (or a whole queue) that local
+    disk lacks while the tier's manifest lists it was lost to damage, though its records are only in the tier."""
+    root = tmp_path / "store"
+    config = tier_config((tmp_path / "tier").as_uri(), file_reserved_hours=0)
+    expected = offloaded(root, config, 62)
+    files = sorted((root / "consumequeue" / "orders" / "2").iterdir())
+    assert len(files) > 1
+    files[0].unlink()  # the queue now starts at its second file, at an entry whose record only the tier holds
+    shutil.rmtree(quiet_queue_file(root).parent)
+    with MessageStore.open(root, config) as store:
+        report = store.recovery_report
+        assert report.queue_cases == {"orders/2": RecoveryCase.QUEUE_REBUILT, "early/0": RecoveryCase.QUEUE_REBUILT}
+        assert report.tier_case is RecoveryCase.TIER_REPLAYED
+        assert_reads_all(store, expected)
+
+
 def test_a_damaged_tier_segment_stops_the_replay_with_an_error_naming_the_object(tmp_path):
     root = tmp_path / "store"
     config = tier_config((tmp_path / "tier").as_uri(), file_reserved_hours=0)
@@ -261,3 +279,20 @@ def test_a_damaged_tier_segment_stops_the_replay_with_an_error_naming_the_object
         MessageStore.open(root, config)
     assert raised.value.path.endswith(manifest_module.segment_key(0))
     assert raised.value.offset == victim.commitlog_offset and raised.value.rule == "commitlog.5"
+
+
+def test_another_stores_tier_is_not_taken_for_the_history(tmp_path):
+    """TIER_UNREADABLE: a tier_uri naming another store's tier of the same format (one with the same first messages,
+    whose segments reach past this log's) is not read as this store's history: nothing is checked or rebuilt from
+    it."""
+    config = tier_config((tmp_path / "tier").as_uri(), file_reserved_hours=0)
+    other = tier_config((tmp_path / "other-tier").as_uri(), file_reserved_hours=0)
+    expected = offloaded(tmp_path / "store", config, 60)
+    offloaded(tmp_path / "other", other, 61, orders=2 * ORDERS_COUNT)
+    crash_after_close(tmp_path / "store")
+    with MessageStore.open(tmp_path / "store", other) as store:
+        report = store.recovery_report
+        assert report.tier_case is RecoveryCase.TIER_UNREADABLE and "not this store's" in report.tier_problem
+        assert not report.queues_rebuilt and store.max_offset(*QUIET) == QUIET_COUNT
+    with MessageStore.open(tmp_path / "store", config) as store:
+        assert_reads_all(store, expected)
