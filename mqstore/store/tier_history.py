@@ -99,8 +99,11 @@ class _SegmentImage:
                 self._handle.close()
             except OSError:
                 pass
-        self.view.release()
-        self.array = None  # the mapping goes with the last view of it (a batch may still hold one)
+        try:
+            self.view.release()
+        except BufferError:
+            pass  # a batch still holds a slice of it: the mapping goes with the last view of it
+        self.array = None
 
 
 class _ImageLog:
