@@ -17,9 +17,11 @@ name records below the local log's first segment. It reads them here, through th
     re-dispatch holds at most about two windows of a segment whatever its size. The reader's block cache is
     bypassed: a stream would only evict what reads use.
 
-A tier that cannot be read (down, refused as another store's, its manifest damaged) is not the history's absence:
-`start()` then answers None and `problem` says why; `require(what)` raises StoreIOError for a decision that would
-otherwise destroy what only the tier can rebuild (recovery.py, TIER_UNREADABLE).
+Before any of these, the tier must continue this store's log, as the uploader checks once it runs: its end within
+the local log's, and the last segment both hold the same bytes (one local segment's CRC-32 against the manifest's,
+once an open). A tier that cannot be read (down, another store's, its manifest damaged) is not the history's
+absence: `start()` then answers None and `problem` says why; `require(what)` raises StoreIOError for a decision that
+would otherwise destroy what only the tier can rebuild (recovery.py, TIER_UNREADABLE).
 """
 
 from __future__ import annotations
