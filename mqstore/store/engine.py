@@ -137,6 +137,7 @@ class MessageStore(Reads, IndexLookups):
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
         self._checkpoint: Checkpoint | None = None
+        self._checkpoint_lock = threading.Lock()  # raises of the checkpoint's queue and index fields
         self._writer = threading.Lock()  # one put or put_batch appends at a time (the CommitLog's lock once open)
         self._put_common = None  # the compiled put, once open (CommitLog.compiled_put)
         self._tier_uploader: TierUploader | None = None  # a writer with a tier_uri
@@ -551,8 +552,9 @@ class MessageStore(Reads, IndexLookups):
 
     def _checkpoint_queues(self) -> None:
         """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""
-        checkpoint_logical_flush(self._checkpoint, self._queues, self._index_flushable,
-                                 physic_ms=self._commitlog.flushed_timestamp_ms)
+        with self._checkpoint_lock:  # the flusher's and _flush_entries' raises of index_flushed_end, one at a time
+            checkpoint_logical_flush(self._checkpoint, self._queues, self._index_flushable,
+                                     physic_ms=self._commitlog.flushed_timestamp_ms)
 
     def _take_lock(self) -> None:
         path = os.path.join(self.root_dir, "lock")
@@ -881,8 +883,9 @@ class MessageStore(Reads, IndexLookups):
                     self._index_flushable.flush()
                 self._checkpoint_queues()
             if self._index is not None:
-                self._checkpoint.update(index_flushed_end=dispatched)
-                self._checkpoint.flush()
+                with self._checkpoint_lock:
+                    self._checkpoint.update(index_flushed_end=dispatched)
+                    self._checkpoint.flush()
         except FlushFailedError as exc:
             self._flush_failed(exc)
             raise
