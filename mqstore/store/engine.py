@@ -137,6 +137,8 @@ class MessageStore(Reads, IndexLookups):
         self._group_commit: GroupCommitService | None = None
         self._services: list = []  # flush services and the allocator, stopped in reverse order at close
         self._checkpoint: Checkpoint | None = None
+        self._checkpoint_lock = threading.Lock()  # raises of the checkpoint's queue and index fields
+        self._index_missing = False  # index_enabled and the store had no index directory at open
         self._writer = threading.Lock()  # one put or put_batch appends at a time (the CommitLog's lock once open)
         self._put_common = None  # the compiled put, once open (CommitLog.compiled_put)
         self._tier_uploader: TierUploader | None = None  # a writer with a tier_uri
@@ -240,6 +242,8 @@ class MessageStore(Reads, IndexLookups):
         self._index = None
         self.index_rebuilt_because: str | None = None
         if config.index_enabled:
+            # An index directory gone (deleted, lost) holds no key: recovery must not trust index_flushed_end for it.
+            self._index_missing = not os.path.isdir(os.path.join(root, "index"))
             self._index = self._open_index()
             self._commitlog.unique_keys = None if self.read_only else UniqueKeyGenerator(born_raw[:4])
         if config.tier_uri is not None:
@@ -263,8 +267,8 @@ class MessageStore(Reads, IndexLookups):
         # Readers in other processes trust the queues below the mark; recovery may cut them, so: nothing known.
         self._mark = DispatchedMark(mark_path(root))
         self._mark.publish(0)
-        if self.index_rebuilt_because is not None:  # the new index holds nothing: no key of any message is on disk
-            self._checkpoint.lower_index_flushed_end(0)
+        if self.index_rebuilt_because is not None or self._index_missing:
+            self._checkpoint.lower_index_flushed_end(0)  # the new index holds nothing: no key of any message is on disk
             self._checkpoint.flush()
         history = self._tier_history = None if self._tier_reader is None else \
             TierHistory(self._tier_reader, self._commitlog)
@@ -551,8 +555,9 @@ class MessageStore(Reads, IndexLookups):
 
     def _checkpoint_queues(self) -> None:
         """After the queues are flushed: record both times and write the checkpoint (RocketMQ does it here)."""
-        checkpoint_logical_flush(self._checkpoint, self._queues, self._index_flushable,
-                                 physic_ms=self._commitlog.flushed_timestamp_ms)
+        with self._checkpoint_lock:  # the flusher's and _flush_entries' raises of index_flushed_end, one at a time
+            checkpoint_logical_flush(self._checkpoint, self._queues, self._index_flushable,
+                                     physic_ms=self._commitlog.flushed_timestamp_ms)
 
     def _take_lock(self) -> None:
         path = os.path.join(self.root_dir, "lock")
@@ -881,8 +886,9 @@ class MessageStore(Reads, IndexLookups):
                     self._index_flushable.flush()
                 self._checkpoint_queues()
             if self._index is not None:
-                self._checkpoint.update(index_flushed_end=dispatched)
-                self._checkpoint.flush()
+                with self._checkpoint_lock:
+                    self._checkpoint.update(index_flushed_end=dispatched)
+                    self._checkpoint.flush()
         except FlushFailedError as exc:
             self._flush_failed(exc)
             raise

@@ -162,6 +162,18 @@ def test_a_rebuilt_index_is_replayed_from_the_tier(tmp_path):
         assert_reads_all(store, expected)
 
 
+def test_an_index_directory_deleted_is_rebuilt_from_the_tier(tmp_path):
+    """TIER_REPLAYED: the way to add index keys an outage kept recovery from re-dispatching (docs/recovery.md)."""
+    root = tmp_path / "store"
+    config = tier_config((tmp_path / "tier").as_uri(), file_reserved_hours=0)
+    expected = offloaded(root, config, 63)
+    shutil.rmtree(root / "index")
+    with MessageStore.open(root, config) as store:
+        report = store.recovery_report
+        assert report.tier_case is RecoveryCase.TIER_REPLAYED and report.tier_replayed_from == 0
+        assert_reads_all(store, expected)
+
+
 def test_a_crash_with_a_replaced_checkpoint_replays_the_index_from_the_tier(tmp_path):
     """CHECKPOINT_REPLACED and TIER_REPLAYED: nothing says how far the index was flushed, so the crash cuts all of
     it, and the tier gives back the keys below the local log."""
