@@ -42,6 +42,15 @@ Options (names are case-insensitive; anything else is refused):
     maxRecordsPerTrigger   records                                  streaming: records per micro-batch, by count
     startingOffsets        earliest (default) | latest              streaming: where a new query starts
 
+A tier (docs/tier.md) is read straight from its object store, with no local copy and no writer running: give its
+URI as the path, `load("s3://bucket/prefix?region=...")` or `load("file:///dir")` (a list of paths may mix tiers
+and store directories; a glob is expanded for directories only). The driver reads the tier's manifest and plans
+partitions of its segments' byte ranges; each partition carries the URI, and the executor reading it opens the
+tier itself (credentials from pyarrow's usual configuration there, or from the URI) and reads its ranges with
+range reads of 16 MiB. A topic filter walks the segments and keeps the topic's records (the tier's queue images
+only cut long segments at record starts); batch reads only (a stream of a tier URI is refused). Errors name the
+object in the tier (redacted URI and key) and the byte position in it.
+
 Pushed filters: topic = / IN, queue_id = / IN, commitlog_offset and store_timestamp comparisons. Every pushed
 filter is applied to each record by the reader, planning only skips what provably holds no match, so a query
 gives the same rows with pushdown on or off. Other filters are left to Spark.
@@ -107,12 +116,14 @@ from mqstore.store.scan_options import (
     arrow_schema,
     check_schema,
     commitlog_schema,
+    is_tier_uri,
     parse_options,
     push_filters,
 )
 from mqstore.store.scan_plan import plan_batch, plan_store, plan_stream
 from mqstore.store.scan_read import admit, read_partition
 from mqstore.store.store_files import list_segments
+from mqstore.tier.location import redacted
 
 __all__ = ["CommitLogDataSource", "CommitLogSourceError", "PythonCommitLogDataSource", "commitlog_schema", "register"]
 
@@ -270,6 +281,10 @@ class CommitLogDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_options(self.options)
         check_schema(schema, options)
+        tiers = [redacted(ref.root) for ref in options.stores if is_tier_uri(ref.root)]
+        if tiers:
+            raise CommitLogSourceError(f"a streaming read of a tier is not supported: {', '.join(tiers)} (read it "
+                                       f"with spark.read, or stream the store's local directory)")
         return CommitLogStreamReader(options, schema)
 
 

@@ -879,8 +879,9 @@ class MessageStore(Reads, IndexLookups):
         from mqstore.store.scan import scan_store  # pyarrow work, imported when used
 
         self._check_open()
-        return scan_store(self.root_dir, topic=topic, queue_ids=queue_ids, start_offset=start_offset,
-                          end_offset=end_offset, start_time=start_time, end_time=end_time, columns=columns)
+        return scan_store(self.root_dir, tier=self._tier_reader, topic=topic, queue_ids=queue_ids,
+                          start_offset=start_offset, end_offset=end_offset, start_time=start_time, end_time=end_time,
+                          columns=columns)
 
     def stats(self) -> dict:
         """Positions, counts and lags of the store, as plain data."""

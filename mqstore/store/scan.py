@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from mqstore.commitlog.arrow_decode import STORE_COLUMN
 from mqstore.commitlog.errors import InvalidConfigError
-from mqstore.store.scan_options import RowFilter, StoreRef, _datetime_us
+from mqstore.store.scan_options import RowFilter, StoreRef, _datetime_us, is_tier_uri
 from mqstore.store.scan_plan import plan_batch
 from mqstore.store.scan_read import read_partition
 
@@ -96,10 +96,12 @@ def _time_us(name: str, value) -> int | None:
     raise InvalidConfigError(f"{name} must be a datetime or ms since the epoch, got {value!r}")
 
 
-def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None = None, **filters
+def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None = None, tier=None, **filters
                ) -> pa.RecordBatchReader:
     """The records of the store under `root` (read from its files: a writer may be appending) as a
-    RecordBatchReader; see the module's docstring. `label` adds the `store` column."""
+    RecordBatchReader; see the module's docstring. `label` adds the `store` column. `root` may be a tier's URI
+    (`s3://bucket/prefix?...`, `file:///dir`): the store is then read from the tier alone. `tier` is the local
+    store's tier (its TierReader, or a URI), read below the local log's start."""
     wanted = row_filter(**filters)
     schema = scan_schema(label is not None)
     names = list(schema.names) if columns is None else list(columns)
@@ -108,8 +110,9 @@ def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None 
         raise InvalidConfigError(f"unknown columns {unknown}; the columns are {', '.join(schema.names)}"
                                  if unknown else "columns is empty")
     out_schema = pa.schema([schema.field(name) for name in names])
-    partitions = plan_batch([StoreRef(os.path.abspath(os.fspath(root)), label)], wanted,
-                            partition_bytes_max=SCAN_PARTITION_BYTES_MAX)
+    root = os.fspath(root)
+    ref = StoreRef(root, label) if is_tier_uri(root) else StoreRef(os.path.abspath(root), label, tier)
+    partitions = plan_batch([ref], wanted, partition_bytes_max=SCAN_PARTITION_BYTES_MAX)
     return pa.RecordBatchReader.from_batches(out_schema, _batches(partitions, schema, wanted, names))
 
 
