@@ -32,6 +32,7 @@ from mqstore.commitlog import format as fmt
 from mqstore.commitlog.arrow_decode import (
     BUFFER_PAD_BYTES,
     NEXT_BLANK,
+    NEXT_DONE,
     NEXT_END,
     NEXT_MORE,
     Decoder,
@@ -193,7 +194,7 @@ class LocalSegment:
     """A local segment open for a walk: mapped and read where it lies. A piece's walk reads a segment through
     this or through a tier's SegmentObject (mqstore/tier/scan_source.py): `path` names it in errors, `chunk`
     gives a padded buffer of the next bytes, `read` reads bytes into a padded buffer (pread_segment's
-    contract), `prepare` says which bytes the walk will read."""
+    contract), `prepare` says which bytes the walk will read, `will_read` which chunk it likely reads next."""
 
     def __init__(self, path: str):
         self.path = path
@@ -212,6 +213,9 @@ class LocalSegment:
 
     def prepare(self, start: int, end: int) -> None:
         populate(self.mapped, start, end)
+
+    def will_read(self, at: int, want: int) -> None:
+        """Nothing to start ahead: the mapping is read where it lies."""
 
     def close(self) -> None:
         os.close(self.fd)
@@ -275,6 +279,9 @@ def _walk_piece(decoder: Decoder, source, segment_size: int, piece: Piece):
         want = min(piece.end - position, max(READ_CHUNK_BYTES, want_min))
         buf, want = source.chunk(position - piece.base, want, want_min)
         positions, following, state = locate_records(buf, want, position, segment_end, lenient=False, path=path)
+        if following and state in (NEXT_MORE, NEXT_DONE) and position + following < piece.end:
+            following_end = min(piece.end, position + following + READ_CHUNK_BYTES)  # the next chunk's bytes
+            source.will_read(position + following - piece.base, following_end - position - following)
         if len(positions):
             offsets = positions + position
             yield from decoder.decode(buf, positions, offsets, np.full(len(positions), segment_end), path)

@@ -26,7 +26,10 @@ one after must find a record there), so a wrong unit costs a CorruptionError, ne
 
 from __future__ import annotations
 
+import mmap
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +37,7 @@ import pyarrow as pa
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.arrow_decode import BUFFER_PAD_BYTES
 from mqstore.commitlog.errors import CorruptionError, StoreIOError
+from mqstore.commitlog.mapped_file import MADV_POPULATE_READ, PAGE_SIZE_BYTES, madvise
 from mqstore.consumequeue import format as queue_fmt
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation
@@ -46,8 +50,18 @@ QUEUE_SEARCH_READS_MAX = 24  # range reads one search makes at most (a damaged, 
 BOUNDARY_QUEUES_MAX = 4  # queues searched for a record start to cut a segment at
 LOCATIONS_KEPT_MAX = 16  # tiers a process keeps open (the least recently used goes)
 
+PREFETCH_THREADS = 4  # range reads started ahead of the walks of a process, at once, at most
+
 _locations: dict[str, TierLocation] = {}
 _locations_lock = threading.Lock()
+_prefetch: list[ThreadPoolExecutor] = []  # the process's pool of read-ahead threads, made at first use
+
+
+def _prefetch_pool() -> ThreadPoolExecutor:
+    with _locations_lock:
+        if not _prefetch:
+            _prefetch.append(ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="mqstore-tier-read"))
+        return _prefetch[0]
 
 
 def open_location(uri: str) -> TierLocation:
@@ -72,13 +86,22 @@ def segment_name_of(location: TierLocation, base_offset: int) -> str:
 
 
 class SegmentObject:
-    """One segment object of a tier, open for range reads into padded buffers (module docstring)."""
+    """One segment object of a tier, open for range reads into padded buffers (module docstring). An object of a
+    local filesystem (a `file://` tier) is read through a read-only mapping instead, as a local segment is
+    (decision 0042): no copy, its pages mapped in one call per piece (`prepare`); like a local segment's, a
+    file shrunk under the mapping would stop the process with SIGBUS (a tier's writer replaces objects by
+    renaming over them, which leaves the mapped file whole)."""
 
     def __init__(self, location: TierLocation, base_offset: int, size: int):
         self.location = location
         self.key = manifest_module.segment_key(base_offset)
         self.path = location.display(self.key)
         self.size = size  # as the manifest lists it
+        self._handle = self._mapped = None
+        self._ahead = None  # ((position, length), future of _view): the read will_read started
+        if location.filesystem.type_name == "local":
+            self._mapped = self._map(location.path(self.key))
+            return
         self._handle = location.open_input(self.key, size)
         try:
             found = self._handle.size()
@@ -87,10 +110,34 @@ class SegmentObject:
             raise StoreIOError(f"cannot read the size of {self.path}: {exc}") from exc
         if found != size:
             self.close()
-            raise CorruptionError(f"the tier object is {found} bytes, its manifest lists {size}", path=self.path,
-                                  offset=min(found, size), rule="tier.object-size")
+            raise self._size_error(found)
 
-    def _read_at(self, position: int, length: int):
+    def _size_error(self, found: int) -> CorruptionError:
+        return CorruptionError(f"the tier object is {found} bytes, its manifest lists {self.size}", path=self.path,
+                               offset=min(found, self.size), rule="tier.object-size")
+
+    def _map(self, local_path: str) -> np.ndarray:
+        try:
+            fd = os.open(local_path, os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise CorruptionError(f"the tier object {self.path} listed in the manifest is missing", path=self.path,
+                                  offset=0, rule="tier.object-missing") from exc
+        except OSError as exc:
+            raise StoreIOError(f"cannot open {self.path}: {exc.strerror}") from exc
+        try:
+            found = os.fstat(fd).st_size
+            if found != self.size:
+                raise self._size_error(found)
+            return np.frombuffer(mmap.mmap(fd, self.size, access=mmap.ACCESS_READ), dtype=np.uint8)
+        except (OSError, ValueError) as exc:
+            raise StoreIOError(f"cannot map {self.path}: {exc}") from exc
+        finally:
+            os.close(fd)
+
+    def _view(self, position: int, length: int) -> np.ndarray:
+        """Bytes [position, position + length) of the object (within it), as read or as mapped."""
+        if self._mapped is not None:
+            return self._mapped[position:position + length]
         try:
             data = self._handle.read_at(length, position)
         except (OSError, pa.ArrowException) as exc:
@@ -99,7 +146,7 @@ class SegmentObject:
             raise CorruptionError(f"the tier object ends at {position + len(data)}, before {position + length}: it "
                                   f"is shorter than the {self.size} bytes its manifest lists", path=self.path,
                                   offset=position + len(data), rule="tier.object-size")
-        return data
+        return np.frombuffer(data, dtype=np.uint8)
 
     def read(self, position: int, length: int, out: np.ndarray | None = None, out_at: int = 0) -> np.ndarray:
         """`length` bytes at `position` in one range read, into a new zero-padded array (or into `out` at
@@ -111,24 +158,56 @@ class SegmentObject:
             out = np.zeros(length + BUFFER_PAD_BYTES, dtype=np.uint8)
             out_at = 0
         if length:
-            out[out_at:out_at + length] = np.frombuffer(self._read_at(position, length), dtype=np.uint8)
+            out[out_at:out_at + length] = self._view(position, length)
         return out
 
     def chunk(self, position: int, want: int, want_min: int) -> tuple[np.ndarray, int]:
         """(buffer, length): `want` bytes at `position` followed by BUFFER_PAD_BYTES of the object's next bytes,
         as read (no copy); else, near the object's end, as many as leave that room (at least
         SHORTENED_READ_MIN_BYTES, never for a record that must be read whole, `want_min`); else a copy into a
-        zero-padded buffer."""
-        room = self.size - BUFFER_PAD_BYTES - position
-        if room >= want or (room >= SHORTENED_READ_MIN_BYTES and not want_min):
-            length = min(want, room)
-            return np.frombuffer(self._read_at(position, length + BUFFER_PAD_BYTES), dtype=np.uint8), length
+        zero-padded buffer. The read will_read started for the same bytes is taken when there is one."""
+        length = self._view_length(position, want, want_min)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead[0] == (position, length):
+                return ahead[1].result(), length  # raises what the read raised
+            ahead[1].cancel()
+        if length:
+            return self._view(position, length + BUFFER_PAD_BYTES), length
         return self.read(position, want), want
 
+    def _view_length(self, position: int, want: int, want_min: int) -> int:
+        """How many bytes chunk() gives as a view of the object (0: it copies `want` bytes instead)."""
+        room = self.size - BUFFER_PAD_BYTES - position
+        if room >= want or (room >= SHORTENED_READ_MIN_BYTES and not want_min):
+            return min(want, room)
+        return 0
+
+    def will_read(self, position: int, want: int) -> None:
+        """The walk's next chunk() will likely be (position, want): start that range read on a thread of
+        PREFETCH_THREADS, so that it runs while the walk decodes the chunk it has (one read ahead at most). A
+        mapped object needs none."""
+        length = self._view_length(position, want, 0)
+        if self._mapped is not None or not length or self._ahead is not None:
+            return
+        self._ahead = ((position, length), _prefetch_pool().submit(self._view, position, length + BUFFER_PAD_BYTES))
+
     def prepare(self, start: int, end: int) -> None:
-        """What a walk will read ([start, end) of the object): nothing to do ahead of the reads."""
+        """The walk will read [start, end) of the object: a mapped object's pages are mapped in one call
+        (MADV_POPULATE_READ, without the interpreter lock); nothing to do ahead of range reads."""
+        if self._mapped is None or madvise is None:
+            return
+        start -= start % PAGE_SIZE_BYTES
+        end = min(end, len(self._mapped))
+        if end > start:
+            madvise(self._mapped.ctypes.data + start, end - start, MADV_POPULATE_READ)  # an error: page faults
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead[1].cancel()  # a read under way ends on its own; its bytes are dropped
+            self._ahead = None
+        if self._handle is None:
+            return
         try:
             self._handle.close()
         except (OSError, pa.ArrowException):

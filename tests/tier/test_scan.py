@@ -115,6 +115,27 @@ def test_long_tier_segments_are_cut_at_record_starts_from_the_queue_images(tmp_p
     assert rows.equals(scan_store(root, end_offset=end).read_all())
 
 
+def test_reads_ahead_and_shortened_reads_give_the_same_rows(uploaded, monkeypatch):
+    """Chunks of a few KiB: each piece in many range reads, each started while the one before is decoded (or, for a
+    mapped file:// object, read where it lies), shortened near an object's end to keep the padding inside it."""
+    from mqstore.store import scan_read
+
+    root, uri, end = uploaded
+    monkeypatch.setattr(scan_read, "READ_CHUNK_BYTES", 5000)
+    monkeypatch.setattr(scan_source, "SHORTENED_READ_MIN_BYTES", 1000)
+    taken = []
+    chunk = scan_source.SegmentObject.chunk
+
+    def counted(self, position, want, want_min):
+        taken.append(self._ahead is not None and self._ahead[0][0] == position)
+        return chunk(self, position, want, want_min)
+
+    monkeypatch.setattr(scan_source.SegmentObject, "chunk", counted)
+    assert scan_store(uri).read_all().equals(local_rows(root, end))
+    assert len(taken) > 5 * end // SEGMENT
+    assert any(taken) == uri.startswith("s3:")  # read ahead from an object store only
+
+
 def test_store_scan_reads_the_history_retention_moved_to_the_tier(tmp_path, tier_uri):
     root = tmp_path / "store"
     rng = random.Random(53)
