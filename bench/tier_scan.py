@@ -41,7 +41,9 @@ from tier_upload import start_s3  # noqa: E402
 from users_rows import BODY_POOL, bodies, message  # noqa: E402
 
 from mqstore import MessageStore, StoreConfig  # noqa: E402
-from mqstore.store.scan import SCAN_THREADS, scan_store  # noqa: E402
+from mqstore.store.scan import SCAN_PARTITION_BYTES_MAX, SCAN_THREADS, row_filter, scan_store  # noqa: E402
+from mqstore.store.scan_options import StoreRef  # noqa: E402
+from mqstore.store.scan_plan import plan_batch  # noqa: E402
 from mqstore.tier import manifest as manifest_module  # noqa: E402
 from mqstore.tier import scan_source  # noqa: E402
 from mqstore.tier.location import TierLocation  # noqa: E402
@@ -107,6 +109,26 @@ def recorded_ranges(uri: str, **filters) -> list[list[tuple[str, int, int]]]:
     return [ranges for ranges in objects if ranges]
 
 
+def planning(uri: str) -> dict:
+    """Seconds to plan a full scan of the tier (manifest, queue-image searches for cuts) and its range reads."""
+    images = []
+    original = scan_source.QueueImages.__init__
+
+    def init(self, location, manifest):
+        original(self, location, manifest)
+        images.append(self)
+
+    scan_source.QueueImages.__init__ = init
+    try:
+        began = time.perf_counter()
+        partitions = plan_batch([StoreRef(uri, None)], row_filter(), partition_bytes_max=SCAN_PARTITION_BYTES_MAX)
+        seconds = time.perf_counter() - began
+    finally:
+        scan_source.QueueImages.__init__ = original
+    return {"seconds": seconds, "partitions": len(partitions),
+            "pieces": sum(len(p.pieces) for p in partitions), "queue_range_reads": sum(i.range_reads for i in images)}
+
+
 def raw_read(uri: str, objects: list[list[tuple[str, int, int]]]) -> tuple[float, int]:
     """(seconds, bytes) of reading the recorded ranges with pyarrow alone, an object's ranges in order on one
     handle, SCAN_THREADS objects at once."""
@@ -165,6 +187,7 @@ def main() -> int:
         log_bytes_per_row = end / rows_expected["full"]
         ranges = {(name, kind): recorded_ranges(uri, **filters) for name, uri in tiers.items()
                   for kind, filters in (("full", {}), ("topic", {"topic": TOPIC}))}
+        plans = {name: planning(uri) for name, uri in tiers.items()}
         load_before = os.getloadavg()[0]
         samples = []
         for number in range(rounds):
@@ -180,7 +203,7 @@ def main() -> int:
     result = {"command": " ".join(["python", "bench/tier_scan.py"] + sys.argv[1:]), "shape": shape,
               "rounds": rounds, "segments": len(manifest.segments), "rows": rows_expected,
               "log_bytes_per_row": log_bytes_per_row, "scan_threads": SCAN_THREADS, "medians": medians,
-              "samples": samples, "machine": platform.platform(), "cpus": os.cpu_count(),
+              "planning": plans, "samples": samples, "machine": platform.platform(), "cpus": os.cpu_count(),
               "load_before": load_before, "load_after": load_after, "python": platform.python_version(),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     text = render(result)
@@ -215,7 +238,11 @@ def render(result: dict) -> str:
                          f"{scan / local:.2f} |")
     lines += ["", "Targets (issue #31): tier scan >= 0.80 of the local scan and >= 0.80 of the raw read. The topic "
               "rows count matching rows: the tier scan walks every segment (a topic filter does not read through "
-              "the tier's queue images), the raw read replays the same reads.", ""]
+              "the tier's queue images), the raw read replays the same reads.", "",
+              "Planning a full scan of the tier (once, before the rounds): " + "; ".join(
+                  f"{name} {plan['seconds'] * 1000:.0f} ms, {plan['partitions']} partitions of {plan['pieces']} "
+                  f"pieces, {plan['queue_range_reads']} range reads of queue images for the cuts"
+                  for name, plan in result["planning"].items()) + ".", ""]
     return "\n".join(lines)
 
 

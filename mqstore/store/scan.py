@@ -14,6 +14,15 @@ scan when the extension is built). With more than one core, two partitions are r
 scan's own and handed on in log order (docs/decisions/0029-scan-reads-two-partitions-at-once.md). Bytes that
 break the format raise CorruptionError (file, offset, rule) from the reader; a segment deleted under a running
 scan raises StoreIOError. pyspark is not needed.
+
+A store's tier (docs/tier.md) is read too. `scan_store("s3://bucket/prefix?...")` (or `file:///dir`, any tier URI)
+reads a store from its tier alone, with no local copy and no writer: its manifest lists the segments (all sealed:
+the written end is the last one's end), which are read with range reads of 16 MiB (mqstore/tier/scan_source.py)
+into the same record walk and decoder, so the rows, filters and checks are a local scan's and an error names the
+object in the tier and the position in it. `MessageStore.scan()` of a store with a tier reads the tier's segments
+below the local log's start (what retention removed), then the local ones: every row once, in log order; a local
+segment retention removes while the scan runs is read from the tier's copy. A topic filter walks the tier's
+segments and keeps the topic's records (the local ConsumeQueues serve the local segments only).
 """
 
 from __future__ import annotations

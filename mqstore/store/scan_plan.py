@@ -25,8 +25,25 @@ How a store is planned (batch), case by case:
                                                       exactly on it
     small segments                                    grouped, so each core gets about two partitions
 
+How a tier is planned (a tier URI given as the store, or a local store's tier below its log's start):
+
+    CASE                                              DECISION
+    the tier's manifest (mqstore/tier/manifest.py)    the only knowledge of the tier: its segments, all sealed,
+                                                      are read up to their end-of-file blanks; no walk to an end
+    no manifest at a tier URI                         CommitLogSourceError: not a tier
+    a local store with a tier                         the tier's segments below the local log's start, when the
+                                                      tier reaches it (TierReader.history_start: the store's own
+                                                      tier, no gap), then the local segments; a local log
+                                                      starting at 0 does not ask the tier
+    a topic filter                                    the tier's segments walked, the topic's records kept
+    a time filter                                     as for local segments, by each object's first record (one
+                                                      small range read each)
+    a segment longer than the partition target        split at record starts from the local ConsumeQueues, else
+                                                      from the tier's queue images (scan_source.QueueImages)
+
 Every partition carries the byte ranges fixed here, so a read sees each store up to its end at planning time
-while a writer appends. A streaming micro-batch is planned from the offsets Spark gives (`plan_stream`).
+while a writer appends. A tier's partitions (scan_read.TierPartition) carry the tier's URI, which the process
+reading them opens. A streaming micro-batch is planned from the offsets Spark gives (`plan_stream`).
 """
 
 from __future__ import annotations
@@ -386,8 +403,8 @@ def _plans_of(ref: StoreRef) -> list[StorePlan]:
     if is_tier_uri(ref.root):
         return [_tier_plan(ref, open_tier(ref.root), None, None)]
     plan = plan_store(ref)
-    if ref.tier is None or not plan.segments.bases:
-        return [plan]
+    if ref.tier is None or not plan.segments.bases or plan.segments.start == 0:
+        return [plan]  # no history below the local log: the tier is not asked
     snapshot = _tier_below(ref.tier, plan.segments)
     if snapshot is None:
         return [plan]

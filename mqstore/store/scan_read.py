@@ -9,6 +9,12 @@ call by `populate`); only the records within BUFFER_PAD_BYTES of a file's end ar
 buffers. `written_end` finds where the last written segment's records end (the
 snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
 commitlog.arrow_decode's; files are read through mqstore.store.store_files.
+
+A `TierPartition` holds pieces of a tier's segment objects: the same walk (`_walk_piece`) reads them through a
+tier's SegmentObject (mqstore/tier/scan_source.py: range reads into padded buffers, or a mapping for a file://
+tier) instead of a LocalSegment, so every check applies and errors name the object. A LogPartition planned by
+store.scan() for a store with a tier reads a piece whose segment retention removed since planning from the
+tier's copy.
 """
 
 from __future__ import annotations
@@ -248,7 +254,12 @@ def _read_local_piece(decoder: Decoder, directory: str, partition: LogPartition,
 
 def _tier_copy(tier, base: int, segment_size: int) -> SegmentObject | None:
     """The tier's object of the segment at `base`, open, when `tier` (a TierReader) lists it; else None."""
-    manifest = tier.manifest() if tier is not None else None
+    if tier is None:
+        return None
+    manifest = tier.manifest()
+    if manifest is None or manifest.segment_at(base) is None:
+        tier.history_start(base + segment_size)  # loads the manifest again when it may have gained the segment
+        manifest = tier.manifest()
     if manifest is None or manifest.segment_at(base) is None or manifest.segment_size_bytes != segment_size:
         return None
     return SegmentObject(tier.location, base, segment_size)

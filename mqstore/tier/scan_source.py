@@ -216,15 +216,18 @@ class SegmentObject:
 
 def first_timestamps_us(location: TierLocation, manifest: Manifest, bases) -> dict[int, int | None]:
     """The store timestamp (microseconds) of the first record of each listed segment in `bases`: one small range
-    read each (None when the segment does not start with a version-1 message record)."""
-    found = {}
+    read each, PREFETCH_THREADS at once (None when the segment does not start with a version-1 message record)."""
     length = fmt.OFFSET_STORE_TIMESTAMP + 8
-    for base in bases:
+
+    def first(base: int) -> int | None:
         head = location.read_range(manifest_module.segment_key(base), manifest.segment_size_bytes, 0, length)
         _, magic = fmt.BLANK.unpack_from(head, 0)
-        found[base] = (fmt.struct.unpack_from(">q", head, fmt.OFFSET_STORE_TIMESTAMP)[0] * 1000
-                       if magic == fmt.MESSAGE_MAGIC_CODE else None)
-    return found
+        if magic != fmt.MESSAGE_MAGIC_CODE:
+            return None
+        return fmt.struct.unpack_from(">q", head, fmt.OFFSET_STORE_TIMESTAMP)[0] * 1000
+
+    bases = list(bases)
+    return dict(zip(bases, _prefetch_pool().map(first, bases)))
 
 
 class QueueImages:
