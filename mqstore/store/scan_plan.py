@@ -351,7 +351,8 @@ def _group_pieces(plan: StorePlan, pieces: list[Piece], target: int) -> list[Log
         crc_from = tier.manifest.store.get("record_crc_from_offset")
         location = tier.location if tier.uri is None else None
         return [TierPartition(tier.uri, ref.label, size, crc_from, tuple(p), location) for p in partitions]
-    return [LogPartition(ref.root, ref.label, size, tuple(p), ref.tier) for p in partitions]
+    fallback = None if isinstance(ref.tier, str) else ref.tier  # a TierReader: segments removed since are read there
+    return [LogPartition(ref.root, ref.label, size, tuple(p), fallback) for p in partitions]
 
 
 def plan_batch(stores, row_filter: RowFilter, *, partition_bytes_max: int = PARTITION_BYTES_MAX
@@ -432,8 +433,8 @@ def _tier_below(tier, segments: Segments) -> TierSnapshot | None:
         if manifest.segment_size_bytes != segments.segment_size:
             raise ConfigMismatchError(f"the tier {snapshot.location.uri} holds segments of "
                                       f"{manifest.segment_size_bytes} bytes, the store's are {segments.segment_size}")
-        start = manifest.start if manifest.start is not None and manifest.start <= segments.start <= (
-            manifest.end or 0) else None
+        reaches = manifest.start is not None and manifest.start <= segments.start <= manifest.end
+        start = manifest.start if reaches else None
     else:
         start = tier.history_start(segments.start)
         snapshot = TierSnapshot(tier.location, tier.manifest(), None) if start is not None else None

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 from mqstore.commitlog import format as fmt
 
-from mqstore import CorruptionError, MessageStore
+from mqstore import CorruptionError, MessageStore, StoreIOError
 from mqstore.store import scan_plan
 from mqstore.store.scan import row_filter, scan_store
 from mqstore.store.scan_errors import CommitLogSourceError
@@ -24,6 +24,7 @@ from mqstore.store.scan_read import LogPartition, TierPartition
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier import scan_source
 from mqstore.tier.location import TierLocation
+from tests.conftest import small_config
 from tests.spark.conftest import spark  # noqa: F401 - the session fixture of tests/spark
 from tests.tier.conftest import S3_KEY
 from tests.tier.test_reads import overwrite
@@ -156,6 +157,30 @@ def test_store_scan_reads_the_history_retention_moved_to_the_tier(tmp_path, tier
         pc.equal(before["topic"], TOPICS[0]), pc.greater_equal(before["commitlog_offset"], SEGMENT)))))
     with MessageStore.open(root, tier_config(tier_uri), read_only=True) as store:
         assert store.scan().read_all().equals(before)
+    assert scan_store(root, tier=tier_uri).read_all().equals(before)  # the tier given by its URI
+    assert scan_store(root).read_all().equals(before.filter(pc.greater_equal(before["commitlog_offset"], end)))
+
+
+class Unreachable:
+    """A tier reader whose tier cannot be read (every question raises)."""
+
+    location = None
+
+    def history_start(self, local_min):
+        raise StoreIOError("the tier is down")
+
+    manifest = history_start
+
+
+def test_a_store_whose_log_starts_at_zero_does_not_ask_its_tier(tmp_path):
+    root = tmp_path / "store"
+    with MessageStore.open(root, small_config()) as store:
+        put_messages(store, random.Random(55), 300)
+    rows = scan_store(root, tier=Unreachable()).read_all()
+    assert rows.num_rows == 300 and rows.equals(scan_store(root).read_all())
+    os.remove(root / "commitlog" / fmt.segment_name(0))  # now the history below the local log is the tier's
+    with pytest.raises(StoreIOError, match="the tier is down"):
+        scan_store(root, tier=Unreachable())
 
 
 def test_segments_removed_after_planning_are_read_from_the_tier(tmp_path, tier_uri):
