@@ -17,6 +17,10 @@ room, else a copy into a zero-padded buffer: the same rule as a mapped local seg
 bytes than asked (the object shrank) is `tier.object-size` too. Every error names the object
 (TierLocation.display(key)) and the byte position in it.
 
+A walk reads ahead: once it has located the records of the chunk in hand it says where the next chunk starts
+(`will_read`), and that range read runs on one of PREFETCH_THREADS threads while the chunk in hand is decoded. An
+object of a local filesystem (a `file://` tier) is mapped instead and read where it lies, as a local segment is.
+
 `QueueImages` finds record starts to cut a long segment at, for partitions of about equal size: the first unit at
 or after a commitlog offset in one of the largest queues, searched in windows of QUEUE_WINDOW_UNITS units of the
 queue's images (a range read each, kept for the next search), guessing the window by interpolation. A unit is
@@ -55,10 +59,21 @@ PREFETCH_THREADS = 4  # range reads started ahead of the walks of a process, at 
 _locations: dict[str, TierLocation] = {}
 _locations_lock = threading.Lock()
 _prefetch: list[ThreadPoolExecutor] = []  # the process's pool of read-ahead threads, made at first use
+_owner = [os.getpid()]  # the process the pool and the open tiers belong to (a forked child makes its own)
+
+
+def _forked() -> None:
+    """Under _locations_lock: forget what a parent process opened (its threads and its S3 clients' connections
+    did not survive the fork)."""
+    if _owner[0] != os.getpid():
+        _owner[0] = os.getpid()
+        _locations.clear()
+        _prefetch.clear()
 
 
 def _prefetch_pool() -> ThreadPoolExecutor:
     with _locations_lock:
+        _forked()
         if not _prefetch:
             _prefetch.append(ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="mqstore-tier-read"))
         return _prefetch[0]
@@ -67,6 +82,7 @@ def _prefetch_pool() -> ThreadPoolExecutor:
 def open_location(uri: str) -> TierLocation:
     """The tier at `uri`, opened once per process (TierLocation.open's errors otherwise)."""
     with _locations_lock:
+        _forked()
         location = _locations.pop(uri, None)
         if location is not None:
             _locations[uri] = location  # the most recently used last
