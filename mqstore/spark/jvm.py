@@ -6,6 +6,11 @@
     builder = SparkSession.builder.master("local[2]")
     spark = mqstore.spark.configure(builder).getOrCreate()     # adds the jar to spark.jars
     df = spark.read.format("commitlog").load("/path/to/store")
+    tier = spark.read.format("commitlog").load("s3://bucket/prefix?endpoint_override=host:9000&scheme=http")
+
+A tier URI (s3://, file://, or a scheme Hadoop's FileSystem knows) reads the store its uploader copied there, as
+its manifest lists it, each task reading its byte ranges from the object store: no local copy, nothing but the
+jar and the JDK's own HTTP client (docs/spark.md, "Reading a tier").
 
 `jar_path()` compiles the sources with `javac --release 17` against the jars of the installed pyspark and packs
 them, with the DataSourceRegister service file, into mqstore-spark-jvm-<hash>.jar: in mqstore/spark/jvm/build

@@ -119,11 +119,11 @@ from mqstore.store.scan_options import (
     is_tier_uri,
     parse_options,
     push_filters,
+    shown_tier,
 )
 from mqstore.store.scan_plan import plan_batch, plan_store, plan_stream
 from mqstore.store.scan_read import admit, read_partition
 from mqstore.store.store_files import list_segments
-from mqstore.tier.location import redacted
 
 __all__ = ["CommitLogDataSource", "CommitLogSourceError", "PythonCommitLogDataSource", "commitlog_schema", "register"]
 
@@ -281,10 +281,10 @@ class CommitLogDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_options(self.options)
         check_schema(schema, options)
-        tiers = [redacted(ref.root) for ref in options.stores if is_tier_uri(ref.root)]
+        tiers = [shown_tier(ref.root) for ref in options.stores if is_tier_uri(ref.root)]
         if tiers:
-            raise CommitLogSourceError(f"a streaming read of a tier is not supported: {', '.join(tiers)} (read it "
-                                       f"with spark.read, or stream the store's local directory)")
+            raise CommitLogSourceError(f"readStream of a tier ({', '.join(tiers)}) is not supported: read the store "
+                                       "that uploads to it, or spark.read the tier in batches")
         return CommitLogStreamReader(options, schema)
 
 

@@ -161,6 +161,12 @@ def is_tier_uri(path: str) -> bool:
     return bool(head) and head[0].isalpha() and all(c.isalnum() or c in "+-." for c in head)
 
 
+def shown_tier(uri: str) -> str:
+    """How a tier is named in the `store` column: its URI without user info and query (`s3://bucket/prefix`), as
+    the JVM reader names it and as TierLocation.display names its objects."""
+    return redacted(uri).split("?", 1)[0].rstrip("/")
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The options of one load(), checked."""
@@ -222,9 +228,10 @@ def _resolve_paths(values) -> tuple[tuple, bool]:
     stores, seen = [], set()
     for pattern in given:
         if is_tier_uri(pattern):  # read from the tier alone (scan_plan.open_tier checks it when planning)
-            if pattern not in seen:
-                seen.add(pattern)
-                stores.append(StoreRef(pattern, redacted(pattern) if several else None))
+            shown = shown_tier(pattern)
+            if shown not in seen:
+                seen.add(shown)
+                stores.append(StoreRef(pattern, shown if several else None))
             continue
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:

@@ -420,7 +420,8 @@ def open_tier(uri: str) -> TierSnapshot:
         raise CommitLogSourceError(str(exc)) from exc
     manifest = manifest_module.load(location)
     if manifest is None:
-        raise CommitLogSourceError(f"no tier at {location.uri}: it has no manifest ({', '.join(MANIFEST_KEYS)})")
+        raise CommitLogSourceError(f"no tier manifest at {location.display(MANIFEST_KEYS[0])} or {MANIFEST_KEYS[1]}: "
+                                   f"{location.uri} is not a tier, or its store has uploaded nothing yet")
     return TierSnapshot(location, manifest, uri)
 
 

@@ -30,7 +30,10 @@ from mqstore.commitlog.errors import CorruptionError, InvalidConfigError, StoreI
 # object stores whose writes are atomic (no temporary name needed)
 ATOMIC_PUT_FILESYSTEMS = frozenset({"s3", "gcs", "abfs"})
 TEMPORARY_MARK = ".mqstore-part-"  # in the name of an object still being written on a filesystem with renames
-STREAM_CHUNK_BYTES = 8 * 1024 * 1024  # what one write of an upload or one read of a verification moves
+STREAM_CHUNK_BYTES = 8 * 1024 * 1024  # what one write of an upload moves
+# What one range read of a verification moves: few requests an object (moto's S3 server copies the whole object
+# for every range read: 0.32 s for 8 MiB of a 512 MiB object, 0.06 s of a 64 MiB one).
+VERIFY_CHUNK_BYTES = 64 * 1024 * 1024
 SECRET_QUERY_KEYS = frozenset({"access_key", "secret_key", "session_token", "password", "token", "sas_token",
                                "account_key", "credential", "credentials"})
 
@@ -200,7 +203,7 @@ class TierLocation:
         checksum = done = 0
         with self.open_input(key, size) as handle:
             while done < length:
-                want = min(STREAM_CHUNK_BYTES, length - done)
+                want = min(VERIFY_CHUNK_BYTES, length - done)
                 try:
                     data = handle.read_at(want, done)
                 except (OSError, pa.ArrowException) as exc:

@@ -27,7 +27,7 @@ an open handle is one GET.
 
 The manifest: a writer's reader follows its uploader's manifest (`manifest_source`), always current, and reads
 nothing from a tier the uploader refused as another store's (`refusal_source`: reads stop at the local log).
-Without one (a read_only store, or before the uploader read it) the reader loads `tier/manifest.json` itself, at
+Without one (a read_only store, or before the uploader read it) the reader loads the newest whole manifest slot, at
 first use, and again when asked about offsets past the tier's end that it may have gained since (a writer in
 another process uploads and then removes its local copies): at once when the local log's start moved past the
 tier's end since the last load (the writer removed segments, so the manifest lists them), else at most every

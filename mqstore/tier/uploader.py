@@ -50,8 +50,8 @@ TIER_STOP_WAIT_S = 30.0  # how long close() waits for an object upload in flight
 ERROR_TEXT_MAX = 500  # of an error's text kept in stats()
 
 
-class TierRefused(StoreError):
-    """The tier's manifest does not belong to this store (its reason is in stats()["tier"]["refused"])."""
+class TierRefused(Exception):
+    """Internal: the tier's manifest does not belong to this store (the reason is in stats()["tier"]["refused"])."""
 
 
 class TierUploader:

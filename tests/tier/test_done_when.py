@@ -1,6 +1,7 @@
 """Issue 31's end to end: a store with a tier runs the demo's workload, seals and uploads everything, drops its
 local history, and every message is still read back byte for byte through the API and the command line (from local
-queue files and the tier's segments), and RocketMQ 4.4.0 reads a downloaded copy of the bucket."""
+queue files and the tier's segments) and through scan() from the bucket alone, and RocketMQ 4.4.0 reads a
+downloaded copy of the bucket. Spark from the bucket alone: tests/spark/test_tier_done_when.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from mqstore import MessageStore
 from mqstore.demo import QUEUES_PER_TOPIC, TOPICS, _message
+from mqstore.store.scan import scan_store
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation
 from tests.cli.conftest import mqstore  # noqa: F401 - the fixture that runs the command line in-process
@@ -16,6 +18,9 @@ from tests.rocketmq import assert_same_messages, require_rmq, store_entries
 from tests.tier.test_uploader import SEGMENT, tier_config
 
 MESSAGES = 3000
+
+# about a minute over its two tiers: `make test-long` (CI runs it after `make test`)
+pytestmark = pytest.mark.long
 
 
 def expected_messages() -> dict[tuple[str, int], list]:
@@ -76,6 +81,18 @@ def test_every_message_reads_back_through_the_command_line(offloaded, mqstore): 
             messages = expected[(topic, queue)]
             assert [bytes.fromhex(line["body_hex"]) for line in printed] == [m.body for m in messages], (topic, queue)
             assert [line["keys"] for line in printed] == [list(m.keys) for m in messages]
+
+
+def test_every_message_reads_back_through_scan_from_the_bucket_alone(offloaded):
+    root, uri, _, _ = offloaded
+    table = scan_store(uri, columns=["topic", "queue_id", "queue_offset", "body", "tags", "keys"]).read_all()
+    assert table.num_rows == MESSAGES
+    rows = sorted(table.to_pylist(), key=lambda row: (row["topic"], row["queue_id"], row["queue_offset"]))
+    expected = [message for key in sorted(expected_messages()) for message in expected_messages()[key]]
+    assert [(r["topic"], r["queue_id"], r["body"], r["tags"], tuple(r["keys"])) for r in rows] == \
+        [(m.topic, m.queue_id, m.body, m.tags, tuple(m.keys)) for m in expected]
+    with MessageStore.open(root, tier_config(uri), read_only=True) as store:
+        assert store.scan().read_all() == scan_store(uri).read_all()  # the store's scan reads its history there
 
 
 def test_rocketmq_reads_a_downloaded_copy_of_the_bucket(offloaded, tmp_path):

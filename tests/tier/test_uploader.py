@@ -127,6 +127,7 @@ def test_retention_removes_from_disk_only_what_the_manifest_lists(tmp_path):
         assert (tmp_path / "tier" / "commitlog" / name).stat().st_size == SEGMENT
 
 
+@pytest.mark.long
 def test_an_outage_is_retried_and_the_tier_catches_up(tmp_path):
     from tests.tier.conftest import S3_BUCKET, S3Server
 
@@ -168,6 +169,7 @@ def test_a_tier_holding_another_stores_log_is_refused(tmp_path, tier_uri):
     assert manifest_module.load(TierLocation.open(tier_uri)) == listed  # nothing of the second store was listed
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("refresh_segments", [0, 3])
 def test_rocketmq_reads_a_copy_of_the_tier(tmp_path, refresh_segments):
     """With the queue files refreshed each round, and with them behind the log (RocketMQ's start re-dispatches

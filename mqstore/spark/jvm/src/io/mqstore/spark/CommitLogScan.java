@@ -64,6 +64,12 @@ final class CommitLogScan implements Scan, Batch {
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+        for (ReadOptions.StoreRef ref : options.stores) {
+            if (ref.tier != null) {
+                throw new SourceException("readStream of a tier (" + ref.root + ") is not supported: read the store "
+                        + "that uploads to it, or spark.read the tier in batches");
+            }
+        }
         return new CommitLogStream(options, createReaderFactory(), checkpointLocation);
     }
 

@@ -15,7 +15,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * spark.read / spark.readStream .format("commitlog"): batch and streaming reads of mqstore / RocketMQ 4.x
- * stores, decoded in the JVM.
+ * stores, decoded in the JVM; batch reads of a store's tier too, load("s3://bucket/prefix?..." or
+ * "file:///dir"), each task reading its byte ranges from the object store ({@link TierLocation}).
  *
  * The rows, schema, options, pushed filters and stream offsets are those of the Python source
  * (mqstore/spark/source.py), which mqstore.spark.register() registers under the same name only in a session

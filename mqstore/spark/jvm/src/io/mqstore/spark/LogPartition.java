@@ -1,7 +1,7 @@
 package io.mqstore.spark;
 
 /**
- * Pieces of one store's log, fixed at planning: piece i is the records of the segment at `bases[i]` from
+ * Pieces of one store's log (a local store's files or a tier's objects), fixed at planning: piece i is the records of the segment at `bases[i]` from
  * `starts[i]` (a record start) to `ends[i]` (exactly, or through the segment's end-of-segment blank).
  */
 final class LogPartition extends StorePartition {
@@ -11,8 +11,9 @@ final class LogPartition extends StorePartition {
     final long[] starts;
     final long[] ends;
 
-    LogPartition(String root, String label, long segmentSize, long[] bases, long[] starts, long[] ends) {
-        super(root, label, segmentSize);
+    LogPartition(String root, String label, long segmentSize, TierLocation tier, long tierRecordCrcFrom, long[] bases,
+                 long[] starts, long[] ends) {
+        super(root, label, segmentSize, tier, tierRecordCrcFrom);
         this.bases = bases;
         this.starts = starts;
         this.ends = ends;

@@ -4,8 +4,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.util.ArrayDeque;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OffHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
@@ -15,7 +15,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * Reads one partition into ColumnarBatches. A LogPartition's pieces are walked record by record, READ_CHUNK_BYTES
- * read at a time (each piece must end exactly where planned, or at its segment's blank); a
+ * read at a time, each read starting where the last ended (each piece must end exactly where planned, or at its
+ * segment's blank), from a local store's file or a tier's object ({@link Segment}: the same checks on both); a
  * QueuePartition's records are copied one by one from the mapped segments, only the records its units point to
  * ({@link QueuedRecords}). Every record is checked (rules 1 to 4 of commitlog/format.py, rule 6's shape) before a
  * byte of it is used, the row filter applied to each, every requested column decoded as
@@ -23,7 +24,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * position in the file and rule.
  */
 final class LogReader implements PartitionReader<ColumnarBatch> {
-    static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment held at once on a walk (or one larger record)
+    static final int READ_CHUNK_BYTES = 16 << 20;  // bytes of a segment read at once on a walk (or one larger record)
     static final int BATCH_ROWS = 8192;  // rows per ColumnarBatch
     static final int BATCH_BODY_BYTES = 16 << 20;  // a batch ends once its bodies pass this many bytes
 
@@ -40,7 +41,9 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     private final TopicDictionary topics = new TopicDictionary();
 
     private int piece = -1;
-    private SegmentMap segment;
+    private Segment segment;
+    private TierObjects objects;  // a tier's, opened at its first segment
+    private final ArrayDeque<byte[]> readAheadSpare = new ArrayDeque<>();  // a tier's ranges' arrays, piece to piece
     private String path;
     private long base;
     private long segmentEnd;
@@ -77,7 +80,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
         batch = new ColumnarBatch(vectors.clone());
         label = partition.label == null ? new byte[0] : partition.label.getBytes(StandardCharsets.UTF_8);
-        recordCrcFrom = recordCrcFrom(partition.root);
+        recordCrcFrom = partition.tier != null ? partition.tierRecordCrcFrom : recordCrcFrom(partition.root);
     }
 
     @Override
@@ -129,6 +132,9 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
     @Override
     public void close() throws IOException {
         closeSegment();
+        if (objects != null) {
+            objects.close();
+        }
         batch.close();
     }
 
@@ -144,6 +150,7 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         pieceEnd = log.ends[piece];
         position = log.starts[piece];
         openSegment();
+        segment.readAhead(position, pieceEnd);
         pieceDone = position >= pieceEnd;
         return true;
     }
@@ -157,9 +164,16 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
 
     private void openSegment() throws IOException {
         closeSegment();
-        Path file = Paths.get(partition.root, "commitlog", LogFormat.segmentName(base));
-        path = file.toString();
-        segment = SegmentMap.open(file, base, partition.segmentSize);
+        if (partition.tier != null) {
+            if (objects == null) {
+                objects = partition.tier.open();
+            }
+            segment = new ObjectSegment(objects, partition.tier, base, partition.segmentSize, readAheadSpare);
+        } else {
+            segment = SegmentMap.open(Paths.get(partition.root, "commitlog", LogFormat.segmentName(base)), base,
+                    partition.segmentSize);
+        }
+        path = segment.name();
         bufLen = 0;
         bufAbs = 0;
     }
@@ -210,14 +224,29 @@ final class LogReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** Make buf hold [at, at + need) of the segment, reading from `at` up to the piece's end. */
+    /**
+     * Make buf hold [at, at + need) of the segment (at + need within the piece): the bytes from `at` that buf
+     * holds are moved to its start, and READ_CHUNK_BYTES more (or what the record needs, at most the piece's end)
+     * read after them. So each read starts where the previous one ended, as a tier's read-ahead expects.
+     */
     private void ensure(long at, int need) throws IOException {
-        if (at >= bufAbs && at + need <= bufAbs + bufLen) {
+        long bufEnd = bufAbs + bufLen;
+        if (at >= bufAbs && at + need <= bufEnd) {
             return;
         }
-        int want = (int) Math.min(pieceEnd - at, Math.max(READ_CHUNK_BYTES, need));
-        grow(want);
-        segment.read(at, buf, want, "the end planned for this read");
+        int kept = at >= bufAbs && at < bufEnd ? (int) (bufEnd - at) : 0;
+        long from = at + kept;
+        int chunk = segment.readBytes();
+        int more = (int) Math.min(pieceEnd - from, Math.max(chunk, need - kept));
+        int want = Math.addExact(kept, more);
+        int roomy = chunk + (chunk >> 2);  // a chunk and the records kept before it
+        byte[] into = buf.length >= want ? buf
+                : new byte[Math.max(want, want >= chunk ? roomy : Math.min(roomy, 2 * buf.length))];
+        if (kept > 0) {
+            System.arraycopy(buf, (int) (at - bufAbs), into, 0, kept);
+        }
+        buf = into;
+        segment.read(from, buf, kept, more, "the end planned for this read");
         bufAbs = at;
         bufLen = want;
     }

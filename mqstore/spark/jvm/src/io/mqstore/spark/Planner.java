@@ -2,14 +2,11 @@ package io.mqstore.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.nio.MappedByteBuffer;
-import java.nio.channels.FileChannel;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.Paths;
-import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
@@ -32,6 +29,8 @@ import java.util.Set;
  *                                               so a false cut is an error, never a wrong row
  *   small segments                              grouped, so each core gets about PARTITIONS_PER_CORE partitions
  *   a read of at most SMALL_READ_BYTES_PER_CORE a core  one partition a core
+ *   a tier (load of a tier URI)                 the segments its manifest lists (TierManifest), all sealed: the
+ *                                               written end is the tier's end, no walk; cuts found by range reads
  * </pre>
  *
  * The walk to the written end: {@link LogEnd}. ConsumeQueue reads for a topic filter and segments skipped by time:
@@ -48,21 +47,55 @@ final class Planner {
     static final int PARTITIONS_PER_CORE = 2;
     static final long SMALL_READ_BYTES_PER_CORE = 32 * MIB;
     static final long CUT_SEARCH_BYTES_MAX = 64 * MIB;  // how far past the wanted cut a record start is looked for
+    static final int CUT_WINDOW_BYTES = 1 << 20;  // read at once while looking for it (a record start is near)
 
-    /** The segments of one store: bases ascending, all `size` bytes. */
+    /**
+     * The segments of one store: bases ascending, all `size` bytes; files of a local store's commitlog/ directory,
+     * or the objects a tier's manifest lists (`tier` and `objects` set, for the planner's reads on the driver).
+     */
     static final class Segments {
-        final Path directory;
+        final Path directory;  // null for a tier
         final long size;
         final long[] bases;
+        final TierLocation tier;  // null for a local store
+        final TierObjects objects;
+        final long recordCrcFrom;  // a tier's, from its manifest (-1: none); a local store's is read by the reader
 
         Segments(Path directory, long size, long[] bases) {
+            this(directory, size, bases, null, null, -1);
+        }
+
+        Segments(Path directory, long size, long[] bases, TierLocation tier, TierObjects objects, long recordCrcFrom) {
             this.directory = directory;
             this.size = size;
             this.bases = bases;
+            this.tier = tier;
+            this.objects = objects;
+            this.recordCrcFrom = recordCrcFrom;
         }
 
         Path path(long base) {
+            assert tier == null : "a tier's segments are objects";
             return directory.resolve(LogFormat.segmentName(base));
+        }
+
+        /** The file's path or the object's shown URI. */
+        String name(long base) {
+            return tier == null ? path(base).toString() : tier.display(TierManifest.segmentKey(base));
+        }
+
+        /** Exactly `length` bytes of the segment at `base` from `filePos` (inside the segment). */
+        byte[] window(long base, long filePos, int length) throws IOException {
+            assert filePos >= 0 && length >= 0 && filePos + length <= size : "a window inside the segment";
+            byte[] into = new byte[length];
+            if (tier != null) {
+                objects.readRange(TierManifest.segmentKey(base), filePos, into, 0, length);
+                return into;
+            }
+            try (SegmentMap segment = SegmentMap.open(path(base), base, size)) {
+                segment.read(base + filePos, into, 0, length, "a record start looked for at planning");
+            }
+            return into;
         }
     }
 
@@ -131,7 +164,24 @@ final class Planner {
     }
 
     static StorePlan planStore(ReadOptions.StoreRef ref) {
-        return planStore(ref, -1);
+        return ref.tier != null ? planTier(ref) : planStore(ref, -1);
+    }
+
+    /**
+     * A tier's snapshot: the segments its manifest lists, all sealed, so the written end is the end of the last
+     * one, as for a whole store with no writer. `objects` stays open for the planner's reads (closed by
+     * planBatch).
+     */
+    static StorePlan planTier(ReadOptions.StoreRef ref) {
+        TierObjects objects = ref.tier.open();
+        TierManifest manifest = TierManifest.load(ref.tier, objects);
+        if (manifest.segmentSize > Integer.MAX_VALUE) {
+            throw new SourceException("the tier " + ref.tier.uri + " has segments of " + manifest.segmentSize
+                    + " bytes; this reader reads segments of at most " + Integer.MAX_VALUE);
+        }
+        Segments segments = new Segments(null, manifest.segmentSize, manifest.bases, ref.tier, objects,
+                manifest.recordCrcFrom);
+        return new StorePlan(ref, segments, manifest.end(), -1);
     }
 
     /** The snapshot, the walk to the written end starting at `knownStart` (a record start, or -1) when it helps. */
@@ -174,51 +224,81 @@ final class Planner {
             return partitions;
         }
         List<StorePlan> plans = new ArrayList<>();
-        List<List<long[]>> pieces = new ArrayList<>();  // per store: {base, start, end}
-        List<List<QueuePlanner.Selected>> units = new ArrayList<>();
-        long total = 0;
-        for (ReadOptions.StoreRef ref : stores) {
-            StorePlan plan = planStore(ref);
-            List<long[]> own = new ArrayList<>();
-            List<QueuePlanner.Selected> selected = new ArrayList<>();
-            long lo = plan.segments.bases.length == 0 ? 0
-                    : Math.max(plan.segments.bases[0], filter.offsetLo == null ? 0 : filter.offsetLo);
-            long hi = filter.offsetHi == null ? plan.end : Math.min(plan.end, filter.offsetHi);
-            if (plan.segments.bases.length > 0 && lo < hi) {
-                Set<Long> allowed = QueuePlanner.timeAllowed(plan, filter);
-                long dispatched = Math.min(QueuePlanner.queuesCompleteBelow(ref.root, plan.segments, plan.furthest),
-                        plan.end);
-                boolean byQueues = filter.topics != null && dispatched > lo;
-                long logLo = lo;
-                if (byQueues) {
-                    selected = QueuePlanner.select(plan, new Queues(ref.root), filter, lo, Math.min(hi, dispatched),
-                            allowed);
-                    logLo = dispatched;  // a record start: the queues cover everything before it
-                }
-                for (long base : plan.segments.bases) {
-                    long segmentEnd = base + plan.segments.size;
-                    if (logLo >= hi || segmentEnd <= logLo || base >= hi || base >= plan.end
-                            || (allowed != null && !allowed.contains(base))) {
-                        continue;
-                    }
-                    long start = byQueues && base <= logLo ? logLo : base;
-                    own.add(new long[] {base, start, Math.min(segmentEnd, plan.end)});
-                    total += Math.min(segmentEnd, plan.end) - start;
-                }
-                for (QueuePlanner.Selected s : selected) {
-                    total += s.wantedBytes();
-                }
+        try {
+            List<List<long[]>> pieces = new ArrayList<>();  // per store: {base, start, end}
+            List<List<QueuePlanner.Selected>> units = new ArrayList<>();
+            long total = 0;
+            for (ReadOptions.StoreRef ref : stores) {
+                StorePlan plan = planStore(ref);
+                plans.add(plan);
+                List<long[]> own = new ArrayList<>();
+                List<QueuePlanner.Selected> selected = new ArrayList<>();
+                total += pieces(plan, filter, own, selected);
+                pieces.add(own);
+                units.add(selected);
             }
-            plans.add(plan);
-            pieces.add(own);
-            units.add(selected);
-        }
-        long target = partitionTarget(total);
-        for (int s = 0; s < plans.size(); s++) {
-            partitions.addAll(QueuePlanner.group(plans.get(s), units.get(s), target));
-            partitions.addAll(group(plans.get(s), pieces.get(s), target));
+            long target = partitionTarget(total);
+            for (int s = 0; s < plans.size(); s++) {
+                partitions.addAll(QueuePlanner.group(plans.get(s), units.get(s), target));
+                partitions.addAll(group(plans.get(s), pieces.get(s), target));
+            }
+        } finally {
+            for (StorePlan plan : plans) {
+                closeQuietly(plan.segments.objects);
+            }
         }
         return partitions;
+    }
+
+    /**
+     * One store's share of a batch read: the log pieces to walk ({base, start, end}) into `own`, the ConsumeQueue
+     * units to read into `selected`; the bytes they hold.
+     */
+    private static long pieces(StorePlan plan, RowFilter filter, List<long[]> own,
+                               List<QueuePlanner.Selected> selected) {
+        ReadOptions.StoreRef ref = plan.ref;
+        long lo = plan.segments.bases.length == 0 ? 0
+                : Math.max(plan.segments.bases[0], filter.offsetLo == null ? 0 : filter.offsetLo);
+        long hi = filter.offsetHi == null ? plan.end : Math.min(plan.end, filter.offsetHi);
+        if (plan.segments.bases.length == 0 || lo >= hi) {
+            return 0;
+        }
+        long total = 0;
+        Set<Long> allowed = QueuePlanner.timeAllowed(plan, filter);
+        // a tier is walked: its ConsumeQueue images are not read yet (every record is filtered)
+        long dispatched = ref.tier != null ? -1
+                : Math.min(QueuePlanner.queuesCompleteBelow(ref.root, plan.segments, plan.furthest), plan.end);
+        boolean byQueues = filter.topics != null && dispatched > lo;
+        long logLo = lo;
+        if (byQueues) {
+            selected.addAll(QueuePlanner.select(plan, new Queues(ref.root), filter, lo, Math.min(hi, dispatched),
+                    allowed));
+            logLo = dispatched;  // a record start: the queues cover everything before it
+        }
+        for (long base : plan.segments.bases) {
+            long segmentEnd = base + plan.segments.size;
+            if (logLo >= hi || segmentEnd <= logLo || base >= hi || base >= plan.end
+                    || (allowed != null && !allowed.contains(base))) {
+                continue;
+            }
+            long start = byQueues && base <= logLo ? logLo : base;
+            own.add(new long[] {base, start, Math.min(segmentEnd, plan.end)});
+            total += Math.min(segmentEnd, plan.end) - start;
+        }
+        for (QueuePlanner.Selected s : selected) {
+            total += s.wantedBytes();
+        }
+        return total;
+    }
+
+    private static void closeQuietly(TierObjects objects) {
+        if (objects != null) {
+            try {
+                objects.close();
+            } catch (IOException e) {
+                // only the planner's reads used it
+            }
+        }
     }
 
     /** The partitions of one store's records in [lo, hi) (both record starts): one streaming micro-batch. */
@@ -272,7 +352,8 @@ final class Planner {
             starts[i] = parts.get(i)[1];
             ends[i] = parts.get(i)[2];
         }
-        return new LogPartition(plan.ref.root, plan.ref.label, plan.segments.size, bases, starts, ends);
+        return new LogPartition(plan.ref.root, plan.ref.label, plan.segments.size, plan.segments.tier,
+                plan.segments.recordCrcFrom, bases, starts, ends);
     }
 
     /** Cut a long piece at record starts about `target` bytes apart. */
@@ -285,12 +366,10 @@ final class Planner {
             parts.add(piece);
             return parts;
         }
-        Path path = plan.segments.path(base);
-        try (FileChannel channel = FileChannel.open(path, StandardOpenOption.READ)) {
-            MappedByteBuffer map = channel.map(FileChannel.MapMode.READ_ONLY, 0, plan.segments.size);
+        try {
             long position = start;
             while (end - position > target * 3 / 2) {
-                long cut = recordStartAtOrAfter(map, base, position + target, end);
+                long cut = recordStartAtOrAfter(plan.segments, base, position + target, end);
                 if (cut < 0) {
                     break;
                 }
@@ -299,23 +378,34 @@ final class Planner {
             }
             parts.add(new long[] {base, position, end});
         } catch (IOException e) {
-            throw new UncheckedIOException("cannot read segment " + path, e);
+            throw new UncheckedIOException("cannot read segment " + plan.segments.name(base), e);
         }
         return parts;
     }
 
-    /** The first position at or after `wanted` (before `end`) where a message record of this segment starts. */
-    private static long recordStartAtOrAfter(MappedByteBuffer map, long base, long wanted, long end) {
-        long limit = Math.min(end - LogFormat.RECORD_SIZE_MIN, wanted + CUT_SEARCH_BYTES_MAX);
-        for (long at = wanted; at <= limit; at++) {
-            int pos = (int) (at - base);
-            int magic = map.getInt(pos + LogFormat.OFFSET_MAGIC_CODE);
-            if (LogFormat.isMessageMagic(magic) && map.getLong(pos + LogFormat.OFFSET_PHYSICAL_OFFSET) == at) {
-                int total = map.getInt(pos);
-                if (total >= LogFormat.RECORD_SIZE_MIN && at + total <= end) {
-                    return at;
+    /**
+     * The first position at or after `wanted` (before `end`) where a message record of this segment starts: a
+     * message magic code whose PHYSICALOFFSET is its own position and whose TOTALSIZE fits. Read CUT_WINDOW_BYTES
+     * at a time (one range read of a tier's object), each window overlapping the last by a header.
+     */
+    static long recordStartAtOrAfter(Segments segments, long base, long wanted, long end) throws IOException {
+        final int head = LogFormat.OFFSET_PHYSICAL_OFFSET + 8;  // the bytes a candidate needs
+        long limit = Math.min(end - LogFormat.RECORD_SIZE_MIN, Math.addExact(wanted, CUT_SEARCH_BYTES_MAX));
+        long from = wanted;
+        while (from <= limit) {
+            int length = (int) Math.min(CUT_WINDOW_BYTES, limit - from + head);
+            byte[] window = segments.window(base, from - base, length);
+            for (int i = 0; i + head <= length; i++) {
+                long at = from + i;
+                if (LogFormat.isMessageMagic(LogFormat.i32(window, i + LogFormat.OFFSET_MAGIC_CODE))
+                        && LogFormat.i64(window, i + LogFormat.OFFSET_PHYSICAL_OFFSET) == at) {
+                    int total = LogFormat.i32(window, i);
+                    if (total >= LogFormat.RECORD_SIZE_MIN && at + total <= end) {
+                        return at;
+                    }
                 }
             }
+            from += length - head + 1;
         }
         return -1;
     }

@@ -72,6 +72,14 @@ final class QueuePlanner {
 
     /** Up to `length` bytes of the segment at `base` from `filePos` (position() says how many), or null. */
     static ByteBuffer header(Planner.Segments segments, long base, long filePos, int length) {
+        if (segments.tier != null) {  // a tier's segment is whole: a range read of the object
+            try {
+                ByteBuffer head = ByteBuffer.wrap(segments.window(base, filePos, length));
+                return head.position(length);
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException("cannot read segment " + segments.name(base), e);
+            }
+        }
         ByteBuffer head = ByteBuffer.allocate(length);
         try (FileChannel channel = FileChannel.open(segments.path(base), StandardOpenOption.READ)) {
             while (head.hasRemaining() && channel.read(head, filePos + head.position()) > 0) {

@@ -33,18 +33,34 @@ final class ReadOptions implements Serializable {
     private static final long serialVersionUID = 1L;
 
     static final String NAME = "commitlog";
-    static final List<String> KNOWN = List.of("topic", "queue_id", "start_offset", "end_offset", "start_time",
-            "end_time", "maxBytesPerTrigger", "maxRecordsPerTrigger", "startingOffsets");
+    static final List<String> KNOWN = known();
 
-    /** One store to read: its absolute root and the label of its `store` column (null without the column). */
+    private static List<String> known() {
+        List<String> names = new ArrayList<>(List.of("topic", "queue_id", "start_offset", "end_offset", "start_time",
+                "end_time", "maxBytesPerTrigger", "maxRecordsPerTrigger", "startingOffsets"));
+        names.addAll(TierLocation.OPTIONS);  // where a tier's objects are read from (TierLocation)
+        return List.copyOf(names);
+    }
+
+    /**
+     * One store to read: its absolute root (for a tier: its shown URI, without user info or query) and the label
+     * of its `store` column (null without the column); `tier` says where a tier's objects are, null for a local
+     * store.
+     */
     static final class StoreRef implements Serializable {
         private static final long serialVersionUID = 1L;
         final String root;
         final String label;
+        final TierLocation tier;
 
         StoreRef(String root, String label) {
+            this(root, label, null);
+        }
+
+        StoreRef(String root, String label, TierLocation tier) {
             this.root = root;
             this.label = label;
+            this.tier = tier;
         }
     }
 
@@ -129,9 +145,17 @@ final class ReadOptions implements Serializable {
         if (given.isEmpty()) {
             throw new SourceException("no store path: the list of paths is empty");
         }
-        boolean several = given.size() > 1 || given.stream().anyMatch(ReadOptions::hasMagic);
+        boolean several = given.size() > 1
+                || given.stream().anyMatch(path -> !TierLocation.isUri(path) && hasMagic(path));
         Set<String> seen = new HashSet<>();
         for (String pattern : given) {
+            if (TierLocation.isUri(pattern)) {  // a tier: read from its objects, as listed by its manifest
+                TierLocation tier = TierLocation.parse(pattern, values, System.getenv());
+                if (seen.add(tier.uri)) {
+                    stores.add(new StoreRef(tier.uri, several ? tier.uri : null, tier));
+                }
+                continue;
+            }
             List<String> matches = hasMagic(pattern) ? glob(pattern) : List.of(pattern);
             if (matches.isEmpty()) {
                 throw new SourceException("no store matches the path pattern '" + pattern + "'");

@@ -10,7 +10,7 @@ import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 
 /**
- * One segment open for a reader, read two ways. A walk reads windows with pread ({@link #read}): the kernel's
+ * One segment of a local store open for a reader, read two ways. A walk reads windows with pread ({@link #read}): the kernel's
  * copy of a long run is the cheapest on this path, and a mapping walked once pays a page fault a few pages
  * (measured: docs/decisions/0046). A ConsumeQueue read copies each record its unit points to out of a read-only
  * mapping ({@link #copy}): no system call a record and none of the bytes between records, which a pread of
@@ -19,7 +19,7 @@ import java.nio.file.StandardOpenOption;
  * segment, as a short pread is; a file truncated under the mapping makes the copy fault (InternalError in the
  * JVM), also reported as an IOException.
  */
-final class SegmentMap implements AutoCloseable {
+final class SegmentMap implements Segment {
     final String path;
     final long base;  // the commitlog offset of byte 0
     private final long segmentSize;
@@ -43,20 +43,28 @@ final class SegmentMap implements AutoCloseable {
         }
     }
 
-    /** Read [at, at + count) of the log into into[0, count) with pread; IOException when the file ends first. */
-    void read(long at, byte[] into, int count, String what) throws IOException {
-        ByteBuffer buffer = ByteBuffer.wrap(into, 0, count);
+    @Override
+    public String name() {
+        return path;
+    }
+
+    /** Read with pread; IOException when the file ends first. */
+    @Override
+    public void read(long at, byte[] into, int intoAt, int count, String what) throws IOException {
+        ByteBuffer buffer = ByteBuffer.wrap(into, intoAt, count);
         long filePos = at - base;
         while (buffer.hasRemaining()) {
-            if (channel.read(buffer, filePos + buffer.position()) < 0) {
-                throw new IOException("segment " + path + " ends at byte " + (filePos + buffer.position())
-                        + ", before " + what + ": was it truncated or replaced?");
+            long position = filePos + buffer.position() - intoAt;
+            if (channel.read(buffer, position) < 0) {
+                throw new IOException("segment " + path + " ends at byte " + position + ", before " + what
+                        + ": was it truncated or replaced?");
             }
         }
     }
 
     /** The big-endian i32 at commitlog offset `at` of the mapping, or `missing` when the file ends before it. */
-    int i32(long at, int missing) throws IOException {
+    @Override
+    public int i32(long at, int missing) throws IOException {
         long filePos = at - base;
         if (filePos < 0 || filePos + 4 > mapping()) {
             return missing;
@@ -68,8 +76,9 @@ final class SegmentMap implements AutoCloseable {
         }
     }
 
-    /** Copy [at, at + count) of the log from the mapping into into[0, count); IOException when the file ends first. */
-    void copy(long at, byte[] into, int count, String what) throws IOException {
+    /** Copy from the mapping; IOException when the file ends first. */
+    @Override
+    public void copy(long at, byte[] into, int count, String what) throws IOException {
         long filePos = at - base;
         assert filePos >= 0 && count >= 0 && count <= into.length : "a copy inside the segment";
         if (filePos + count > mapping()) {

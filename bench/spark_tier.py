@@ -1,0 +1,255 @@
+"""Spark reads of a store's tier: format("commitlog") on the local store against the same store read from its tier.
+
+    .venv/bin/python bench/spark_tier.py            # 1,000,000 messages, 32 MiB segments, 5 interleaved rounds
+    .venv/bin/python bench/spark_tier.py --quick    # 100,000 messages, 4 MiB segments, 3 rounds (~1 min)
+
+Prints a table and writes bench/results/spark_tier.md (spark_tier_quick.md with --quick), or --out PATH.
+
+The store is written as a user writes one (bench/spark_read.py's shape: 100 B bodies, a tag and a key each,
+put_batch of 1,000, ten topics of four queues; the index on, so a UNIQ_KEY each, and record CRCs) by MessageStore
+with a file:// tier; the uploader copies its sealed segments there (the last segment, still being written, stays
+local only). The tier's objects are then copied as they are to moto's S3 server on 127.0.0.1, so the two tiers
+hold the same bytes. Every query reads the tier's range [0, tier end): the local store with end_offset, so the
+rows are the same. In one local[2] session with the JVM reader's jar (bench/spark_read.py's spark_session):
+
+    full scan        spark.read.format("commitlog").load(X), every column, into the noop sink
+    topic filter     .where("topic = 'topic-3'"): the local store reads that topic's records through its
+                     ConsumeQueues; a tier walks its whole log and filters (its queue images are not read yet)
+
+for X = the local store, the file:// tier, the S3 tier; and, as the baseline of what the S3 server can give,
+the tier's segment objects read in 16 MiB ranges by pyarrow, nothing decoded (rows/s: the tier's rows over that
+time). --rounds rounds after one warm-up of each (none with
+--quick) run every query once, the order rotated each round; each row gives the median wall time (min-max),
+rows/s at the median and the median CPU seconds of the JVM; a tier's ratio is the median of the per-round
+ratios of its rows/s to the local store's (same round), so load that shifts between rounds cancels. The moto
+server runs in this process: its CPU (Python, serving the ranges) is the "server CPU s" column. Target
+(issue 31): a tier's full scan >= 80% of the local store's rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.spark_read import TOPICS, USER_BATCH_MESSAGES, cpu_seconds, noop, spark_session  # noqa: E402
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+RESULTS_DIR = os.path.join(BENCH_DIR, "results")
+WORK_DIR = os.path.join(RESULTS_DIR, "tmp", "spark_tier")
+TARGET = 0.8  # a tier's full scan, x the local store's rows/s (issue 31)
+FILTER = "topic = 'topic-3'"
+UPLOAD_WAIT_S = 600
+
+
+def write_tiered_store(root: str, tier_dir: str, count: int, segment_bytes: int) -> int:
+    """A user-shaped store of `count` messages uploading to a file:// tier at `tier_dir`; the tier's end."""
+    from mqstore import Message, MessageStore, StoreConfig
+    from mqstore.tier import manifest as manifest_module
+    from mqstore.tier.location import TierLocation
+
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(tier_dir, ignore_errors=True)
+    uri = "file://" + os.path.abspath(tier_dir)
+    rng = random.Random(31)
+    config = StoreConfig(segment_size_bytes=segment_bytes, tier_uri=uri, tier_upload_interval_ms=50)
+    with MessageStore.open(root, config) as store:
+        done = run = 0
+        while done < count:
+            n = min(USER_BATCH_MESSAGES, count - done)
+            store.put_batch([Message(f"topic-{run % TOPICS}", rng.randbytes(100), queue_id=(done + i) % 4,
+                                     tags=f"Tag{i % 3}", keys=(f"order-{done + i}",)) for i in range(n)])
+            done += n
+            run += 1
+        written = store.stats()["commitlog"]["max_offset"]
+        sealed = written - written % segment_bytes
+        deadline = time.monotonic() + UPLOAD_WAIT_S
+        while (store.stats()["tier"]["uploaded_end"] or 0) < sealed:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the tier did not reach {sealed}: {store.stats()['tier']}")
+            time.sleep(0.1)
+    end = manifest_module.load(TierLocation.open(uri)).end
+    assert end == sealed > 0, (end, sealed)
+    return end
+
+
+def copy_to_s3(tier_dir: str, server, prefix: str) -> str:
+    """The tier's objects, as they are, under `prefix` of the S3 server's bucket; the tier URI."""
+    import pyarrow.fs as pafs
+
+    from tests.tier.conftest import S3_BUCKET
+
+    filesystem = server.filesystem()
+    filesystem.create_dir(S3_BUCKET)
+    pafs.copy_files(os.path.abspath(tier_dir), f"{S3_BUCKET}/{prefix}", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=filesystem)
+    return server.uri(prefix)
+
+
+RANGE_BYTES = 16 << 20  # the JVM reader's range (ObjectSegment.RANGE_BYTES)
+
+
+def raw_reads(server, prefix: str, end: int, segment_bytes: int):
+    """The baseline: the tier's segment objects read from the same server in RANGE_BYTES ranges by pyarrow's S3
+    client, one after another, nothing decoded (its rows/s: the tier's rows over its seconds)."""
+    from tests.tier.conftest import S3_BUCKET
+
+    filesystem = server.filesystem()
+
+    def read() -> None:
+        for base in range(0, end, segment_bytes):
+            with filesystem.open_input_file(f"{S3_BUCKET}/{prefix}/commitlog/{base:020d}") as handle:
+                for at in range(0, segment_bytes, RANGE_BYTES):
+                    handle.read_at(min(RANGE_BYTES, segment_bytes - at), at)
+    return read
+
+
+def queries(spark, root: str, file_uri: str, s3_uri: str, end: int) -> dict:
+    """name -> action; each builds its DataFrame anew (planning included)."""
+    def frame(where):
+        reader = spark.read.format("commitlog")
+        return reader.option("end_offset", str(end)).load(where) if where == root else reader.load(where)
+
+    found = {}
+    for label, where in (("local", root), ("file:// tier", file_uri), ("S3 tier (moto)", s3_uri)):
+        found[f"full scan: {label}"] = (lambda w=where: noop(frame(w)))
+        found[f"topic filter: {label}"] = (lambda w=where: noop(frame(w).where(FILTER)))
+    return found
+
+
+def server_cpu_s() -> float:
+    """CPU seconds of this Python process's own threads (the moto server's, the driver's idle py4j waits)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def measure(spark, actions: dict, rounds: int, warm_up: bool) -> dict[str, list[tuple[float, float, float]]]:
+    """name -> [(seconds, JVM CPU s, this process's CPU s)] per round, rounds interleaved, order rotated."""
+    names = list(actions)
+    if warm_up:
+        for name in names:
+            actions[name]()
+    samples: dict[str, list] = {name: [] for name in names}
+    for number in range(rounds):
+        order = names[number % len(names):] + names[:number % len(names)]
+        for name in order:
+            cpu_before, own_before = cpu_seconds(), server_cpu_s()
+            started = time.perf_counter()
+            actions[name]()
+            seconds = time.perf_counter() - started
+            cpu_after = cpu_seconds()
+            jvm = cpu_after["jvm"] - cpu_before["jvm"] if cpu_before and cpu_after else 0.0
+            samples[name].append((seconds, jvm, server_cpu_s() - own_before))
+    return samples
+
+
+def summarize(samples: dict, rows: dict[str, int]) -> list[dict]:
+    results = []
+    for name, runs in samples.items():
+        kind, where = name.split(": ", 1)
+        local = samples[f"{kind}: local"]
+        seconds = [run[0] for run in runs]
+        ratios = [base[0] / run[0] for base, run in zip(local, runs)]  # rows/s over local's, same round
+        results.append({
+            "name": name, "rows": rows[kind], "seconds_median": statistics.median(seconds),
+            "seconds_min": min(seconds), "seconds_max": max(seconds),
+            "rows_per_s": rows[kind] / statistics.median(seconds),
+            "vs_local": statistics.median(ratios), "vs_local_min": min(ratios), "vs_local_max": max(ratios),
+            "cpu_jvm_s": statistics.median(run[1] for run in runs),
+            "cpu_server_s": statistics.median(run[2] for run in runs)})
+    return results
+
+
+def markdown(results: list[dict], settings: dict, command: str) -> str:
+    lines = [f"`{command}`, {settings['date_utc']} UTC, {settings['rows']:,} messages of 100 B "
+             f"({settings['tier_bytes'] / 2**20:.0f} MiB in {settings['segments']} sealed segments of "
+             f"{settings['segment_bytes'] // 2**20} MiB in the tier), {settings['master']}, {settings['rounds']} "
+             f"interleaved rounds{' after a warm-up' if settings['warm_up'] else ''}, medians; load average "
+             f"{settings['load_before']} before, {settings['load_after']} after; {settings['machine']}.", "",
+             "| query | rows | seconds (min-max) | rows/s | vs local (min-max) | target | CPU s JVM | CPU s server |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        ratio = target = ""
+        if not r["name"].endswith(": local"):
+            ratio = f"{r['vs_local']:.0%} ({r['vs_local_min']:.0%}-{r['vs_local_max']:.0%})"
+            if r["name"].startswith("full scan: ") and "tier" in r["name"]:  # not the raw reads: a baseline
+                target = f"{TARGET:.0%}, " + ("met" if r["vs_local"] >= TARGET else "**not met**")
+        lines.append(f"| {r['name']} | {r['rows']:,} | {r['seconds_median']:.2f} ({r['seconds_min']:.2f}-"
+                     f"{r['seconds_max']:.2f}) | {r['rows_per_s'] / 1e6:.2f}M | {ratio} | {target} | "
+                     f"{r['cpu_jvm_s']:.2f} | {r['cpu_server_s']:.2f} |")
+    lines += ["", "CPU s server: this process's CPU seconds during the query: moto's S3 server serving the ranges "
+              "(Python), and the driver's wait (for the raw range reads: pyarrow's client too). The raw range reads "
+              "read the tier's segment objects in 16 MiB ranges with pyarrow, one after another, nothing decoded: "
+              "what the S3 server gives one reader, in rows of the tier a second. A tier walks its whole log for a "
+              "topic filter (its ConsumeQueue images are not read yet); the local store reads the topic's records "
+              "through its ConsumeQueues.", ""]
+    return "\n".join(lines)
+
+
+def load_average() -> str:
+    try:
+        return "/".join(f"{value:.1f}" for value in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def main(argv=None, spark=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small store, 3 rounds, no warm-up")
+    parser.add_argument("--rows", type=int, help="messages (default 1,000,000; 100,000 with --quick)")
+    parser.add_argument("--segment-mib", type=int, help="segment size in MiB (default 32; 4 with --quick)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5; 3 with --quick)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--out", help="Markdown result path (default: bench/results/spark_tier.md, "
+                                      "spark_tier_quick.md with --quick)")
+    parser.add_argument("--work-dir", default=WORK_DIR, help="where the store and the file tier are written")
+    args = parser.parse_args(argv)
+    rows = args.rows or (100_000 if args.quick else 1_000_000)
+    segment_bytes = (args.segment_mib or (4 if args.quick else 32)) << 20
+    rounds = args.rounds or (3 if args.quick else 5)
+    work = os.path.join(args.work_dir, "spark_tier_quick" if args.quick else "spark_tier")
+    root, tier_dir = os.path.join(work, "store"), os.path.join(work, "tier")
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    from tests.tier.conftest import S3Server
+
+    server = None
+    try:
+        load_before = load_average()
+        end = write_tiered_store(root, tier_dir, rows, segment_bytes)
+        server = S3Server()
+        s3_uri = copy_to_s3(tier_dir, server, "bench")
+        spark = spark or spark_session(args.master)
+        actions = queries(spark, root, "file://" + os.path.abspath(tier_dir), s3_uri, end)
+        actions["full scan: raw range reads of S3 (pyarrow)"] = raw_reads(server, "bench", end, segment_bytes)
+        counted = {"full scan": spark.read.format("commitlog").load(s3_uri).count(),
+                   "topic filter": spark.read.format("commitlog").load(s3_uri).where(FILTER).count()}
+        samples = measure(spark, actions, rounds, warm_up=not args.quick)
+        settings = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "rows": counted["full scan"],
+                    "tier_bytes": end, "segments": end // segment_bytes, "segment_bytes": segment_bytes,
+                    "master": spark.sparkContext.master, "rounds": rounds, "warm_up": not args.quick,
+                    "load_before": load_before, "load_after": load_average(),
+                    "machine": f"{os.cpu_count()} cores, {platform.machine()}"}
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    results = summarize(samples, counted)
+    command = ".venv/bin/python bench/spark_tier.py" + (" --quick" if args.quick else "")
+    text = markdown(results, settings, command)
+    print(text)
+    path = args.out or os.path.join(RESULTS_DIR, "spark_tier_quick.md" if args.quick else "spark_tier.md")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("# Spark reads of a tier\n\n" + text)
+    return path
+
+
+if __name__ == "__main__":
+    main()
