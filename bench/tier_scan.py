@@ -218,24 +218,33 @@ def main() -> int:
     return 0
 
 
+def _ratio(samples: list[dict], row: str, reference: str) -> str:
+    """The median of the rounds' ratios of two rows' rows/s (load that shifts between rounds cancels), min-max."""
+    ratios = [sample[row]["rows_per_s"] / sample[reference]["rows_per_s"] for sample in samples]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def render(result: dict) -> str:
     shape, medians = result["shape"], result["medians"]
     lines = [f"`{result['command']}`, {result['when']}, Python {result['python']}, {result['cpus']} cores, load "
              f"{result['load_before']:.1f} -> {result['load_after']:.1f}; {result['rounds']} interleaved round(s), "
-             f"medians. {shape['messages']:,} messages of 100 B with a tag and a key, 4 topics x 4 queues, "
+             f"medians (ratios: of the rounds' ratios, min-max). {shape['messages']:,} messages of 100 B with a tag "
+             "and a key, 4 topics x 4 queues, "
              f"{result['segments']} segments of {shape['segment_size_bytes'] >> 20} MiB, "
              f"{result['log_bytes_per_row']:.0f} log bytes a row; scans read {result['scan_threads']} partitions at "
              "once; the raw read replays the tier scan's range reads on as many threads.", "",
-             "| read | endpoint | scan rows/s | raw read rows/s (MB/s) | scan / raw | scan / local scan |",
+             "| read | endpoint | scan rows/s | raw read rows/s (MB/s) | scan / raw read | scan / local scan |",
              "|---|---|---:|---:|---:|---:|"]
     for kind, label in (("full", "every row"), ("topic", f"topic={TOPIC}")):
         local = medians[f"local {kind}"]
         lines.append(f"| {label} | local store | {local:,.0f} | - | - | 1.00 |")
         for name in ("file://", "S3 (moto)"):
             scan, raw = medians[f"{name} tier {kind}"], medians[f"{name} raw {kind}"]
-            raw_mb = statistics.median(s[f"{name} raw {kind}"]["mb_per_s"] for s in result["samples"])
-            lines.append(f"| {label} | {name} tier | {scan:,.0f} | {raw:,.0f} ({raw_mb:,.0f}) | {scan / raw:.2f} | "
-                         f"{scan / local:.2f} |")
+            samples = result["samples"]
+            raw_mb = statistics.median(s[f"{name} raw {kind}"]["mb_per_s"] for s in samples)
+            lines.append(f"| {label} | {name} tier | {scan:,.0f} | {raw:,.0f} ({raw_mb:,.0f}) | "
+                         f"{_ratio(samples, f'{name} tier {kind}', f'{name} raw {kind}')} | "
+                         f"{_ratio(samples, f'{name} tier {kind}', f'local {kind}')} |")
     lines += ["", "Targets (issue #31): tier scan >= 0.80 of the local scan and >= 0.80 of the raw read. The topic "
               "rows count matching rows: the tier scan walks every segment (a topic filter does not read through "
               "the tier's queue images), the raw read replays the same reads.", "",
