@@ -33,6 +33,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -220,8 +221,10 @@ class SegmentObject:
 
     def close(self) -> None:
         if self._ahead is not None:
-            self._ahead[1].cancel()  # a read under way ends on its own; its bytes are dropped
+            future = self._ahead[1]
             self._ahead = None
+            if not future.cancel():  # a read under way: the handle is closed after it (its bytes, or error, dropped)
+                futures.wait([future])
         if self._handle is None:
             return
         try:

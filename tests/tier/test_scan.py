@@ -135,6 +135,16 @@ def test_reads_ahead_and_shortened_reads_give_the_same_rows(uploaded, monkeypatc
     assert scan_store(uri).read_all().equals(local_rows(root, end))
     assert len(taken) > 5 * end // SEGMENT
     assert any(taken) == uri.startswith("s3:")  # read ahead from an object store only
+    reader = scan_store(uri)
+    assert reader.read_next_batch().num_rows > 0
+    reader.close()  # the consumer goes away with reads ahead under way: they end, nothing is left running
+    offsets = local_rows(root, end)["commitlog_offset"].to_pylist()
+    victim = next(offset for offset in offsets if offset >= SEGMENT + 3 * 5000) - SEGMENT  # a later read's record
+    key = manifest_module.segment_key(SEGMENT)
+    overwrite(uri, key, victim + fmt.OFFSET_MAGIC_CODE, b"\x00")
+    with pytest.raises(CorruptionError) as raised:
+        scan_store(uri).read_all()
+    assert (raised.value.path, raised.value.offset) == (TierLocation.open(uri).display(key), victim)
 
 
 def test_store_scan_reads_the_history_retention_moved_to_the_tier(tmp_path, tier_uri):
