@@ -78,11 +78,13 @@ from mqstore.store.recovery import (
     dispatch_start,
     note_checkpoint_damage,
     note_queue_rebuilt,
+    note_tier_replayed,
     recover,
 )
 from mqstore.store.repair import Salvage
 from mqstore.store.retention import Retention
 from mqstore.store.settings import resolve_config, saved_settings_damage
+from mqstore.store.tier_history import TierHistory
 from mqstore.store.tiering import adopt_saved_tier, open_tier_reader, save_tier
 from mqstore.tier.location import TierLocation
 from mqstore.tier.reader import TierReader
@@ -139,6 +141,8 @@ class MessageStore(Reads, IndexLookups):
         self._put_common = None  # the compiled put, once open (CommitLog.compiled_put)
         self._tier_uploader: TierUploader | None = None  # a writer with a tier_uri
         self._tier_reader: TierReader | None = None  # a store with a tier: reads of what left local disk
+        self._tier_history: TierHistory | None = None  # a writer with a tier: recovery's reads of the tier
+        self._tier_pass_start: int | None = None  # where the last re-dispatch from the tier began
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
@@ -259,9 +263,14 @@ class MessageStore(Reads, IndexLookups):
         # Readers in other processes trust the queues below the mark; recovery may cut them, so: nothing known.
         self._mark = DispatchedMark(mark_path(root))
         self._mark.publish(0)
+        if self.index_rebuilt_because is not None:  # the new index holds nothing: no key of any message is on disk
+            self._checkpoint.lower_index_flushed_end(0)
+            self._checkpoint.flush()
+        history = self._tier_history = None if self._tier_reader is None else \
+            TierHistory(self._tier_reader, self._commitlog)
         report = recover(self._commitlog, self._queues, self._index, self._checkpoint, crashed=crashed,
                          repair=self._repair, check_crc=config.check_crc_on_recover, salvage=self._salvage,
-                         checkpoint_damage=self._checkpoint_damage)
+                         checkpoint_damage=self._checkpoint_damage, tier=history)
         self._note_engine_cases(report)
         salvage = self._salvage
         if salvage is not None and salvage.directory is not None:  # also when only the settings file was set aside
@@ -283,7 +292,9 @@ class MessageStore(Reads, IndexLookups):
         dispatchers = [ConsumeQueueDispatcher(self._queues, self._mark)]
         if self._index is not None:
             dispatchers.append(IndexDispatcher(self._index))
-        start = dispatch_start(report, self._commitlog, self._queues, self._index, crashed=crashed)
+        start = dispatch_start(report, self._commitlog, self._queues, self._index, crashed=crashed,
+                               checkpoint=self._checkpoint, tier=self._tier_history)
+        local_min = self._commitlog.min_offset()
         tail_batch = DISPATCH_TAIL_BATCH_RECORDS_LOW_LATENCY if self._sync_flush else DISPATCH_TAIL_BATCH_RECORDS
         # SYNC: records put one by one are described to the dispatch thread as they are written, so it need not
         # read them back (unless it must check their CRCs): a deque that keeps the newest WRITTEN_RECORDS_KEPT.
@@ -292,10 +303,11 @@ class MessageStore(Reads, IndexLookups):
         # large exactly when producers are busy, where parsing with numpy is as cheap (docs/architecture.md).
         written = collections.deque(maxlen=WRITTEN_RECORDS_KEPT) \
             if self._sync_flush and not config.check_crc_on_dispatch else None
-        self._dispatch = DispatchService(self._commitlog, dispatchers, start, check_crc=config.check_crc_on_dispatch,
-                                         tail_batch_records=tail_batch, written=written)
+        self._dispatch = DispatchService(self._commitlog, dispatchers, max(start, local_min),
+                                         check_crc=config.check_crc_on_dispatch, tail_batch_records=tail_batch,
+                                         written=written)
         started = time.perf_counter()
-        report.messages_redispatched = self._redispatch(report)
+        report.messages_redispatched = self._redispatch(report, start if start < local_min else None)
         self._mark.publish(self._dispatch.dispatched_offset)  # the queues are whole below it now
         report.seconds += time.perf_counter() - started
         self._commitlog.queue_offsets.update(
@@ -365,37 +377,78 @@ class MessageStore(Reads, IndexLookups):
         if self._checkpoint_replaced:
             report.checkpoint_case = RecoveryCase.CHECKPOINT_REPLACED
 
-    def _redispatch(self, report: RecoveryReport) -> int:
-        """Dispatch what the queues and index miss. A queue that lost entries the log still has (the log goes
-        on past a hole in it) is deleted and rebuilt from the start of the log, queue by queue; an empty one
-        whose first messages were in deleted segments starts at the first entry the log holds."""
+    def _redispatch(self, report: RecoveryReport, tier_from: int | None) -> int:
+        """Dispatch what the queues and index miss: from the tier's segments from `tier_from` up to the local log
+        when recovery reaches below it (TIER_REPLAYED), then from the local log. A queue that lost entries the log
+        still has (the log goes on past a hole in it) is deleted and rebuilt from the start of the log (or of the
+        tier's history), queue by queue (`_after_queue_gap`). Returns the messages dispatched."""
+        history = self._tier_history
+        tier_before = history.records_dispatched if history is not None else 0
+        done = 0
         for _ in range(REBUILDS_PER_OPEN_MAX):
             try:
-                return self._dispatch.dispatch_available()
+                if tier_from is not None:
+                    self._redispatch_from_tier(report, tier_from)
+                    tier_from = None
+                done = self._dispatch.dispatch_available()
+                break
             except QueueGapError as exc:
-                key = self._queues.key_of(exc.path)
-                if key is None:
-                    raise
-                queue = self._queues.get(*key)
-                if (queue is None or not queue.files) and exc.continues_at and self._commitlog.min_offset() > 0:
-                    # Its first messages were in segments deleted since: it starts where the log does (fillers).
-                    log.warning("consume queue %s/%d starts at entry %d, the first the log still holds", key[0],
-                                key[1], exc.continues_at)
-                    self._queues.get_or_create(*key).start_at(exc.continues_at)
-                    if f"{key[0]}/{key[1]}" not in report.queues_rebuilt:
-                        note_queue_rebuilt(report, *key)
-                    continue
-                if f"{key[0]}/{key[1]}" in report.queues_rebuilt:  # rebuilt from the log's start, gap again
-                    raise QueueGapError(f"the CommitLog itself lacks entries of queue {key[0]}/{key[1]}: {exc}",
-                                        path=exc.path, rule="consumequeue.dense") from exc
-                log.warning("rebuilding consume queue %s/%d: %s", key[0], key[1], exc)
-                self._queues.remove(*key)
+                tier_from = self._after_queue_gap(exc, report, tier_from)
+        else:
+            raise CorruptionError(f"more than {REBUILDS_PER_OPEN_MAX} consume queues needed rebuilding",
+                                  path=os.path.join(self.root_dir, "consumequeue"), rule="consumequeue.dense")
+        return done + (history.records_dispatched - tier_before if history is not None else 0)
+
+    def _redispatch_from_tier(self, report: RecoveryReport, start: int) -> None:
+        """Re-dispatch [start, the local log's start) from the tier's segment objects (mqstore/store/tier_history.py)
+        into the queues and the index, as the local log's records are."""
+        history = self._tier_history
+        end = self._commitlog.min_offset()
+        dispatchers = [ConsumeQueueDispatcher(self._queues)]
+        if self._index is not None:
+            dispatchers.append(IndexDispatcher(self._index))
+        log.warning("re-dispatching the history in the tier %s from commitlog offset %d to the local log's start %d",
+                    history.reader.location.uri, start, end)
+        self._tier_pass_start = start
+        before = history.records_dispatched
+        try:
+            history.redispatch(start, end, dispatchers)
+        finally:
+            note_tier_replayed(report, start, history.records_dispatched - before)
+
+    def _after_queue_gap(self, exc: QueueGapError, report: RecoveryReport, tier_from: int | None) -> int | None:
+        """A dispatch pass (the tier's when `tier_from` is set) found a queue lacking entries: start an empty queue at
+        the entry the log goes on with when the pass began where the readable log does (its first messages are gone
+        for good: fillers), else delete it for a rebuild from the start of the log or of the tier's history. Returns
+        where the tier's pass goes on (None: the local log's pass goes on)."""
+        key = self._queues.key_of(exc.path)
+        if key is None:
+            raise exc
+        history = self._tier_history
+        history_start = history.start() if history is not None else None
+        floor = self._commitlog.min_offset() if history_start is None else history_start
+        at_floor = history_start is None if tier_from is None else self._tier_pass_start == history_start
+        queue = self._queues.get(*key)
+        name = f"{key[0]}/{key[1]}"
+        if (queue is None or not queue.files) and exc.continues_at and floor > 0 and at_floor:
+            # Its first messages were in segments deleted since: it starts where the readable log does (fillers).
+            log.warning("consume queue %s starts at entry %d, the first the log still holds", name, exc.continues_at)
+            self._queues.get_or_create(*key).start_at(exc.continues_at)
+            if name not in report.queues_rebuilt:
                 note_queue_rebuilt(report, *key)
-                self._checkpoint.reset_logical_times()
-                self._checkpoint.flush()
-                self._dispatch.dispatched_offset = self._commitlog.min_offset()
-        raise CorruptionError(f"more than {REBUILDS_PER_OPEN_MAX} consume queues needed rebuilding",
-                              path=os.path.join(self.root_dir, "consumequeue"), rule="consumequeue.dense")
+            return history.position if tier_from is not None else None
+        if name in report.queues_rebuilt:  # rebuilt from the log's start, gap again
+            raise QueueGapError(f"the CommitLog itself lacks entries of queue {name}: {exc}", path=exc.path,
+                                rule="consumequeue.dense") from exc
+        if history is not None:
+            history.require(f"rebuild consume queue {name} ({exc})")
+        log.warning("rebuilding consume queue %s: %s", name, exc)
+        self._queues.remove(*key)
+        note_queue_rebuilt(report, *key)
+        self._checkpoint.reset_logical_times()
+        self._checkpoint.flush()
+        self._dispatch.dispatched_offset = self._commitlog.min_offset()
+        return history_start
 
     def _open_checkpoint(self) -> Checkpoint:
         """The checkpoint; a corrupt one is replaced by zeros, which makes recovery scan the whole log. A corrupt
@@ -806,6 +859,34 @@ class MessageStore(Reads, IndexLookups):
         if self._index is not None:
             self._index_flushable.flush()
         self._checkpoint_queues()
+
+    def _flush_entries(self) -> int:
+        """Flush the ConsumeQueues and the index now and write the checkpoint; returns the dispatched offset read
+        before: every queue and index entry of the records below it is on disk, and the checkpoint's
+        index_flushed_end says so. Retention with a tier calls it before a segment leaves local disk, so that no
+        crash recovery has to add entries below the local log (mqstore/store/retention.py)."""
+        self._refuse_writes()
+        dispatched = self._dispatch.dispatched_offset
+        try:
+            if self._follows_queues:
+                flushed = self._dispatch.flush(CLOSE_DISPATCH_TIMEOUT_S)
+                if self._dispatch.flush_failure is not None:
+                    raise self._dispatch.flush_failure
+                if not flushed:
+                    raise StoreError(f"the queues of {self.root_dir} were not flushed: "
+                                     f"{self._dispatch.error or 'the dispatch process did not answer'}")
+            else:
+                self._queues.flush()
+                if self._index is not None:
+                    self._index_flushable.flush()
+                self._checkpoint_queues()
+            if self._index is not None:
+                self._checkpoint.update(index_flushed_end=dispatched)
+                self._checkpoint.flush()
+        except FlushFailedError as exc:
+            self._flush_failed(exc)
+            raise
+        return dispatched
 
     # --- reading -------------------------------------------------------------------------------------------
     def wait_dispatched(self, timeout_s: float | None = None) -> bool:

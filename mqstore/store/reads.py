@@ -127,8 +127,16 @@ class Reads:
             while stop < len(commitlog_offsets) and (commitlog_offsets[stop] < local_min) == below:
                 stop += 1
             part = None if queue is None else (queue[0], queue[1], queue[2][start:stop])
-            read = tier.read_many if below else log_.read_many
-            found.extend(read(commitlog_offsets[start:stop], sizes[start:stop], part))
+            if below:
+                found.extend(tier.read_many(commitlog_offsets[start:stop], sizes[start:stop], part))
+            else:
+                try:
+                    found.extend(log_.read_many(commitlog_offsets[start:stop], sizes[start:stop], part))
+                except InvalidMessageError:
+                    if log_.min_offset() == local_min:
+                        raise
+                    local_min = log_.min_offset()  # retention removed segments meanwhile: split the rest again
+                    continue  # bounded: the local log's start only moves up, a segment at a time
             start = stop
         return found
 
@@ -180,9 +188,14 @@ class Reads:
             offsets, sizes, offset_min, offset_max = queue.read_lists(offset, max_count)
             if offsets and offset_min >= self._commitlog.min_offset():
                 entries = range(offset, offset + len(offsets))
-                found = self._commitlog.read_many(offsets, sizes, (queue.topic, queue.queue_id, entries),
-                                                  (offset_min, offset_max))
-                return _new_tuple(GetResult, (_FOUND, found, offset + len(found), low, high))  # GetResult(...)
+                try:
+                    found = self._commitlog.read_many(offsets, sizes, (queue.topic, queue.queue_id, entries),
+                                                      (offset_min, offset_max))
+                    return _new_tuple(GetResult, (_FOUND, found, offset + len(found), low, high))  # GetResult(...)
+                except InvalidMessageError:
+                    if self._tier_reader is None:
+                        raise
+                    # retention removed their segment meanwhile: the tier has it (the path below reads it there)
         scan = max(max_count, GET_FILTER_SCAN_ENTRIES_MIN) if wanted else max_count
         units = queue.read(offset, scan)
         if not len(units):

@@ -40,17 +40,21 @@ a segment is missing between two others                   | SEGMENT_MISSING    |
                                                           |                    | repair=True: cut the log at the gap,
                                                           |                    | move the later segments to the folder
 a ConsumeQueue file breaks its format rule, or its last   | QUEUE_REBUILT      | delete that queue, rebuild it from
-  entry does not match the record it points to, or it has |   (per queue)      | the CommitLog
-  entries past the log's end that no crash explains (any  |                    |
-  after a clean stop; one whose record starts inside the  |                    |
-  log), or dispatch finds it ends before entries the log  |                    |
-  holds, or its first file is missing while the log still |                    |
-  holds messages of it (not retention: that deletes a     |                    |
-  queue file only once all its messages are gone), or an  |                    |
-  entry of a walked record names another position or size |                    |
-  (a file of another queue), or it has entries past its   |                    |
-  last message in the walked log (derived data naming     |                    |
-  records not its own is rebuilt, never kept)             |                    |
+  entry does not match the record it points to (with a    |   (per queue)      | the CommitLog (from the tier's start
+  tier, one below the local log is read back from the     |                    | when the tier holds the history below
+  tier: one range read), or it has entries past the log's |                    | the local log: TIER_REPLAYED)
+  end that no crash explains (any after a clean stop; one |                    |
+  whose record starts inside the log), or dispatch finds  |                    |
+  it ends before entries the log holds, or its first file |                    |
+  is missing while the log still holds messages of it     |                    |
+  (not retention: that deletes a queue file only once all |                    |
+  its messages are gone; with a tier, none) or the tier's |                    |
+  manifest lists an earlier file of it (or the queue,     |                    |
+  missing), or an entry of a walked record                |                    |
+  names another position or size (a file of another       |                    |
+  queue), or it has entries past its last message in the  |                    |
+  walked log (derived data naming records not its own is  |                    |
+  rebuilt, never kept)                                    |                    |
 a ConsumeQueue has entries for records past the end of a  | QUEUE_TRUNCATED    | drop those entries
   crashed (or repaired) log                               |   (per queue)      |
 the walk meets a message its ConsumeQueue lacks (a queue  | QUEUE_REPLAYED     | re-dispatch from that message
@@ -61,7 +65,8 @@ an index file breaks its format rule (1)-(3)              | INDEX_REBUILT      |
   lost, stale or torn, in any file, not only the newest)  |                    | that may hold later entries (and the
                                                           |                    | newest) entry by entry, cut at the
                                                           |                    | first bad one, delete the files after
-                                                          |                    | it; re-dispatch the rest
+                                                          |                    | it; re-dispatch the rest (from below
+                                                          |                    | the local log: TIER_REPLAYED)
 no `abort` marker; an index file's header disagrees with  | INDEX_INCONSISTENT | check that file entry by entry, cut it
   its entries or its place (rules 7, 8: a zeroed tail     |                    | at the first bad entry, delete later
   under a header counting it, an older file not full), or |                    | files; cut where no message starts;
@@ -72,6 +77,21 @@ a corrupt checkpoint (rules 1-2 of flush/checkpoint.py), | CHECKPOINT_REPLACED| 
   flushed offset inside a record; a missing one while the |                    | CRASH_CORRUPT, not a torn tail. The
   log has segments (it is made before the first); or the  |                    | marker `checkpoint.damaged` says so
   marker an open that found one so left                   |                    | until a recovery completes
+a store with a tier: a queue rebuild, an index rebuild or | TIER_REPLAYED      | re-dispatch the tier's segment objects
+  an index cut reaches below the local log's first        |                    | (mqstore/store/tier_history.py: range
+  segment, whose records only the tier holds (a queue or  |                    | reads, CRCs checked) from there up to
+  index file damaged, a crash with a replaced checkpoint; |                    | the local log into the queues and the
+  not a plain crash: retention removes a segment only once|                    | index, then the local log as always
+  its queue and index entries are on disk)                |                    |
+a store with a tier: recovery needs its history below the | TIER_UNREADABLE    | a last entry it cannot check is kept
+  local log and the tier cannot be read (a crash or damage|                    | (its segment left only once it was on
+  during an outage; a tier refused as another store's; a  |                    | disk); a queue rebuild raises
+  damaged record or manifest) or does not hold it         |                    | StoreIOError before anything changes
+                                                          |                    | (rebuilt from the local log alone the
+                                                          |                    | queue would lose its history); index
+                                                          |                    | keys below the local log are not
+                                                          |                    | re-dispatched. `tier_not_checked`
+                                                          |                    | names each, and the log warns
 
 Where the walk starts: after a clean stop, at the third-last segment with data (RocketMQ's recoverNormally);
 after a crash, at the newest segment whose first message is older than the checkpoint's minimum time less
@@ -80,6 +100,19 @@ segment holding the checkpoint's flushed offset (store times come from a clock t
 is exact). Records are checked with rules (1)-(4) and (6) of commitlog/format.py and, with
 check_crc_on_recover, their CRCs (rules 5 and 6). After a crash a ConsumeQueue may run ahead of the durable
 log (it is flushed on its own schedule), so only the checkpoint's flushed offset says the log goes on there.
+
+With a tier (docs/tier.md), retention removes segments from local disk once the tier's manifest lists them and keeps
+the ConsumeQueue and index files that point into them, so entries may name records only the tier holds. Three
+rules keep recovery from taking them for damage or losing them: (1) retention removes a segment only once the queue
+and index entries of its records are flushed (mqstore/store/retention.py; the checkpoint's index_flushed_end is then
+past the segment), so a crash's cuts and replays stay in the local log, and a crash needs the tier only to check a
+queue's last entry below the local log (one range read: a quiet topic's queue, all of whose records left local
+disk, is not rebuilt); (2) what only damage causes (a queue rebuilt, an index rebuilt or cut below the local log, a
+replaced checkpoint) is re-dispatched from the tier's segment objects, from the tier's start (a queue rebuild: the
+whole tier is read, its size divided by the object store's read rate) or from where the index ends, up to the local
+log (TIER_REPLAYED); (3) nothing only the tier could rebuild is destroyed while the tier cannot be read
+(TIER_UNREADABLE). A damaged tier object met by a re-dispatch raises CorruptionError naming the object and the
+position in it; `mqstore tier verify` finds such objects.
 
 Repair: repair=True walks the whole log (a segment cut short is first extended with zeros) and cuts the log at
 the first bad record, dropping everything after it; records are never skipped, so the log stays a valid chain
@@ -111,6 +144,7 @@ from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.flush.checkpoint import CHECKPOINT_DAMAGED_FILE_NAME, CHECKPOINT_DTYPE, Checkpoint
 from mqstore.store.markers import remove_marker, write_marker
 from mqstore.store.repair import count_dropped
+from mqstore.store.tier_history import TierHistory
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +174,8 @@ class RecoveryCase(StrEnum):
     INDEX_CUT = "INDEX_CUT"
     INDEX_INCONSISTENT = "INDEX_INCONSISTENT"
     CHECKPOINT_REPLACED = "CHECKPOINT_REPLACED"
+    TIER_REPLAYED = "TIER_REPLAYED"
+    TIER_UNREADABLE = "TIER_UNREADABLE"
 
 
 @dataclass
@@ -147,7 +183,8 @@ class RecoveryReport:
     """What open() found and did; `MessageStore.recovery_report`.
 
     `case` is the log's row; `file_cases` ("commitlog/<segment>" -> SEGMENT_*), `queue_cases` ("topic/queue_id"
-    -> QUEUE_*), `index_case` and `checkpoint_case` the other rows that applied. `cases()` lists them all."""
+    -> QUEUE_*), `index_case`, `checkpoint_case` and `tier_case` the other rows that applied. `cases()` lists them
+    all."""
 
     case: RecoveryCase = RecoveryCase.NEW_STORE
     crashed: bool = False
@@ -173,11 +210,17 @@ class RecoveryReport:
     dropped_offset_last: int | None = None
     dropped_files: list[str] = field(default_factory=list)  # the store's files cut, moved or resized
     repair_dir: str | None = None  # where repair kept what it cut (mqstore/store/repair.py), or None
+    # A store with a tier (mqstore/store/tier_history.py): TIER_REPLAYED, TIER_UNREADABLE, or None (not needed).
+    tier_case: RecoveryCase | None = None
+    tier_replayed_from: int | None = None  # where the re-dispatch from the tier's segments started
+    tier_messages_redispatched: int = 0  # of messages_redispatched, those read from the tier
+    tier_problem: str | None = None  # why the tier could not be read
+    tier_not_checked: list[str] = field(default_factory=list)  # what recovery could not check or rebuild from it
 
     def cases(self) -> list[RecoveryCase]:
         """Every row of the table that applied, the log's first."""
         found = [self.case, *self.file_cases.values(), *self.queue_cases.values(), self.index_case,
-                 self.checkpoint_case]
+                 self.checkpoint_case, self.tier_case]
         return list(dict.fromkeys(case for case in found if case is not None))
 
     def as_dict(self) -> dict:
@@ -201,11 +244,13 @@ def note_queue_rebuilt(report: RecoveryReport, topic: str, queue_id: int) -> Non
 
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: Checkpoint, *, crashed: bool,
-            repair: bool, check_crc: bool, salvage=None, checkpoint_damage: str | None = None) -> RecoveryReport:
+            repair: bool, check_crc: bool, salvage=None, checkpoint_damage: str | None = None,
+            tier: TierHistory | None = None) -> RecoveryReport:
     """Make the log, queues and index agree, following the table above. Re-dispatch is the caller's, from
     `dispatch_start(report, ...)`. `salvage` (mqstore.store.repair.Salvage, with repair) keeps what a cut drops.
     `checkpoint_damage` says why the checkpoint was replaced by zeros (corrupt, or missing while the log has
-    segments), if it was: it then cannot tell how far the log was flushed."""
+    segments), if it was: it then cannot tell how far the log was flushed. `tier` is the store's tier's history
+    below the local log (mqstore/store/tier_history.py), for a store with a tier."""
     started = time.perf_counter()
     report = RecoveryReport(crashed=crashed)
     if checkpoint_damage is None:
@@ -218,8 +263,10 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
     walked = _recover_log(commitlog, checkpoint, queues, report, crashed=crashed, repair=repair, check_crc=check_crc,
                           with_index=index is not None, queue_ends=ends, salvage=salvage,
                           checkpoint_damage=checkpoint_damage)
-    _recover_queues(commitlog, queues, report, crashed=crashed, walked=walked)
-    _rebuild_queues_missing_first_files(commitlog, queues, report)
+    _recover_queues(commitlog, queues, report, crashed=crashed, walked=walked, tier=tier)
+    _rebuild_queues_missing_first_files(commitlog, queues, report, tier)
+    if tier is not None:
+        _rebuild_queues_the_tier_lists_earlier(queues, report, tier)
     if report.queues_rebuilt:
         # The rebuilt queues are only in memory yet: until they are flushed, a crash must replay the whole log.
         checkpoint.reset_logical_times()
@@ -233,12 +280,15 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, index, checkpoint: 
 
 
 def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: ConsumeQueueTable, index, *,
-                   crashed: bool) -> int:
-    """Where dispatch resumes after `recover`: at or before the first message a queue or the index lacks."""
+                   crashed: bool, checkpoint: Checkpoint | None = None, tier: TierHistory | None = None) -> int:
+    """Where dispatch resumes after `recover`: at or before the first message a queue or the index lacks. With a
+    tier holding the history below the local log, that may be below the local log's start: the caller then
+    re-dispatches from the tier's segments up to it first (row TIER_REPLAYED)."""
     log_min = commitlog.min_offset()
+    floor = log_min  # the lowest offset dispatch may start at: the local log's start, or the tier's below it
     dispatched = max(queues.max_commitlog_end(), log_min)
     if report.queues_rebuilt or queues.corrupt:
-        dispatched = log_min
+        dispatched = floor = _history_floor(report, tier, log_min, "the rebuilt consume queues' entries")
     elif crashed:
         # Queue pages may have been lost in any queue: replay from where the recovery scan started (the
         # checkpoint says everything before was on disk); dispatchers skip the entries they already have.
@@ -247,21 +297,63 @@ def dispatch_start(report: RecoveryReport, commitlog: CommitLog, queues: Consume
         dispatched = min(dispatched, report.replay_from)
     if index is not None:
         # The index resumes at (or past) the message it indexed last, or rebuilds from the start.
-        dispatched = max(min(dispatched, _index_resume(commitlog, index)), log_min)
+        # With every index entry below the local log on disk (retention removes a segment only then, and the cut
+        # and the checks above lower index_flushed_end when they drop one), nothing below it is to add.
+        whole_below_log = checkpoint is not None and checkpoint.index_flushed_end >= log_min
+        resume = _index_resume(commitlog, index, None if whole_below_log else tier)
+        if whole_below_log:
+            resume = max(resume, log_min)
+        if resume < floor:
+            floor = _history_floor(report, tier, log_min, f"the index's keys of the records from commitlog offset "
+                                                          f"{resume}")
+        dispatched = max(min(dispatched, resume), floor)
     return dispatched
 
 
-def _index_resume(commitlog: CommitLog, index) -> int:
+def _history_floor(report: RecoveryReport, tier: TierHistory | None, log_min: int, what: str) -> int:
+    """The lowest offset a re-dispatch can start at: the tier's start when it holds the history below the local log,
+    else the local log's; a tier that cannot be read is reported (`what` is not re-dispatched below the log)."""
+    start = tier.start() if tier is not None else None
+    if start is not None:
+        return start
+    if tier is not None and tier.problem is not None:
+        note_tier_unreadable(report, tier, f"{what}: not re-dispatched below the local log's start {log_min}")
+    return log_min
+
+
+def note_tier_unreadable(report: RecoveryReport, tier: TierHistory, what: str) -> None:
+    """Row TIER_UNREADABLE: `what` recovery could not check or rebuild because the tier could not be read."""
+    report.tier_case = RecoveryCase.TIER_UNREADABLE
+    report.tier_problem = report.tier_problem or tier.problem
+    report.tier_not_checked.append(what)
+    log.warning("recovery without the tier %s: %s", tier.reader.location.uri, what)
+
+
+def note_tier_replayed(report: RecoveryReport, start: int, records: int) -> None:
+    """Row TIER_REPLAYED: the engine re-dispatched `records` from the tier's segments from `start` on."""
+    if report.tier_case is None:
+        report.tier_case = RecoveryCase.TIER_REPLAYED
+    report.tier_replayed_from = start if report.tier_replayed_from is None else min(report.tier_replayed_from, start)
+    report.tier_messages_redispatched += records
+
+
+def _index_resume(commitlog: CommitLog, index, tier: TierHistory | None = None) -> int:
     """Where dispatch must resume for the index: at the message it indexed last while that message may lack
     some of its keys (a crash between two of them), past it when the index holds every one (any clean stop),
-    so that a reopen re-dispatches nothing the queues and the index already have."""
+    so that a reopen re-dispatches nothing the queues and the index already have. A message below the local log
+    is read from the tier's history (one range read)."""
     end = index.max_indexed_offset
     if index.entry_count == 0 or end >= commitlog.readable_end():
         return end
-    try:
-        message = commitlog.read(end)
-    except (CorruptionError, InvalidMessageError):
-        return end  # _recover_index cuts the index where no message starts; the replay settles the rest
+    if end < commitlog.min_offset():
+        message = tier.message_at(end) if tier is not None else None
+        if message is None:
+            return end
+    else:
+        try:
+            message = commitlog.read(end)
+        except (CorruptionError, InvalidMessageError):
+            return end  # _recover_index cuts the index where no message starts; the replay settles the rest
     properties = message.properties
     key_count = (properties.get(fmt.PROPERTY_UNIQ_KEY) is not None) + sum(
         1 for key in properties.get(fmt.PROPERTY_KEYS, "").split(fmt.KEY_SEPARATOR) if key)
@@ -778,21 +870,17 @@ def _data_extents(fd: int | None, low: int, high: int):
 
 
 def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport, *, crashed: bool,
-                    walked: WalkedQueues) -> None:
+                    walked: WalkedQueues, tier: TierHistory | None) -> None:
     for (topic, queue_id), error in list(queues.corrupt.items()):
-        log.warning("rebuilding consume queue %s/%d from the CommitLog: %s", topic, queue_id, error)
-        queues.remove(topic, queue_id)
-        note_queue_rebuilt(report, topic, queue_id)
+        _rebuild_queue(queues, report, (topic, queue_id), f"{error}", tier)
     end = report.log_end
     for (topic, queue_id), queue in list(queues.queues.items()):
         past = queue.offsets_past(end)
         if len(past) and (report.case == "CLEAN" or int(past.min()) < end):
             # What the cut would drop is not a tail of entries for records past the log's end (which a crash
             # leaves): an entry is damaged, and cutting there would hide the good entries after it for good.
-            log.warning("rebuilding consume queue %s/%d: %d entries from one pointing at %d do not end by the "
-                        "log's end %d", topic, queue_id, len(past), int(past[0]), end)
-            queues.remove(topic, queue_id)
-            note_queue_rebuilt(report, topic, queue_id)
+            _rebuild_queue(queues, report, (topic, queue_id), f"{len(past)} entries from one pointing at "
+                           f"{int(past[0])} do not end by the log's end {end}", tier)
             continue
         dropped = queue.truncate_past(end)
         if dropped:
@@ -804,22 +892,40 @@ def _recover_queues(commitlog: CommitLog, queues: ConsumeQueueTable, report: Rec
             why = f"it has {queue.max_offset - walked_end} entries past its last message in the log"
         if why is not None:
             # Derived data naming records that are not its own: rebuilt, never kept (repair appends after it).
-            log.warning("rebuilding consume queue %s/%d: %s", topic, queue_id, why)
-            queues.remove(topic, queue_id)
-            note_queue_rebuilt(report, topic, queue_id)
+            _rebuild_queue(queues, report, (topic, queue_id), why, tier)
             continue
         if (crashed or report.case != RecoveryCase.CLEAN) and queue.max_offset > queue.min_offset \
-                and not _last_entry_matches(commitlog, queue):
-            log.warning("rebuilding consume queue %s/%d: its last entry does not match the log", topic, queue_id)
-            queues.remove(topic, queue_id)
-            note_queue_rebuilt(report, topic, queue_id)
+                and not _last_entry_matches(commitlog, queue, tier, report):
+            _rebuild_queue(queues, report, (topic, queue_id), "its last entry does not match the log", tier)
 
 
-def _last_entry_matches(commitlog: CommitLog, queue) -> bool:
+def _rebuild_queue(queues: ConsumeQueueTable, report: RecoveryReport, key: tuple[str, int], why: str,
+                   tier: TierHistory | None) -> None:
+    """Row QUEUE_REBUILT: delete the queue; dispatch rebuilds it from the start of the log, or of the tier's history
+    below it (TIER_REPLAYED). With a tier that cannot be read, StoreIOError first, the queue kept (TIER_UNREADABLE:
+    a queue rebuilt from the local log alone would lose its history for good)."""
+    if tier is not None:
+        tier.require(f"rebuild consume queue {key[0]}/{key[1]} ({why})")
+    log.warning("rebuilding consume queue %s/%d: %s", key[0], key[1], why)
+    queues.remove(*key)
+    note_queue_rebuilt(report, *key)
+
+
+def _last_entry_matches(commitlog: CommitLog, queue, tier: TierHistory | None, report: RecoveryReport) -> bool:
+    """Whether a queue's last entry names its record: in the local log, or below it in the tier's history (one
+    range read). An entry the tier cannot check (it cannot be read, or its record there is damaged) is kept and
+    reported (TIER_UNREADABLE): retention removed its segment only once the entry was on disk."""
     unit = queue.read(queue.max_offset - 1, 1)
     if not len(unit):
         return False
     offset, size = int(unit["commitlog_offset"][0]), int(unit["size"][0])
+    if offset < commitlog.min_offset() and tier is not None:
+        matches, why = tier.entry_matches(offset, size, queue.topic, queue.queue_id, queue.max_offset - 1)
+        if matches is None:
+            note_tier_unreadable(report, tier, f"consume queue {queue.topic}/{queue.queue_id}: its last entry, for the "
+                                               f"record at commitlog offset {offset}, kept unchecked ({why})")
+            return True
+        return matches
     if offset < commitlog.min_offset() or offset + size > commitlog.readable_end():
         return False
     try:
@@ -830,8 +936,29 @@ def _last_entry_matches(commitlog: CommitLog, queue) -> bool:
             and message.queue_offset == queue.max_offset - 1)
 
 
-def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQueueTable,
-                                        report: RecoveryReport) -> None:
+def _rebuild_queues_the_tier_lists_earlier(queues: ConsumeQueueTable, report: RecoveryReport,
+                                           tier: TierHistory) -> None:
+    """Row QUEUE_REBUILT for a queue whose first file (or every file) local disk lacks while the tier's manifest
+    lists an earlier one of it: with a tier, retention deletes no queue file, so the file was lost to damage, and the
+    records it named may be in the tier only (where `_rebuild_queues_missing_first_files` cannot see them). One look
+    at the manifest, which lists the queue files uploaded up to its queues_end (docs/tier.md)."""
+    if tier.start() is None:
+        if tier.problem is not None:
+            note_tier_unreadable(report, tier, "consume queue files missing on local disk: not looked for in the "
+                                               "tier's manifest")
+        return
+    manifest = tier.reader.manifest()
+    for key, listed in sorted(manifest.queues.items()):
+        queue = queues.queues.get(key)
+        local_first = queue.files[0].base_offset if queue is not None and queue.files else None
+        if listed and (local_first is None or int(listed[0].name) < local_first) and \
+                f"{key[0]}/{key[1]}" not in report.queues_rebuilt:
+            _rebuild_queue(queues, report, key, f"the tier lists its file {listed[0].name}, which local disk lacks "
+                                                f"(its first file is {local_first})", tier)
+
+
+def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQueueTable, report: RecoveryReport,
+                                        tier: TierHistory | None) -> None:
     """Row QUEUE_REBUILT for a queue whose first file is missing while the log still holds its messages.
 
     Retention deletes a queue file only once every message it names is below the log's start, so a queue whose
@@ -858,10 +985,8 @@ def _rebuild_queues_missing_first_files(commitlog: CommitLog, queues: ConsumeQue
             key = (names[topic_id], queue_id)
             if key in candidates and commitlog_offset < candidates[key]:
                 del candidates[key]
-                log.warning("rebuilding consume queue %s/%d: its first file is missing, the log still holds "
-                            "message %d of it", key[0], key[1], commitlog_offset)
-                queues.remove(*key)
-                note_queue_rebuilt(report, *key)
+                _rebuild_queue(queues, report, key, f"its first file is missing, the log still holds message "
+                                                    f"{commitlog_offset} of it", tier)
         if batch.error is not None or batch.end_offset == offset:
             break
         offset = batch.end_offset

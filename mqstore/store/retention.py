@@ -21,7 +21,12 @@ After segments go, ConsumeQueue files whose every entry points below the log's n
 queue's `min_offset` moves to its first entry still in the log, and index files below it are deleted.
 
 With a tier (`tier_uri`), a segment may leave local disk only once the tier's manifest lists it (uploaded and
-verified), and then it is still readable (mqstore/store/reads.py reads it from the tier), so:
+verified) and the ConsumeQueue and index entries of its records are on disk: the round flushes the queues and the
+index first (`MessageStore._flush_entries`, once a round, when a segment is about to go; it raises the checkpoint's
+index_flushed_end to the dispatched offset it flushed), and removes only segments below what that flush covered.
+So no crash recovery has to add entries for records below the local log, which only the tier then holds
+(mqstore/store/recovery.py: with a tier it can, TIER_REPLAYED, but reads every segment object from there). A
+removed segment is still readable (mqstore/store/reads.py reads it from the tier), so:
   - the ConsumeQueue and index files stay on local disk (they are what reads of the tier's history look up, and
     the queues' `min_offset` stays at the tier's start); neither this process nor the dispatch process trims them.
     They cost about 20 bytes a message (its ConsumeQueue unit) plus 20 bytes a key with the index on (one entry
@@ -205,10 +210,16 @@ class Retention:
         now = self._clock_ms()
         reserved_ms = config.file_reserved_hours * HOUR_MS
         tiered = getattr(store, "_tier_uploader", None) is not None
+        entries_flushed_end = None  # with a tier: the queue and index entries below it are on disk
         for segment in self._removable()[:SEGMENTS_REMOVED_PER_ROUND_MAX]:
             expired = os.path.getmtime(segment.path) * 1000 + reserved_ms <= now
             if not expired and not self._unexpired_may_go(forcibly):
                 break  # segments go oldest first: a kept one keeps every later one
+            if tiered:
+                if entries_flushed_end is None:
+                    entries_flushed_end = store._flush_entries()  # once a round, when a segment is to go
+                if segment.base_offset + segment.size_bytes > entries_flushed_end:
+                    break
             self._remove_segment(segment, report)
             if not expired and tiered:  # in the tier: nothing is lost
                 report.offloaded_segments_removed.append(report.segments_removed[-1])

@@ -11,9 +11,12 @@ land in object writes, read-backs and manifest writes alike), then checks:
     tier's end is at or past the local log's first segment);
   * every put acknowledged by any writer so far is readable, byte for byte, at its commitlog offset, from the
     local segment or else from the tier's object, and no seq is stored twice;
-then starts the next writer on the same store and tier. At the end a writer that is not killed uploads
-everything sealed and the same checks hold. Series against a file:// tier and moto's S3 server on 127.0.0.1.
-`MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
+then starts the next writer on the same store and tier, which recovers the store and, before it puts, reads every
+acknowledged put back through the store (`--check`): get() of its queue returns it and query(key) finds it, from
+local disk or from the tier, so recovery kept the queue and index entries of what left local disk (trials that kill
+the writer during start-up are checked by the next one). At the end a writer that is not killed uploads everything
+sealed, the same checks hold, and one more writer, killed after its check, reads everything back once more. Series
+against a file:// tier and moto's S3 server on 127.0.0.1. `MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
 """
 
 from __future__ import annotations
@@ -51,10 +54,14 @@ REPO = Path(__file__).resolve().parents[2]
 class Writer:
     """A tier writer process and the lines it printed."""
 
-    def __init__(self, root: Path, uri: str, generation: int, count: int | None = None):
+    def __init__(self, root: Path, uri: str, generation: int, count: int | None = None, check: list | None = None):
         self.lines: list[str] = []
         env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(REPO))
         extra = [] if count is None else ["--count", str(count)]
+        if check:
+            acked_path = root.parent / f"acked-{generation}.txt"
+            acked_path.write_text("".join(" ".join(map(str, entry)) + "\n" for entry in check))
+            extra += ["--check", str(acked_path)]
         self.stderr_path = root.parent / f"writer-{generation}.stderr"
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen([sys.executable, str(WRITER), str(root), uri, "--generation",
@@ -77,8 +84,23 @@ class Writer:
         self.process.wait()
         self._reader.join()
 
-    def acked(self) -> list[tuple[int, int, int]]:
-        return [tuple(int(part) for part in line.split()[1:4]) for line in self.lines if line.startswith("ACK")]
+    def acked(self) -> list[tuple[int, int, int, int]]:
+        """(seq, commitlog offset, size, queue offset) of each acknowledged put."""
+        return [tuple(int(part) for part in line.split()[1:5]) for line in self.lines if line.startswith("ACK")]
+
+    def checked(self) -> tuple[int, int] | None:
+        """(acknowledged puts read back, of them lost) once the --check is done, else None."""
+        for line in self.lines:
+            if line.startswith("CHECKED"):
+                return int(line.split()[1]), int(line.split()[2])
+        return None
+
+    def assert_checked(self, count: int, label: str) -> None:
+        """Wait for the --check of `count` acknowledged puts; every one read back."""
+        assert wait_until(lambda: self.checked() is not None or self.process.poll() is not None, timeout_s=60), \
+            f"{label}: the writer's check did not end"
+        lost = [line for line in self.lines if line.startswith("LOST")]
+        assert self.checked() == (count, 0), f"{label}: {self.checked()} {lost} {self.stderr_tail()}"
 
 
 def record_bytes(root: Path, location: TierLocation, manifest, offset: int, size: int) -> bytes | None:
@@ -111,7 +133,7 @@ def check_store(root: Path, uri: str, acked: list, previous_end: int | None, lab
     else:
         assert not local or local[0] == 0, f"{label}: local segments removed with no manifest"
     seen = {}
-    for seq, offset, size in acked:
+    for seq, offset, size, _ in acked:
         raw = record_bytes(root, location, manifest, offset, size)
         assert raw is not None and len(raw) == size, f"{label}: acknowledged seq {seq} at {offset} is gone"
         message = decode_message(raw, 0, size, offset, check_crc=True)
@@ -127,22 +149,27 @@ def run_series(tmp_path: Path, uri: str, seed: int) -> None:
     root = tmp_path / "store"
     acked: list = []
     end = None
+    checks = 0
     for trial in range(TRIALS):
-        writer = Writer(root, uri, generation=trial + 1)
+        writer = Writer(root, uri, generation=trial + 1, check=acked)
         if rng.random() < EARLY_KILL_PROBABILITY:
             time.sleep(rng.uniform(0.0, 0.6))
         else:
+            if acked:
+                writer.assert_checked(len(acked), f"trial {trial}")
+                checks += 1
             target = rng.randint(1, ACKS_BEFORE_KILL_MAX)
             assert wait_until(lambda: writer.acks() >= target or writer.process.poll() is not None), \
                 f"trial {trial}: the writer made {writer.acks()} acks"
         writer.kill()
         acked += writer.acked()
         end = check_store(root, uri, acked, end, f"trial {trial}")
-    writer = Writer(root, uri, generation=TRIALS + 1, count=LAST_WRITER_PUTS)  # then it only uploads
+    writer = Writer(root, uri, generation=TRIALS + 1, count=LAST_WRITER_PUTS, check=acked)  # then it only uploads
+    writer.assert_checked(len(acked), "the last writer")
     assert wait_until(lambda: writer.acks() >= LAST_WRITER_PUTS)
     location = TierLocation.open(uri)
 
-    log_end = max(offset + size for _, offset, size in acked + writer.acked())
+    log_end = max(offset + size for _, offset, size, _ in acked + writer.acked())
     sealed_end = log_end - log_end % SEGMENT  # the segment holding the log's end is never uploaded
 
     def caught_up() -> bool:
@@ -154,7 +181,11 @@ def run_series(tmp_path: Path, uri: str, seed: int) -> None:
     writer.kill()
     acked += writer.acked()
     check_store(root, uri, acked, end, "after the last writer")
-    print(f"[tier-kill] {TRIALS} kills, {len(acked)} acknowledged puts checked")
+    writer = Writer(root, uri, generation=TRIALS + 2, count=0, check=acked)
+    writer.assert_checked(len(acked), "after the last writer")
+    writer.kill()
+    print(f"[tier-kill] {TRIALS} kills, {len(acked)} acknowledged puts checked, read back through get() and "
+          f"query() after {checks + 2} recoveries")
 
 
 def test_kills_during_uploads_to_a_directory_lose_nothing(tmp_path):

@@ -287,9 +287,6 @@ def test_a_uri_with_credentials_is_not_saved(tmp_path, s3_server, mqstore):  # n
     assert [m["body_hex"] for m in got["messages"]] == [m.body.hex() for m in expected[0][:32]]
 
 
-@pytest.mark.xfail(strict=True, reason="recovery (mqstore/store/recovery.py) after a crash deletes a queue whose "
-                   "last entry is below the local log (_last_entry_matches) and cuts index entries it can re-dispatch "
-                   "only from the local log: with a tier they point at messages the tier holds")
 def test_a_crash_keeps_the_queues_and_index_entries_of_the_tiers_history(tmp_path):
     from mqstore.store.markers import ABORT_FILE_NAME
 
