@@ -42,6 +42,15 @@ Options (names are case-insensitive; anything else is refused):
     maxRecordsPerTrigger   records                                  streaming: records per micro-batch, by count
     startingOffsets        earliest (default) | latest              streaming: where a new query starts
 
+A tier (docs/tier.md) is read straight from its object store, with no local copy and no writer running: give its
+URI as the path, `load("s3://bucket/prefix?region=...")` or `load("file:///dir")` (a list of paths may mix tiers
+and store directories; a glob is expanded for directories only). The driver reads the tier's manifest and plans
+partitions of its segments' byte ranges; each partition carries the URI, and the executor reading it opens the
+tier itself (credentials from pyarrow's usual configuration there, or from the URI) and reads its ranges with
+range reads of 16 MiB. A topic filter walks the segments and keeps the topic's records (the tier's queue images
+only cut long segments at record starts); batch reads only (a stream of a tier URI is refused). Errors name the
+object in the tier (redacted URI and key) and the byte position in it.
+
 Pushed filters: topic = / IN, queue_id = / IN, commitlog_offset and store_timestamp comparisons. Every pushed
 filter is applied to each record by the reader, planning only skips what provably holds no match, so a query
 gives the same rows with pushdown on or off. Other filters are left to Spark.
@@ -107,8 +116,10 @@ from mqstore.store.scan_options import (
     arrow_schema,
     check_schema,
     commitlog_schema,
+    is_tier_uri,
     parse_options,
     push_filters,
+    shown_tier,
 )
 from mqstore.store.scan_plan import plan_batch, plan_store, plan_stream
 from mqstore.store.scan_read import admit, read_partition
@@ -270,6 +281,10 @@ class CommitLogDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_options(self.options)
         check_schema(schema, options)
+        tiers = [shown_tier(ref.root) for ref in options.stores if is_tier_uri(ref.root)]
+        if tiers:
+            raise CommitLogSourceError(f"readStream of a tier ({', '.join(tiers)}) is not supported: read the store "
+                                       "that uploads to it, or spark.read the tier in batches")
         return CommitLogStreamReader(options, schema)
 
 

@@ -966,14 +966,9 @@ class MessageStore(Reads, IndexLookups):
         from mqstore.store.scan import scan_store  # pyarrow work, imported when used
 
         self._check_open()
-        tier = None
-        if self._tier_reader is not None:
-            local_min = self._commitlog.min_offset()
-            if self._read_log_min() < local_min:  # the history below the local log is in the tier
-                tier = (self._tier_reader.location, self._tier_reader.manifest(), local_min)
-        return scan_store(self.root_dir, topic=topic, queue_ids=queue_ids, start_offset=start_offset,
-                          end_offset=end_offset, start_time=start_time, end_time=end_time, columns=columns,
-                          tier=tier)
+        return scan_store(self.root_dir, tier=self._tier_reader, topic=topic, queue_ids=queue_ids,
+                          start_offset=start_offset, end_offset=end_offset, start_time=start_time, end_time=end_time,
+                          columns=columns)
 
     def stats(self) -> dict:
         """Positions, counts and lags of the store, as plain data."""

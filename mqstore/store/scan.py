@@ -14,13 +14,21 @@ scan when the extension is built). With more than one core, two partitions are r
 scan's own and handed on in log order (docs/decisions/0029-scan-reads-two-partitions-at-once.md). Bytes that
 break the format raise CorruptionError (file, offset, rule) from the reader; a segment deleted under a running
 scan raises StoreIOError. pyspark is not needed.
+
+A store's tier (docs/tier.md) is read too. `scan_store("s3://bucket/prefix?...")` (or `file:///dir`, any tier URI)
+reads a store from its tier alone, with no local copy and no writer: its manifest lists the segments (all sealed:
+the written end is the last one's end), which are read with range reads of 16 MiB (mqstore/tier/scan_source.py)
+into the same record walk and decoder, so the rows, filters and checks are a local scan's and an error names the
+object in the tier and the position in it. `MessageStore.scan()` of a store with a tier reads the tier's segments
+below the local log's start (what retention removed), then the local ones: every row once, in log order; a local
+segment retention removes while the scan runs is read from the tier's copy. A topic filter walks the tier's
+segments and keeps the topic's records (the local ConsumeQueues serve the local segments only).
 """
 
 from __future__ import annotations
 
 import collections
 import datetime
-import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -29,13 +37,10 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from mqstore.commitlog.arrow_decode import STORE_COLUMN
-from mqstore.commitlog.errors import InvalidConfigError, StoreIOError
-from mqstore.store.scan_options import RowFilter, StoreRef, _datetime_us
+from mqstore.commitlog.errors import InvalidConfigError
+from mqstore.store.scan_options import RowFilter, StoreRef, _datetime_us, is_tier_uri
 from mqstore.store.scan_plan import plan_batch
 from mqstore.store.scan_read import read_partition
-from mqstore.store.scan_tier import is_tier_uri, tier_bases, tier_batches
-from mqstore.tier import manifest as manifest_module
-from mqstore.tier.location import TierLocation
 
 _STAMP = pa.timestamp("us", tz="UTC")
 # A scan reads its partitions on this many threads (the compiled walk and Arrow build let go of the interpreter
@@ -104,8 +109,8 @@ def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None 
                ) -> pa.RecordBatchReader:
     """The records of the store under `root` (read from its files: a writer may be appending) as a
     RecordBatchReader; see the module's docstring. `label` adds the `store` column. `root` may be a tier's URI
-    (`s3://bucket/prefix?...`): the store is then read from its tier alone (mqstore/store/scan_tier.py). `tier`
-    is MessageStore.scan()'s: (TierLocation, Manifest, local log start) for a store whose history is there."""
+    (`s3://bucket/prefix?...`, `file:///dir`): the store is then read from the tier alone. `tier` is the local
+    store's tier (its TierReader, or a URI), read below the local log's start."""
     wanted = row_filter(**filters)
     schema = scan_schema(label is not None)
     names = list(schema.names) if columns is None else list(columns)
@@ -114,28 +119,10 @@ def scan_store(root, *, columns: Iterable[str] | None = None, label: str | None 
         raise InvalidConfigError(f"unknown columns {unknown}; the columns are {', '.join(schema.names)}"
                                  if unknown else "columns is empty")
     out_schema = pa.schema([schema.field(name) for name in names])
-    if is_tier_uri(root):  # a store read from its tier alone
-        location = TierLocation.open(root)
-        manifest = manifest_module.load(location)
-        if manifest is None:
-            raise StoreIOError(f"{location.uri} holds no tier manifest: it is not a store's tier (yet)")
-        batches = _projected(tier_batches(location, manifest, tier_bases(manifest, wanted), schema, wanted, label),
-                             names, schema)
-        return pa.RecordBatchReader.from_batches(out_schema, batches)
-    partitions = plan_batch([StoreRef(os.path.abspath(os.fspath(root)), label)], wanted,
-                            partition_bytes_max=SCAN_PARTITION_BYTES_MAX)
-    local = _batches(partitions, schema, wanted, names)
-    if tier is not None:  # (location, manifest, below): the tier's segments below the local log come first
-        location, manifest, below = tier
-        history = tier_batches(location, manifest, tier_bases(manifest, wanted, below), schema, wanted, label)
-        local = itertools.chain(_projected(history, names, schema), local)
-    return pa.RecordBatchReader.from_batches(out_schema, local)
-
-
-def _projected(batches, names: list[str], schema: pa.Schema):
-    project = names != list(schema.names)
-    for batch in batches:
-        yield batch.select(names) if project else batch
+    root = os.fspath(root)
+    ref = StoreRef(root, label) if is_tier_uri(root) else StoreRef(os.path.abspath(root), label, tier)
+    partitions = plan_batch([ref], wanted, partition_bytes_max=SCAN_PARTITION_BYTES_MAX)
+    return pa.RecordBatchReader.from_batches(out_schema, _batches(partitions, schema, wanted, names))
 
 
 def _batches(partitions, schema: pa.Schema, wanted: RowFilter, names: list[str],

@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover - exercised by a test in a subprocess wi
 
 from mqstore.commitlog.arrow_decode import STORE_COLUMN
 from mqstore.store.scan_errors import CommitLogSourceError
+from mqstore.tier.location import redacted
 
 FORMAT_NAME = "commitlog"
 
@@ -144,10 +145,26 @@ def _empty_range(lo, hi) -> bool:
 
 @dataclass(frozen=True)
 class StoreRef:
-    """One store to read: its absolute root and the label of its `store` column (None without the column)."""
+    """One store to read: its absolute root (or a tier's URI: `is_tier_uri`) and the label of its `store` column
+    (None without the column). `tier`, for store.scan() of a store with a tier: its TierReader, through which
+    the records below the local log's start are read from the tier."""
 
     root: str
     label: str | None
+    tier: object = None
+
+
+def is_tier_uri(path: str) -> bool:
+    """Whether a store path names a tier (`s3://bucket/prefix?...`, `file:///dir`, ...: a URI with a scheme)
+    rather than a local store directory."""
+    head = path.split("://", 1)[0] if "://" in path else ""
+    return bool(head) and head[0].isalpha() and all(c.isalnum() or c in "+-." for c in head)
+
+
+def shown_tier(uri: str) -> str:
+    """How a tier is named in the `store` column: its URI without user info and query (`s3://bucket/prefix`), as
+    the JVM reader names it and as TierLocation.display names its objects."""
+    return redacted(uri).split("?", 1)[0].rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -207,9 +224,15 @@ def _resolve_paths(values) -> tuple[tuple, bool]:
         raise CommitLogSourceError(f"no store path: use spark.read.format({FORMAT_NAME!r}).load('/path/to/store')")
     if not given:
         raise CommitLogSourceError("no store path: the list of paths is empty")
-    several = len(given) > 1 or any(glob.has_magic(p) for p in given)
+    several = len(given) > 1 or any(glob.has_magic(p) for p in given if not is_tier_uri(p))
     stores, seen = [], set()
     for pattern in given:
+        if is_tier_uri(pattern):  # read from the tier alone (scan_plan.open_tier checks it when planning)
+            shown = shown_tier(pattern)
+            if shown not in seen:
+                seen.add(shown)
+                stores.append(StoreRef(pattern, shown if several else None))
+            continue
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:
             raise CommitLogSourceError(f"no store matches the path pattern {pattern!r}")

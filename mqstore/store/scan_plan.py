@@ -25,8 +25,25 @@ How a store is planned (batch), case by case:
                                                       exactly on it
     small segments                                    grouped, so each core gets about two partitions
 
+How a tier is planned (a tier URI given as the store, or a local store's tier below its log's start):
+
+    CASE                                              DECISION
+    the tier's manifest (mqstore/tier/manifest.py)    the only knowledge of the tier: its segments, all sealed,
+                                                      are read up to their end-of-file blanks; no walk to an end
+    no manifest at a tier URI                         CommitLogSourceError: not a tier
+    a local store with a tier                         the tier's segments below the local log's start, when the
+                                                      tier reaches it (TierReader.history_start: the store's own
+                                                      tier, no gap), then the local segments; a local log
+                                                      starting at 0 does not ask the tier
+    a topic filter                                    the tier's segments walked, the topic's records kept
+    a time filter                                     as for local segments, by each object's first record (one
+                                                      small range read each)
+    a segment longer than the partition target        split at record starts from the local ConsumeQueues, else
+                                                      from the tier's queue images (scan_source.QueueImages)
+
 Every partition carries the byte ranges fixed here, so a read sees each store up to its end at planning time
-while a writer appends. A streaming micro-batch is planned from the offsets Spark gives (`plan_stream`).
+while a writer appends. A tier's partitions (scan_read.TierPartition) carry the tier's URI, which the process
+reading them opens. A streaming micro-batch is planned from the offsets Spark gives (`plan_stream`).
 """
 
 from __future__ import annotations
@@ -43,18 +60,24 @@ except ImportError:  # pragma: no cover - exercised by a test in a subprocess wi
     InputPartition = object
 
 from mqstore.commitlog import format as fmt
-from mqstore.commitlog.errors import StoreIOError
+from mqstore.commitlog.errors import ConfigMismatchError, InvalidConfigError, StoreIOError
 from mqstore.consumequeue.mark import mark_path, read_mark
-from mqstore.store.scan_options import RowFilter, StoreRef
+from mqstore.store.scan_errors import CommitLogSourceError
+from mqstore.store.scan_options import RowFilter, StoreRef, is_tier_uri
 from mqstore.store.scan_read import (
     LogPartition,
     Piece,
     QueuePartition,
+    TierPartition,
     checkpoint_flushed_offset,
     refuse_stop_below_flushed,
     written_end,
 )
 from mqstore.store.store_files import QueueIndex, Segments, list_segments
+from mqstore.tier import manifest as manifest_module
+from mqstore.tier.location import TierLocation
+from mqstore.tier.manifest import MANIFEST_KEYS, Manifest
+from mqstore.tier.scan_source import QueueImages, first_timestamps_us, open_location
 
 MIB = 1 << 20
 PARTITION_BYTES_MAX = 256 * MIB  # log bytes per partition, at most (each is one Spark task; 64 MiB: more tasks, slower)
@@ -64,9 +87,20 @@ QUEUE_PARTITION_RECORDS_MAX = 262144  # records per partition on the ConsumeQueu
 
 
 # --- the snapshot: where a store's written log ends -----------------------------------------------------------
+@dataclass(frozen=True)
+class TierSnapshot:
+    """A tier as planning found it: where it is, its manifest, and the URI its partitions open it with (None: they
+    carry this process's open location)."""
+
+    location: TierLocation
+    manifest: Manifest
+    uri: str | None
+
+
 @dataclass
 class StorePlan:
-    """What planning learned about one store: its segments, written end, dispatched end, known record starts."""
+    """What planning learned about one store: its segments, written end, dispatched end, known record starts.
+    With `tier`, the segments are objects of that tier (all sealed: the written end is the last one's end)."""
 
     ref: StoreRef
     segments: Segments
@@ -74,6 +108,7 @@ class StorePlan:
     dispatched_end: int | None
     queues: QueueIndex
     boundaries: list
+    tier: TierSnapshot | None = None
 
 
 def plan_store(ref: StoreRef, known_start: int | None = None) -> StorePlan:
@@ -158,6 +193,9 @@ def _header_at(segments: Segments, offset: int) -> tuple[int, int, int | None] |
 # --- planning: partitions -------------------------------------------------------------------------------------
 def _segment_first_timestamps_us(plan: StorePlan) -> dict[int, int | None]:
     """The store timestamp of each segment's first record (None when it does not start with a record)."""
+    if plan.tier is not None:
+        return first_timestamps_us(plan.tier.location, plan.tier.manifest,
+                                   [base for base in plan.segments.bases if base < plan.end])
     found = {}
     for base in plan.segments.bases:
         if base >= plan.end:
@@ -308,34 +346,32 @@ def _group_pieces(plan: StorePlan, pieces: list[Piece], target: int) -> list[Log
             current_bytes += length
     if current:
         partitions.append(current)
-    ref = plan.ref
-    return [LogPartition(ref.root, ref.label, plan.segments.segment_size, tuple(p)) for p in partitions]
+    ref, size, tier = plan.ref, plan.segments.segment_size, plan.tier
+    if tier is not None:
+        crc_from = tier.manifest.store.get("record_crc_from_offset")
+        location = tier.location if tier.uri is None else None
+        return [TierPartition(tier.uri, ref.label, size, crc_from, tuple(p), location) for p in partitions]
+    fallback = None if isinstance(ref.tier, str) else ref.tier  # a TierReader: segments removed since are read there
+    return [LogPartition(ref.root, ref.label, size, tuple(p), fallback) for p in partitions]
 
 
 def plan_batch(stores, row_filter: RowFilter, *, partition_bytes_max: int = PARTITION_BYTES_MAX
                ) -> list[InputPartition]:
     """The partitions of a batch read of `stores`, each store up to its written end now, each at most
-    `partition_bytes_max` bytes of log where record starts are known to cut at."""
+    `partition_bytes_max` bytes of log where record starts are known to cut at. A store with a tier is read from
+    the tier below its local log's start, then from its local segments; a tier URI from the tier alone."""
     if row_filter.is_empty():
         return []
     work = []  # (plan, log pieces, ConsumeQueue units)
     total = 0
     for ref in stores:
-        plan = plan_store(ref)
-        lo = max(plan.segments.start, row_filter.offset_lo or 0)
-        hi = plan.end if row_filter.offset_hi is None else min(plan.end, row_filter.offset_hi)
-        if lo >= hi:
-            continue
-        allowed = _time_allowed(plan, row_filter)
-        units, log_lo = [], lo
-        by_queues = row_filter.topics is not None and plan.dispatched_end is not None and plan.dispatched_end > lo
-        if by_queues:
-            units = _queue_units(plan, row_filter, lo, min(hi, plan.dispatched_end), allowed)
-            log_lo = plan.dispatched_end  # a record start: the queues cover everything before it
-        pieces = _log_pieces(plan, log_lo, hi, allowed, lo_is_record_start=by_queues) if log_lo < hi else []
-        total += sum(p.end - p.start for p in pieces)
-        total += sum(int(np.sum(u["size"].astype(np.int64)[w])) for _, _, _, u, w in units)
-        work.append((plan, pieces, units))
+        for plan in _plans_of(ref):
+            pieces, units = _plan_work(plan, row_filter)
+            if not pieces and not units:
+                continue
+            total += sum(p.end - p.start for p in pieces)
+            total += sum(int(np.sum(u["size"].astype(np.int64)[w])) for _, _, _, u, w in units)
+            work.append((plan, pieces, units))
     target = _partition_target(total, partition_bytes_max)
     partitions: list[InputPartition] = []
     for plan, pieces, units in work:
@@ -344,6 +380,95 @@ def plan_batch(stores, row_filter: RowFilter, *, partition_bytes_max: int = PART
                                              plan.segments.start, tuple(group)))
         partitions.extend(_group_pieces(plan, pieces, target))
     return partitions
+
+
+def _plan_work(plan: StorePlan, row_filter: RowFilter) -> tuple[list[Piece], list[tuple]]:
+    """(log pieces, ConsumeQueue units) of one plan's records that may pass `row_filter`."""
+    lo = max(plan.segments.start, row_filter.offset_lo or 0)
+    hi = plan.end if row_filter.offset_hi is None else min(plan.end, row_filter.offset_hi)
+    if lo >= hi:
+        return [], []
+    allowed = _time_allowed(plan, row_filter)
+    units, log_lo = [], lo
+    by_queues = row_filter.topics is not None and plan.dispatched_end is not None and plan.dispatched_end > lo
+    if by_queues:
+        units = _queue_units(plan, row_filter, lo, min(hi, plan.dispatched_end), allowed)
+        log_lo = plan.dispatched_end  # a record start: the queues cover everything before it
+    pieces = _log_pieces(plan, log_lo, hi, allowed, lo_is_record_start=by_queues) if log_lo < hi else []
+    return pieces, units
+
+
+# --- a tier's segments ----------------------------------------------------------------------------------------
+def _plans_of(ref: StoreRef) -> list[StorePlan]:
+    """The plans of one store in log order: a tier URI's; a local store's, after its tier's below it."""
+    if is_tier_uri(ref.root):
+        return [_tier_plan(ref, open_tier(ref.root), None, None)]
+    plan = plan_store(ref)
+    if ref.tier is None or not plan.segments.bases or plan.segments.start == 0:
+        return [plan]  # no history below the local log: the tier is not asked
+    snapshot = _tier_below(ref.tier, plan.segments)
+    if snapshot is None:
+        return [plan]
+    return [_tier_plan(ref, snapshot, plan.segments.start, plan.queues), plan]
+
+
+def open_tier(uri: str) -> TierSnapshot:
+    """The tier at `uri` with its manifest; CommitLogSourceError when it cannot be opened or has no manifest."""
+    try:
+        location = open_location(uri)
+    except InvalidConfigError as exc:
+        raise CommitLogSourceError(str(exc)) from exc
+    manifest = manifest_module.load(location)
+    if manifest is None:
+        raise CommitLogSourceError(f"no tier manifest at {location.display(MANIFEST_KEYS[0])} or {MANIFEST_KEYS[1]}: "
+                                   f"{location.uri} is not a tier, or its store has uploaded nothing yet")
+    return TierSnapshot(location, manifest, uri)
+
+
+def _tier_below(tier, segments: Segments) -> TierSnapshot | None:
+    """The tier of a local store when it holds the log's history up to the local log's start (its TierReader's
+    history_start: not a tier the writer refused, no gap, the store's format settings); else None."""
+    if isinstance(tier, str):
+        snapshot = open_tier(tier)
+        manifest = snapshot.manifest
+        if manifest.segment_size_bytes != segments.segment_size:
+            raise ConfigMismatchError(f"the tier {snapshot.location.uri} holds segments of "
+                                      f"{manifest.segment_size_bytes} bytes, the store's are {segments.segment_size}")
+        reaches = manifest.start is not None and manifest.start <= segments.start <= manifest.end
+        start = manifest.start if reaches else None
+    else:
+        start = tier.history_start(segments.start)
+        snapshot = TierSnapshot(tier.location, tier.manifest(), None) if start is not None else None
+    if start is None or start >= segments.start:
+        return None
+    return snapshot
+
+
+def _tier_plan(ref: StoreRef, snapshot: TierSnapshot, local_start: int | None, local_queues) -> StorePlan:
+    """The plan of a tier's segments below `local_start` (all of them: None). Long segments are cut at record
+    starts from the local ConsumeQueues when there are any, else from the tier's queue images."""
+    manifest = snapshot.manifest
+    size = manifest.segment_size_bytes
+    bases = tuple(s.base_offset for s in manifest.segments if local_start is None or s.base_offset < local_start)
+    segments = Segments(snapshot.location.display("commitlog"), size, bases)
+    end = bases[-1] + size if bases else 0
+    images = QueueImages(snapshot.location, manifest)
+    queues = images if local_queues is None else _Boundaries((local_queues, images))
+    return StorePlan(ref, segments, end, None, queues, [], tier=snapshot)
+
+
+class _Boundaries:
+    """Record starts from the first of several sources that knows one."""
+
+    def __init__(self, sources):
+        self.sources = sources
+
+    def boundary_at_or_after(self, commitlog_offset: int, limit: int) -> int | None:
+        for source in self.sources:
+            found = source.boundary_at_or_after(commitlog_offset, limit)
+            if found is not None:
+                return found
+        return None
 
 
 def plan_stream(ref: StoreRef, lo: int, hi: int) -> list[LogPartition]:

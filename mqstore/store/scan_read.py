@@ -9,11 +9,18 @@ call by `populate`); only the records within BUFFER_PAD_BYTES of a file's end ar
 buffers. `written_end` finds where the last written segment's records end (the
 snapshot planning takes), and `admit` where a streaming micro-batch within its limits ends. Decoding is
 commitlog.arrow_decode's; files are read through mqstore.store.store_files.
+
+A `TierPartition` holds pieces of a tier's segment objects: the same walk (`_walk_piece`) reads them through a
+tier's SegmentObject (mqstore/tier/scan_source.py: range reads into padded buffers, or a mapping for a file://
+tier) instead of a LocalSegment, so every check applies and errors name the object. A LogPartition planned by
+store.scan() for a store with a tier reads a piece whose segment retention removed since planning from the
+tier's copy.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import mmap
 import os
 from dataclasses import dataclass
@@ -31,6 +38,7 @@ from mqstore.commitlog import format as fmt
 from mqstore.commitlog.arrow_decode import (
     BUFFER_PAD_BYTES,
     NEXT_BLANK,
+    NEXT_DONE,
     NEXT_END,
     NEXT_MORE,
     Decoder,
@@ -49,6 +57,8 @@ from mqstore.store.config import RECORD_CRC_FROM_KEY
 from mqstore.store.scan_options import RowFilter, StoreRef
 from mqstore.store.settings import read_saved_settings
 from mqstore.store.store_files import QueueIndex, Segments, list_segments, open_segment, pread_segment
+from mqstore.tier.location import redacted
+from mqstore.tier.scan_source import SegmentObject, open_location
 
 MIB = 1 << 20
 READ_CHUNK_BYTES = 16 * MIB  # a reader holds at most this much of a segment at once (or one larger record)
@@ -78,10 +88,40 @@ class Piece:
 
 
 class LogPartition(InputPartition):
-    """Pieces of one store's log, read by walking their records."""
+    """Pieces of one store's log, read by walking their records. `tier`, in the process that planned it only
+    (store.scan()), is the store's tier (its TierReader): a piece whose segment retention removed since planning
+    is read from the tier's copy when the tier lists it."""
 
-    def __init__(self, root: str, label: str | None, segment_size: int, pieces: tuple):
+    def __init__(self, root: str, label: str | None, segment_size: int, pieces: tuple, tier=None):
         self.root, self.label, self.segment_size, self.pieces = root, label, segment_size, pieces
+        self.tier = tier
+
+
+class TierPartition(InputPartition):
+    """Pieces of a tier's segments, read with range reads of its objects (mqstore/tier/scan_source.py). The
+    partition carries the tier's URI, which the process reading it opens (a Spark executor: never an open handle);
+    a scan read in the process that planned it may carry the open `location` instead (a TierReader's, whose URI
+    the store does not keep). The URI may hold credentials: repr() shows it redacted."""
+
+    def __init__(self, uri: str | None, label: str | None, segment_size: int, record_crc_from: int | None,
+                 pieces: tuple, location=None):
+        assert uri is not None or location is not None
+        self.uri, self.label, self.segment_size, self.pieces = uri, label, segment_size, pieces
+        self.record_crc_from = record_crc_from
+        self.location = location
+
+    def tier_location(self):
+        return self.location if self.location is not None else open_location(self.uri)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.uri is not None:
+            state["location"] = None  # opened again where the partition is read
+        return state
+
+    def __repr__(self) -> str:
+        shown = redacted(self.uri) if self.uri is not None else self.location.uri
+        return f"TierPartition(tier={shown!r}, label={self.label!r}, pieces={self.pieces!r})"
 
 
 class QueuePartition(InputPartition):
@@ -95,6 +135,10 @@ class QueuePartition(InputPartition):
 def read_partition(partition, arrow_schema: pa.Schema, row_filter: RowFilter) -> Iterator[pa.RecordBatch]:
     """The RecordBatches of one partition (shared by the batch and the stream reader); none for a partition of
     another kind (an empty plan's placeholder)."""
+    if isinstance(partition, TierPartition):
+        decoder = Decoder(arrow_schema, row_filter, partition.label, partition.record_crc_from)
+        yield from _read_tier_pieces(decoder, partition.tier_location(), partition.segment_size, partition.pieces)
+        return
     if not isinstance(partition, (LogPartition, QueuePartition)):
         return
     crc_from = record_crc_from(partition.root)
@@ -102,7 +146,7 @@ def read_partition(partition, arrow_schema: pa.Schema, row_filter: RowFilter) ->
         decoder = Decoder(arrow_schema, row_filter, partition.label, crc_from)
         directory = os.path.join(partition.root, "commitlog")
         for piece in partition.pieces:
-            yield from _read_piece(decoder, directory, partition.segment_size, piece)
+            yield from _read_local_piece(decoder, directory, partition, piece)
     elif isinstance(partition, QueuePartition):
         decoder = Decoder(arrow_schema, row_filter, partition.label, crc_from)
         yield from _read_queue_slices(decoder, partition)
@@ -152,43 +196,124 @@ def _chunk(mapped: np.ndarray, fd: int, path: str, at: int, want: int, want_min:
     return pread_segment(fd, path, at, want), want
 
 
+class LocalSegment:
+    """A local segment open for a walk: mapped and read where it lies. A piece's walk reads a segment through
+    this or through a tier's SegmentObject (mqstore/tier/scan_source.py): `path` names it in errors, `chunk`
+    gives a padded buffer of the next bytes, `read` reads bytes into a padded buffer (pread_segment's
+    contract), `prepare` says which bytes the walk will read, `will_read` which chunk it likely reads next."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = open_segment(path)
+        try:
+            self.mapped = map_segment(self.fd, path)
+        except StoreIOError:
+            os.close(self.fd)
+            raise
+
+    def read(self, at: int, length: int, out: np.ndarray | None = None, out_at: int = 0) -> np.ndarray:
+        return pread_segment(self.fd, self.path, at, length, out=out, out_at=out_at)
+
+    def chunk(self, at: int, want: int, want_min: int) -> tuple[np.ndarray, int]:
+        return _chunk(self.mapped, self.fd, self.path, at, want, want_min)
+
+    def prepare(self, start: int, end: int) -> None:
+        populate(self.mapped, start, end)
+
+    def will_read(self, at: int, want: int) -> None:
+        """Nothing to start ahead: the mapping is read where it lies."""
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def _read_piece(decoder: Decoder, directory: str, segment_size: int, piece: Piece):
-    """Decode the records of one piece, READ_CHUNK_BYTES at a time; the last must end exactly at piece.end."""
-    path = os.path.join(directory, fmt.segment_name(piece.base))
-    segment_end = piece.base + segment_size
-    fd = open_segment(path)
+    """Decode the records of one piece of a local segment (_walk_piece)."""
+    source = LocalSegment(os.path.join(directory, fmt.segment_name(piece.base)))
     try:
-        mapped = map_segment(fd, path)
-        populate(mapped, piece.start - piece.base, piece.end - piece.base)
-        position = piece.start
-        want_min = 0
-        while position < piece.end:
-            want = min(piece.end - position, max(READ_CHUNK_BYTES, want_min))
-            buf, want = _chunk(mapped, fd, path, position - piece.base, want, want_min)
-            positions, following, state = locate_records(buf, want, position, segment_end, lenient=False, path=path)
-            if len(positions):
-                offsets = positions + position
-                yield from decoder.decode(buf, positions, offsets, np.full(len(positions), segment_end), path)
-            if state == NEXT_BLANK:
-                if piece.end != segment_end:
-                    raise CorruptionError(f"a blank ends the segment at commitlog offset {position + following}, "
-                                          f"before the end {piece.end} planned for this read", path=path,
-                                          offset=position + following - piece.base, rule="commitlog.blank")
-                return
-            want_min = 0
-            if state == NEXT_MORE:
-                size = _record_size(buf, want, following)
-                if position + following + max(size, fmt.END_FILE_MIN_BLANK_LENGTH) > piece.end:
-                    raise CorruptionError(f"the record at commitlog offset {position + following} runs past the "
-                                          f"end {piece.end} planned for this read", path=path,
-                                          offset=position + following - piece.base, rule="commitlog.2")
-                if following == 0:
-                    assert size > want, (size, want)  # else locate_records would have returned the record
-                    check_unread_record(fd, path, piece.base, position, size, segment_end)
-                    want_min = size
-            position += following
+        yield from _walk_piece(decoder, source, segment_size, piece)
     finally:
-        os.close(fd)
+        source.close()
+
+
+def _read_local_piece(decoder: Decoder, directory: str, partition: LogPartition, piece: Piece):
+    """_read_piece, or the piece read from the tier's copy of its segment when retention removed the local one
+    since planning (LogPartition's `tier`)."""
+    try:
+        source = LocalSegment(os.path.join(directory, fmt.segment_name(piece.base)))
+    except StoreIOError as exc:
+        gone = isinstance(exc.__cause__, FileNotFoundError)
+        source = _tier_copy(partition.tier, piece.base, partition.segment_size) if gone else None
+        if source is None:
+            raise
+    try:
+        yield from _walk_piece(decoder, source, partition.segment_size, piece)
+    finally:
+        source.close()
+
+
+def _tier_copy(tier, base: int, segment_size: int) -> SegmentObject | None:
+    """The tier's object of the segment at `base`, open, when `tier` (a TierReader) lists it; else None."""
+    if tier is None:
+        return None
+    manifest = tier.manifest()
+    if manifest is None or manifest.segment_at(base) is None:
+        tier.history_start(base + segment_size)  # loads the manifest again when it may have gained the segment
+        manifest = tier.manifest()
+    if manifest is None or manifest.segment_at(base) is None or manifest.segment_size_bytes != segment_size:
+        return None
+    return SegmentObject(tier.location, base, segment_size)
+
+
+def _read_tier_pieces(decoder: Decoder, location, segment_size: int, pieces):
+    """Decode the pieces of a TierPartition, each object opened once (_walk_piece through range reads)."""
+    opened: dict[int, SegmentObject] = {}
+    try:
+        for piece in pieces:
+            source = opened.get(piece.base)
+            if source is None:
+                source = opened[piece.base] = SegmentObject(location, piece.base, segment_size)
+            yield from _walk_piece(decoder, source, segment_size, piece)
+    finally:
+        for source in opened.values():
+            source.close()
+
+
+def _walk_piece(decoder: Decoder, source, segment_size: int, piece: Piece):
+    """Decode the records of one piece, READ_CHUNK_BYTES at a time; the last must end exactly at piece.end."""
+    path = source.path
+    segment_end = piece.base + segment_size
+    source.prepare(piece.start - piece.base, piece.end - piece.base)
+    position = piece.start
+    want_min = 0
+    while position < piece.end:
+        want = min(piece.end - position, max(READ_CHUNK_BYTES, want_min))
+        buf, want = source.chunk(position - piece.base, want, want_min)
+        positions, following, state = locate_records(buf, want, position, segment_end, lenient=False, path=path)
+        if following and state in (NEXT_MORE, NEXT_DONE) and position + following < piece.end:
+            following_end = min(piece.end, position + following + READ_CHUNK_BYTES)  # the next chunk's bytes
+            source.will_read(position + following - piece.base, following_end - position - following)
+        if len(positions):
+            offsets = positions + position
+            yield from decoder.decode(buf, positions, offsets, np.full(len(positions), segment_end), path)
+        if state == NEXT_BLANK:
+            if piece.end != segment_end:
+                raise CorruptionError(f"a blank ends the segment at commitlog offset {position + following}, "
+                                      f"before the end {piece.end} planned for this read", path=path,
+                                      offset=position + following - piece.base, rule="commitlog.blank")
+            return
+        want_min = 0
+        if state == NEXT_MORE:
+            size = _record_size(buf, want, following)
+            if position + following + max(size, fmt.END_FILE_MIN_BLANK_LENGTH) > piece.end:
+                raise CorruptionError(f"the record at commitlog offset {position + following} runs past the "
+                                      f"end {piece.end} planned for this read", path=path,
+                                      offset=position + following - piece.base, rule="commitlog.2")
+            if following == 0:
+                assert size > want, (size, want)  # else locate_records would have returned the record
+                check_unread_record(source.read, path, piece.base, position, size, segment_end)
+                want_min = size
+        position += following
 
 
 def _record_size(buf: np.ndarray, length: int, at: int) -> int:
@@ -196,22 +321,23 @@ def _record_size(buf: np.ndarray, length: int, at: int) -> int:
     return fmt.I32.unpack_from(buf, at)[0] if at + 4 <= length else 0
 
 
-def check_unread_record(fd: int, path: str, base: int, offset: int, size: int, segment_end: int, *,
+def check_unread_record(read, path: str, base: int, offset: int, size: int, segment_end: int, *,
                         expect_size: int | None = None) -> None:
     """Before a record longer than a read chunk is read whole: the CorruptionError reading it would raise when
     that error depends only on its header and tail, so a hostile TOTALSIZE costs a few small reads, not gigabytes.
 
-    `size` (at most what the segment has left from `offset`) is the TOTALSIZE the read would fetch, or, with
-    `expect_size`, the size a ConsumeQueue unit gives. The bytes validity rules (1) to (4) and the shape of (6)
-    look at are read into a zero image of the record at their own places (pages not written take no memory),
-    and the image gets the decoder's own checks: a ConsumeQueue unit's size against TOTALSIZE, then
-    arrow_decode.FastLayout; a record it does not take is checked as decode_message checks it (format.locate,
-    then the record-CRC pair). A record that passes is read whole as before; so is one of a valid shape, whose
-    remaining checks (topic, body) need the bytes.
+    `read(file_offset, length, out=None, out_at=0)` reads the segment's bytes (pread_segment's contract: a local
+    segment's or a tier object's `read`). `size` (at most what the segment has left from `offset`) is the
+    TOTALSIZE the read would fetch, or, with `expect_size`, the size a ConsumeQueue unit gives. The bytes
+    validity rules (1) to (4) and the shape of (6) look at are read into a zero image of the record at their own
+    places (pages not written take no memory), and the image gets the decoder's own checks: a ConsumeQueue unit's
+    size against TOTALSIZE, then arrow_decode.FastLayout; a record it does not take is checked as decode_message
+    checks it (format.locate, then the record-CRC pair). A record that passes is read whole as before; so is one
+    of a valid shape, whose remaining checks (topic, body) need the bytes.
     """
     file_offset = offset - base
     head_length = min(size, HEADER_BYTES_MAX)
-    head = pread_segment(fd, path, file_offset, head_length)
+    head = read(file_offset, head_length)
     total = fmt.I32.unpack_from(head, 0)[0]
     if expect_size is not None and total != expect_size:  # what Decoder.decode checks first on this path
         raise CorruptionError(f"a ConsumeQueue unit says {expect_size} bytes, the record there has TOTALSIZE "
@@ -222,7 +348,7 @@ def check_unread_record(fd: int, path: str, base: int, offset: int, size: int, s
     for start, stop in ((tail_at, tail_at + TAIL_BYTES_MAX), (size - LAST_BYTES, size)):
         start, stop = max(start, head_length), min(stop, size)
         if start < stop:
-            pread_segment(fd, path, file_offset + start, stop - start, out=image, out_at=start)
+            read(file_offset + start, stop - start, out=image, out_at=start)
     if FastLayout(image, np.zeros(1, dtype=np.int64), np.array([offset], dtype=np.int64)).fast[0]:
         return
     try:
@@ -297,9 +423,9 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
         raise CorruptionError(f"a ConsumeQueue unit of topic {topic!r} says {int(sizes[bad])} bytes at "
                               f"{int(offsets[bad])}", path=path, offset=int(offsets[bad]) - base,
                               rule="consumequeue.matches-log")
-    fd = open_segment(path)
+    source = LocalSegment(path)
     try:
-        mapped = map_segment(fd, path)
+        mapped = source.mapped
         starts = offsets - base
         ends = starts + sizes
         # offsets ascend; the records whose bytes and padding are in the file come first
@@ -310,7 +436,7 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
             stop = min(max(int(np.searchsorted(ends[at:inside], starts[at] + READ_CHUNK_BYTES, side="right")), 1)
                        + at, inside)
             if int(sizes[at]) > READ_CHUNK_BYTES:  # a window of one record: its header and tail checked first
-                check_unread_record(fd, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
+                check_unread_record(source.read, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
                                     expect_size=int(sizes[at]))
             lo, hi = int(starts[at]), int(ends[at:stop].max())
             if int(sizes[at:stop].sum()) * POPULATE_DENSITY_MIN >= hi - lo:  # else fault in the few pages used
@@ -319,15 +445,16 @@ def _gather_segment(decoder: Decoder, directory: str, base: int, segment_size: i
                                       segment_ends[at:stop], path, expect_topic=topic, expect_sizes=sizes[at:stop])
             at = stop
         if inside < len(offsets):
-            yield from _gather_read(decoder, fd, path, base, segment_size, offsets[inside:], sizes[inside:], topic)
+            yield from _gather_read(decoder, source, base, segment_size, offsets[inside:], sizes[inside:], topic)
     finally:
-        os.close(fd)
+        source.close()
 
 
-def _gather_read(decoder: Decoder, fd: int, path: str, base: int, segment_size: int, offsets: np.ndarray,
-                 sizes: np.ndarray, topic: str):
-    """Read the records at `offsets` of one segment into buffers (runs of close records with one pread each) and
-    decode them."""
+def _gather_read(decoder: Decoder, source, base: int, segment_size: int, offsets: np.ndarray, sizes: np.ndarray,
+                 topic: str):
+    """Read the records at `offsets` of one segment (a LocalSegment or a tier's SegmentObject) into buffers (runs
+    of close records with one read each) and decode them."""
+    path = source.path
     ends = offsets + sizes
     gaps = offsets[1:] - ends[:-1]
     # What record i adds to a buffer, at most: its size and the gap before it when that gap is read (a run goes
@@ -342,7 +469,7 @@ def _gather_read(decoder: Decoder, fd: int, path: str, base: int, segment_size: 
         limit = read_before[at] + READ_CHUNK_BYTES
         stop = at + max(int(np.searchsorted(read_before[at + 1:], limit, side="right")), 1)
         if int(sizes[at]) > READ_CHUNK_BYTES:  # a record read alone
-            check_unread_record(fd, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
+            check_unread_record(source.read, path, base, int(offsets[at]), int(sizes[at]), base + segment_size,
                                 expect_size=int(sizes[at]))
         run_breaks = np.flatnonzero(gaps[at:stop - 1] > QUEUE_GAP_BYTES) + at + 1
         run_starts = np.concatenate(([at], run_breaks))
@@ -352,7 +479,7 @@ def _gather_read(decoder: Decoder, fd: int, path: str, base: int, segment_size: 
         into = 0
         positions = np.empty(stop - at, dtype=np.int64)
         for a, b, length in zip(run_starts.tolist(), run_stops.tolist(), run_lengths.tolist()):
-            pread_segment(fd, path, int(offsets[a]) - base, length, out=buf, out_at=into)
+            source.read(int(offsets[a]) - base, length, out=buf, out_at=into)
             positions[a - at:b - at] = offsets[a:b] - offsets[a] + into
             into += length
         yield from decoder.decode(buf, positions, offsets[at:stop], np.full(stop - at, base + segment_size), path,
@@ -418,7 +545,8 @@ def _walk_to_end(path: str, base: int, size: int, start: int) -> tuple[int, list
                 want_min = _record_size(buf, want, 0)
                 assert want_min > want, (want_min, want)  # else locate_records would have returned it
                 try:
-                    check_unread_record(fd, path, base, position, want_min, segment_end)
+                    check_unread_record(functools.partial(pread_segment, fd, path), path, base, position, want_min,
+                                        segment_end)
                 except CorruptionError as exc:
                     if not exc.length_sound:  # rules 1 to 4: what _structure_valid would find once it is read
                         end = position  # (a rule-6 shape error is raised by the CRC pass below, as for any record)
