@@ -450,14 +450,35 @@ def report_aio_put(data: dict) -> str:
 def report_tier_upload(data: dict) -> str:
     shape = data["shape"]
     endpoints = data["endpoints"]
+
+    def vs_no_tier(row):
+        spread = row.get("vs_no_tier_range")
+        if row.get("vs_no_tier") is None or spread is None:
+            return ratio(row.get("vs_no_tier"))
+        return f"{row['vs_no_tier']:.2f}x ({spread[0]:.2f}-{spread[1]:.2f})"
+
+    def phase(name):
+        return lambda row: (row.get("phase_cpu_s_per_gb") or {}).get(name)
+
+    tiers = [row for row in data["rows"] if "uploader_cpu_s_per_gb" in row]
     parts = [f"{shape['messages']:,} messages of 1 KB by put_batch, segments of {shape['segment_size_bytes'] >> 20} "
-             f"MiB, medians of {data['rounds']} interleaved rounds:", table(data["rows"], [
+             f"MiB, medians of {data['rounds']} interleaved rounds (against no tier: each round's ratio, median and "
+             "min-max):", table(data["rows"], [
                  ("row", "row", text), ("msgs/s", "rate", rate), ("GB/s", "gb_per_s", number(2)),
-                 ("vs no tier", "vs_no_tier", ratio), ("tier lag at the loop's end (s)", "lag_at_end_s", number(1)),
-                 ("largest lag seen (s)", "lag_max_sampled_s", number(1)), ("failures", "failures", number(0))]),
-             "Each endpoint's own rates in the same run (one 64 MiB object through pyarrow): " + "; ".join(
-                 f"{name} PUT {rates['put_mb_per_s']:,.0f} MB/s, GET {rates['get_mb_per_s']:,.0f} MB/s"
-                 for name, rates in endpoints.items()) + "."]
+                 ("vs no tier", vs_no_tier, text), ("tier lag at the loop's end (s)", "lag_at_end_s", number(1)),
+                 ("largest lag seen (s)", "lag_max_sampled_s", number(1)), ("failures", "failures", number(0))])]
+    if tiers:
+        parts += ["CPU seconds, medians: the writer process's per GB put (the put loop and the tier's catch-up), and "
+                  "the uploader's two threads' per GB uploaded, whole and by phase (`stats()[\"tier\"]"
+                  "[\"upload_cost\"]`; the S3 client's own threads are in the writer's figure only):",
+                  table(data["rows"], [
+                      ("row", "row", text), ("writer CPU s/GB put", "process_cpu_s_per_gb_put", number(2)),
+                      ("uploader CPU s/GB", "uploader_cpu_s_per_gb", number(2)), ("read", phase("read"), number(2)),
+                      ("CRC", phase("crc"), number(2)), ("put", phase("put"), number(2)),
+                      ("read back", phase("verify_read"), number(2)), ("its CRC", phase("verify_crc"), number(2))])]
+    parts.append("Each endpoint's own rates in the same run (one 64 MiB object through pyarrow): " + "; ".join(
+        f"{name} PUT {rates['put_mb_per_s']:,.0f} MB/s, GET {rates['get_mb_per_s']:,.0f} MB/s"
+        for name, rates in endpoints.items()) + ".")
     return "\n\n".join(parts)
 
 

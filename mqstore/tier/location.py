@@ -11,12 +11,19 @@ Objects are written whole or not at all, as a reader sees them: on object stores
 completed multipart upload is atomic; on a filesystem with directories (local, HDFS, fsspec) the object is written
 under a temporary name beside it and renamed over it. A reader still trusts an object only as far as the tier's
 manifest lists it (mqstore/tier/manifest.py).
+
+A location's uploads and read-backs can be metered (its `meter`, an `UploadMeter`): the CPU seconds of the calling
+thread (user and system, `time.thread_time`) spent in each phase, and the bytes it moved. The meter sees only the
+threads that call it: an object store's own threads (pyarrow's S3 client uploads in threads of its own) are not in
+it.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterable
@@ -34,8 +41,48 @@ STREAM_CHUNK_BYTES = 8 * 1024 * 1024  # what one write of an upload moves
 # What one range read of a verification moves: few requests an object (moto's S3 server copies the whole object
 # for every range read: 0.32 s for 8 MiB of a 512 MiB object, 0.06 s of a 64 MiB one).
 VERIFY_CHUNK_BYTES = 64 * 1024 * 1024
+# A read-back reads into one buffer of its own, not into a new one a read (a fresh 64 MiB buffer a read costs its
+# page faults and zeroing again: 0.67 CPU s/GiB read back from tmpfs, against 0.27; docs/tier.md, "What it costs").
+VERIFY_READS_INTO_BUFFER = True
 SECRET_QUERY_KEYS = frozenset({"access_key", "secret_key", "session_token", "password", "token", "sas_token",
                                "account_key", "credential", "credentials"})
+
+
+UPLOAD_PHASES = ("read", "crc", "put", "verify_read", "verify_crc")  # what an UploadMeter counts
+
+
+class UploadMeter:
+    """CPU seconds (of the thread calling `add`) and bytes, per phase of UPLOAD_PHASES; threads may share one."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.cpu_seconds = dict.fromkeys(UPLOAD_PHASES, 0.0)
+        self.bytes = dict.fromkeys(UPLOAD_PHASES, 0)
+
+    def add(self, phase: str, began: float, size: int) -> float:
+        """Charge `phase` with the calling thread's CPU time since `began` (a time.thread_time()) and `size`
+        bytes; the thread's CPU time now (the next phase's `began`)."""
+        now = time.thread_time()
+        with self._lock:
+            self.cpu_seconds[phase] += now - began
+            self.bytes[phase] += size
+        return now
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {"cpu_seconds": {phase: round(value, 4) for phase, value in self.cpu_seconds.items()},
+                    "bytes": dict(self.bytes)}
+
+
+class _NoMeter:
+    """The meter of an unmetered call: charges nothing."""
+
+    @staticmethod
+    def add(phase: str, began: float, size: int) -> float:
+        return began
+
+
+NO_METER = _NoMeter()
 
 
 def redacted(uri: str) -> str:
@@ -69,6 +116,7 @@ class TierLocation:
         self.root = root.rstrip("/")
         self.uri = redacted(uri)
         self.atomic_put = filesystem.type_name in ATOMIC_PUT_FILESYSTEMS
+        self.meter = NO_METER  # charged by put_chunks ("crc", "put") and checksum ("verify_read", "verify_crc")
 
     @classmethod
     def open(cls, uri: str) -> "TierLocation":
@@ -97,7 +145,9 @@ class TierLocation:
 
     # --- writing -------------------------------------------------------------------------------------------
     def put_chunks(self, key: str, chunks: Iterable) -> tuple[int, int]:
-        """Write the object `key` from `chunks` (bytes-like), visible whole or not at all; (size, CRC-32)."""
+        """Write the object `key` from `chunks` (bytes-like), visible whole or not at all; (size, CRC-32). The
+        location's meter is charged the CRC and the writes; the chunks' iterator charges its own reads."""
+        meter = self.meter
         target = self.path(key)
         written = self.path(f"{key}{TEMPORARY_MARK}{secrets.token_hex(6)}") if not self.atomic_put else target
         size = checksum = 0
@@ -107,9 +157,12 @@ class TierLocation:
                 self.filesystem.create_dir(parent, recursive=True)
             with self.filesystem.open_output_stream(written, metadata={}) as stream:
                 for chunk in chunks:
-                    stream.write(chunk)
-                    size += len(chunk)
+                    began = time.thread_time()
                     checksum = crc32(chunk, checksum)
+                    began = meter.add("crc", began, len(chunk))
+                    stream.write(chunk)
+                    meter.add("put", began, len(chunk))
+                    size += len(chunk)
             if written != target:
                 self.filesystem.move(written, target)
         except (OSError, pa.ArrowException) as exc:
@@ -198,19 +251,25 @@ class TierLocation:
         return data
 
     def checksum(self, key: str, size: int, length: int | None = None) -> tuple[int, int]:
-        """(bytes read, CRC-32) of the object's first `length` bytes (all of it by default), read in chunks."""
+        """(bytes read, CRC-32) of the object's first `length` bytes (all of it by default), read in chunks; the
+        location's meter is charged the reads and the CRC."""
+        meter = self.meter
         length = size if length is None else length
         checksum = done = 0
+        buffer = memoryview(bytearray(min(VERIFY_CHUNK_BYTES, length))) if VERIFY_READS_INTO_BUFFER else None
         with self.open_input(key, size) as handle:
             while done < length:
                 want = min(VERIFY_CHUNK_BYTES, length - done)
+                began = time.thread_time()
                 try:
-                    data = handle.read_at(want, done)
+                    data = handle.read_at(want, done) if buffer is None else _read_into(handle, buffer[:want], done)
                 except (OSError, pa.ArrowException) as exc:
                     if _not_found(exc):
                         return done, checksum
                     raise StoreIOError(f"cannot read {self.display(key)} at {done}: {exc}") from exc
+                began = meter.add("verify_read", began, len(data))
                 checksum = crc32(data, checksum)
+                meter.add("verify_crc", began, len(data))
                 done += len(data)
                 if len(data) < want:
                     break
@@ -226,6 +285,12 @@ class TierLocation:
         skip = len(self.root) + 1 if self.root else 0
         return sorted((ObjectInfo(info.path[skip:], info.size) for info in infos
                        if info.type == pafs.FileType.File), key=lambda info: info.key)
+
+
+def _read_into(handle, buffer: memoryview, offset: int) -> memoryview:
+    """Read from `offset` of the object into `buffer`; the part of it filled (shorter at the object's end)."""
+    handle.seek(offset)
+    return buffer[:handle.readinto(buffer)]
 
 
 def _not_found(exc: BaseException) -> bool:

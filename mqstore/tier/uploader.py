@@ -25,6 +25,7 @@ and the local log's start.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import random
 import threading
@@ -38,7 +39,7 @@ from mqstore.commitlog.errors import CorruptionError, StoreError, StoreIOError
 from mqstore.consumequeue import format as queue_fmt
 from mqstore.indexfile import format as index_fmt
 from mqstore.tier import manifest as manifest_module
-from mqstore.tier.location import STREAM_CHUNK_BYTES, TierLocation, crc32
+from mqstore.tier.location import NO_METER, STREAM_CHUNK_BYTES, TierLocation, UploadMeter, crc32
 from mqstore.tier.manifest import Manifest, TierIndexFile, TierQueueFile, TierSegment
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,14 @@ TIER_BACKOFF_FIRST_S = 0.5  # the first wait after a failed round; it doubles up
 TIER_ROUND_SEGMENTS_MAX = 64  # segments one round uploads before it writes the manifest
 TIER_STOP_WAIT_S = 30.0  # how long close() waits for an object upload in flight (it is never cut short)
 ERROR_TEXT_MAX = 500  # of an error's text kept in stats()
+# What the uploader does to cost the writer less (docs/tier.md, "What it costs"; bench/tier_upload.py measures
+# each against its absence in the same run):
+UPLOAD_READS_MAPPED = True  # read a segment through a read-only mapping of it: no copy into a buffer of our own
+UPLOADER_NICE = 10  # the uploader's and verifier's threads run this much nicer than the writer's (0: as nice)
+# each cut: (module, setting, its value when on); the value when off is the type's zero (False, 0)
+UPLOAD_CUTS = {"mapped read": ("mqstore.tier.uploader", "UPLOAD_READS_MAPPED", True),
+               "nicer threads": ("mqstore.tier.uploader", "UPLOADER_NICE", UPLOADER_NICE),
+               "read-back into one buffer": ("mqstore.tier.location", "VERIFY_READS_INTO_BUFFER", True)}
 
 
 class TierRefused(Exception):
@@ -78,8 +87,11 @@ class TierUploader:
         self._abort_marked = False  # whether the tier holds RocketMQ's `abort` marker (read at the first round)
         # Read-backs run on one thread of their own, each while the next object uploads; a round waits for them
         # all before its manifest lists anything.
-        self._verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqstore-tier-verify")
+        self._verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqstore-tier-verify",
+                                            initializer=_lower_priority)
         self._pending: list = []
+        self.meter = location.meter = UploadMeter()  # CPU seconds of the upload's phases (stats()["tier"])
+        self._thread_cpu_seconds = {"uploader": 0.0, "verifier": 0.0}  # each thread's whole CPU time so far
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -107,6 +119,7 @@ class TierUploader:
         return None if manifest is None else manifest.end
 
     def _run(self) -> None:
+        _lower_priority()
         interval = self._config.tier_upload_interval_ms / 1000.0
         wait = 0.0
         while not self._stopping.is_set():
@@ -116,6 +129,7 @@ class TierUploader:
                 return
             try:
                 self.run_round()
+                self._thread_cpu_seconds["uploader"] = time.thread_time()
                 wait = interval
             except TierRefused:
                 return  # logged and kept in stats(); nothing more is uploaded
@@ -281,7 +295,7 @@ class TierUploader:
     def _upload_file(self, key: str, path: str, size: int, image_units: int | None = None) -> int:
         """Upload the local file at `path` (`size` bytes) as `key`, read it back when verifying; its CRC-32."""
         if image_units is None:
-            chunks = _file_chunks(path, size)
+            chunks = (_mapped_chunks if UPLOAD_READS_MAPPED else _file_chunks)(path, size, self.meter)
         else:
             chunks = _queue_image_chunks(path, size, image_units)
         sent_size, checksum = self.location.put_chunks(key, chunks)
@@ -296,6 +310,7 @@ class TierUploader:
 
     def _verify(self, key: str, size: int, checksum: int) -> None:
         read_size, read_checksum = self.location.checksum(key, size)
+        self._thread_cpu_seconds["verifier"] = time.thread_time()
         if (read_size, read_checksum) != (size, checksum):
             raise CorruptionError(f"the tier object {self.location.display(key)} read back differs from what was "
                                   f"sent ({read_size} bytes, CRC-32 {read_checksum:#010x}; sent {size}, "
@@ -392,7 +407,27 @@ class TierUploader:
                 "last_error": self.last_error,
                 "last_upload_ms": self.last_upload_ms,
                 "refused": self.refused,
+                "upload_cost": self._upload_cost(),
             }
+
+    def _upload_cost(self) -> dict:
+        """The uploader's CPU seconds by phase (reading local files, CRC, handing bytes to the tier, the read-back
+        and its CRC) and the two threads' whole CPU time so far (the phases plus their Python around them)."""
+        cost = self.meter.snapshot()
+        cost["thread_cpu_seconds"] = {name: round(value, 4) for name, value in self._thread_cpu_seconds.items()}
+        return cost
+
+
+def _lower_priority() -> None:
+    """Make the calling thread UPLOADER_NICE nicer (Linux: a thread's nice value is its own), so that on a busy
+    machine the writer's threads run first; where that cannot be done the thread runs as it is."""
+    if UPLOADER_NICE <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + UPLOADER_NICE)
+    except OSError as exc:
+        log.debug("the tier uploader runs at the writer's priority: %s", exc)
 
 
 # --- local files ---------------------------------------------------------------------------------------------
@@ -407,8 +442,9 @@ def _pread(path: str, length: int, offset: int) -> bytes:
         raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def _file_chunks(path: str, size: int):
-    """The first `size` bytes of the file, in STREAM_CHUNK_BYTES reads (short: the file shrank, an error)."""
+def _file_chunks(path: str, size: int, meter=NO_METER):
+    """The first `size` bytes of the file, in STREAM_CHUNK_BYTES reads (short: the file shrank, an error); `meter`
+    is charged the reads."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
@@ -416,16 +452,57 @@ def _file_chunks(path: str, size: int):
     try:
         done = 0
         while done < size:
+            began = time.thread_time()
             try:
                 chunk = os.pread(fd, min(STREAM_CHUNK_BYTES, size - done), done)
             except OSError as exc:
                 raise StoreIOError(f"cannot read {path} at {done}: {exc.strerror}") from exc
             if not chunk:
                 raise StoreIOError(f"{path} is shorter than {size} bytes: it ends at {done}")
+            meter.add("read", began, len(chunk))
             done += len(chunk)
             yield chunk
     finally:
         os.close(fd)
+
+
+def _mapped_chunks(path: str, size: int, meter=NO_METER):
+    """The first `size` bytes of the file as STREAM_CHUNK_BYTES views of a read-only mapping of it (no copy; a
+    sealed segment is never truncated while the store runs). The mapping is closed after the last chunk, or left
+    to the collector while a consumer still holds a view of it (an object store's client sending it)."""
+    began = time.thread_time()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise StoreIOError(f"cannot open {path}: {exc.strerror}") from exc
+    try:
+        found = os.fstat(fd).st_size
+        if found < size:
+            raise StoreIOError(f"{path} is shorter than {size} bytes: it ends at {found}")
+        if size == 0:
+            return
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    except OSError as exc:
+        raise StoreIOError(f"cannot map {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    try:
+        mapping.madvise(mmap.MADV_SEQUENTIAL)
+        view = memoryview(mapping)
+        meter.add("read", began, 0)
+        try:
+            for done in range(0, size, STREAM_CHUNK_BYTES):
+                began = time.thread_time()
+                chunk = view[done:done + STREAM_CHUNK_BYTES]
+                meter.add("read", began, len(chunk))
+                yield chunk
+        finally:
+            view.release()
+    finally:
+        try:
+            mapping.close()
+        except BufferError:
+            pass  # a view is still held: the mapping goes with the last of them
 
 
 def _queue_image_chunks(path: str, file_bytes: int, units: int):
