@@ -20,6 +20,11 @@ local disk, until `disk_full_ratio` makes them return DISK_FULL (retention never
 does not list). The uploader refuses (stops, with the reason in stats()) a tier whose manifest belongs to another
 store: other format settings, a segment whose checksum differs from the local one, or a gap between the tier's end
 and the local log's start.
+
+What it costs the writer (docs/tier.md, "What it costs"): a segment is read through a read-only mapping and its
+CRC-32 taken chunk by chunk as the chunk is sent (one pass); a read-back reads into one buffer of its own; both
+threads run UPLOADER_NICE nicer than the writer's. The location's meter (stats()["tier"]["upload_cost"]) counts
+the CPU seconds of each phase.
 """
 
 from __future__ import annotations
@@ -468,24 +473,28 @@ def _file_chunks(path: str, size: int, meter=NO_METER):
 
 def _mapped_chunks(path: str, size: int, meter=NO_METER):
     """The first `size` bytes of the file as STREAM_CHUNK_BYTES views of a read-only mapping of it (no copy; a
-    sealed segment is never truncated while the store runs). The mapping is closed after the last chunk, or left
-    to the collector while a consumer still holds a view of it (an object store's client sending it)."""
+    sealed segment is never truncated while the store runs); read as _file_chunks reads where it cannot be mapped.
+    The mapping is closed after the last chunk, or left to the collector while a consumer still holds a view of it
+    (an object store's client sending it)."""
     began = time.thread_time()
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
         raise StoreIOError(f"cannot open {path}: {exc.strerror}") from exc
+    mapping = None
     try:
         found = os.fstat(fd).st_size
         if found < size:
             raise StoreIOError(f"{path} is shorter than {size} bytes: it ends at {found}")
-        if size == 0:
-            return
-        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        if size > 0:
+            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     except OSError as exc:
-        raise StoreIOError(f"cannot map {path}: {exc.strerror}") from exc
+        log.debug("reading %s without a mapping: %s", path, exc)
     finally:
         os.close(fd)
+    if mapping is None:
+        yield from _file_chunks(path, size, meter)
+        return
     try:
         mapping.madvise(mmap.MADV_SEQUENTIAL)
         view = memoryview(mapping)

@@ -63,6 +63,20 @@ def test_the_mapped_read_gives_what_pread_gives(tmp_path, size):
     assert meter.bytes["read"] == size
 
 
+def test_a_file_that_cannot_be_mapped_is_read_with_pread(tmp_path, monkeypatch):
+    path = tmp_path / "segment"
+    data = random.Random(5).randbytes(3000)
+    path.write_bytes(data)
+
+    def refuse(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(uploader_module.mmap, "mmap", refuse)
+    meter = UploadMeter()
+    assert b"".join(uploader_module._mapped_chunks(str(path), 2999, meter)) == data[:2999]
+    assert meter.bytes["read"] == 2999
+
+
 def test_the_mapped_read_of_a_short_file_is_an_error(tmp_path):
     path = tmp_path / "segment"
     path.write_bytes(b"x" * 10)
