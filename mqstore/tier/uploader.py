@@ -30,21 +30,19 @@ the CPU seconds of each phase.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import CorruptionError, StoreError, StoreIOError
 from mqstore.consumequeue import format as queue_fmt
 from mqstore.indexfile import format as index_fmt
+from mqstore.tier import local_files
 from mqstore.tier import manifest as manifest_module
-from mqstore.tier.location import NO_METER, STREAM_CHUNK_BYTES, TierLocation, UploadMeter, crc32
+from mqstore.tier.location import TierLocation, UploadMeter
 from mqstore.tier.manifest import Manifest, TierIndexFile, TierQueueFile, TierSegment
 
 log = logging.getLogger(__name__)
@@ -245,7 +243,7 @@ class TierUploader:
                     continue
                 path = os.path.join(root, topic, str(queue_id), queue_file.name)
                 length = queue_file.entries * queue_fmt.UNIT_SIZE_BYTES
-                if not os.path.exists(path) or _file_checksum(path, length) != queue_file.crc32:
+                if not os.path.exists(path) or local_files.file_checksum(path, length) != queue_file.crc32:
                     log.error("the tier object %s is %s bytes, not %d, and no local copy matches it: `mqstore tier "
                               "verify` reports it", self.location.display(key), sizes.get(key), file_bytes)
                     continue
@@ -271,7 +269,8 @@ class TierUploader:
                              f"{commitlog.min_offset()}: the segments between are in neither")
             return
         segment = common[-1]
-        if _file_checksum(segment.path, segment.size_bytes) != found.segment_at(segment.base_offset).crc32:
+        listed = found.segment_at(segment.base_offset).crc32
+        if local_files.file_checksum(segment.path, segment.size_bytes) != listed:
             self._refuse(f"the tier's segment {fmt.segment_name(segment.base_offset)} differs from the local one: "
                          "the tier holds another store's log")
 
@@ -300,9 +299,10 @@ class TierUploader:
     def _upload_file(self, key: str, path: str, size: int, image_units: int | None = None) -> int:
         """Upload the local file at `path` (`size` bytes) as `key`, read it back when verifying; its CRC-32."""
         if image_units is None:
-            chunks = (_mapped_chunks if UPLOAD_READS_MAPPED else _file_chunks)(path, size, self.meter)
+            read = local_files.mapped_chunks if UPLOAD_READS_MAPPED else local_files.file_chunks
+            chunks = read(path, size, self.meter)
         else:
-            chunks = _queue_image_chunks(path, size, image_units)
+            chunks = local_files.queue_image_chunks(path, size, image_units)
         sent_size, checksum = self.location.put_chunks(key, chunks)
         if sent_size != size:
             raise StoreIOError(f"{path} changed size while it was uploaded as {self.location.display(key)}")
@@ -340,21 +340,21 @@ class TierUploader:
         entries_per_file = self._config.consume_queue_entries_per_file
         file_bytes = entries_per_file * queue_fmt.UNIT_SIZE_BYTES
         root = os.path.join(self._store.root_dir, "consumequeue")
-        for topic, queue_id, directory in _queue_directories(root):
+        for topic, queue_id, directory in local_files.queue_directories(root):
             known = written.queues.get((topic, queue_id), [])
             last_known = known[-1].name if known else None
-            names = sorted(n for n in _list(directory) if queue_fmt.parse_file_name(n) is not None
+            names = sorted(n for n in local_files.list_names(directory) if queue_fmt.parse_file_name(n) is not None
                            and (last_known is None or n >= last_known))
             for name in names:
                 path = os.path.join(directory, name)
-                units = _units_below(path, file_bytes, end)
+                units = local_files.units_below(path, file_bytes, end)
                 if units == 0:
                     break  # this file and the later ones hold nothing below the tier's end yet
                 held = written.queue_file(topic, queue_id, name)
                 if held is not None and held.entries >= units:
                     continue
                 self._upload_file(manifest_module.queue_key(topic, queue_id, name), path, file_bytes, units)
-                checksum = _file_checksum(path, units * queue_fmt.UNIT_SIZE_BYTES)
+                checksum = local_files.file_checksum(path, units * queue_fmt.UNIT_SIZE_BYTES)
                 files = [f for f in written.queues.get((topic, queue_id), []) if f.name != name]
                 files.append(TierQueueFile(name, units, checksum))
                 written.queues[(topic, queue_id)] = sorted(files, key=lambda f: f.name)
@@ -364,14 +364,14 @@ class TierUploader:
     def _upload_index_files(self, written: Manifest) -> None:
         """Upload the finished IndexFiles whose entries all point below the tier's end."""
         directory = os.path.join(self._store.root_dir, "index")
-        names = sorted(n for n in _list(directory) if index_fmt.parse_file_name(n) is not None)
+        names = sorted(n for n in local_files.list_names(directory) if index_fmt.parse_file_name(n) is not None)
         held = {f.name for f in written.index}
         size = index_fmt.file_size_bytes(self._config.index_slot_count, self._config.index_entry_count_max)
         for name in names[:-1]:  # the newest is still written
             if name in held or (written.index and name < written.index[-1].name):
                 continue
             path = os.path.join(directory, name)
-            header = _pread(path, index_fmt.HEADER_SIZE_BYTES, 0)
+            header = local_files.pread(path, index_fmt.HEADER_SIZE_BYTES, 0)
             _, _, _, end_offset, _, _ = index_fmt.HEADER_STRUCT.unpack(header)
             if os.path.getsize(path) != size or end_offset >= written.end:
                 break
@@ -433,131 +433,3 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + UPLOADER_NICE)
     except OSError as exc:
         log.debug("the tier uploader runs at the writer's priority: %s", exc)
-
-
-# --- local files ---------------------------------------------------------------------------------------------
-def _pread(path: str, length: int, offset: int) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            return os.pread(fd, length, offset)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
-
-
-def _file_chunks(path: str, size: int, meter=NO_METER):
-    """The first `size` bytes of the file, in STREAM_CHUNK_BYTES reads (short: the file shrank, an error); `meter`
-    is charged the reads."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise StoreIOError(f"cannot open {path}: {exc.strerror}") from exc
-    try:
-        done = 0
-        while done < size:
-            began = time.thread_time()
-            try:
-                chunk = os.pread(fd, min(STREAM_CHUNK_BYTES, size - done), done)
-            except OSError as exc:
-                raise StoreIOError(f"cannot read {path} at {done}: {exc.strerror}") from exc
-            if not chunk:
-                raise StoreIOError(f"{path} is shorter than {size} bytes: it ends at {done}")
-            meter.add("read", began, len(chunk))
-            done += len(chunk)
-            yield chunk
-    finally:
-        os.close(fd)
-
-
-def _mapped_chunks(path: str, size: int, meter=NO_METER):
-    """The first `size` bytes of the file as STREAM_CHUNK_BYTES views of a read-only mapping of it (no copy; a
-    sealed segment is never truncated while the store runs); read as _file_chunks reads where it cannot be mapped.
-    The mapping is closed after the last chunk, or left to the collector while a consumer still holds a view of it
-    (an object store's client sending it)."""
-    began = time.thread_time()
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise StoreIOError(f"cannot open {path}: {exc.strerror}") from exc
-    mapping = None
-    try:
-        found = os.fstat(fd).st_size
-        if found < size:
-            raise StoreIOError(f"{path} is shorter than {size} bytes: it ends at {found}")
-        if size > 0:
-            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-    except OSError as exc:
-        log.debug("reading %s without a mapping: %s", path, exc)
-    finally:
-        os.close(fd)
-    if mapping is None:
-        yield from _file_chunks(path, size, meter)
-        return
-    try:
-        mapping.madvise(mmap.MADV_SEQUENTIAL)
-        view = memoryview(mapping)
-        meter.add("read", began, 0)
-        try:
-            for done in range(0, size, STREAM_CHUNK_BYTES):
-                began = time.thread_time()
-                chunk = view[done:done + STREAM_CHUNK_BYTES]
-                meter.add("read", began, len(chunk))
-                yield chunk
-        finally:
-            view.release()
-    finally:
-        try:
-            mapping.close()
-        except BufferError:
-            pass  # a view is still held: the mapping goes with the last of them
-
-
-def _queue_image_chunks(path: str, file_bytes: int, units: int):
-    """A ConsumeQueue file's image: its first `units` units, then zeros to `file_bytes`."""
-    kept = units * queue_fmt.UNIT_SIZE_BYTES
-    yield from _file_chunks(path, kept)
-    zeros = bytes(min(STREAM_CHUNK_BYTES, file_bytes - kept))
-    done = kept
-    while done < file_bytes:
-        step = min(len(zeros), file_bytes - done)
-        yield zeros[:step] if step < len(zeros) else zeros
-        done += step
-
-
-def _file_checksum(path: str, length: int) -> int:
-    checksum = 0
-    for chunk in _file_chunks(path, length):
-        checksum = crc32(chunk, checksum)
-    return checksum
-
-
-def _units_below(path: str, file_bytes: int, end: int) -> int:
-    """How many units from the start of the ConsumeQueue file at `path` are written and point below `end` (fillers
-    count: they stand for entries below the log's start)."""
-    raw = _pread(path, file_bytes, 0)
-    count = len(raw) // queue_fmt.UNIT_SIZE_BYTES
-    units = np.frombuffer(raw, dtype=queue_fmt.CONSUME_QUEUE_UNIT, count=count)
-    taken = (units["size"] != 0) & (units["commitlog_offset"] < end)
-    return count if taken.all() else int(np.argmin(taken))
-
-
-def _list(directory: str) -> list[str]:
-    try:
-        return os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise StoreIOError(f"cannot list {directory}: {exc.strerror}") from exc
-
-
-def _queue_directories(root: str):
-    """(topic, queue id, directory) of every ConsumeQueue directory under `root`, sorted."""
-    for topic in sorted(_list(root)):
-        topic_dir = os.path.join(root, topic)
-        if not os.path.isdir(topic_dir):
-            continue
-        for queue_text in sorted(_list(topic_dir)):
-            if queue_text.isascii() and queue_text.isdigit() and len(queue_text) <= 7:
-                yield topic, int(queue_text), os.path.join(topic_dir, queue_text)

@@ -13,6 +13,7 @@ import pytest
 from mqstore.commitlog.errors import StoreIOError
 
 from mqstore import MessageStore
+from mqstore.tier import local_files
 from mqstore.tier import location as location_module
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier import uploader as uploader_module
@@ -57,8 +58,8 @@ def test_the_mapped_read_gives_what_pread_gives(tmp_path, size):
     data = random.Random(size).randbytes(size + 11)
     path.write_bytes(data)
     meter = UploadMeter()
-    mapped = [bytes(chunk) for chunk in uploader_module._mapped_chunks(str(path), size, meter)]
-    read = list(uploader_module._file_chunks(str(path), size))
+    mapped = [bytes(chunk) for chunk in local_files.mapped_chunks(str(path), size, meter)]
+    read = list(local_files.file_chunks(str(path), size))
     assert mapped == read and b"".join(mapped) == data[:size]
     assert meter.bytes["read"] == size
 
@@ -71,9 +72,9 @@ def test_a_file_that_cannot_be_mapped_is_read_with_pread(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise OSError(19, "No such device")
 
-    monkeypatch.setattr(uploader_module.mmap, "mmap", refuse)
+    monkeypatch.setattr(local_files.mmap, "mmap", refuse)
     meter = UploadMeter()
-    assert b"".join(uploader_module._mapped_chunks(str(path), 2999, meter)) == data[:2999]
+    assert b"".join(local_files.mapped_chunks(str(path), 2999, meter)) == data[:2999]
     assert meter.bytes["read"] == 2999
 
 
@@ -81,15 +82,15 @@ def test_the_mapped_read_of_a_short_file_is_an_error(tmp_path):
     path = tmp_path / "segment"
     path.write_bytes(b"x" * 10)
     with pytest.raises(StoreIOError, match="shorter than 11 bytes"):
-        list(uploader_module._mapped_chunks(str(path), 11))
+        list(local_files.mapped_chunks(str(path), 11))
     with pytest.raises(StoreIOError, match="cannot open"):
-        list(uploader_module._mapped_chunks(str(tmp_path / "missing"), 1))
+        list(local_files.mapped_chunks(str(tmp_path / "missing"), 1))
 
 
 def test_a_mapping_still_viewed_when_the_upload_ends_is_left_to_the_collector(tmp_path):
     path = tmp_path / "segment"
     path.write_bytes(b"abc" * 1000)
-    chunks = uploader_module._mapped_chunks(str(path), 3000)
+    chunks = local_files.mapped_chunks(str(path), 3000)
     held = next(chunks)  # a client still holding the view it was given
     assert list(chunks) == []  # the generator ends without an error though the mapping is still viewed
     assert bytes(held[:3]) == b"abc"
