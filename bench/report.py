@@ -531,7 +531,11 @@ def report_tier_get(data: dict) -> str:
              "Target (issue #31): a cold get is one range read, its p50 within 2x the endpoint's GET "
              "(`cold get(...) / GET of the cold get's range`). Cold rows empty the reader's block cache first and "
              "keep its open handles; \"object not open\" also closes them (`TierReader.close()`), so the object is "
-             "opened again. The endpoint rows use pyarrow on one open handle per object."]
+             "opened again. The endpoint rows use pyarrow on one open handle per object. A get of 32 messages "
+             "makes two range reads when they lie in two objects, a query when another key shares the key's hash "
+             "(its message is read and dropped)."]
+    if data.get("handles_max") is not None:
+        parts[-1] += f" The reader kept at most {data['handles_max']} open handles (`--handles-max`)."
     return "\n\n".join(parts)
 
 

@@ -1,14 +1,20 @@
 """How long does a get of a cold offset take from the tier, against the endpoint's own GET of the same bytes?
 
-    .venv/bin/python bench/tier_get.py            # full run: 1,000,000 messages, 16 MiB segments, 5 rounds
+    .venv/bin/python bench/tier_get.py            # full run: 1,000,000 messages, 8 MiB segments, 5 rounds
     .venv/bin/python bench/tier_get.py --quick    # smoke run: 20,000 messages, 1 MiB segments, 1 round
 
 A store of user-shaped messages (bench/users_rows.py's shape: 100 B bodies, a tag and a key each, 4 topics x 4
 queues) is written with StoreConfig's defaults but for the segment size and a `file://` tier; its segments are
 sealed, uploaded, and removed from local disk by retention (`file_reserved_hours=0`, `clean_expired()`), so every
-message is in the tier only. The tier is copied to moto's S3 server on 127.0.0.1 (a process of its own). Each
-round opens the store read_only once per endpoint (`tier_uri` naming it; default `tier_cache_bytes`) and takes
-SAMPLES messages spread at random over the whole tier; for each, in a shuffled order, timed one by one:
+message is in the tier only. Segments of 8 MiB: moto copies a whole object for each range read, so its GET of any
+length takes longer the larger the object (45 ms from a 64 MiB object, 5 ms from a 16 MiB one, here); small objects
+keep it near its cost a request, as a remote endpoint's latency does not depend on the object's size. And the
+tier holds more objects (34) than a filesystem's open handles (16), as a tier of a long history does.
+
+The tier is copied to moto's S3 server on 127.0.0.1 (a process of its own). Each round opens the store read_only
+once per endpoint (`tier_uri` naming it; default `tier_cache_bytes`), has its reader open every object (a read of
+each one's first record, not timed) and takes SAMPLES messages spread at random over the whole tier; for each, in a
+shuffled order, timed one by one:
 
   - cold rows: `get(topic, queue_id, queue_offset, max_count=1)`, `get(...)` (the default 32), `read_at(offset)`,
     `query(topic, key)`, each after the reader's block cache was emptied (its input handles stay open, as in a
@@ -55,7 +61,7 @@ from mqstore.tier.reader import TIER_CACHE_BLOCK_BYTES  # noqa: E402
 ROUNDS = 5
 BATCH = 1000
 SEED = 20261128
-FULL = dict(messages=1_000_000, segment_size_bytes=16 << 20, samples=60)
+FULL = dict(messages=1_000_000, segment_size_bytes=8 << 20, samples=60)
 QUICK = dict(messages=20_000, segment_size_bytes=1 << 20, samples=8)
 COLD_ROWS = ("get 1", "get 32", "read_at", "query", "get 32, object not open")
 ENDPOINT_ROWS = ("GET same range", "GET 256 KiB", "GET 1 byte", "HEAD + GET 1 byte")
@@ -97,12 +103,16 @@ def build(work: str, messages: int, segment_size_bytes: int, targets: list[Targe
             if result.status is not GetStatus.FOUND or result.messages[0].keys != (target.key,):
                 raise RuntimeError(f"message {target.number} not where the shape puts it: {result.status}")
             target.expected_32 = result.messages
-        report = store.clean_expired()
-        local_min = store.stats()["commitlog"]["min_offset"]
+        removed = 0
+        while True:  # a round removes at most SEGMENTS_REMOVED_PER_ROUND_MAX segments
+            report = store.clean_expired()
+            removed += len(report["segments_removed"])
+            local_min = store.stats()["commitlog"]["min_offset"]
+            if local_min >= end or not report["segments_removed"]:
+                break
     if local_min < end:
         raise RuntimeError(f"retention left the log from {local_min} on local disk, not only the tier: {report}")
-    return root, tier, {"log_end": end, "segments_removed": len(report["segments_removed"]),
-                        "local_min_offset": local_min}
+    return root, tier, {"log_end": end, "segments_removed": removed, "local_min_offset": local_min}
 
 
 def pick_targets(messages: int, count: int, rng: random.Random) -> list[Target]:
@@ -211,11 +221,14 @@ def head_and_get(location, key: str, position: int) -> bytes:
         return handle.read_at(1, position)
 
 
-def run_endpoint(root: str, uri: str, segment_size_bytes: int, targets: list[Target], rng: random.Random) -> dict:
+def run_endpoint(root: str, uri: str, segment_size_bytes: int, targets: list[Target], rng: random.Random,
+                 handles_max: int | None = None) -> dict:
     """One round's samples from one endpoint: row -> [sample, ...] (a fresh read_only open of the store)."""
     config = StoreConfig(segment_size_bytes=segment_size_bytes, tier_uri=uri)
     with MessageStore.open(root, config, read_only=True) as store:
         reader = store._tier_reader
+        if handles_max is not None:
+            reader.handles_max = handles_max
         location = reader.location
         recorded: list[tuple[str, int, int]] = []
         read_range = location.read_range
@@ -274,6 +287,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=None, help="the JSON (default bench/results/tier_get[_quick].json)")
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--handles-max", type=int, default=None,
+                        help="input handles the reader keeps (default: TierLocation.open_inputs_max)")
     args = parser.parse_args()
     shape = QUICK if args.quick else FULL
     rounds = args.rounds or (1 if args.quick else ROUNDS)
@@ -293,7 +308,7 @@ def main() -> int:
         for number in range(rounds):
             for name, uri in endpoints.items():
                 found[name].append(run_endpoint(root, uri, shape["segment_size_bytes"], targets[number::rounds],
-                                                rng))
+                                                rng, args.handles_max))
                 print(f"round {number + 1} {name}:", json.dumps(
                     {row: round(statistics.median(s["s"] for s in samples) * 1000, 3)
                      for row, samples in found[name][-1].items()}), flush=True)
@@ -304,7 +319,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     result = {"command": " ".join(["python", "bench/tier_get.py"] + sys.argv[1:]), "shape": shape,
               "rounds": rounds, "log_end": end, "segments": -(-end // shape["segment_size_bytes"]),
-              "block_bytes": TIER_CACHE_BLOCK_BYTES, "offload": offloaded,
+              "block_bytes": TIER_CACHE_BLOCK_BYTES, "offload": offloaded, "handles_max": args.handles_max,
               "endpoints": {name: summarize(found[name]) for name in endpoints},
               "samples": found, "machine": platform.platform(), "cpus": os.cpu_count(),
               "python": platform.python_version(), "load_average_1min": [load_before, load_after],

@@ -1,0 +1,45 @@
+"""The tier reader's open input handles: on an object store it keeps one for every object it has read (opening an
+S3 object costs a HEAD), so a cold read of an object read before is one request, however many objects the tier
+holds past a filesystem's bound; on a filesystem (each handle a file descriptor) it keeps at most a few."""
+
+from __future__ import annotations
+
+import random
+
+from mqstore import MessageStore
+from mqstore.tier.location import OPEN_INPUTS_MAX_FILESYSTEM, OPEN_INPUTS_MAX_OBJECT_STORE, TierLocation
+from tests.tier.test_reads import offload
+from tests.tier.test_uploader import tier_config
+
+SEGMENTS = OPEN_INPUTS_MAX_FILESYSTEM + 4  # more objects than a filesystem's handles
+
+
+def test_an_object_stores_handles_outlast_a_filesystems_bound(tmp_path, tier_uri):
+    rng = random.Random(47)
+    root = tmp_path / "store"
+    with MessageStore.open(root, tier_config(tier_uri, file_reserved_hours=0)) as store:
+        first = 0
+        while store.stats()["tier"]["segments"] < SEGMENTS:
+            offload(store, rng, 600, first)
+            first += 600
+    object_store = tier_uri.startswith("s3://")
+    assert TierLocation.open(tier_uri).open_inputs_max == (OPEN_INPUTS_MAX_OBJECT_STORE if object_store
+                                                           else OPEN_INPUTS_MAX_FILESYSTEM)
+    with MessageStore.open(root, tier_config(tier_uri, tier_cache_bytes=0), read_only=True) as store:
+        reader = store._tier_reader
+        starts = [segment.base_offset for segment in reader.manifest().segments]
+        assert len(starts) >= SEGMENTS
+        passes = []
+        for _ in range(2):  # each object's first record, twice over: with no cache every read is a range read
+            before = reader.stats()
+            messages = [store.read_at(start) for start in starts]
+            after = reader.stats()
+            passes.append({name: after[name] - before[name] for name in ("range_reads", "objects_opened")})
+            assert [message.commitlog_offset for message in messages] == starts
+        assert passes[0]["range_reads"] == passes[1]["range_reads"] >= len(starts)  # a long record takes two
+        assert passes[0]["objects_opened"] == len(starts) and len(reader._handles) <= reader.handles_max
+        if object_store:  # every handle kept: the second pass opened nothing (no HEAD), one GET a read
+            assert passes[1]["objects_opened"] == 0 and len(reader._handles) == len(starts)
+        else:  # the least recently used handles went: the second pass opened every object again
+            assert passes[1]["objects_opened"] == len(starts)
+            assert len(reader._handles) == OPEN_INPUTS_MAX_FILESYSTEM
