@@ -472,7 +472,8 @@ def report_tier_scan(data: dict) -> str:
     shape, medians, samples = data["shape"], data["medians"], data["samples"]
     rows = []
     for kind, label in (("full", "every row"), ("topic", f"topic={data.get('topic', 'T0')}")):
-        rows.append({"read": label, "endpoint": "local store", "scan": medians[f"local {kind}"], "vs_local": "1.00"})
+        rows.append({"read": label, "endpoint": "local store", "scan": medians[f"local {kind}"], "raw": "-",
+                     "vs_raw": "-", "vs_local": "1.00"})
         for name in ("file://", "S3 (moto)"):
             raw_mb = statistics.median(sample[f"{name} raw {kind}"]["mb_per_s"] for sample in samples)
             rows.append({"read": label, "endpoint": f"{name} tier", "scan": medians[f"{name} tier {kind}"],
