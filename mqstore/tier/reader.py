@@ -316,14 +316,16 @@ class TierReader:
                     found[number] = data
             self.hits += len(found)
             self.misses += len(missing)
+        skip = position - first * block
         for run_first, run_stop in _runs(missing):
             start, end = run_first * block, min(run_stop * block, object_size)
             data = self._fetch(key, object_size, start, end - start)
             fetched = {number: data[(number - run_first) * block : (number - run_first + 1) * block]
                        for number in range(run_first, run_stop)}
-            found.update(fetched)
             self._keep(key, fetched)
-        skip = position - first * block
+            if (run_first, run_stop) == (first, last + 1):  # one read fetched it all (a cold read): no join
+                return data[skip : skip + length]
+            found.update(fetched)
         if first == last:
             return found[first][skip : skip + length]
         return b"".join(found[number] for number in range(first, last + 1))[skip : skip + length]
