@@ -520,6 +520,9 @@ def report_tier_get(data: dict) -> str:
                          "opened": (row.get("objects_opened") or {}).get("total"),
                          "vs_same": same and f"{same['median']:.2f}x ({same['min']:.2f}-{same['max']:.2f})",
                          "vs_block": block_ and f"{block_['median']:.2f}x"})
+    verdicts = "; ".join(f"{endpoint} {ratio_:.2f}x, " + ("met" if ratio_ <= 2 else "**not met**")
+                         for endpoint, ratio_ in ((endpoint, found["ratios"]["get 32 / GET same range"]["median"])
+                                                  for endpoint, found in data["endpoints"].items()))
     parts = [f"{shape['messages']:,} messages of 100 B with a tag and a key (4 topics x 4 queues), {data['segments']} "
              f"segments of {size(shape['segment_size_bytes'])}, all in the tier only; {data['rounds']} interleaved "
              f"round(s) of {shape['samples']} messages spread over the tier, a read_only open per endpoint and round; "
@@ -530,11 +533,11 @@ def report_tier_get(data: dict) -> str:
                           ("p50 / GET of the same range", "vs_same", preformatted),
                           ("p50 / GET of 256 KiB", "vs_block", preformatted)]),
              "Target (issue #31): a cold get is one range read, its p50 within 2x the endpoint's GET "
-             "(`cold get(...) / GET of the cold get's range`). Cold rows empty the reader's block cache first and "
-             "keep its open handles; \"object not open\" also closes them (`TierReader.close()`), so the object is "
-             "opened again. The endpoint rows use pyarrow on one open handle per object. A get of 32 messages "
-             "makes two range reads when they lie in two objects, a query when another key shares the key's hash "
-             "(its message is read and dropped)."]
+             f"(`cold get(...) / GET of the cold get's range`): {verdicts}. Cold rows empty the reader's block cache "
+             "first and keep its open handles; \"object not open\" also closes them (`TierReader.close()`), so the "
+             "object is opened again. The endpoint rows use pyarrow on one open handle per object. A get of 32 "
+             "messages makes two range reads when they lie in two objects, a query when another key shares the key's "
+             "hash (its message is read and dropped)."]
     if data.get("handles_max") is not None:
         parts[-1] += f" The reader kept at most {data['handles_max']} open handles (`--handles-max`)."
     return "\n\n".join(parts)
