@@ -284,6 +284,12 @@ def summarize(rounds: list[dict]) -> dict:
     return {"rows": rows, "ratios": ratios}
 
 
+def columns(round_: dict) -> dict:
+    """One round's samples as the JSON keeps them: per row, a list per figure (seconds to 0.1 us)."""
+    return {row: {figure: [round(found[figure], 7) if figure == "s" else found[figure] for found in samples]
+                  for figure in samples[0]} for row, samples in round_.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -323,12 +329,13 @@ def main() -> int:
               "rounds": rounds, "log_end": end, "segments": -(-end // shape["segment_size_bytes"]),
               "block_bytes": TIER_CACHE_BLOCK_BYTES, "offload": offloaded, "handles_max": args.handles_max,
               "endpoints": {name: summarize(found[name]) for name in endpoints},
-              "samples": found, "machine": platform.platform(), "cpus": os.cpu_count(),
+              "samples": {name: [columns(round_) for round_ in rounds_] for name, rounds_ in found.items()},
+              "machine": platform.platform(), "cpus": os.cpu_count(),
               "python": platform.python_version(), "load_average_1min": [load_before, load_after],
               "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as handle:
-        json.dump(result, handle, indent=1)
+        json.dump(result, handle, separators=(",", ":"))
     text = render(result)
     with open(out[:-5] + ".md", "w") as handle:
         handle.write(text)
