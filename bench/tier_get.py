@@ -14,8 +14,8 @@ tier holds more objects (34) than a filesystem's open handles (16), as a tier of
 The tier is copied to moto's S3 server on 127.0.0.1 (a process of its own). Each round opens the store read_only
 once per endpoint (`tier_uri` naming it; default `tier_cache_bytes`), has its reader open every object (a read of
 each one's first record, not timed) and takes SAMPLES messages spread at random over the whole tier; for each, after
-an untimed get and query of it (its ConsumeQueue and index pages on local disk touched: a first touch costs a page
-fault, not the tier), in a shuffled order, timed one by one:
+an untimed get and query of it (its ConsumeQueue and index pages on local disk touched: a first touch costs page
+faults, not the tier; and its object's handle open), in a shuffled order, timed one by one:
 
   - cold rows: `get(topic, queue_id, queue_offset, max_count=1)`, `get(...)` (the default 32), `read_at(offset)`,
     `query(topic, key)`, each after the reader's block cache was emptied (its input handles stay open, as in a
