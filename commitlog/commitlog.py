@@ -164,6 +164,9 @@ class CommitLog:
                  record_crc: bool = False, record_crc_from: int | None = None):
         assert len(born_host_raw) == len(store_host_raw) == fmt.HOST_V4_LENGTH
         self._appender = None  # the compiled put's copy of the writer's segment state (compiled_put), or None
+        # A writer's rewrite of a message before it is prepared (mqstore/timer: timer messages onto their topic), or
+        # None. The compiled put and prepare leave the messages it rewrites to `prepare` (commitlog/csrc/put.c).
+        self.rewrite = None
         assert max_message_size_bytes + fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX \
             + fmt.END_FILE_MIN_BLANK_LENGTH <= segment_size_bytes
         self.directory = directory
@@ -302,6 +305,8 @@ class CommitLog:
         """
         if message.__class__ is not Message and not isinstance(message, Message):
             raise InvalidMessageError(f"expected a Message, got {type(message).__name__}")
+        if self.rewrite is not None:
+            message = self.rewrite(message)
         topic = message.topic
         tails = self._topic_tails.get(topic) if topic.__class__ is str else None
         if tails is None:

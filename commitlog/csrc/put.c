@@ -660,6 +660,9 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
 /* --- PROPERTIES of a message with tags, keys, user properties or a UNIQ_KEY ------------------------------- */
 
 static const char name_tags[] = "TAGS", name_keys[] = "KEYS", name_unique[] = "UNIQ_KEY", name_crc[] = "__CRC32#";
+/* A message asking for a timer (mqstore/timer/format.py): the Python path rewrites it onto the timer topic. */
+static const char name_deliver_ms[] = "TIMER_DELIVER_MS", name_delay_ms[] = "TIMER_DELAY_MS",
+                  name_delay_sec[] = "TIMER_DELAY_SEC";
 
 /* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
  * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
@@ -717,6 +720,9 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
                 return 0;
             if (is_name(text, length, name_tags) || is_name(text, length, name_keys) || is_name(text, length, name_crc))
                 return 0;  /* reserved: the Python path says why */
+            if (length >= 14 && text[0] == 'T' && (is_name(text, length, name_deliver_ms) ||
+                    is_name(text, length, name_delay_ms) || is_name(text, length, name_delay_sec)))
+                return 0;  /* a timer message: the Python path stores it on the timer topic */
             has_unique_key |= is_name(text, length, name_unique);
             total += length + value_length + 2;
         }
