@@ -158,15 +158,16 @@ def _reserve_ahead(segment, wanted: int) -> None:
 class CommitLog:
     """Segments plus the writer's state: the written end and the queue offset table."""
 
+    # A writer's rewrite of a message before it is prepared (mqstore/timer: timer messages onto their topic), or
+    # None. The compiled put and prepare leave the messages it rewrites to `prepare` (commitlog/csrc/put.c).
+    rewrite = None
+
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
                  max_message_size_bytes: int, max_queues_per_topic: int,
                  born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, salvage=None,
                  record_crc: bool = False, record_crc_from: int | None = None):
         assert len(born_host_raw) == len(store_host_raw) == fmt.HOST_V4_LENGTH
         self._appender = None  # the compiled put's copy of the writer's segment state (compiled_put), or None
-        # A writer's rewrite of a message before it is prepared (mqstore/timer: timer messages onto their topic), or
-        # None. The compiled put and prepare leave the messages it rewrites to `prepare` (commitlog/csrc/put.c).
-        self.rewrite = None
         assert max_message_size_bytes + fmt.RECORD_SIZE_FIXED + fmt.TOPIC_LENGTH_MAX + fmt.PROPERTIES_LENGTH_MAX \
             + fmt.END_FILE_MIN_BLANK_LENGTH <= segment_size_bytes
         self.directory = directory

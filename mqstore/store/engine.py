@@ -152,12 +152,13 @@ class MessageStore(Reads, IndexLookups):
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
     def open(cls, root_dir, config: StoreConfig | None = None, read_only: bool = False, *,
-             repair: bool = False) -> "MessageStore":
+             repair: bool = False, clock=None) -> "MessageStore":
         """Open (creating it unless read_only) the store under `root_dir`.
 
         A writable open recovers the store first (mqstore/store/recovery.py): after a crash it cuts a torn tail and
         re-dispatches; damaged flushed data raises CorruptionError unless `repair=True`, which cuts the log at
-        the first bad record. What it found and did is in `store.recovery_report`.
+        the first bad record. What it found and did is in `store.recovery_report`. `clock` (mqstore/store/clock.py,
+        default the system clock) is the time the timed services read: tests pass a ManualClock.
         """
         if config is None:
             config = StoreConfig()
@@ -166,6 +167,7 @@ class MessageStore(Reads, IndexLookups):
         root_dir = os.fspath(root_dir)
         store = cls(root_dir, config, read_only)
         store._repair = repair
+        store.clock = SYSTEM_CLOCK if clock is None else clock
         try:
             store._open()
         except BaseException:
@@ -260,7 +262,7 @@ class MessageStore(Reads, IndexLookups):
         self._put_common = None if self.read_only else self._commitlog.compiled_put()
         # --- timer (mqstore/timer/): prepare rewrites timer messages onto rmq_sys_wheel_timer; a thread delivers them
         if not self.read_only:
-            self.timer = TimerService(self, root, SYSTEM_CLOCK, config=config)
+            self.timer = TimerService(self, root, self.clock, config=config)
             self._commitlog.rewrite = self.timer.rewrite
 
     def _recover(self) -> RecoveryReport:

@@ -178,16 +178,17 @@ class TimerService:
         oldest = write_time - (tfmt.SLOTS_TOTAL - tfmt.BLANK_SLOTS) * self.precision_ms
         if self.read_time_ms == 0:  # never ran
             self.read_time_ms = write_time
-        elif self.read_time_ms < oldest:  # closed for longer than the wheel's window: RocketMQ skips to it too
-            self.read_time_ms = oldest
-        enqueued = self._enqueue(write_time)
+        # Behind by more than the wheel's window (closed that long): deliver the backlog before linking anything
+        # new, which could take the slot of a pending timer (RocketMQ skips the backlog instead, and loses it).
+        behind = self.read_time_ms < oldest
+        enqueued = 0 if behind else self._enqueue(write_time)
         delivered = self._deliver_due(write_time)
         self._dirty |= bool(enqueued or delivered)
         if self._dirty and time.monotonic() - self._last_checkpoint_s >= FLUSH_INTERVAL_S:
             self._write_checkpoint()
         with self._progress:
             self._progress.notify_all()
-        return enqueued == ENQUEUE_BATCH_MESSAGES
+        return enqueued == ENQUEUE_BATCH_MESSAGES or behind
 
     def _write_checkpoint(self) -> None:
         """Flush the TimerLog, the wheel and the store, then record how far they go."""
