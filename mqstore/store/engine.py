@@ -694,6 +694,12 @@ class MessageStore(Reads, IndexLookups):
 
     def _append_message_holding_lock(self, message: Message) -> PutResult:
         """The Python path of `_put_holding_lock`: prepare, then append."""
+        if self.timer is not None:  # timer (mqstore/timer/): a timer message rewritten goes back to the compiled put
+            rewritten = self.timer.rewrite(message)
+            if rewritten is not message and self._put_common is not None:
+                result = self._put_common(rewritten)
+                if result is not None:
+                    return result
         prepare = self._prepare_common
         record = prepare(message) if prepare is not None else None
         if record is None:

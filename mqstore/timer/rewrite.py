@@ -25,8 +25,9 @@ INT64_MAX = (1 << 63) - 1
 
 
 def _parse(name: str, value) -> int:
-    if not isinstance(value, str) or _INTEGER.match(value) is None:
-        raise InvalidMessageError(f"{name} must be an integer in a str, got {value!r}")
+    if value.__class__ is not str or not (value.isdigit() and value.isascii() and len(value) <= 19):
+        if not isinstance(value, str) or _INTEGER.match(value) is None:  # the common case above, a sign here
+            raise InvalidMessageError(f"{name} must be an integer in a str, got {value!r}")
     number = int(value)
     if not -INT64_MAX - 1 <= number <= INT64_MAX:
         raise InvalidMessageError(f"{name} must fit in a 64-bit integer, got {value!r}")

@@ -46,6 +46,22 @@ FLUSH_INTERVAL_S = 0.2  # the shortest wall time between two checkpoints
 STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
 
 
+_OUT_MS_NAME = b"TIMER_OUT_MS\x01"
+_REAL_TOPIC_NAME = b"REAL_TOPIC\x01"
+
+
+def _raw_property(raw: bytes, name: bytes) -> bytes | None:
+    """The value of property `name` (with its \\x01) in a record's raw PROPERTIES bytes, or None."""
+    at = raw.find(name)
+    while at > 0 and raw[at - 1] != 2:  # the name must start a pair: after \x02, or at 0
+        at = raw.find(name, at + 1)
+    if at < 0:
+        return None
+    start = at + len(name)
+    end = raw.find(b"\x02", start)
+    return raw[start:] if end < 0 else raw[start:end]
+
+
 class TimerService:
     """The timer of one writable store (mqstore/timer/__init__.py describes its files)."""
 
@@ -66,7 +82,7 @@ class TimerService:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._files_open = False
-        self._topic_hashes: dict[str, int] = {}
+        self._topic_hashes: dict[bytes | None, int] = {}
         self._last_checkpoint_s = 0.0
         self._dirty = False
 
@@ -215,24 +231,26 @@ class TimerService:
         hashes = np.empty(count, dtype=np.int64)
         keep = np.ones(count, dtype=bool)
         for index, message in enumerate(result.messages):
-            properties = message.properties
-            try:
-                out_ms[index] = int(properties[tfmt.PROPERTY_OUT_MS])
-            except (KeyError, ValueError):  # not put through the rewrite: skipped, as RocketMQ cannot place it
+            raw = message.properties_raw  # two values looked up in the raw PROPERTIES, not a dict of all of them
+            out_text = _raw_property(raw, _OUT_MS_NAME)
+            if out_text is None or not out_text.isdigit():  # not put through the rewrite: RocketMQ cannot place it
                 log.warning("timer message at %d has no TIMER_OUT_MS: skipped", message.commitlog_offset)
                 keep[index] = False
                 out_ms[index] = 0
+            else:
+                out_ms[index] = int(out_text)
             offsets[index], sizes[index] = message.commitlog_offset, message.size_bytes
-            hashes[index] = self._topic_hash(properties.get(tfmt.PROPERTY_REAL_TOPIC))
+            hashes[index] = self._topic_hash(_raw_property(raw, _REAL_TOPIC_NAME))
         self._link(write_time, out_ms[keep], offsets[keep], sizes[keep], hashes[keep])
         self.queue_offset = result.messages[-1].queue_offset + 1
         self.enqueued_count += int(keep.sum())
         return count
 
-    def _topic_hash(self, topic: str | None) -> int:
+    def _topic_hash(self, topic: bytes | None) -> int:
         value = self._topic_hashes.get(topic)
         if value is None:
-            value = self._topic_hashes[topic] = tfmt.java_string_hash(topic)
+            text = None if topic is None else topic.decode("utf-8", "replace")
+            value = self._topic_hashes[topic] = tfmt.java_string_hash(text)
         return value
 
     def _link(self, write_time: int, out_ms, offsets, sizes, hashes) -> None:
