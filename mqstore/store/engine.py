@@ -262,7 +262,7 @@ class MessageStore(Reads, IndexLookups):
         self._put_common = None if self.read_only else self._commitlog.compiled_put()
         # --- timer (mqstore/timer/): prepare rewrites timer messages onto rmq_sys_wheel_timer; a thread delivers them
         if not self.read_only:
-            self.timer = TimerService(self, root, self.clock, config=config)
+            self.timer = TimerService(self, root, self.clock, config=config, flush_log=self._commitlog.flush)
             self._commitlog.rewrite = self.timer.rewrite
 
     def _recover(self) -> RecoveryReport:

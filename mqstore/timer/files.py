@@ -135,9 +135,11 @@ class TimerLog:
         return unit
 
     def flush(self) -> None:
-        for base in sorted(self._dirty):
+        """fdatasync the files written since the last flush (called from the flush thread while units are
+        appended: a file written after the swap is flushed next time)."""
+        dirty, self._dirty = self._dirty, set()
+        for base in sorted(dirty):
             os.fdatasync(self._fds[base])
-        self._dirty.clear()
 
     def delete_files_below(self, position: int) -> int:
         """Remove the files wholly below `position` (every slot that linked them has been delivered)."""

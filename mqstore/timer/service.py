@@ -10,8 +10,9 @@ One thread, RocketMQ 5's TimerMessageStore services folded into one loop (enqueu
 2. Deliver: while `read_time_ms` is before now (rounded down to the precision), find the next filled slot, walk
    its list from the last unit and put each message again on REAL_TOPIC / REAL_QID (REAL_* removed,
    TIMER_ENQUEUE_MS and TIMER_DEQUEUE_MS added, as RocketMQ's convertMessage), then move `read_time_ms` past it.
-3. Checkpoint, at most every `flush_interval_ms` of wall time and at close: flush the TimerLog, the wheel and the
-   store (the puts of step 2), then write `config/timercheck` (read time, TimerLog end, queue offset).
+3. Checkpoint, in a flush thread every FLUSH_INTERVAL_MS and at close: flush the TimerLog, the wheel and the
+   CommitLog (the puts of step 2), then write `config/timercheck` (read time, TimerLog end, queue offset) as
+   they were before the flush.
 
 Crash semantics. Whatever was enqueued or delivered after the last checkpoint is done again after a crash:
 a timer may be delivered twice (at-least-once), never lost, never early (a slot is read only once the clock is
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 ENQUEUE_BATCH_MESSAGES = 1024  # messages read from the timer topic's queue at once
 ROLL_WINDOW_SLOTS_DEFAULT = 2 * 24 * 3600  # RocketMQ's timerRollWindowSlot (slots, whatever the precision)
 POLL_INTERVAL_MS = 10  # the longest the thread sleeps between looks at the timer queue
-FLUSH_INTERVAL_S = 0.2  # the shortest wall time between two checkpoints
+FLUSH_INTERVAL_MS = 200  # how often the flush thread checkpoints what the service has done
 STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
 
 
@@ -65,13 +66,16 @@ def _raw_property(raw: bytes, name: bytes) -> bytes | None:
 class TimerService:
     """The timer of one writable store (mqstore/timer/__init__.py describes its files)."""
 
-    def __init__(self, store, root_dir: str, clock, *, config,
+    def __init__(self, store, root_dir: str, clock, *, config, flush_log=None,
                  roll_window_slots: int = ROLL_WINDOW_SLOTS_DEFAULT):
         precision_ms, max_delay_ms = config.timer_precision_ms, config.timer_max_delay_ms
         log_file_size_bytes = config.timer_log_file_size_bytes
         self._precision_explicit = "timer_precision_ms" in config.explicit_fields
         assert precision_ms >= 1 and max_delay_ms >= 0
         self.store, self.root_dir, self.clock = store, root_dir, clock
+        # Makes the store's CommitLog durable up to its end (the deliveries' puts), before a checkpoint: only the log,
+        # whose queues recovery rebuilds; a whole store.flush() would hold up dispatch, and so enqueue and delivery.
+        self._flush_log = flush_log if flush_log is not None else (lambda: store.flush())
         self.precision_ms, self.max_delay_ms = precision_ms, max_delay_ms
         self.log_file_size_bytes = log_file_size_bytes
         self.roll_window_slots = min(max(2, roll_window_slots), tfmt.SLOTS_TOTAL - tfmt.BLANK_SLOTS)
@@ -83,8 +87,9 @@ class TimerService:
         self._start_lock = threading.Lock()
         self._files_open = False
         self._topic_hashes: dict[bytes | None, int] = {}
-        self._last_checkpoint_s = 0.0
-        self._dirty = False
+        self._flusher: threading.Thread | None = None
+        self._snapshot: tuple[int, int, int] | None = None  # (read time, TimerLog end, queue offset) done so far
+        self._checkpointed: tuple[int, int, int] | None = None
 
     # --- the put side ----------------------------------------------------------------------------------------
     def rewrite(self, message):
@@ -94,8 +99,10 @@ class TimerService:
             return message  # prepare reports it
         rewritten = rewrite_module.rewrite(message, self.clock.now_ms(), self.precision_ms, self.max_delay_ms)
         if rewritten is not message:
-            self.start()
-            self._wake.set()
+            if self._thread is None:
+                self.start()
+            if not self._wake.is_set():
+                self._wake.set()
         return rewritten
 
     def use_clock(self, clock) -> None:
@@ -116,8 +123,11 @@ class TimerService:
         with self._start_lock:
             if self._thread is None:
                 self._open_files()
+                self._snapshot = self._checkpointed = (self.read_time_ms, self.timer_log.end, self.queue_offset)
                 self._thread = threading.Thread(target=self._run, name="mqstore-timer", daemon=True)
                 self._thread.start()
+                self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-timer-flush", daemon=True)
+                self._flusher.start()
 
     def _open_files(self) -> None:
         root = self.root_dir
@@ -162,7 +172,8 @@ class TimerService:
             self._stop.set()
             self._wake.set()
             thread.join()
-            self._thread = None
+            self._flusher.join()
+            self._thread = self._flusher = None
             if checkpoint and self.error is None:
                 self._write_checkpoint()
 
@@ -198,22 +209,33 @@ class TimerService:
         # new, which could take the slot of a pending timer (RocketMQ skips the backlog instead, and loses it).
         behind = self.read_time_ms < oldest
         enqueued = 0 if behind else self._enqueue(write_time)
-        delivered = self._deliver_due(write_time)
-        self._dirty |= bool(enqueued or delivered)
-        if self._dirty and time.monotonic() - self._last_checkpoint_s >= FLUSH_INTERVAL_S:
-            self._write_checkpoint()
+        self._deliver_due(write_time)
+        self._snapshot = (self.read_time_ms, self.timer_log.end, self.queue_offset)  # all written before this
         with self._progress:
             self._progress.notify_all()
         return enqueued == ENQUEUE_BATCH_MESSAGES or behind
 
+    def _flush_loop(self) -> None:
+        """The flush thread (RocketMQ's TimerFlushService): a checkpoint every FLUSH_INTERVAL_MS of the clock, off
+        the service's thread, whose deliveries must not wait for fdatasync."""
+        try:
+            while not self.clock.wait(self._stop, FLUSH_INTERVAL_MS):
+                self._write_checkpoint()
+        except BaseException as exc:
+            log.exception("the timer flush thread stopped")
+            self.error = exc
+
     def _write_checkpoint(self) -> None:
-        """Flush the TimerLog, the wheel and the store, then record how far they go."""
+        """Flush the TimerLog, the wheel and the store, then record the snapshot taken before: everything it
+        vouches for was written before it was taken, so is flushed now."""
+        snapshot = self._snapshot
+        if snapshot == self._checkpointed:
+            return
         self.timer_log.flush()
         self.wheel.flush()
-        self.store.flush()
-        self.checkpoint.write(self.read_time_ms, self.timer_log.end, self.queue_offset)
-        self._last_checkpoint_s = time.monotonic()
-        self._dirty = False
+        self._flush_log()
+        self.checkpoint.write(*snapshot)
+        self._checkpointed = snapshot
 
     # --- enqueue ------------------------------------------------------------------------------------------------
     def _enqueue(self, write_time: int) -> int:
