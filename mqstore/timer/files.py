@@ -209,6 +209,13 @@ class TimerWheel:
         slots = self.slots[times % tfmt.WHEEL_SLOT_COUNT]
         return int(slots["count"][slots["time_slot"] == times].sum())
 
+    def first_position_min(self, start_ms: int) -> int | None:
+        """The lowest first_position of the filled slots in the window from `start_ms` on, or None."""
+        times = start_ms // self.precision_ms + np.arange(tfmt.WHEEL_SLOT_COUNT, dtype=np.int64)
+        slots = self.slots[times % tfmt.WHEEL_SLOT_COUNT]
+        firsts = slots["first_position"][slots["time_slot"] == times]
+        return int(firsts.min()) if len(firsts) else None
+
     def flush(self) -> None:
         self.slots.flush()
 

@@ -172,5 +172,5 @@ def make_units(count: int) -> np.ndarray:
 
 def damage(path: str, offset: int, rule: str, text: str) -> CorruptionError:
     """The CorruptionError for bytes of a timer file breaking validity rule `rule` ("timer.<rule>")."""
-    return CorruptionError(f"{path} at {offset}: {text} (timer rule {rule})", path=path, offset=offset,
+    return CorruptionError(f"{text} (timer rule {rule})", path=path, offset=offset,
                            rule=f"timer.{rule}")

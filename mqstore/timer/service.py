@@ -44,6 +44,7 @@ ENQUEUE_BATCH_MESSAGES = 1024  # messages read from the timer topic's queue at o
 ROLL_WINDOW_SLOTS_DEFAULT = 2 * 24 * 3600  # RocketMQ's timerRollWindowSlot (slots, whatever the precision)
 POLL_INTERVAL_MS = 10  # the longest the thread sleeps between looks at the timer queue
 FLUSH_INTERVAL_MS = 200  # how often the flush thread checkpoints what the service has done
+CLEAN_EVERY_CHECKPOINTS = 50  # TimerLog files no pending slot links are removed every this many checkpoints
 STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
 
 
@@ -219,8 +220,12 @@ class TimerService:
         """The flush thread (RocketMQ's TimerFlushService): a checkpoint every FLUSH_INTERVAL_MS of the clock, off
         the service's thread, whose deliveries must not wait for fdatasync."""
         try:
+            rounds = 0
             while not self.clock.wait(self._stop, FLUSH_INTERVAL_MS):
                 self._write_checkpoint()
+                rounds += 1
+                if rounds % CLEAN_EVERY_CHECKPOINTS == 0:
+                    self.remove_fired_files()
         except BaseException as exc:
             log.exception("the timer flush thread stopped")
             self.error = exc
@@ -236,6 +241,13 @@ class TimerService:
         self._flush_log()
         self.checkpoint.write(*snapshot)
         self._checkpointed = snapshot
+
+    def remove_fired_files(self) -> int:
+        """Remove the TimerLog files below every unit a pending slot links (their timers have all fired: the
+        slots from the checkpointed read time on are the only ones still read); how many were removed."""
+        read_time = self._checkpointed[0]
+        lowest = self.wheel.first_position_min(read_time)
+        return self.timer_log.delete_files_below(self.timer_log.end if lowest is None else lowest)
 
     # --- enqueue ------------------------------------------------------------------------------------------------
     def _enqueue(self, write_time: int) -> int:

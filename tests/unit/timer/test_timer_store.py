@@ -128,3 +128,24 @@ def test_the_wheel_keeps_its_precision(tmp_path, clock):
         assert [m.body for m in delivered(store)] == [b"x"]
     with pytest.raises(ConfigMismatchError):
         open_store(tmp_path, clock, timer_precision_ms=10).timer.wait_caught_up(WAIT_S)
+
+
+def test_timer_log_files_of_fired_timers_are_removed(tmp_path, clock):
+    with open_store(tmp_path, clock) as store:  # 4 KiB TimerLog files: 78 units each
+        for index in range(400):
+            store.put(with_delay(Message("t", b"%d" % index), delay_ms=100 + index))
+        store.put(with_delay(Message("t", b"last"), delay_ms=5000))
+        assert store.timer.wait_caught_up(WAIT_S)
+        timer_log = tmp_path / "timerlog"
+        assert len(list(timer_log.iterdir())) == 6
+        clock.advance(600)
+        assert len(delivered(store)) == 400
+        store.timer._write_checkpoint()
+        assert store.timer.remove_fired_files() == 5  # the last file holds the pending timer
+        assert len(list(timer_log.iterdir())) == 1
+        clock.advance(5000)
+        assert [m.body for m in delivered(store)][-1] == b"last"
+    with open_store(tmp_path, clock) as store:
+        store.put(with_delay(Message("t", b"again"), delay_ms=10))
+        clock.advance(20)
+        assert [m.body for m in delivered(store)][-1] == b"again"
