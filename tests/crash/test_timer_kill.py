@@ -25,10 +25,10 @@ from mqstore import MessageStore
 from tests.crash.timer_writer_process import TOPIC, timer_kill_config
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
-TRIALS = 40 if LONG else 4
+TRIALS = 40 if LONG else 3
 PUTS_PER_TRIAL = 300
 TIMER_WINDOW_MS = 1500
-KILL_AFTER_MAX_S = 2.0
+KILL_AFTER_MAX_S = 1.5
 WAIT_S = 30.0
 SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20240601"))
 WRITER = Path(__file__).resolve().parent / "timer_writer_process.py"
