@@ -141,6 +141,22 @@ class TimerLog:
         for base in sorted(dirty):
             os.fdatasync(self._fds[base])
 
+    def all_units(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, units) of every unit from min_position to the end, file by file (recovery's scan)."""
+        per_file = (self.file_size - tfmt.BLANK_SIZE_BYTES) // tfmt.UNIT_SIZE_BYTES
+        positions, units = [], []
+        base = _file_of(self.min_position, self.file_size)
+        while base < self.end:
+            count = min(per_file, (self.end - base) // tfmt.UNIT_SIZE_BYTES)
+            data = os.pread(self._fd(base), count * tfmt.UNIT_SIZE_BYTES, 0)
+            count = len(data) // tfmt.UNIT_SIZE_BYTES
+            units.append(np.frombuffer(data[:count * tfmt.UNIT_SIZE_BYTES], dtype=tfmt.TIMER_LOG_UNIT))
+            positions.append(base + tfmt.UNIT_SIZE_BYTES * np.arange(count, dtype=np.int64))
+            base += self.file_size
+        if not units:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=tfmt.TIMER_LOG_UNIT)
+        return np.concatenate(positions), np.concatenate(units)
+
     def delete_files_below(self, position: int) -> int:
         """Remove the files wholly below `position` (every slot that linked them has been delivered)."""
         removed = 0
@@ -253,3 +269,29 @@ class TimerCheckpoint:
             os.fdatasync(fd)
         finally:
             os.close(fd)
+
+
+def revise_slots_past_end(wheel: TimerWheel, timer_log: TimerLog, read_time_ms: int) -> int:
+    """Relink the pending slots that point past the TimerLog's end (a power loss kept the wheel's page but not the
+    units; RocketMQ's recoverAndRevise): each gets the last and first of its units that are on disk, or is emptied.
+    The lost units' timers are enqueued again from the checkpoint's queue offset, which is before them. Returns the
+    number of slots revised; nothing is read when no slot points past the end (kill -9 keeps every unit)."""
+    precision = wheel.precision_ms
+    times = read_time_ms // precision + np.arange(tfmt.WHEEL_SLOT_COUNT, dtype=np.int64)
+    indexes = times % tfmt.WHEEL_SLOT_COUNT
+    slots = wheel.slots[indexes]
+    end = timer_log.end
+    bad = (slots["time_slot"] == times) & ((slots["last_position"] >= end) | (slots["first_position"] >= end))
+    if not bad.any():
+        return 0
+    positions, units = timer_log.all_units()
+    valid = (units["size"] == tfmt.UNIT_SIZE_BYTES) & ((units["magic"] & tfmt.MAGIC_DEFAULT) != 0)
+    positions, units = positions[valid], units[valid]
+    unit_slots = (units["write_time_ms"] + units["delay_ms"]) // precision
+    for time_slot, index in zip(times[bad], indexes[bad]):
+        mine = positions[unit_slots == time_slot]
+        if len(mine):
+            wheel.put_slots(np.array([time_slot * precision]), mine[:1], mine[-1:], np.array([len(mine)]))
+        else:
+            wheel.slots["time_slot"][index] = -1  # empty: no time reads as -1
+    return int(bad.sum())

@@ -36,7 +36,7 @@ from mqstore.commitlog.errors import ConfigMismatchError, StoreError
 from mqstore.commitlog.message import Message, PutStatus
 from mqstore.timer import format as tfmt
 from mqstore.timer import rewrite as rewrite_module
-from mqstore.timer.files import TimerCheckpoint, TimerLog, TimerWheel
+from mqstore.timer.files import TimerCheckpoint, TimerLog, TimerWheel, revise_slots_past_end
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,11 @@ class TimerService:
         self.queue_offset = int(values["queue_offset"])
         self.read_time_ms = int(values["read_time_ms"])
         self._files_open = True
+        if self.read_time_ms:
+            revised = revise_slots_past_end(self.wheel, self.timer_log, self.read_time_ms)
+            if revised:
+                log.warning("timer: %d wheel slots pointed past the TimerLog's end %d: relinked", revised,
+                            self.timer_log.end)
 
     def _check_precision(self, path: str) -> None:
         """The wheel's precision is the one it was written with (config/timer.json): a different one passed

@@ -149,3 +149,31 @@ def test_timer_log_files_of_fired_timers_are_removed(tmp_path, clock):
         store.put(with_delay(Message("t", b"again"), delay_ms=10))
         clock.advance(20)
         assert [m.body for m in delivered(store)][-1] == b"again"
+
+
+def test_slots_pointing_past_a_lost_timer_log_tail_are_relinked(tmp_path, clock, caplog):
+    """A power loss kept the wheel's pages but not the TimerLog's last units, nor the checkpoint after them: the
+    slots are relinked to the units on disk and the lost ones enqueued again from the older checkpoint."""
+    with open_store(tmp_path, clock) as store:
+        for index in range(30):
+            store.put(with_delay(Message("t", b"a%d" % index), delay_ms=100 + 3 * index))
+        assert store.timer.wait_caught_up(WAIT_S)
+    checkpoint = tmp_path / "config" / "timercheck"
+    older = checkpoint.read_bytes()
+    end = int.from_bytes(older[8:16], "big")
+    with open_store(tmp_path, clock) as store:
+        for index in range(30):
+            store.put(with_delay(Message("t", b"b%d" % index), delay_ms=100 + 3 * index))
+        assert store.timer.wait_caught_up(WAIT_S)
+    checkpoint.write_bytes(older)
+    for path in sorted((tmp_path / "timerlog").iterdir()):  # the units after the older checkpoint's end: lost
+        base = int(path.name)
+        data = bytearray(path.read_bytes())
+        cut = max(0, end - base)
+        data[cut:] = bytes(len(data) - cut)
+        path.write_bytes(bytes(data))
+    with open_store(tmp_path, clock) as store:
+        clock.advance(300)
+        bodies = sorted(m.body for m in delivered(store))
+    assert "wheel slots pointed past the TimerLog's end" in caplog.text
+    assert bodies == sorted([b"a%d" % index for index in range(30)] + [b"b%d" % index for index in range(30)])
