@@ -280,7 +280,8 @@ class TimerService:
                 out_ms[index] = int(out_text)
             offsets[index], sizes[index] = message.commitlog_offset, message.size_bytes
             hashes[index] = self._topic_hash(_raw_property(raw, _REAL_TOPIC_NAME))
-        self._link(write_time, out_ms[keep], offsets[keep], sizes[keep], hashes[keep])
+        if not self._link(write_time, out_ms[keep], offsets[keep], sizes[keep], hashes[keep]):
+            return 0  # a put of a due timer was refused (a full disk): the whole batch again on the next pass
         self.queue_offset = result.messages[-1].queue_offset + 1
         self.enqueued_count += int(keep.sum())
         return count
@@ -292,8 +293,9 @@ class TimerService:
             value = self._topic_hashes[topic] = tfmt.java_string_hash(text)
         return value
 
-    def _link(self, write_time: int, out_ms, offsets, sizes, hashes) -> None:
-        """Append units for these timers and link them into their slots (module docstring, step 1)."""
+    def _link(self, write_time: int, out_ms, offsets, sizes, hashes) -> bool:
+        """Append units for these timers and link them into their slots (module docstring, step 1); False, with
+        nothing linked, when a put of a timer already due was refused."""
         precision, window = self.precision_ms, self.roll_window_slots
         slot_ms = out_ms // precision * precision
         magic = np.full(len(out_ms), tfmt.MAGIC_DEFAULT, dtype=np.int64)
@@ -304,12 +306,13 @@ class TimerService:
                                               precision), slot_ms)
             magic[roll] |= tfmt.MAGIC_ROLL
         due = slot_ms < self.read_time_ms  # its slot has been read: deliver now (RocketMQ does the same)
-        if due.any():
-            self._deliver_units(offsets[due], magic[due], np.full(int(due.sum()), write_time))
+        if due.any() and self._deliver_units(offsets[due], magic[due], np.full(int(due.sum()), write_time)) \
+                < int(due.sum()):
+            return False
         linked = ~due
         count = int(linked.sum())
         if count == 0:
-            return
+            return True
         slot_ms, offsets, sizes, hashes, magic = (a[linked] for a in (slot_ms, offsets, sizes, hashes, magic))
         positions = self.timer_log.positions_for(count)
         order = np.argsort(slot_ms, kind="stable")
@@ -331,6 +334,7 @@ class TimerService:
         first = np.where(filled, old["first_position"], positions[order[starts]])
         counts = np.where(filled, old["count"], 0) + (ends - starts)
         self.wheel.put_slots(group_slots, first, positions[order[ends - 1]], counts)
+        return True
 
     # --- delivery -------------------------------------------------------------------------------------------------
     def _deliver_due(self, write_time: int) -> int:

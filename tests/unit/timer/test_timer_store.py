@@ -177,3 +177,25 @@ def test_slots_pointing_past_a_lost_timer_log_tail_are_relinked(tmp_path, clock,
         bodies = sorted(m.body for m in delivered(store))
     assert "wheel slots pointed past the TimerLog's end" in caplog.text
     assert bodies == sorted([b"a%d" % index for index in range(30)] + [b"b%d" % index for index in range(30)])
+
+
+def test_a_refused_delivery_is_tried_again(tmp_path, clock):
+    from mqstore import PutResult, PutStatus
+
+    with open_store(tmp_path, clock) as store:
+        for index in range(5):
+            store.put(with_delay(Message("t", b"%d" % index), delay_ms=20))
+        store.put(Message("t", b"due", properties={"TIMER_DELAY_MS": "1"}))
+        assert store.timer.wait_caught_up(WAIT_S)
+        put, refusals = store.put, []
+
+        def refusing_put(message):
+            if len(refusals) < 3:
+                refusals.append(message.body)
+                return PutResult(PutStatus.DISK_FULL, -1, -1, 0, 0, "")
+            return put(message)
+
+        store.put = refusing_put
+        clock.advance(30)
+        bodies = [m.body for m in delivered(store)]
+        assert len(refusals) == 3 and sorted(set(bodies)) == sorted([b"due"] + [b"%d" % i for i in range(5)])
