@@ -91,6 +91,9 @@ class TimerService:
         self._flusher: threading.Thread | None = None
         self._snapshot: tuple[int, int, int] | None = None  # (read time, TimerLog end, queue offset) done so far
         self._checkpointed: tuple[int, int, int] | None = None
+        settings = os.path.join(root_dir, "config", tfmt.SETTINGS_FILE_NAME)
+        if os.path.exists(settings):  # the saved precision, before any put computes a TIMER_OUT_MS with it
+            self._check_precision(settings)
 
     # --- the put side ----------------------------------------------------------------------------------------
     def rewrite(self, message):
