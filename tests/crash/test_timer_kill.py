@@ -1,11 +1,11 @@
 """kill -9 of a writer with timers pending and firing: after reopen none is lost, none delivered before its time.
 
 Each trial starts tests/crash/timer_writer_process.py on the same store (it recovers the previous kill), lets it
-put timer messages due over the next TIMER_WINDOW_MS, and kills it with SIGKILL at a random moment: while it puts,
-or while its timer service delivers. After the last trial a store opened here waits until every acknowledged
-timer is due and checks: every acknowledged message is on its topic (at least once: a crash may deliver one
-twice, docs/timer.md), and no delivered copy was stored before its TIMER_DELIVER_MS. Real time, short delays:
-the child's clock is the system's. `MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
+put timer messages due over the next TIMER_WINDOW_MS, and kills it with SIGKILL at a random moment: during its
+start-up and recovery, while it puts, or while its timer service delivers. After the last trial a store opened
+here waits until every acknowledged timer is due and checks: every acknowledged message is on its topic (at least
+once: a crash may deliver one twice, docs/timer.md), and no delivered copy was stored before its TIMER_DELIVER_MS.
+Real time, short delays: the child's clock is the system's. `MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
 TRIALS = 40 if LONG else 3
 PUTS_PER_TRIAL = 300
 TIMER_WINDOW_MS = 1500
-KILL_AFTER_MAX_S = 1.5
+KILL_AFTER_MAX_S = 1.2
+EARLY_KILL_PROBABILITY = 0.2
 WAIT_S = 30.0
 SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20240601"))
 WRITER = Path(__file__).resolve().parent / "timer_writer_process.py"
@@ -41,11 +42,16 @@ def run_and_kill(root: Path, generation: int, rng: random.Random) -> dict[int, i
     process = subprocess.Popen([sys.executable, str(WRITER), str(root), "--generation", str(generation),
                                 "--count", str(PUTS_PER_TRIAL), "--window-ms", str(TIMER_WINDOW_MS)],
                                stdout=subprocess.PIPE)
-    time.sleep(rng.uniform(0.3, KILL_AFTER_MAX_S))  # the kill's moment: not a timing assertion
+    first = b""
+    if rng.random() < EARLY_KILL_PROBABILITY:
+        time.sleep(rng.uniform(0.0, 0.5))  # during start-up or recovery (and its timer's first deliveries)
+    else:
+        first = process.stdout.readline()  # OPENED: the store is recovered, the timer delivering
+        time.sleep(rng.uniform(0.0, KILL_AFTER_MAX_S))  # the kill's moment: not a timing assertion
     process.send_signal(signal.SIGKILL)
-    output, _ = process.communicate()
+    rest, _ = process.communicate()
     acked = {}
-    for line in output.decode().splitlines():
+    for line in (first + rest).decode().splitlines():
         words = line.split()
         if words and words[0] == "ACK":
             acked[int(words[1])] = int(words[2])
