@@ -541,6 +541,25 @@ def report_tier_get(data: dict) -> str:
     if data.get("handles_max") is not None:
         parts[-1] += f" The reader kept at most {data['handles_max']} open handles (`--handles-max`)."
     return "\n\n".join(parts)
+def report_timer(data: dict) -> str:
+    put, fire = data["put_cost"], data["firing"]
+    firing = (f"p50 {fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, "
+              f"max {fire['error_max_ms']:.0f} ms, min {fire['error_min_ms']:.0f} ms")
+    rows = [
+        {"measure": "plain put (100 B, tag), us", "value": f"{put['plain']:.2f}"},
+        {"measure": "delayed put (TIMER_DELAY_MS), us",
+         "value": f"{put['delayed']:.2f} ({put['delayed_over_plain']:.1f}x)"},
+        {"measure": "delayed put + linking into the wheel, us",
+         "value": f"{put['delayed_with_link']:.2f} ({put['delayed_with_link_over_plain']:.1f}x)"},
+        {"measure": f"firing error, {fire['pending_held']:,} pending, {fire['probes']} probes "
+                    f"({fire['precision_ms']} ms slots)", "value": firing},
+    ]
+    for row in data["memory"]:
+        rows.append({"measure": f"RSS of a process holding {row['timers']:,} linked timers",
+                     "value": f"{row['rss_after_mib']:.0f} MiB (before linking {row['rss_before_mib']:.0f} MiB; "
+                              f"TimerLog {row['timer_log_mib']:.0f} MiB on disk)"})
+    return (f"Medians of {put['rounds']} alternating rounds of {put['puts_per_round']:,} puts.\n\n"
+            + table(rows, [("measure", "measure", text), ("value", "value", text)]))
 
 
 BENCHMARKS = {
@@ -565,6 +584,7 @@ BENCHMARKS = {
     "tier_upload": report_tier_upload,
     "tier_scan": report_tier_scan,
     "tier_get": report_tier_get,
+    "timer": report_timer,
 }
 TOP_README = HERE.parent / "README.md"
 GAPS = HERE / "results" / "users-gaps.md"  # where the time goes in each row of users.json not met

@@ -158,6 +158,10 @@ def _reserve_ahead(segment, wanted: int) -> None:
 class CommitLog:
     """Segments plus the writer's state: the written end and the queue offset table."""
 
+    # A writer's rewrite of a message before it is prepared (mqstore/timer: timer messages onto their topic), or
+    # None. The compiled put and prepare leave the messages it rewrites to `prepare` (commitlog/csrc/put.c).
+    rewrite = None
+
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
                  max_message_size_bytes: int, max_queues_per_topic: int,
                  born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, salvage=None,
@@ -302,6 +306,8 @@ class CommitLog:
         """
         if message.__class__ is not Message and not isinstance(message, Message):
             raise InvalidMessageError(f"expected a Message, got {type(message).__name__}")
+        if self.rewrite is not None:
+            message = self.rewrite(message)
         topic = message.topic
         tails = self._topic_tails.get(topic) if topic.__class__ is str else None
         if tails is None:
