@@ -17,7 +17,8 @@ queues) is written with a `file://` tier, sealed and uploaded, and the tier is c
     tier scan walks every segment and keeps the topic's records.
 
 Targets (issue #31): tier scan >= 80% of the local scan's rows/s, and >= 80% of the raw read's rows-equivalent.
-Writes bench/results/tier_scan.md (or tier_scan_quick.md) and, with --out FILE, the JSON.
+Writes bench/results/tier_scan.json and .md (or tier_scan_quick.*; --out FILE names the JSON, the .md beside it);
+bench/report.py renders the JSON into bench/README.md.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def _row(expected: int, seconds: float, rows: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--out", default=None, help="the JSON (default bench/results/tier_scan[_quick].json)")
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
     shape = QUICK if args.quick else FULL
@@ -201,58 +202,29 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     medians = {name: statistics.median(sample[name]["rows_per_s"] for sample in samples) for name in samples[0]}
     result = {"command": " ".join(["python", "bench/tier_scan.py"] + sys.argv[1:]), "shape": shape,
-              "rounds": rounds, "segments": len(manifest.segments), "rows": rows_expected,
+              "rounds": rounds, "segments": len(manifest.segments), "rows": rows_expected, "topic": TOPIC,
               "log_bytes_per_row": log_bytes_per_row, "scan_threads": SCAN_THREADS, "medians": medians,
               "planning": plans, "samples": samples, "machine": platform.platform(), "cpus": os.cpu_count(),
               "load_before": load_before, "load_after": load_after, "python": platform.python_version(),
-              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+              "load_average_1min": [load_before, load_after],
+              "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out = args.out or os.path.join(HERE, "results", "tier_scan_quick.json" if args.quick else "tier_scan.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as handle:
+        json.dump(result, handle, indent=1)
     text = render(result)
-    print(text)
-    out = os.path.join(HERE, "results", "tier_scan_quick.md" if args.quick else "tier_scan.md")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out if args.out is None else args.out[:-5] + ".md", "w") as handle:
+    with open(out[:-5] + ".md", "w") as handle:
         handle.write(text)
-    if args.out is not None:
-        with open(args.out, "w") as handle:
-            json.dump(result, handle, indent=1)
+    print(text)
     return 0
 
 
-def _ratio(samples: list[dict], row: str, reference: str) -> str:
-    """The median of the rounds' ratios of two rows' rows/s (load that shifts between rounds cancels), min-max."""
-    ratios = [sample[row]["rows_per_s"] / sample[reference]["rows_per_s"] for sample in samples]
-    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
-
-
 def render(result: dict) -> str:
-    shape, medians = result["shape"], result["medians"]
-    lines = [f"`{result['command']}`, {result['when']}, Python {result['python']}, {result['cpus']} cores, load "
-             f"{result['load_before']:.1f} -> {result['load_after']:.1f}; {result['rounds']} interleaved round(s), "
-             f"medians (ratios: of the rounds' ratios, min-max). {shape['messages']:,} messages of 100 B with a tag "
-             "and a key, 4 topics x 4 queues, "
-             f"{result['segments']} segments of {shape['segment_size_bytes'] >> 20} MiB, "
-             f"{result['log_bytes_per_row']:.0f} log bytes a row; scans read {result['scan_threads']} partitions at "
-             "once; the raw read replays the tier scan's range reads on as many threads.", "",
-             "| read | endpoint | scan rows/s | raw read rows/s (MB/s) | scan / raw read | scan / local scan |",
-             "|---|---|---:|---:|---:|---:|"]
-    for kind, label in (("full", "every row"), ("topic", f"topic={TOPIC}")):
-        local = medians[f"local {kind}"]
-        lines.append(f"| {label} | local store | {local:,.0f} | - | - | 1.00 |")
-        for name in ("file://", "S3 (moto)"):
-            scan, raw = medians[f"{name} tier {kind}"], medians[f"{name} raw {kind}"]
-            samples = result["samples"]
-            raw_mb = statistics.median(s[f"{name} raw {kind}"]["mb_per_s"] for s in samples)
-            lines.append(f"| {label} | {name} tier | {scan:,.0f} | {raw:,.0f} ({raw_mb:,.0f}) | "
-                         f"{_ratio(samples, f'{name} tier {kind}', f'{name} raw {kind}')} | "
-                         f"{_ratio(samples, f'{name} tier {kind}', f'local {kind}')} |")
-    lines += ["", "Targets (issue #31): tier scan >= 0.80 of the local scan and >= 0.80 of the raw read. The topic "
-              "rows count matching rows: the tier scan walks every segment (a topic filter does not read through "
-              "the tier's queue images), the raw read replays the same reads.", "",
-              "Planning a full scan of the tier (once, before the rounds): " + "; ".join(
-                  f"{name} {plan['seconds'] * 1000:.0f} ms, {plan['partitions']} partitions of {plan['pieces']} "
-                  f"pieces, {plan['queue_range_reads']} range reads of queue images for the cuts"
-                  for name, plan in result["planning"].items()) + ".", ""]
-    return "\n".join(lines)
+    """The table bench/report.py puts in bench/README.md, under a line saying how it was made."""
+    from report import report_tier_scan
+
+    return (f"`{result['command']}`, {result['date_utc']}, Python {result['python']}, {result['cpus']} cores, load "
+            f"{result['load_before']:.1f} -> {result['load_after']:.1f}.\n\n{report_tier_scan(result)}\n")
 
 
 if __name__ == "__main__":

@@ -158,6 +158,10 @@ def _reserve_ahead(segment, wanted: int) -> None:
 class CommitLog:
     """Segments plus the writer's state: the written end and the queue offset table."""
 
+    # A writer's rewrite of a message before it is prepared (mqstore/timer: timer messages onto their topic), or
+    # None. The compiled put and prepare leave the messages it rewrites to `prepare` (commitlog/csrc/put.c).
+    rewrite = None
+
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
                  max_message_size_bytes: int, max_queues_per_topic: int,
                  born_host_raw: bytes, store_host_raw: bytes, preallocate: bool = True, salvage=None,
@@ -302,6 +306,8 @@ class CommitLog:
         """
         if message.__class__ is not Message and not isinstance(message, Message):
             raise InvalidMessageError(f"expected a Message, got {type(message).__name__}")
+        if self.rewrite is not None:
+            message = self.rewrite(message)
         topic = message.topic
         tails = self._topic_tails.get(topic) if topic.__class__ is str else None
         if tails is None:
@@ -592,32 +598,42 @@ class CommitLog:
             if offset + size + fmt.END_FILE_MIN_BLANK_LENGTH <= self._segment_end:
                 self._make_room(offset + size + fmt.END_FILE_MIN_BLANK_LENGTH)  # a step, or the first after open
                 return offset
-            pos = offset - segment.base_offset
-            left = segment.size_bytes - pos
-            assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left
-            if self.reserve_space:  # within what was reserved but after a reopen, which reserved from a page start
-                segment.reserve(pos + fmt.END_FILE_MIN_BLANK_LENGTH)
-            if self.codec is not None:
-                self.codec.encode_blank(segment.view, pos, left)
-            else:
-                fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
-            next_base = self._segment_end
-            self.set_end(next_base)  # the blank is written: readers may pass it
-            if segment.appending:
-                if self.segment_retirer is not None:
-                    self.segment_retirer(segment)
-                else:
-                    segment.advise_appending(False)
+            next_base = self._end_segment(segment, offset)
         else:
             assert offset % self.segment_size_bytes == 0, offset
             next_base = offset
-        following = self.segments.segment_at(next_base)
-        if following is None:
-            made = self.segment_source(next_base) if self.segment_source is not None else None
-            following = self.segments.adopt(made) if made is not None else self.segments.create(next_base)
-        self._use_segment(following)
-        self._make_room(next_base + size + fmt.END_FILE_MIN_BLANK_LENGTH)
+        self._begin_segment(next_base, size)
         return next_base
+
+    def _end_segment(self, segment, offset: int) -> int:
+        """Write the end-of-segment blank at `offset` in `segment` (the one in use), publish the log's end past it
+        and retire the segment from appending; the next segment's base offset."""
+        pos = offset - segment.base_offset
+        left = segment.size_bytes - pos
+        assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left  # every append leaves room for a blank after it
+        if self.reserve_space:  # within what was reserved but after a reopen, which reserved from a page start
+            segment.reserve(pos + fmt.END_FILE_MIN_BLANK_LENGTH)
+        if self.codec is not None:
+            self.codec.encode_blank(segment.view, pos, left)
+        else:
+            fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
+        next_base = self._segment_end
+        self.set_end(next_base)  # the blank is written: readers may pass it
+        if segment.appending:
+            if self.segment_retirer is not None:
+                self.segment_retirer(segment)
+            else:
+                segment.advise_appending(False)
+        return next_base
+
+    def _begin_segment(self, base_offset: int, size: int) -> None:
+        """Use the segment at `base_offset` (made or created when missing) with room for `size` bytes and a blank."""
+        following = self.segments.segment_at(base_offset)
+        if following is None:
+            made = self.segment_source(base_offset) if self.segment_source is not None else None
+            following = self.segments.adopt(made) if made is not None else self.segments.create(base_offset)
+        self._use_segment(following)
+        self._make_room(base_offset + size + fmt.END_FILE_MIN_BLANK_LENGTH)
 
     def seal_holding_lock(self) -> bool:
         """End the segment holding the log's end with the end-of-segment blank, as a roll does when a record does
@@ -631,28 +647,7 @@ class CommitLog:
         segment = self.segments.segment_at(end)
         assert segment is not None, end
         self._use_segment(segment)
-        pos = end - segment.base_offset
-        left = segment.size_bytes - pos
-        assert left >= fmt.END_FILE_MIN_BLANK_LENGTH, left  # every append leaves room for a blank after it
-        if self.reserve_space:
-            segment.reserve(pos + fmt.END_FILE_MIN_BLANK_LENGTH)
-        if self.codec is not None:
-            self.codec.encode_blank(segment.view, pos, left)
-        else:
-            fmt.BLANK.pack_into(segment.view, pos, left, fmt.BLANK_MAGIC_CODE)
-        next_base = self._segment_end
-        self.set_end(next_base)
-        if segment.appending:
-            if self.segment_retirer is not None:
-                self.segment_retirer(segment)
-            else:
-                segment.advise_appending(False)
-        following = self.segments.segment_at(next_base)
-        if following is None:
-            made = self.segment_source(next_base) if self.segment_source is not None else None
-            following = self.segments.adopt(made) if made is not None else self.segments.create(next_base)
-        self._use_segment(following)
-        self._make_room(next_base + fmt.END_FILE_MIN_BLANK_LENGTH)
+        self._begin_segment(self._end_segment(segment, end), 0)
         return True
 
     # --- reading -------------------------------------------------------------------------------------------

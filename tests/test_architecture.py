@@ -2,6 +2,7 @@
 
     mqstore.commitlog  <-  mqstore.consumequeue, mqstore.indexfile, mqstore.flush  <-  mqstore.store
     mqstore.consumequeue, mqstore.indexfile  <-  mqstore.tier  <-  mqstore.store
+    mqstore.commitlog  <-  mqstore.timer  <-  mqstore.store
     mqstore.store      <-  mqstore.consumer  <-  mqstore.cli
     mqstore.store      <-  mqstore.spark
 
@@ -29,13 +30,14 @@ FOLDERS = {  # repository folder -> the package it installs as
     "mqstore": "mqstore",
 }
 FORMATS = {"mqstore.commitlog", "mqstore.consumequeue", "mqstore.indexfile"}
-ENGINE = FORMATS | {"mqstore.flush", "mqstore.store", "mqstore.tier"}
+ENGINE = FORMATS | {"mqstore.flush", "mqstore.store", "mqstore.tier", "mqstore.timer"}
 ALLOWED = {  # layer -> the layers it may import
     "mqstore.commitlog": {"mqstore.commitlog"},
     "mqstore.consumequeue": {"mqstore.commitlog", "mqstore.consumequeue"},
     "mqstore.indexfile": {"mqstore.commitlog", "mqstore.indexfile"},
     "mqstore.flush": {"mqstore.commitlog", "mqstore.flush"},
     "mqstore.tier": FORMATS | {"mqstore.tier"},  # the object store side; it knows a store only as an argument
+    "mqstore.timer": FORMATS | {"mqstore.timer"},  # knows a store only as an argument, like the tier
     "mqstore.store": ENGINE | {"mqstore.consumer"},
     "mqstore.consumer": ENGINE | {"mqstore", "mqstore.consumer"},
     "mqstore.spark": ENGINE | {"mqstore", "mqstore.spark"},

@@ -660,6 +660,9 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
 /* --- PROPERTIES of a message with tags, keys, user properties or a UNIQ_KEY ------------------------------- */
 
 static const char name_tags[] = "TAGS", name_keys[] = "KEYS", name_unique[] = "UNIQ_KEY", name_crc[] = "__CRC32#";
+/* A message asking for a timer (mqstore/timer/format.py): the Python path rewrites it onto the timer topic. */
+static const char name_deliver_ms[] = "TIMER_DELIVER_MS", name_delay_ms[] = "TIMER_DELAY_MS",
+                  name_delay_sec[] = "TIMER_DELAY_SEC", name_out_ms[] = "TIMER_OUT_MS";
 
 /* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
  * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
@@ -704,7 +707,7 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
             total += length;
         }
     }
-    int has_unique_key = 0;
+    int has_unique_key = 0, timer_request = 0, timer_rewritten = 0;
     if (m->properties != NULL) {
         if (!PyDict_CheckExact(m->properties)) return 0;
         Py_ssize_t at = 0;
@@ -717,9 +720,15 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
                 return 0;
             if (is_name(text, length, name_tags) || is_name(text, length, name_keys) || is_name(text, length, name_crc))
                 return 0;  /* reserved: the Python path says why */
+            if (length >= 12 && text[0] == 'T') {  /* TIMER_*: a timer request unless already rewritten */
+                timer_request |= is_name(text, length, name_deliver_ms) || is_name(text, length, name_delay_ms) ||
+                                 is_name(text, length, name_delay_sec);
+                timer_rewritten |= is_name(text, length, name_out_ms);
+            }
             has_unique_key |= is_name(text, length, name_unique);
             total += length + value_length + 2;
         }
+        if (timer_request && !timer_rewritten) return 0;  /* the Python path stores it on the timer topic */
         if (PyDict_GET_SIZE(m->properties) > 0) plan->properties = m->properties;
     }
     plan->unique_key = adds_unique_keys && !has_unique_key;

@@ -82,7 +82,8 @@ The modules, each importing only those below it:
 
     mqstore/spark.py          the DataSource and its batch and stream readers (this module)
     mqstore/store/scan_plan.py     the snapshot of each store and its partitions
-    mqstore/store/scan_read.py     partitions read into RecordBatches; the written end; streaming admission
+    mqstore/store/scan_end.py      the written end of a store's log, as planning finds it
+    mqstore/store/scan_read.py     partitions read into RecordBatches; streaming admission
     mqstore/store/store_files.py    segment files and ConsumeQueue files, read without a lock
     mqstore/store/scan_options.py  schema, options, filter pushdown
     mqstore/store/scan_errors.py   CommitLogSourceError, the source's one error (shared with store.scan())

@@ -203,6 +203,17 @@ class StoreConfig:
     check_crc_on_dispatch: bool = False
     """verify each body CRC while dispatching (RocketMQ does not: the writer computed it moments ago)."""
 
+    timer_precision_ms: int = 10
+    """width of a timer-wheel slot (RocketMQ's timerPrecisionMs, default 1000 there): a timer fires up to this late
+    (plus the service's lag); 10 ms keeps firing error p99 under 50 ms. Saved with the wheel (docs/timer.md)."""
+
+    timer_max_delay_ms: int = 40 * 24 * 3600 * 1000
+    """the longest delay a timer message may ask for (RocketMQ's timerMaxDelaySec, 3 days there); 40 days.
+    Longer ones are refused with InvalidMessageError."""
+
+    timer_log_file_size_bytes: int = 100 * MIB
+    """size of each TimerLog file (RocketMQ's mappedFileSizeTimerLog, 100 MiB: about 2 million timers)."""
+
     def __post_init__(self) -> None:
         _check_int("segment_size_bytes", self.segment_size_bytes, 4096, 1 << 40)
         _check_int("consume_queue_entries_per_file", self.consume_queue_entries_per_file, 1, 50_000_000)
@@ -264,6 +275,9 @@ class StoreConfig:
         if self.tier_local_retention_bytes is not None:
             _check_int("tier_local_retention_bytes", self.tier_local_retention_bytes, 0, 1 << 60)
         _check_int("born_port", self.born_port, 0, 65535)
+        _check_int("timer_precision_ms", self.timer_precision_ms, 1, 60_000)
+        _check_int("timer_max_delay_ms", self.timer_max_delay_ms, 0, 1 << 53)
+        _check_int("timer_log_file_size_bytes", self.timer_log_file_size_bytes, 4096, 1 << 31)
 
     @property
     def explicit_fields(self) -> frozenset:

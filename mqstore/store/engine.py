@@ -59,6 +59,7 @@ from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from mqstore.flush.services import GroupCommitService, IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
 from mqstore.indexfile.index_service import IndexService
+from mqstore.store.clock import SYSTEM_CLOCK
 from mqstore.store.config import (
     CONFIG_FILE_NAME,
     RECORD_CRC_FROM_KEY,
@@ -89,6 +90,7 @@ from mqstore.store.tiering import adopt_saved_tier, open_tier_reader, save_tier
 from mqstore.tier.location import TierLocation
 from mqstore.tier.reader import TierReader
 from mqstore.tier.uploader import TierUploader
+from mqstore.timer.service import TimerService
 
 log = logging.getLogger(__name__)
 
@@ -145,16 +147,18 @@ class MessageStore(Reads, IndexLookups):
         self._tier_reader: TierReader | None = None  # a store with a tier: reads of what left local disk
         self._tier_history: TierHistory | None = None  # a writer with a tier: recovery's reads of the tier
         self._tier_pass_start: int | None = None  # where the last re-dispatch from the tier began
+        self.timer: TimerService | None = None  # a writer's timer (mqstore/timer/): delivers timer messages
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
     def open(cls, root_dir, config: StoreConfig | None = None, read_only: bool = False, *,
-             repair: bool = False) -> "MessageStore":
+             repair: bool = False, clock=None) -> "MessageStore":
         """Open (creating it unless read_only) the store under `root_dir`.
 
         A writable open recovers the store first (mqstore/store/recovery.py): after a crash it cuts a torn tail and
         re-dispatches; damaged flushed data raises CorruptionError unless `repair=True`, which cuts the log at
-        the first bad record. What it found and did is in `store.recovery_report`.
+        the first bad record. What it found and did is in `store.recovery_report`. `clock` (mqstore/store/clock.py,
+        default the system clock) is the time the timed services read: tests pass a ManualClock.
         """
         if config is None:
             config = StoreConfig()
@@ -163,6 +167,7 @@ class MessageStore(Reads, IndexLookups):
         root_dir = os.fspath(root_dir)
         store = cls(root_dir, config, read_only)
         store._repair = repair
+        store.clock = SYSTEM_CLOCK if clock is None else clock
         try:
             store._open()
         except BaseException:
@@ -255,6 +260,10 @@ class MessageStore(Reads, IndexLookups):
         self._prepare_common = None if self.read_only else self._commitlog.compiled_prepare()
         # The compiled single-message put under the writer lock (None: every put takes _put_prepared)
         self._put_common = None if self.read_only else self._commitlog.compiled_put()
+        # --- timer (mqstore/timer/): prepare rewrites timer messages onto rmq_sys_wheel_timer; a thread delivers them
+        if not self.read_only:
+            self.timer = TimerService(self, root, self.clock, config=config, flush_log=self._commitlog.flush)
+            self._commitlog.rewrite = self.timer.rewrite
 
     def _recover(self) -> RecoveryReport:
         """The abort marker, the checkpoint, then recovery's decisions applied (mqstore/store/recovery.py)."""
@@ -341,6 +350,7 @@ class MessageStore(Reads, IndexLookups):
         self._retention.run_once(manual=False)  # learn the disk's state before the first put
         self._retention.start()
         self._services.append(self._retention)
+        self.timer.start_if_used()  # timer (mqstore/timer/): on a store with timers, else at the first timer put
         if self._tier_uploader is not None:
             self._tier_uploader.start()
             self._services.append(self._tier_uploader)
@@ -581,6 +591,8 @@ class MessageStore(Reads, IndexLookups):
         with self._close_lock:
             if self._closed:
                 return
+            if self.timer is not None:  # timer (mqstore/timer/): its last deliveries and checkpoint need the store
+                self.timer.stop()
             self._closed = True
             try:
                 if isinstance(self._dispatch, ProcessDispatch):
@@ -602,6 +614,8 @@ class MessageStore(Reads, IndexLookups):
     def _stop_threads(self) -> None:
         """Stop every thread this store started: dispatch, flushers, retention, the segment allocator (a failed
         open stops the ones it had started too). Nothing is flushed here."""
+        if self.timer is not None:
+            self.timer.stop(checkpoint=False)  # after close's own stop: nothing left to do
         if self._dispatch is not None:
             self._dispatch.stop()
         for service in reversed(self._services):
@@ -617,6 +631,8 @@ class MessageStore(Reads, IndexLookups):
             self._dispatch.close()
         if self._tier_reader is not None:
             self._tier_reader.close()
+        if self.timer is not None:
+            self.timer.close()
         failed = None  # a file whose last flush fails as it closes (after a failed flush): the rest close all the same
         for part in ("_index", "_queues", "_commitlog", "_checkpoint", "_mark"):
             component = getattr(self, part, None)
@@ -678,6 +694,12 @@ class MessageStore(Reads, IndexLookups):
 
     def _append_message_holding_lock(self, message: Message) -> PutResult:
         """The Python path of `_put_holding_lock`: prepare, then append."""
+        if self.timer is not None:  # timer (mqstore/timer/): a timer message rewritten goes back to the compiled put
+            rewritten = self.timer.rewrite(message)
+            if rewritten is not message and self._put_common is not None:
+                result = self._put_common(rewritten)
+                if result is not None:
+                    return result
         prepare = self._prepare_common
         record = prepare(message) if prepare is not None else None
         if record is None:

@@ -9,7 +9,7 @@ How a store is planned (batch), case by case:
                                                       invalid header; the last records' body CRCs are checked, a
                                                       record straddling the end is not included
     ... that header followed by a record start        damage, not the end: its CorruptionError (file, offset,
-        (within scan_read.DAMAGE_LOOKAHEAD_BYTES)     rule), as read_at reports it
+        (within scan_end.DAMAGE_LOOKAHEAD_BYTES)      rule), as read_at reports it
     ... that header below the offset the checkpoint   damage, whatever follows it: CorruptionError, rule
         says was flushed (read before the walk)       commitlog.end, as a plain open raises it
     a topic filter, region the ConsumeQueues cover    read only the records the topic's queues point to; the
@@ -62,6 +62,7 @@ except ImportError:  # pragma: no cover - exercised by a test in a subprocess wi
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import ConfigMismatchError, InvalidConfigError, StoreIOError
 from mqstore.consumequeue.mark import mark_path, read_mark
+from mqstore.store.scan_end import checkpoint_flushed_offset, refuse_stop_below_flushed, written_end
 from mqstore.store.scan_errors import CommitLogSourceError
 from mqstore.store.scan_options import RowFilter, StoreRef, is_tier_uri
 from mqstore.store.scan_read import (
@@ -69,9 +70,6 @@ from mqstore.store.scan_read import (
     Piece,
     QueuePartition,
     TierPartition,
-    checkpoint_flushed_offset,
-    refuse_stop_below_flushed,
-    written_end,
 )
 from mqstore.store.store_files import QueueIndex, Segments, list_segments
 from mqstore.tier import manifest as manifest_module

@@ -34,8 +34,15 @@ from isal import isal_zlib
 
 from mqstore.commitlog.errors import CorruptionError, InvalidConfigError, StoreIOError
 
-# object stores whose writes are atomic (no temporary name needed)
-ATOMIC_PUT_FILESYSTEMS = frozenset({"s3", "gcs", "abfs"})
+# object stores: their writes are atomic (no temporary name needed), and an open input file holds no descriptor
+# or connection of its own (the client pools them), only its object's name and size
+OBJECT_STORE_FILESYSTEMS = frozenset({"s3", "gcs", "abfs"})
+# Input files a reader may keep open (mqstore/tier/reader.py): on a filesystem each holds a file descriptor (HDFS: a
+# connection); on an object store, where opening one costs a request (S3: a HEAD), under 1 KB each and no
+# descriptor (S3: 860 bytes of resident memory a handle, 2,000 opened), so that a reader opens each object of a tier
+# of up to this many objects once (4 TiB of 1 GiB segments, about 3.5 MB of handles).
+OPEN_INPUTS_MAX_FILESYSTEM = 16
+OPEN_INPUTS_MAX_OBJECT_STORE = 4096
 TEMPORARY_MARK = ".mqstore-part-"  # in the name of an object still being written on a filesystem with renames
 STREAM_CHUNK_BYTES = 8 * 1024 * 1024  # what one write of an upload moves
 # What one range read of a verification moves: few requests an object (moto's S3 server copies the whole object
@@ -115,7 +122,8 @@ class TierLocation:
         self.filesystem = filesystem
         self.root = root.rstrip("/")
         self.uri = redacted(uri)
-        self.atomic_put = filesystem.type_name in ATOMIC_PUT_FILESYSTEMS
+        self.atomic_put = filesystem.type_name in OBJECT_STORE_FILESYSTEMS
+        self.open_inputs_max = OPEN_INPUTS_MAX_OBJECT_STORE if self.atomic_put else OPEN_INPUTS_MAX_FILESYSTEM
         self.meter = NO_METER  # charged by put_chunks ("crc", "put") and checksum ("verify_read", "verify_crc")
 
     @classmethod

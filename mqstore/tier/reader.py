@@ -22,8 +22,10 @@ The cache: fixed-size blocks (TIER_CACHE_BLOCK_BYTES of an object each, the last
 LRU of at most `cache_bytes` bytes (the store's `tier_cache_bytes`), shared by the threads of the store under one
 lock; a range read is done outside the lock (two threads missing the same block may both fetch it; the cache keeps
 one). A read asks the object store only for the runs of blocks it misses, each run in one range read. The input
-handles of recently read objects are kept (TIER_OPEN_OBJECTS_MAX): opening an S3 object costs a HEAD, a read with
-an open handle is one GET.
+handles of recently read objects are kept, at most `TierLocation.open_inputs_max` (the least recently used goes):
+opening an S3 object costs a HEAD, a read with an open handle is one GET, so on an object store a reader keeps a
+handle for every object of all but the largest tiers and a cold get is one request; on a filesystem each handle
+holds a file descriptor, and a few are kept.
 
 The manifest: a writer's reader follows its uploader's manifest (`manifest_source`), always current, and reads
 nothing from a tier the uploader refused as another store's (`refusal_source`: reads stop at the local log).
@@ -57,7 +59,6 @@ log = logging.getLogger(__name__)
 TIER_CACHE_BLOCK_BYTES = 256 * 1024
 TIER_READ_AT_FIRST_BYTES = 4096  # of a record read without a known size, before its TOTALSIZE says more
 TIER_READ_WINDOW_BYTES_MAX = 16 * 1024 * 1024  # records further apart than this are fetched in separate windows
-TIER_OPEN_OBJECTS_MAX = 16  # input handles kept open (the least recently used goes)
 TIER_MANIFEST_FOLLOW_INTERVAL_MS = 1000  # a reader without a writer's manifest loads it again at most this often
 
 
@@ -86,6 +87,7 @@ class TierReader:
         self.cache_bytes = cache_bytes
         self.block_bytes = block_bytes
         self.codec = codec  # the compiled codec (commitlog.native.NATIVE) or None: the pure-Python reference
+        self.handles_max = location.open_inputs_max  # input handles kept open (module docstring)
         self.manifest_source = manifest_source  # callable -> Manifest | None: a writer's uploader's manifest
         self.refusal_source = None  # callable -> str | None: why the writer's uploader refused the tier
         self._follow_interval_ns = follow_interval_ms * 1_000_000
@@ -314,14 +316,16 @@ class TierReader:
                     found[number] = data
             self.hits += len(found)
             self.misses += len(missing)
+        skip = position - first * block
         for run_first, run_stop in _runs(missing):
             start, end = run_first * block, min(run_stop * block, object_size)
             data = self._fetch(key, object_size, start, end - start)
             fetched = {number: data[(number - run_first) * block : (number - run_first + 1) * block]
                        for number in range(run_first, run_stop)}
-            found.update(fetched)
             self._keep(key, fetched)
-        skip = position - first * block
+            if (run_first, run_stop) == (first, last + 1):  # one read fetched it all (a cold read): no join
+                return data[skip : skip + length]
+            found.update(fetched)
         if first == last:
             return found[first][skip : skip + length]
         return b"".join(found[number] for number in range(first, last + 1))[skip : skip + length]
@@ -345,7 +349,7 @@ class TierReader:
             self.objects_opened += 1
             self._handles[key] = handle
             self._handles.move_to_end(key)
-            while len(self._handles) > TIER_OPEN_OBJECTS_MAX:
+            while len(self._handles) > self.handles_max:
                 self._handles.popitem(last=False)  # closed when the last reader using it lets go of it
         return handle
 

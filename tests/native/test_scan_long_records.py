@@ -20,7 +20,7 @@ from mqstore.commitlog import format as fmt
 from mqstore.flush.checkpoint import CHECKPOINT_DTYPE, CHECKPOINT_FILE_NAME
 
 from mqstore import Message, MessageStore, StoreConfig
-from mqstore.store import scan_read
+from mqstore.store import scan_end, scan_read
 from mqstore.store.scan import scan_store
 from tests.native.test_large_segments import GIB, _hostile_store
 
@@ -161,10 +161,10 @@ def test_the_early_check_gives_the_whole_reads_outcome(tmp_path, monkeypatch, da
             assert checked["native"] == whole["native"], (damage, record_crc, filters)
             assert checked["python"] == checked["native"], (damage, record_crc, filters)
         shutil.rmtree(root / "consumequeue")  # planning walks the log to find its end
-        checked = _outcome(lambda: scan_read.written_end(scan_read.list_segments(str(root))))
+        checked = _outcome(lambda: scan_end.written_end(scan_read.list_segments(str(root))))
         with monkeypatch.context() as patch:
             patch.setattr(scan_read, "check_unread_record", lambda *args, **kwargs: None)
-            whole = _outcome(lambda: scan_read.written_end(scan_read.list_segments(str(root))))
+            whole = _outcome(lambda: scan_end.written_end(scan_read.list_segments(str(root))))
         assert checked == whole, (damage, record_crc)
 
 

@@ -1,0 +1,207 @@
+"""Timers (mqstore/timer/): what a delayed put costs, how late timers fire with many pending, what memory they hold.
+
+    .venv/bin/python bench/timer.py            # full run (about 2 minutes)
+    .venv/bin/python bench/timer.py --quick    # smoke run (a few seconds)
+
+1. Put cost: ASYNC puts of a 100-byte body with a tag, plain and with TIMER_DELAY_MS (one hour), taking turns in
+   ROUNDS rounds on one store (default settings): microseconds a put, and a delayed put counting the time the
+   timer service then needs to link the round's timers into the wheel (it shares the interpreter with the puts).
+2. Firing error: a store holding PENDING timers due in one to two hours; then PROBES timers due 0.2 s .. 0.2 s +
+   PROBE_WINDOW_S ahead, on the system clock. Error = the delivered copy's store timestamp minus its
+   TIMER_DELIVER_MS (never negative: a timer is not delivered early); p50, p99, max.
+3. Memory: a child process links N timers into a fresh wheel and TimerLog (the service's own enqueue code, no
+   store around it) and reports its peak RSS; N = 1M and 10M (quick: 100k and 1M). The wheel is one 38.7 MB
+   mapping and the TimerLog is written with pwrite, so RSS should not grow with N.
+
+Writes bench/results/timer.json and .md (or timer_quick.*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
+from mqstore.store.clock import SYSTEM_CLOCK  # noqa: E402
+
+HOUR_MS = 3_600_000
+FULL = {"rounds": 5, "puts_per_round": 50_000, "pending": 1_000_000, "probes": 2000, "memory": (1_000_000, 10_000_000)}
+QUICK = {"rounds": 2, "puts_per_round": 2000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000)}
+PROBE_WINDOW_S = 5.0
+PROBE_LEAD_MS = 200
+LINK_BATCH = 100_000
+WAIT_S = 600.0
+
+
+def rss_kib(field: str = "VmHWM") -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def put_cost(root: str, rounds: int, count: int) -> dict:
+    """Section 1: plain and delayed puts in turns."""
+    body = random.Random(1).randbytes(100)
+    plain = Message("plain", body, tags="a")
+    delayed = Message("delayed", body, tags="a", properties={"TIMER_DELAY_MS": str(HOUR_MS)})
+    times = {"plain": [], "delayed": [], "delayed_with_link": []}
+    with MessageStore.open(root, StoreConfig()) as store:
+        put, clock = store.put, time.perf_counter
+        for _ in range(200):
+            put(plain), put(delayed)
+        assert store.timer.wait_caught_up(WAIT_S)
+        for _ in range(rounds):
+            for kind, message in (("plain", plain), ("delayed", delayed)):
+                started = clock()
+                for _ in range(count):
+                    put(message)
+                elapsed = clock() - started
+                times[kind].append(elapsed / count * 1e6)
+                if kind == "delayed":
+                    assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
+                    times["delayed_with_link"].append((clock() - started) / count * 1e6)
+                else:
+                    store.wait_dispatched(WAIT_S)
+    row = {kind: float(np.median(values)) for kind, values in times.items()}
+    row["rounds"], row["puts_per_round"] = rounds, count
+    row["delayed_over_plain"] = row["delayed"] / row["plain"]
+    row["delayed_with_link_over_plain"] = row["delayed_with_link"] / row["plain"]
+    return row
+
+
+def firing_error(root: str, pending: int, probes: int) -> dict:
+    """Section 2: probes fired while `pending` timers wait in the wheel."""
+    rng = random.Random(2)
+    with MessageStore.open(root, StoreConfig()) as store:
+        started = time.perf_counter()
+        for index in range(pending):
+            store.put(Message("far", b"%d" % index, properties={"TIMER_DELAY_MS": str(HOUR_MS + index % HOUR_MS)}))
+        put_s = time.perf_counter() - started
+        assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
+        link_s = time.perf_counter() - started - put_s
+        held = store.timer.stats()["pending"]
+        now = SYSTEM_CLOCK.now_ms()
+        due = sorted(now + PROBE_LEAD_MS + rng.randrange(int(PROBE_WINDOW_S * 1000)) for _ in range(probes))
+        for index, deliver_ms in enumerate(due):
+            store.put(Message("probe", b"%d" % index, properties={"TIMER_DELIVER_MS": str(deliver_ms)}))
+        errors = []
+        deadline = time.monotonic() + PROBE_WINDOW_S + 60
+        while len(errors) < probes and time.monotonic() < deadline:
+            time.sleep(0.05)
+            store.wait_dispatched(1)
+            messages = store.get("probe", 0, len(errors), 1000).messages
+            errors.extend(m.store_timestamp_ms - int(m.properties["TIMER_DELIVER_MS"]) for m in messages)
+        rss = rss_kib("VmRSS")
+        stats = store.timer.stats()
+    values = np.asarray(errors, dtype=np.float64)
+    return {"pending": pending, "pending_held": held, "probes": probes, "delivered": len(errors),
+            "put_s": put_s, "link_after_puts_s": link_s, "error_p50_ms": float(np.percentile(values, 50)),
+            "error_p99_ms": float(np.percentile(values, 99)), "error_max_ms": float(values.max()),
+            "error_min_ms": float(values.min()), "store_rss_mib": rss / 1024,
+            "precision_ms": store.timer.precision_ms, "pending_after": stats["pending"]}
+
+
+def memory_child(count: int) -> None:
+    """Section 3, in a child: link `count` timers through TimerService._link and print the RSS figures."""
+    from mqstore.timer.service import TimerService
+
+    root = tempfile.mkdtemp(prefix="timer-memory-")
+    try:
+        service = TimerService(None, root, SYSTEM_CLOCK, config=StoreConfig())
+        service._open_files()
+        now = SYSTEM_CLOCK.now_ms() // service.precision_ms * service.precision_ms
+        service.read_time_ms = now
+        rng = np.random.default_rng(3)
+        before = rss_kib("VmRSS")
+        started = time.perf_counter()
+        for start in range(0, count, LINK_BATCH):
+            size = min(LINK_BATCH, count - start)
+            out = now + rng.integers(1000, 20 * 60_000, size)  # within the roll window: all linked, none rolled
+            offsets = np.arange(start, start + size, dtype=np.int64) * 256
+            service._link(now, out, offsets, np.full(size, 256), np.zeros(size, dtype=np.int64))
+        link_s = time.perf_counter() - started
+        pending = service.wheel.pending_count(now)
+        after = rss_kib("VmRSS")
+        print(json.dumps({"timers": count, "pending": pending, "link_s": link_s, "rss_before_mib": before / 1024,
+                          "rss_after_mib": after / 1024, "rss_peak_mib": rss_kib("VmHWM") / 1024,
+                          "timer_log_mib": service.timer_log.end / (1 << 20)}))
+        service.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def memory(counts) -> list[dict]:
+    rows = []
+    for count in counts:
+        completed = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-child", str(count)],
+                                   capture_output=True, text=True, check=True)
+        rows.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def markdown(result: dict) -> str:
+    put, fire = result["put_cost"], result["firing"]
+    lines = ["| measure | value |", "|---|---|",
+             f"| plain put (100 B, tag) | {put['plain']:.2f} us |",
+             f"| delayed put (TIMER_DELAY_MS) | {put['delayed']:.2f} us ({put['delayed_over_plain']:.1f}x) |",
+             f"| delayed put + linking into the wheel | {put['delayed_with_link']:.2f} us "
+             f"({put['delayed_with_link_over_plain']:.1f}x) |",
+             f"| firing error with {fire['pending_held']:,} pending, {fire['probes']} probes | p50 "
+             f"{fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, max {fire['error_max_ms']:.0f} ms, "
+             f"min {fire['error_min_ms']:.0f} ms |"]
+    for row in result["memory"]:
+        lines.append(f"| RSS after linking {row['timers']:,} timers | {row['rss_after_mib']:.0f} MiB "
+                     f"(peak {row['rss_peak_mib']:.0f} MiB, before {row['rss_before_mib']:.0f} MiB; TimerLog "
+                     f"{row['timer_log_mib']:.0f} MiB on disk, linked in {row['link_s']:.1f} s) |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--out", default=None, help="result JSON path (the Markdown table goes beside it)")
+    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child is not None:
+        memory_child(args.memory_child)
+        return 0
+    plan = QUICK if args.quick else FULL
+    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    out = args.out or os.path.join(results, "timer_quick.json" if args.quick else "timer.json")
+    work = tempfile.mkdtemp(prefix="bench-timer-")
+    try:
+        result = {"date": time.strftime("%Y-%m-%d"), "command": "bench/timer.py" + (" --quick" if args.quick else ""),
+                  "python": platform.python_version(), "cpus": os.cpu_count(),
+                  "put_cost": put_cost(os.path.join(work, "put"), plan["rounds"], plan["puts_per_round"])}
+        shutil.rmtree(os.path.join(work, "put"))
+        result["firing"] = firing_error(os.path.join(work, "fire"), plan["pending"], plan["probes"])
+        shutil.rmtree(os.path.join(work, "fire"))
+        result["memory"] = memory(plan["memory"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as handle:
+        json.dump(result, handle, indent=2)
+    table = markdown(result)
+    with open(os.path.splitext(out)[0] + ".md", "w") as handle:
+        handle.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""TimerService: the writer's thread that enqueues timer messages into the wheel and delivers them when due.
+
+One thread, RocketMQ 5's TimerMessageStore services folded into one loop (enqueue-get, enqueue-put, dequeue):
+
+1. Enqueue: read the timer topic's ConsumeQueue from `queue_offset`; for each message take TIMER_OUT_MS, append
+   a TimerLog unit and link it as the last of its slot's list (the unit's prev_position is the slot's previous
+   last). A timer further than the roll window from now is linked at the window's edge (or half of it) with
+   MAGIC_ROLL: when that slot fires it is put again on the timer topic (TIMER_ROLL_TIMES raised) and enqueued
+   anew. A timer whose slot has already been read is delivered at once.
+2. Deliver: while `read_time_ms` is before now (rounded down to the precision), find the next filled slot, walk
+   its list from the last unit and put each message again on REAL_TOPIC / REAL_QID (REAL_* removed,
+   TIMER_ENQUEUE_MS and TIMER_DEQUEUE_MS added, as RocketMQ's convertMessage), then move `read_time_ms` past it.
+3. Checkpoint, in a flush thread every FLUSH_INTERVAL_MS and at close: flush the TimerLog, the wheel and the
+   CommitLog (the puts of step 2), then write `config/timercheck` (read time, TimerLog end, queue offset) as
+   they were before the flush.
+
+Crash semantics. Whatever was enqueued or delivered after the last checkpoint is done again after a crash:
+a timer may be delivered twice (at-least-once), never lost, never early (a slot is read only once the clock is
+past its end, and TIMER_OUT_MS never exceeds the delivery time). A message enqueued twice links two units to
+one slot; the delivery of a slot skips a CommitLog offset it has already put.
+
+Time comes from `clock` (mqstore/store/clock.py's interface: now_ms, wait); the thread waits only through it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+
+from mqstore.commitlog.errors import ConfigMismatchError, StoreError
+from mqstore.commitlog.message import Message, PutStatus
+from mqstore.timer import format as tfmt
+from mqstore.timer import rewrite as rewrite_module
+from mqstore.timer.files import TimerCheckpoint, TimerLog, TimerWheel, revise_slots_past_end
+
+log = logging.getLogger(__name__)
+
+ENQUEUE_BATCH_MESSAGES = 1024  # messages read from the timer topic's queue at once
+ROLL_WINDOW_SLOTS_DEFAULT = 2 * 24 * 3600  # RocketMQ's timerRollWindowSlot (slots, whatever the precision)
+POLL_INTERVAL_MS = 10  # the longest the thread sleeps between looks at the timer queue
+FLUSH_INTERVAL_MS = 200  # how often the flush thread checkpoints what the service has done
+CLEAN_EVERY_CHECKPOINTS = 50  # TimerLog files no pending slot links are removed every this many checkpoints
+STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+
+
+_OUT_MS_NAME = b"TIMER_OUT_MS\x01"
+_REAL_TOPIC_NAME = b"REAL_TOPIC\x01"
+
+
+def _raw_property(raw: bytes, name: bytes) -> bytes | None:
+    """The value of property `name` (with its \\x01) in a record's raw PROPERTIES bytes, or None."""
+    at = raw.find(name)
+    while at > 0 and raw[at - 1] != 2:  # the name must start a pair: after \x02, or at 0
+        at = raw.find(name, at + 1)
+    if at < 0:
+        return None
+    start = at + len(name)
+    end = raw.find(b"\x02", start)
+    return raw[start:] if end < 0 else raw[start:end]
+
+
+class TimerService:
+    """The timer of one writable store (mqstore/timer/__init__.py describes its files)."""
+
+    def __init__(self, store, root_dir: str, clock, *, config, flush_log=None,
+                 roll_window_slots: int = ROLL_WINDOW_SLOTS_DEFAULT):
+        precision_ms, max_delay_ms = config.timer_precision_ms, config.timer_max_delay_ms
+        log_file_size_bytes = config.timer_log_file_size_bytes
+        self._precision_explicit = "timer_precision_ms" in config.explicit_fields
+        assert precision_ms >= 1 and max_delay_ms >= 0
+        self.store, self.root_dir, self.clock = store, root_dir, clock
+        # Makes the store's CommitLog durable up to its end (the deliveries' puts), before a checkpoint: only the log,
+        # whose queues recovery rebuilds; a whole store.flush() would hold up dispatch, and so enqueue and delivery.
+        self._flush_log = flush_log if flush_log is not None else (lambda: store.flush())
+        self.precision_ms, self.max_delay_ms = precision_ms, max_delay_ms
+        self.log_file_size_bytes = log_file_size_bytes
+        self.roll_window_slots = min(max(2, roll_window_slots), tfmt.SLOTS_TOTAL - tfmt.BLANK_SLOTS)
+        self.error: BaseException | None = None
+        self.delivered_count = self.rolled_count = self.enqueued_count = 0
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._progress = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._files_open = False
+        self._topic_hashes: dict[bytes | None, int] = {}
+        self._flusher: threading.Thread | None = None
+        self._snapshot: tuple[int, int, int] | None = None  # (read time, TimerLog end, queue offset) done so far
+        self._checkpointed: tuple[int, int, int] | None = None
+        settings = os.path.join(root_dir, "config", tfmt.SETTINGS_FILE_NAME)
+        if os.path.exists(settings):  # the saved precision, before any put computes a TIMER_OUT_MS with it
+            self._check_precision(settings)
+
+    # --- the put side ----------------------------------------------------------------------------------------
+    def rewrite(self, message):
+        """The CommitLog's prepare hook: the message to store (mqstore/timer/rewrite.py); starts the thread on the
+        first timer message."""
+        if message.__class__ is not Message and not isinstance(message, Message):
+            return message  # prepare reports it
+        rewritten = rewrite_module.rewrite(message, self.clock.now_ms(), self.precision_ms, self.max_delay_ms)
+        if rewritten is not message:
+            if self._thread is None:
+                self.start()
+            if not self._wake.is_set():
+                self._wake.set()
+        return rewritten
+
+    def use_clock(self, clock) -> None:
+        """Take time from `clock` from now on (tests: a ManualClock)."""
+        self.clock = clock
+        self._wake.set()
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+    def start_if_used(self) -> None:
+        """Start the thread when the store has timer files or timer messages (else on the first timer put)."""
+        if (os.path.exists(os.path.join(self.root_dir, tfmt.WHEEL_FILE_NAME))
+                or self.store.max_offset(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID) > 0):
+            self.start()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None:
+                self._open_files()
+                self._snapshot = self._checkpointed = (self.read_time_ms, self.timer_log.end, self.queue_offset)
+                self._thread = threading.Thread(target=self._run, name="mqstore-timer", daemon=True)
+                self._thread.start()
+                self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-timer-flush", daemon=True)
+                self._flusher.start()
+
+    def _open_files(self) -> None:
+        root = self.root_dir
+        os.makedirs(os.path.join(root, "config"), exist_ok=True)
+        self._check_precision(os.path.join(root, "config", tfmt.SETTINGS_FILE_NAME))
+        self.checkpoint = TimerCheckpoint(os.path.join(root, "config", tfmt.CHECKPOINT_FILE_NAME))
+        values = self.checkpoint.values
+        self.timer_log = TimerLog(os.path.join(root, tfmt.TIMER_LOG_DIRECTORY), self.log_file_size_bytes,
+                                  int(values["timer_log_end"]))
+        self.wheel = TimerWheel(os.path.join(root, tfmt.WHEEL_FILE_NAME), self.precision_ms)
+        self.queue_offset = int(values["queue_offset"])
+        self.read_time_ms = int(values["read_time_ms"])
+        self._files_open = True
+        if self.read_time_ms:
+            revised = revise_slots_past_end(self.wheel, self.timer_log, self.read_time_ms)
+            if revised:
+                log.warning("timer: %d wheel slots pointed past the TimerLog's end %d: relinked", revised,
+                            self.timer_log.end)
+
+    def _check_precision(self, path: str) -> None:
+        """The wheel's precision is the one it was written with (config/timer.json): a different one passed
+        explicitly is ConfigMismatchError, a default one gives way to the saved one."""
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w") as handle:
+                json.dump({"timer_precision_ms": self.precision_ms}, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(path + ".tmp", path)
+            return
+        try:
+            with open(path) as handle:
+                saved = json.load(handle)["timer_precision_ms"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise tfmt.damage(path, 0, "settings", "not the JSON mqstore writes") from exc
+        if not isinstance(saved, int) or saved < 1:
+            raise tfmt.damage(path, 0, "settings", "timer_precision_ms is not a positive int")
+        if saved != self.precision_ms:
+            if self._precision_explicit:
+                raise ConfigMismatchError(f"timer_precision_ms={self.precision_ms} but the store's timer wheel "
+                                          f"was written with {saved}")
+            self.precision_ms = saved
+
+    def stop(self, checkpoint: bool = True) -> None:
+        """Stop the thread, then checkpoint (the store must still take puts and flushes)."""
+        thread = self._thread
+        if thread is not None:
+            self._stop.set()
+            self._wake.set()
+            thread.join()
+            self._flusher.join()
+            self._thread = self._flusher = None
+            if checkpoint and self.error is None:
+                self._write_checkpoint()
+
+    def close(self) -> None:
+        if self._files_open:
+            self.timer_log.close()
+            self.wheel.close()
+            self._files_open = False
+
+    # --- the loop ------------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                progressed = self.run_once()
+                if not progressed:
+                    now = self.clock.now_ms()
+                    to_next_slot = self.precision_ms - now % self.precision_ms
+                    self.clock.wait(self._wake, min(to_next_slot, POLL_INTERVAL_MS))
+                    self._wake.clear()
+        except BaseException as exc:  # the store goes on; stats() and wait_caught_up report it
+            log.exception("the timer service stopped")
+            self.error = exc
+            with self._progress:
+                self._progress.notify_all()
+
+    def run_once(self) -> bool:
+        """One pass: enqueue a batch, deliver what is due, checkpoint when due; whether anything was done."""
+        write_time = self.clock.now_ms() // self.precision_ms * self.precision_ms
+        oldest = write_time - (tfmt.SLOTS_TOTAL - tfmt.BLANK_SLOTS) * self.precision_ms
+        if self.read_time_ms == 0:  # never ran
+            self.read_time_ms = write_time
+        # Behind by more than the wheel's window (closed that long): deliver the backlog before linking anything
+        # new, which could take the slot of a pending timer (RocketMQ skips the backlog instead, and loses it).
+        behind = self.read_time_ms < oldest
+        enqueued = 0 if behind else self._enqueue(write_time)
+        self._deliver_due(write_time)
+        self._snapshot = (self.read_time_ms, self.timer_log.end, self.queue_offset)  # all written before this
+        with self._progress:
+            self._progress.notify_all()
+        return enqueued == ENQUEUE_BATCH_MESSAGES or behind
+
+    def _flush_loop(self) -> None:
+        """The flush thread (RocketMQ's TimerFlushService): a checkpoint every FLUSH_INTERVAL_MS of the clock, off
+        the service's thread, whose deliveries must not wait for fdatasync."""
+        try:
+            rounds = 0
+            while not self.clock.wait(self._stop, FLUSH_INTERVAL_MS):
+                self._write_checkpoint()
+                rounds += 1
+                if rounds % CLEAN_EVERY_CHECKPOINTS == 0:
+                    self.remove_fired_files()
+        except BaseException as exc:
+            log.exception("the timer flush thread stopped")
+            self.error = exc
+
+    def _write_checkpoint(self) -> None:
+        """Flush the TimerLog, the wheel and the store, then record the snapshot taken before: everything it
+        vouches for was written before it was taken, so is flushed now."""
+        snapshot = self._snapshot
+        if snapshot == self._checkpointed:
+            return
+        self.timer_log.flush()
+        self.wheel.flush()
+        self._flush_log()
+        self.checkpoint.write(*snapshot)
+        self._checkpointed = snapshot
+
+    def remove_fired_files(self) -> int:
+        """Remove the TimerLog files below every unit a pending slot links (their timers have all fired: the
+        slots from the checkpointed read time on are the only ones still read); how many were removed."""
+        read_time = self._checkpointed[0]
+        lowest = self.wheel.first_position_min(read_time)
+        return self.timer_log.delete_files_below(self.timer_log.end if lowest is None else lowest)
+
+    # --- enqueue ------------------------------------------------------------------------------------------------
+    def _enqueue(self, write_time: int) -> int:
+        """Link a batch of the timer queue's messages into the wheel; how many messages were read."""
+        result = self.store.get(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID, self.queue_offset, ENQUEUE_BATCH_MESSAGES)
+        if not result.messages:
+            if result.min_offset > self.queue_offset:  # retention removed what was not enqueued: RocketMQ skips too
+                log.warning("timer queue starts at %d, past %d", result.min_offset, self.queue_offset)
+                self.queue_offset = result.min_offset
+            return 0
+        count = len(result.messages)
+        out_ms = np.empty(count, dtype=np.int64)
+        offsets = np.empty(count, dtype=np.int64)
+        sizes = np.empty(count, dtype=np.int64)
+        hashes = np.empty(count, dtype=np.int64)
+        keep = np.ones(count, dtype=bool)
+        for index, message in enumerate(result.messages):
+            raw = message.properties_raw  # two values looked up in the raw PROPERTIES, not a dict of all of them
+            out_text = _raw_property(raw, _OUT_MS_NAME)
+            if out_text is None or not out_text.isdigit():  # not put through the rewrite: RocketMQ cannot place it
+                log.warning("timer message at %d has no TIMER_OUT_MS: skipped", message.commitlog_offset)
+                keep[index] = False
+                out_ms[index] = 0
+            else:
+                out_ms[index] = int(out_text)
+            offsets[index], sizes[index] = message.commitlog_offset, message.size_bytes
+            hashes[index] = self._topic_hash(_raw_property(raw, _REAL_TOPIC_NAME))
+        if not self._link(write_time, out_ms[keep], offsets[keep], sizes[keep], hashes[keep]):
+            return 0  # a put of a due timer was refused (a full disk): the whole batch again on the next pass
+        self.queue_offset = result.messages[-1].queue_offset + 1
+        self.enqueued_count += int(keep.sum())
+        return count
+
+    def _topic_hash(self, topic: bytes | None) -> int:
+        value = self._topic_hashes.get(topic)
+        if value is None:
+            text = None if topic is None else topic.decode("utf-8", "replace")
+            value = self._topic_hashes[topic] = tfmt.java_string_hash(text)
+        return value
+
+    def _link(self, write_time: int, out_ms, offsets, sizes, hashes) -> bool:
+        """Append units for these timers and link them into their slots (module docstring, step 1); False, with
+        nothing linked, when a put of a timer already due was refused."""
+        precision, window = self.precision_ms, self.roll_window_slots
+        slot_ms = out_ms // precision * precision
+        magic = np.full(len(out_ms), tfmt.MAGIC_DEFAULT, dtype=np.int64)
+        roll = slot_ms - write_time >= window * precision
+        if roll.any():  # RocketMQ's doEnqueue: give the next roll enough time
+            near = slot_ms - write_time - window * precision < window // 3 * precision
+            slot_ms = np.where(roll, np.where(near, write_time + window // 2 * precision, write_time + window *
+                                              precision), slot_ms)
+            magic[roll] |= tfmt.MAGIC_ROLL
+        due = slot_ms < self.read_time_ms  # its slot has been read: deliver now (RocketMQ does the same)
+        if due.any() and self._deliver_units(offsets[due], magic[due], np.full(int(due.sum()), write_time)) \
+                < int(due.sum()):
+            return False
+        linked = ~due
+        count = int(linked.sum())
+        if count == 0:
+            return True
+        slot_ms, offsets, sizes, hashes, magic = (a[linked] for a in (slot_ms, offsets, sizes, hashes, magic))
+        positions = self.timer_log.positions_for(count)
+        order = np.argsort(slot_ms, kind="stable")
+        sorted_slots = slot_ms[order]
+        starts = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]])
+        ends = np.r_[starts[1:], count]
+        group_slots = sorted_slots[starts]
+        indexes = (group_slots // precision) % tfmt.WHEEL_SLOT_COUNT
+        old = self.wheel.slots[indexes]
+        filled = old["time_slot"] == group_slots // precision
+        prev = np.empty(count, dtype=np.int64)
+        prev[order[1:]] = positions[order[:-1]]
+        prev[order[starts]] = np.where(filled, old["last_position"], tfmt.NO_POSITION)
+        units = tfmt.make_units(count)
+        units["prev_position"], units["magic"], units["write_time_ms"] = prev, magic, write_time
+        units["delay_ms"] = slot_ms - write_time
+        units["commitlog_offset"], units["message_size"], units["topic_hash"] = offsets, sizes, hashes
+        self.timer_log.append(units)  # before the wheel links them
+        first = np.where(filled, old["first_position"], positions[order[starts]])
+        counts = np.where(filled, old["count"], 0) + (ends - starts)
+        self.wheel.put_slots(group_slots, first, positions[order[ends - 1]], counts)
+        return True
+
+    # --- delivery -------------------------------------------------------------------------------------------------
+    def _deliver_due(self, write_time: int) -> int:
+        """Deliver every filled slot before `write_time` (module docstring, step 2); messages put."""
+        delivered = 0
+        while self.read_time_ms < write_time and not self._stop.is_set():
+            slot_time = self.wheel.next_filled(self.read_time_ms, write_time)
+            if slot_time is None:
+                self.read_time_ms = write_time
+                break
+            self.read_time_ms = slot_time
+            offsets, magic, enqueue_ms = self._slot_units(slot_time)
+            done = self._deliver_units(offsets, magic, enqueue_ms)
+            delivered += done
+            if done < len(offsets):
+                break  # a put was refused: this slot again on the next pass
+            self.read_time_ms = slot_time + self.precision_ms
+        return delivered
+
+    def _slot_units(self, slot_time: int):
+        """(commitlog offsets, magics, write times) of a slot's units, oldest first, each offset once (rule 5)."""
+        first, last, _ = self.wheel.slot(slot_time)
+        limit = (self.timer_log.end - self.timer_log.min_position) // tfmt.UNIT_SIZE_BYTES + 1
+        units = []
+        position = last
+        while position != tfmt.NO_POSITION:
+            if len(units) >= limit:
+                raise tfmt.damage(self.wheel.path, tfmt.slot_index(slot_time, self.precision_ms)
+                                      * tfmt.SLOT_SIZE_BYTES, "5", "a slot's list has a cycle")
+            unit = self.timer_log.read_unit(position)
+            units.append(unit)
+            if position == first:
+                break
+            position = int(unit["prev_position"])
+        units.reverse()
+        seen: set[int] = set()
+        offsets, magic, enqueue_ms = [], [], []
+        for unit in units:
+            offset = int(unit["commitlog_offset"])
+            if offset not in seen:
+                seen.add(offset)
+                offsets.append(offset)
+                magic.append(int(unit["magic"]))
+                enqueue_ms.append(int(unit["write_time_ms"]))
+        return offsets, magic, enqueue_ms
+
+    def _deliver_units(self, offsets, magic, enqueue_ms) -> int:
+        """Put these timer messages again (on their real topic, or the timer topic for a roll); how many were put
+        before the first refusal."""
+        done = 0
+        for offset, unit_magic, enqueued in zip(offsets, magic, enqueue_ms):
+            try:
+                stored = self.store.read_at(int(offset))
+            except StoreError as exc:  # retention removed it (or it is damaged): nothing to deliver
+                log.warning("timer message at %d unreadable, skipped: %s", offset, exc)
+                done += 1
+                continue
+            message = self._converted(stored, int(enqueued), bool(int(unit_magic) & tfmt.MAGIC_ROLL))
+            if message is not None and self.store.put(message).status not in STORED:
+                return done
+            done += 1
+        return done
+
+    def _converted(self, stored, enqueue_ms: int, roll: bool) -> Message | None:
+        """The message to put for a fired unit (RocketMQ's convert / convertMessage)."""
+        properties = stored.properties
+        tags, keys = properties.pop("TAGS", None), tuple(properties.pop("KEYS", "").split())
+        properties[tfmt.PROPERTY_ENQUEUE_MS] = str(enqueue_ms)
+        properties[tfmt.PROPERTY_DEQUEUE_MS] = str(self.clock.now_ms())
+        if roll:
+            self.rolled_count += 1
+            properties[tfmt.PROPERTY_ROLL_TIMES] = str(int(properties.get(tfmt.PROPERTY_ROLL_TIMES, "0")) + 1)
+            topic, queue_id = stored.topic, stored.queue_id
+        else:
+            topic = properties.pop(tfmt.PROPERTY_REAL_TOPIC, None)
+            queue_text = properties.pop(tfmt.PROPERTY_REAL_QUEUE_ID, None)
+            if topic is None or queue_text is None or not queue_text.isdigit():
+                log.warning("timer message at %d has no REAL_TOPIC/REAL_QID: skipped", stored.commitlog_offset)
+                return None
+            queue_id = int(queue_text)
+            self.delivered_count += 1
+        return Message(topic=topic, body=stored.body, queue_id=queue_id, tags=tags, keys=keys,
+                       properties=properties, flag=stored.flag, born_timestamp_ms=stored.born_timestamp_ms)
+
+    # --- observing ---------------------------------------------------------------------------------------------
+    def wait_caught_up(self, timeout_s: float) -> bool:
+        """Wait until every timer message put so far is enqueued and every slot due at the clock's now is
+        delivered; False on timeout or when the service stopped with an error."""
+        self.start()
+        self.store.wait_dispatched(timeout_s)
+        target_offset = self.store.max_offset(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID)
+        deadline = time.monotonic() + timeout_s
+        with self._progress:
+            while True:
+                if self.error is not None:
+                    return False
+                now_slot = self.clock.now_ms() // self.precision_ms * self.precision_ms
+                if self.queue_offset >= target_offset and self.read_time_ms >= now_slot:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.set()
+                self._progress.wait(min(left, 0.05))
+
+    def stats(self) -> dict:
+        running = self._files_open
+        return {
+            "running": self._thread is not None,
+            "queue_offset": self.queue_offset if running else 0,
+            "read_time_ms": self.read_time_ms if running else 0,
+            "pending": self.wheel.pending_count(self.read_time_ms) if running else 0,
+            "timer_log_end": self.timer_log.end if running else 0,
+            "enqueued": self.enqueued_count, "delivered": self.delivered_count, "rolled": self.rolled_count,
+            "error": None if self.error is None else repr(self.error),
+        }
