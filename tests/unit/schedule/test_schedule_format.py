@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from mqstore.commitlog.errors import ConfigMismatchError, CorruptionError
+
 from mqstore.schedule import format as sfmt
 from mqstore.schedule import progress
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from mqstore.commitlog.errors import InvalidMessageError
 
 from mqstore import ConfigMismatchError, InvalidConfigError, Message, MessageStore, StoreConfig
-from mqstore.commitlog.errors import InvalidMessageError
 from mqstore.schedule import format as sfmt
 from mqstore.schedule import with_delay_level
 from mqstore.store.clock import ManualClock
