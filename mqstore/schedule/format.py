@@ -20,7 +20,7 @@ above the maximum is handled as RocketMQ does (the last level); mqstore's put re
 
 Levels (`StoreConfig.delay_levels`, RocketMQ's messageDelayLevel syntax): space-separated durations, each an
 integer and a unit s, m, h or d (1000, 60 000, 3 600 000, 86 400 000 ms); level i is the i-th, from 1. mqstore
-also takes `ms` (for tests). The levels a store was written with are saved in `config/delayLevels.json`
+also takes `ms` (for tests). Levels other than the default are saved in `config/delayLevels.json`
 ({"delay_levels": "..."}): due times already in tag codes depend on them.
 
 Progress (`config/delayOffset.json`, RocketMQ's form): {"offsetTable": {"<level>": <queue offset>, ...}}: every unit

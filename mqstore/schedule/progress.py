@@ -66,10 +66,19 @@ def write_offsets(path: str, offsets: dict[int, int]) -> None:
     _write_atomic(path, json.dumps({"offsetTable": table}, separators=(",", ":")))
 
 
-def resolve_levels(path: str, passed: str, explicit: bool) -> str:
-    """The levels a store uses: the saved ones (config/delayLevels.json) unless none are saved; a different value
-    passed explicitly is ConfigMismatchError (due times already dispatched depend on them). Saves them when new."""
+def resolve_levels(path: str, passed: str, explicit: bool, *, has_schedule_queues: bool) -> str:
+    """The levels a store uses. Saved (config/delayLevels.json) only when they are not RocketMQ's default: no file
+    means the default (as in a store RocketMQ wrote). The saved ones win over a default passed; a different value
+    passed explicitly is ConfigMismatchError (due times already dispatched depend on them), and so is a
+    non-default value for a store without the file whose schedule topic has queues (written with the default)."""
     if not os.path.exists(path):
+        if passed.split() == sfmt.DEFAULT_DELAY_LEVELS.split():
+            return sfmt.DEFAULT_DELAY_LEVELS
+        if has_schedule_queues:
+            if not explicit:
+                return sfmt.DEFAULT_DELAY_LEVELS
+            raise ConfigMismatchError(f"delay_levels={passed!r} but the store's schedule was written with the "
+                                      f"default {sfmt.DEFAULT_DELAY_LEVELS!r}")
         _write_atomic(path, json.dumps({"delay_levels": passed}))
         return passed
     try:

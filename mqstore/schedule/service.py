@@ -48,8 +48,9 @@ class ScheduleService:
         config_dir = os.path.join(root_dir, "config")
         os.makedirs(config_dir, exist_ok=True)
         explicit = "delay_levels" in config.explicit_fields
-        self.levels_text = progress.resolve_levels(os.path.join(config_dir, sfmt.LEVELS_FILE_NAME),
-                                                   config.delay_levels, explicit)
+        self.levels_text = progress.resolve_levels(
+            os.path.join(config_dir, sfmt.LEVELS_FILE_NAME), config.delay_levels, explicit,
+            has_schedule_queues=os.path.isdir(os.path.join(root_dir, "consumequeue", sfmt.SCHEDULE_TOPIC)))
         self.delays = sfmt.parse_levels(self.levels_text)
         self.max_queues = config.max_queues_per_topic
         self._flush_log = flush_log if flush_log is not None else (lambda: store.flush())

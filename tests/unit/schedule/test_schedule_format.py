@@ -56,11 +56,23 @@ def test_damaged_offsets_read_as_no_progress(tmp_path, text):
 
 def test_saved_levels_win_over_defaults_and_refuse_a_different_explicit_value(tmp_path):
     path = str(tmp_path / "delayLevels.json")
-    assert progress.resolve_levels(path, "1s 2s", explicit=False) == "1s 2s"  # saved now
-    assert progress.resolve_levels(path, sfmt.DEFAULT_DELAY_LEVELS, explicit=False) == "1s 2s"
-    assert progress.resolve_levels(path, "1s  2s", explicit=True) == "1s 2s"
+    assert progress.resolve_levels(path, "1s 2s", explicit=True, has_schedule_queues=False) == "1s 2s"  # saved
+    assert progress.resolve_levels(path, sfmt.DEFAULT_DELAY_LEVELS, explicit=False, has_schedule_queues=True) == \
+        "1s 2s"
+    assert progress.resolve_levels(path, "1s  2s", explicit=True, has_schedule_queues=True) == "1s 2s"
     with pytest.raises(ConfigMismatchError):
-        progress.resolve_levels(path, "1s 3s", explicit=True)
+        progress.resolve_levels(path, "1s 3s", explicit=True, has_schedule_queues=True)
     (tmp_path / "delayLevels.json").write_text("{")
     with pytest.raises(CorruptionError):
-        progress.resolve_levels(path, "1s", explicit=False)
+        progress.resolve_levels(path, "1s", explicit=False, has_schedule_queues=False)
+
+
+def test_the_default_levels_are_not_saved_and_a_store_written_with_them_keeps_them(tmp_path):
+    path = tmp_path / "delayLevels.json"
+    default = sfmt.DEFAULT_DELAY_LEVELS
+    assert progress.resolve_levels(str(path), default, explicit=True, has_schedule_queues=True) == default
+    assert not path.exists()  # no file: the default, as in a store RocketMQ wrote
+    with pytest.raises(ConfigMismatchError):
+        progress.resolve_levels(str(path), "1s", explicit=True, has_schedule_queues=True)
+    assert progress.resolve_levels(str(path), "1s", explicit=False, has_schedule_queues=True) == default
+    assert not path.exists()
