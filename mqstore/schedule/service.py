@@ -55,6 +55,7 @@ class ScheduleService:
         self.max_queues = config.max_queues_per_topic
         self._flush_log = flush_log if flush_log is not None else (lambda: store.flush())
         self.offsets_path = os.path.join(config_dir, sfmt.OFFSET_FILE_NAME)
+        self._topic_directory = os.path.join(root_dir, "consumequeue", sfmt.SCHEDULE_TOPIC)
         self.offsets = progress.read_offsets(self.offsets_path, len(self.delays))
         self.delivered_count = 0
         self.error: BaseException | None = None
@@ -134,7 +135,7 @@ class ScheduleService:
             number = self._passes_started
         now = self.clock.now_ms()
         wait_ms, delivered, complete = POLL_INTERVAL_MS, 0, True
-        for level in range(1, len(self.delays) + 1):
+        for level in self._levels_with_queues():
             if self._stop.is_set():
                 complete = False
                 break
@@ -152,6 +153,16 @@ class ScheduleService:
                 self._pass_complete = number
             self._progress.notify_all()
         return wait_ms
+
+    def _levels_with_queues(self) -> list[int]:
+        """The levels whose schedule queue exists, from one listing of the topic's directory: asking the store
+        for a queue it does not know makes a store that follows its dispatch process reload its queue table."""
+        try:
+            names = os.listdir(self._topic_directory)
+        except FileNotFoundError:
+            return []
+        queue_ids = sorted(int(name) for name in names if name.isdigit() and len(name) <= 9)
+        return [queue_id + 1 for queue_id in queue_ids if queue_id < len(self.delays)]
 
     def _deliver_level(self, level: int, now: int) -> tuple[int, int | None, bool]:
         """Deliver level `level`'s due units: (delivered, the next due time or None, more to read at once)."""
@@ -223,8 +234,8 @@ class ScheduleService:
     def pending_counts(self) -> dict[int, int]:
         """level -> units not yet delivered (only levels with some)."""
         counts = {}
-        for level, offset in self.offsets.items():
-            pending = self.store.max_offset(sfmt.SCHEDULE_TOPIC, sfmt.queue_id_of(level)) - offset
+        for level in self._levels_with_queues():
+            pending = self.store.max_offset(sfmt.SCHEDULE_TOPIC, sfmt.queue_id_of(level)) - self.offsets[level]
             if pending > 0:
                 counts[level] = pending
         return counts
