@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import InvalidMessageError
 
 from mqstore import ConfigMismatchError, InvalidConfigError, Message, MessageStore, StoreConfig
@@ -130,3 +131,21 @@ def test_a_schedule_record_without_real_topic_is_skipped(tmp_path):
         assert store.schedule.wait_caught_up(WAIT_S) and store.wait_dispatched(WAIT_S)
         assert [m.body for m in store.get("t", 0, 0).messages] == [b"y"]
         assert store.stats()["schedule"]["pending"] == {}
+
+
+@pytest.mark.usefixtures("codec")
+def test_a_stored_level_above_the_maximum_is_dispatched_as_rocketmq_clamps_it(tmp_path):
+    """A record already on the schedule topic (as RocketMQ 4.4.0 or a copy tool stores it) is not rewritten; its
+    DELAY above the last level counts as the last level, as in CommitLog.checkMessageAndReturnSize."""
+    clock = ManualClock()
+    with _open(tmp_path, clock, dispatch_process=False) as store:
+        result = store.put(Message(sfmt.SCHEDULE_TOPIC, b"x", queue_id=2, tags="T",
+                                   properties={"DELAY": "25", "REAL_TOPIC": "t", "REAL_QID": "1"}))
+        plain = store.put(Message(sfmt.SCHEDULE_TOPIC, b"y", queue_id=2, tags="T", properties={"DELAY": "zz"}))
+        assert store.wait_dispatched(WAIT_S)
+        codes = store.queue_units(sfmt.SCHEDULE_TOPIC, 2, 0, 10)["tags_code"].tolist()
+        assert plain.status.name == "PUT_OK"
+        assert codes == [result.store_timestamp_ms + 10_000, fmt.tags_code("T")]  # not an int: the TAGS hash
+        clock.set(result.store_timestamp_ms + 10_000)
+        assert store.schedule.wait_caught_up(WAIT_S) and store.wait_dispatched(WAIT_S)
+        assert [m.body for m in store.get("t", 1, 0).messages] == [b"x"]
