@@ -4,6 +4,8 @@
 //                                                       prints "ACK i level commitlog_offset store_timestamp_ms"
 //   RmqDelay units STORE SEG_BYTES CQ_ENTRIES            load (recover) and print every SCHEDULE_TOPIC_XXXX unit:
 //                                                       "UNIT queue_id queue_offset commitlog_offset size tags_code"
+//   RmqDelay run   STORE SEG_BYTES CQ_ENTRIES MS         load, start (its ScheduleMessageService delivers what is
+//                                                       due), wait MS milliseconds, shutdown
 // Compiled on first use against ../shared/rocketmq-4.4.0/lib by tests/interop/rmq_delay.py.
 import org.apache.rocketmq.common.BrokerConfig;
 import org.apache.rocketmq.common.message.MessageDecoder;
@@ -56,6 +58,9 @@ public class RmqDelay {
                 System.out.printf("ACK %d %d %d %d%n", i, level, r.getAppendMessageResult().getWroteOffset(),
                         r.getAppendMessageResult().getStoreTimestamp());
             }
+            for (int w = 0; w < 500 && s.dispatchBehindBytes() > 0; w++) Thread.sleep(10);
+        } else if (mode.equals("run")) {
+            Thread.sleep(Long.parseLong(a[4]));
             for (int w = 0; w < 500 && s.dispatchBehindBytes() > 0; w++) Thread.sleep(10);
         } else {
             String topic = ScheduleMessageService.SCHEDULE_TOPIC;

@@ -68,3 +68,7 @@ class RmqDelay(Rmq):
         stdout = self.run("units", store, config.segment_size_bytes, config.consume_queue_entries_per_file)
         return [tuple(int(word) for word in line.split()[1:]) for line in stdout.splitlines()
                 if line.startswith("UNIT ")]
+
+    def run_for(self, store: Path, config, milliseconds: int) -> None:
+        """RocketMQ opens `store` and runs (its ScheduleMessageService delivering) for `milliseconds`."""
+        self.run("run", store, config.segment_size_bytes, config.consume_queue_entries_per_file, milliseconds)

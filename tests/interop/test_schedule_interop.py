@@ -108,3 +108,23 @@ def test_mqstore_delivers_what_rocketmq_scheduled(tmp_path, rmq_delay):
             assert entry["queue_id"] == index % 4 and entry["tags"] == "TagD" and entry["keys"] == f"key-{index}"
             assert entry["store_timestamp_ms"] >= 0 and "DELAY" not in entry["properties"]
             assert entry["properties"]["u"] == f"v{index}" and entry["properties"]["REAL_QID"] == str(index % 4)
+
+
+def test_rocketmqs_schedule_service_delivers_what_mqstore_scheduled(tmp_path, rmq_delay):
+    """RocketMQ 4.4.0 opens a store mqstore wrote with due level-1 messages and its ScheduleMessageService puts
+    them on their topic. (No record CRC: RocketMQ's own records would not carry it.) RocketMQ's re-put keeps DELAY
+    in the stored properties (its messageTimeup clears it from the map after encoding them); mqstore removes it."""
+    config = small_config(record_crc=False)
+    root = tmp_path / "store"
+    with MessageStore.open(str(root), config, clock=ManualClock()) as store:  # the clock holds them: none delivered
+        results = [store.put(Message("orders", b"m%d" % index, queue_id=index, tags="A", keys=("k",),
+                                     properties={"DELAY": "1", "u": "v"})) for index in range(4)]
+    due = max(result.store_timestamp_ms for result in results) + DEFAULT_DELAYS_MS[0]
+    rmq_delay.run_for(root, config, max(0, due - ManualClock().now_ms()) + 3000)
+    with MessageStore.open(str(root), config, read_only=True) as store:
+        for index in range(4):
+            [message] = store.get("orders", index, 0).messages
+            assert (message.body, message.tags, message.keys) == (b"m%d" % index, "A", ("k",))
+            assert message.store_timestamp_ms >= results[index].store_timestamp_ms + DEFAULT_DELAYS_MS[0]
+            assert {name: message.properties.get(name) for name in ("REAL_TOPIC", "REAL_QID", "u", "DELAY")} == {
+                "REAL_TOPIC": "orders", "REAL_QID": str(index), "u": "v", "DELAY": "1"}
