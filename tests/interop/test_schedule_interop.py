@@ -8,6 +8,9 @@ CommitLog (its ConsumeQueues removed) computes the same due times.
 RocketMQ writes, mqstore delivers: RocketMQ 4.4.0's putMessage moves DELAY messages to the schedule topic and
 shuts down before they fire; mqstore reads RocketMQ's units (and rebuilds the same ones), delivers nothing before
 its time and every message at its time, with DELAY removed and REAL_TOPIC / REAL_QID kept.
+
+RocketMQ delivers mqstore's: its ScheduleMessageService, run on a store mqstore wrote, puts every due message on
+its topic (RocketMQ runs a few seconds of real time: its levels are at least 1 s).
 """
 
 from __future__ import annotations
