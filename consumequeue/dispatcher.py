@@ -21,15 +21,20 @@ class ConsumeQueueDispatcher:
     """Groups a batch by (topic, queue_id) and appends each group's units with one numpy write; then, when it
     has a `mark`, publishes the batch's end there (every queue is complete below it)."""
 
-    def __init__(self, table: ConsumeQueueTable, mark: DispatchedMark | None = None):
+    def __init__(self, table: ConsumeQueueTable, mark: DispatchedMark | None = None, retag=None):
         self.table = table
         self.mark = mark
+        # A callable(batch) that rewrites some rows' tags codes before they are written (mqstore/schedule: the due
+        # time of a SCHEDULE_TOPIC_XXXX unit), or None.
+        self.retag = retag
         self.dispatched_entries = 0
 
     def dispatch(self, batch: DispatchBatch) -> None:
         count = len(batch)
         if not count:
             return
+        if self.retag is not None:
+            self.retag(batch)
         if count <= DISPATCH_FEW_RECORDS_MAX:
             self._dispatch_few(batch)
         else:

@@ -2,7 +2,7 @@
 
     mqstore.commitlog  <-  mqstore.consumequeue, mqstore.indexfile, mqstore.flush  <-  mqstore.store
     mqstore.consumequeue, mqstore.indexfile  <-  mqstore.tier  <-  mqstore.store
-    mqstore.commitlog  <-  mqstore.timer  <-  mqstore.store
+    mqstore.commitlog  <-  mqstore.timer, mqstore.schedule  <-  mqstore.store
     mqstore.store      <-  mqstore.consumer  <-  mqstore.cli
     mqstore.store      <-  mqstore.spark
 
@@ -30,7 +30,7 @@ FOLDERS = {  # repository folder -> the package it installs as
     "mqstore": "mqstore",
 }
 FORMATS = {"mqstore.commitlog", "mqstore.consumequeue", "mqstore.indexfile"}
-ENGINE = FORMATS | {"mqstore.flush", "mqstore.store", "mqstore.tier", "mqstore.timer"}
+ENGINE = FORMATS | {"mqstore.flush", "mqstore.store", "mqstore.tier", "mqstore.timer", "mqstore.schedule"}
 ALLOWED = {  # layer -> the layers it may import
     "mqstore.commitlog": {"mqstore.commitlog"},
     "mqstore.consumequeue": {"mqstore.commitlog", "mqstore.consumequeue"},
@@ -38,6 +38,7 @@ ALLOWED = {  # layer -> the layers it may import
     "mqstore.flush": {"mqstore.commitlog", "mqstore.flush"},
     "mqstore.tier": FORMATS | {"mqstore.tier"},  # the object store side; it knows a store only as an argument
     "mqstore.timer": FORMATS | {"mqstore.timer"},  # knows a store only as an argument, like the tier
+    "mqstore.schedule": FORMATS | {"mqstore.schedule"},  # delay levels (RocketMQ 4.4.0): like the timer
     "mqstore.store": ENGINE | {"mqstore.consumer"},
     "mqstore.consumer": ENGINE | {"mqstore", "mqstore.consumer"},
     "mqstore.spark": ENGINE | {"mqstore", "mqstore.spark"},

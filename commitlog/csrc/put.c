@@ -663,6 +663,9 @@ static const char name_tags[] = "TAGS", name_keys[] = "KEYS", name_unique[] = "U
 /* A message asking for a timer (mqstore/timer/format.py): the Python path rewrites it onto the timer topic. */
 static const char name_deliver_ms[] = "TIMER_DELIVER_MS", name_delay_ms[] = "TIMER_DELAY_MS",
                   name_delay_sec[] = "TIMER_DELAY_SEC", name_out_ms[] = "TIMER_OUT_MS";
+/* A message with a delay level (mqstore/schedule/format.py): the Python path stores it on SCHEDULE_TOPIC_XXXX,
+ * unless it carries REAL_TOPIC (rewritten already). */
+static const char name_delay_level[] = "DELAY", name_real_topic[] = "REAL_TOPIC";
 
 /* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
  * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
@@ -707,7 +710,7 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
             total += length;
         }
     }
-    int has_unique_key = 0, timer_request = 0, timer_rewritten = 0;
+    int has_unique_key = 0, timer_request = 0, timer_rewritten = 0, delay_request = 0, delay_rewritten = 0;
     if (m->properties != NULL) {
         if (!PyDict_CheckExact(m->properties)) return 0;
         Py_ssize_t at = 0;
@@ -725,10 +728,13 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
                                  is_name(text, length, name_delay_sec);
                 timer_rewritten |= is_name(text, length, name_out_ms);
             }
+            delay_request |= length == 5 && is_name(text, length, name_delay_level);
+            delay_rewritten |= length == 10 && is_name(text, length, name_real_topic);
             has_unique_key |= is_name(text, length, name_unique);
             total += length + value_length + 2;
         }
         if (timer_request && !timer_rewritten) return 0;  /* the Python path stores it on the timer topic */
+        if (delay_request && !delay_rewritten) return 0;  /* the Python path stores it on the schedule topic */
         if (PyDict_GET_SIZE(m->properties) > 0) plan->properties = m->properties;
     }
     plan->unique_key = adds_unique_keys && !has_unique_key;

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import ConfigMismatchError, InvalidConfigError, SettingsFileError, StoreIOError
 from mqstore.flush.modes import FlushMode
+from mqstore.schedule.format import DEFAULT_DELAY_LEVELS, parse_levels
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -214,6 +215,10 @@ class StoreConfig:
     timer_log_file_size_bytes: int = 100 * MIB
     """size of each TimerLog file (RocketMQ's mappedFileSizeTimerLog, 100 MiB: about 2 million timers)."""
 
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    """the delays of levels 1, 2, ... for messages put with a DELAY level (RocketMQ's messageDelayLevel, default
+    "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"). Saved with the store (docs/schedule.md)."""
+
     def __post_init__(self) -> None:
         _check_int("segment_size_bytes", self.segment_size_bytes, 4096, 1 << 40)
         _check_int("consume_queue_entries_per_file", self.consume_queue_entries_per_file, 1, 50_000_000)
@@ -277,6 +282,10 @@ class StoreConfig:
         _check_int("born_port", self.born_port, 0, 65535)
         _check_int("timer_precision_ms", self.timer_precision_ms, 1, 60_000)
         _check_int("timer_max_delay_ms", self.timer_max_delay_ms, 0, 1 << 53)
+        try:
+            parse_levels(self.delay_levels)
+        except ValueError as exc:
+            raise InvalidConfigError(f"delay_levels: {exc}") from exc
         _check_int("timer_log_file_size_bytes", self.timer_log_file_size_bytes, 4096, 1 << 31)
 
     @property

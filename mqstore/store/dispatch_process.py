@@ -46,6 +46,7 @@ from mqstore.flush.checkpoint import Checkpoint
 from mqstore.flush.services import IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
 from mqstore.indexfile.index_service import IndexService
+from mqstore.schedule.format import parse_levels, retag_schedule_rows
 from mqstore.store.index_queries import IndexFlushable, checkpoint_logical_flush
 
 log = logging.getLogger(__name__)
@@ -390,7 +391,9 @@ class _Child:
                 record_crc=settings["record_crc"], record_crc_from=settings["record_crc_from"]))
             self.table = self._keep(ConsumeQueueTable(os.path.join(root, "consumequeue"),
                                                       settings["consume_queue_entries_per_file"], writable=True))
-            dispatchers = [ConsumeQueueDispatcher(self.table, self._keep(DispatchedMark(mark_path(root))))]
+            delays = parse_levels(settings["delay_levels"])  # the schedule topic's due times (mqstore/schedule/)
+            dispatchers = [ConsumeQueueDispatcher(self.table, self._keep(DispatchedMark(mark_path(root))),
+                                                  lambda batch: retag_schedule_rows(batch, delays))]
             self.index = self.index_flushable = None
             if settings["index_enabled"]:
                 self.index = self._keep(IndexService(os.path.join(root, "index"), settings["index_slot_count"],

@@ -59,6 +59,7 @@ from mqstore.flush.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from mqstore.flush.services import GroupCommitService, IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
 from mqstore.indexfile.index_service import IndexService
+from mqstore.schedule.service import ScheduleService
 from mqstore.store.clock import SYSTEM_CLOCK
 from mqstore.store.config import (
     CONFIG_FILE_NAME,
@@ -148,6 +149,7 @@ class MessageStore(Reads, IndexLookups):
         self._tier_history: TierHistory | None = None  # a writer with a tier: recovery's reads of the tier
         self._tier_pass_start: int | None = None  # where the last re-dispatch from the tier began
         self.timer: TimerService | None = None  # a writer's timer (mqstore/timer/): delivers timer messages
+        self.schedule: ScheduleService | None = None  # a writer's delay levels (mqstore/schedule/)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
@@ -264,6 +266,10 @@ class MessageStore(Reads, IndexLookups):
         if not self.read_only:
             self.timer = TimerService(self, root, self.clock, config=config, flush_log=self._commitlog.flush)
             self._commitlog.rewrite = self.timer.rewrite
+            # --- delay levels (mqstore/schedule/): DELAY messages onto SCHEDULE_TOPIC_XXXX, then the timer's rewrite
+            self.schedule = ScheduleService(self, root, self.clock, config=config, flush_log=self._commitlog.flush)
+            schedule_rewrite, timer_rewrite = self.schedule.rewrite, self.timer.rewrite
+            self._commitlog.rewrite = lambda message: timer_rewrite(schedule_rewrite(message))
 
     def _recover(self) -> RecoveryReport:
         """The abort marker, the checkpoint, then recovery's decisions applied (mqstore/store/recovery.py)."""
@@ -302,7 +308,7 @@ class MessageStore(Reads, IndexLookups):
         """Dispatch from where recovery says the queues and index stop; returns the deque of records described to
         the dispatch thread as they are written (SYNC), or None."""
         config, root, crashed = self.config, self.root_dir, report.crashed
-        dispatchers = [ConsumeQueueDispatcher(self._queues, self._mark)]
+        dispatchers = [ConsumeQueueDispatcher(self._queues, self._mark, self.schedule.retag)]
         if self._index is not None:
             dispatchers.append(IndexDispatcher(self._index))
         start = dispatch_start(report, self._commitlog, self._queues, self._index, crashed=crashed,
@@ -351,6 +357,7 @@ class MessageStore(Reads, IndexLookups):
         self._retention.start()
         self._services.append(self._retention)
         self.timer.start_if_used()  # timer (mqstore/timer/): on a store with timers, else at the first timer put
+        self.schedule.start()  # delay levels (mqstore/schedule/)
         if self._tier_uploader is not None:
             self._tier_uploader.start()
             self._services.append(self._tier_uploader)
@@ -377,6 +384,7 @@ class MessageStore(Reads, IndexLookups):
             "consume_queue_entries_per_file", "index_enabled", "index_slot_count", "index_entry_count_max",
             "flush_consume_queue_interval_ms", "check_crc_on_dispatch")}
         settings.update(record_crc_from=self._commitlog.record_crc_from, sync_flush=self._sync_flush,
+                        delay_levels=self.schedule.levels_text,
                         consume_queue_flush_least_pages=CONSUME_QUEUE_FLUSH_LEAST_PAGES,
                         consume_queue_flush_thorough_interval_ms=CONSUME_QUEUE_FLUSH_THOROUGH_INTERVAL_MS)
         self._dispatch = ProcessDispatch(root, settings, start, self._commitlog.readable_end())
@@ -418,7 +426,7 @@ class MessageStore(Reads, IndexLookups):
         into the queues and the index, as the local log's records are."""
         history = self._tier_history
         end = self._commitlog.min_offset()
-        dispatchers = [ConsumeQueueDispatcher(self._queues)]
+        dispatchers = [ConsumeQueueDispatcher(self._queues, retag=self.schedule.retag)]
         if self._index is not None:
             dispatchers.append(IndexDispatcher(self._index))
         log.warning("re-dispatching the history in the tier %s from commitlog offset %d to the local log's start %d",
@@ -591,6 +599,8 @@ class MessageStore(Reads, IndexLookups):
         with self._close_lock:
             if self._closed:
                 return
+            if self.schedule is not None:  # delay levels (mqstore/schedule/): stopped while the store takes puts
+                self.schedule.stop()
             if self.timer is not None:  # timer (mqstore/timer/): its last deliveries and checkpoint need the store
                 self.timer.stop()
             self._closed = True
@@ -614,6 +624,8 @@ class MessageStore(Reads, IndexLookups):
     def _stop_threads(self) -> None:
         """Stop every thread this store started: dispatch, flushers, retention, the segment allocator (a failed
         open stops the ones it had started too). Nothing is flushed here."""
+        if self.schedule is not None:
+            self.schedule.stop()
         if self.timer is not None:
             self.timer.stop(checkpoint=False)  # after close's own stop: nothing left to do
         if self._dispatch is not None:
@@ -694,8 +706,9 @@ class MessageStore(Reads, IndexLookups):
 
     def _append_message_holding_lock(self, message: Message) -> PutResult:
         """The Python path of `_put_holding_lock`: prepare, then append."""
-        if self.timer is not None:  # timer (mqstore/timer/): a timer message rewritten goes back to the compiled put
-            rewritten = self.timer.rewrite(message)
+        rewrite = self._commitlog.rewrite
+        if rewrite is not None:  # timer and delay levels: a message rewritten goes back to the compiled put
+            rewritten = rewrite(message)
             if rewritten is not message and self._put_common is not None:
                 result = self._put_common(rewritten)
                 if result is not None:
@@ -1026,6 +1039,7 @@ class MessageStore(Reads, IndexLookups):
                          "process_id": self._dispatch.pid if isinstance(self._dispatch, ProcessDispatch) else None},
             "queues": queues,
             "tier": self._tier_stats(),
+            "schedule": self.schedule.stats() if self.schedule is not None else None,  # mqstore/schedule/
         }
 
     def _tier_stats(self) -> dict | None:

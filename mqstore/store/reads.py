@@ -22,6 +22,7 @@ from mqstore.commitlog import format as fmt
 from mqstore.commitlog.commitlog import validate_topic
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError, StoreIOError
 from mqstore.commitlog.message import StoredMessage
+from mqstore.consumequeue import format as cqf
 
 GET_MAX_COUNT_LIMIT = 65_536  # messages one get() may return
 GET_FILTER_SCAN_ENTRIES_MIN = 800  # queue entries a filtered get() examines at least (RocketMQ: 16000 bytes)
@@ -252,6 +253,13 @@ class Reads:
                 raise InvalidMessageError(f"no message record starts at commitlog offset {commitlog_offset}") \
                     from exc
             raise
+
+    def queue_units(self, topic: str, queue_id: int, offset: int, count: int) -> np.ndarray:
+        """A copy of the ConsumeQueue units [offset, offset + count) that exist (consumequeue/format.py's dtype):
+        for services that read tag codes (mqstore/schedule: due times)."""
+        self._check_open()
+        queue = self._queue(topic, queue_id)
+        return queue.read(offset, count) if queue is not None else cqf.make_units([], [], [])
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         self._check_open()
