@@ -70,7 +70,7 @@ class LeasedMessage(NamedTuple):
     lease: Lease
 
 
-def _check_int(name: str, value, low: int, high: int) -> None:
+def check_int(name: str, value, low: int, high: int) -> None:
     if type(value) is not int or not low <= value <= high:
         raise InvalidMessageError(f"{name} must be an int in {low}..{high}, got {value!r}")
 
@@ -81,8 +81,8 @@ def open_lease_consumer(store, group: str, topic: str, *, max_delivery_count: in
     """A lease consumer of every queue of `topic` for `group` (see the module docstring)."""
     validate_group(group)
     store.max_offset(topic, 0)  # checks the topic name and that the store is open
-    _check_int("max_delivery_count", max_delivery_count, 1, 0xFFFF - 1)
-    _check_int("commit_interval_ms", commit_interval_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
+    check_int("max_delivery_count", max_delivery_count, 1, 0xFFFF - 1)
+    check_int("commit_interval_ms", commit_interval_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
     journal = LeaseJournal(store.root_dir, topic, group, sync=bool(sync), compact_bytes=compact_bytes)
     return LeaseConsumer(store, group, topic, journal, max_delivery_count=max_delivery_count,
                          clock=store.clock if clock is None else clock, commit_interval_ms=commit_interval_ms)
@@ -109,9 +109,9 @@ class LeaseConsumer:
     # --- receiving -----------------------------------------------------------------------------------------
     def receive(self, max_count: int = 32, visibility_ms: int = 30_000, timeout_ms: int = 0) -> list[LeasedMessage]:
         """Up to `max_count` messages, each leased for `visibility_ms`; waits up to `timeout_ms` for one."""
-        _check_int("max_count", max_count, 1, RECEIVE_MAX_COUNT_LIMIT)
-        _check_int("visibility_ms", visibility_ms, 1, VISIBILITY_MS_MAX)
-        _check_int("timeout_ms", timeout_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
+        check_int("max_count", max_count, 1, RECEIVE_MAX_COUNT_LIMIT)
+        check_int("visibility_ms", visibility_ms, 1, VISIBILITY_MS_MAX)
+        check_int("timeout_ms", timeout_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             seen = None if self.store.read_only else self.store.dispatched_offset
@@ -229,7 +229,7 @@ class LeaseConsumer:
 
     def extend(self, lease: Lease, visibility_ms: int) -> Lease:
         """Keep a live lease `visibility_ms` from now; the new handle (the old one stays valid too)."""
-        _check_int("visibility_ms", visibility_ms, 1, VISIBILITY_MS_MAX)
+        check_int("visibility_ms", visibility_ms, 1, VISIBILITY_MS_MAX)
         return self._release(lease, visibility_ms)
 
     def nack(self, lease: Lease) -> None:
