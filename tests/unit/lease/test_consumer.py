@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
-from mqstore.commitlog.errors import InvalidMessageError
+from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError
 
 from mqstore import Message, MessageStore
 from mqstore.consumer.offsets import ConsumerOffsets
@@ -227,3 +228,19 @@ def test_a_torn_tail_is_cut_and_the_journal_goes_on(store):
         consumer.ack(received[0].lease)
         assert os.path.getsize(path) == size + 16 + 32
         assert bodies(consumer.receive(max_count=3, visibility_ms=1000)) == [b"m1", b"m2"]
+
+
+def test_a_lease_can_be_acknowledged_by_another_consumer_of_the_group(store):
+    put(store, 2)
+    first = open_lease_consumer(store, GROUP, TOPIC)
+    second = open_lease_consumer(store, GROUP, TOPIC)
+    received = first.receive(max_count=2, visibility_ms=1000)
+    second.ack(pickle.loads(pickle.dumps(received[0].lease)))  # e.g. handed to a worker process
+    with pytest.raises(UnknownLeaseError):
+        first.ack(received[0].lease)
+    first.ack(received[1].lease)
+    assert second.prefixes() == {0: 2}
+    first.close()
+    second.close()
+    with pytest.raises(StoreClosedError):
+        first.receive()
