@@ -18,6 +18,8 @@ from tests.conftest import small_config
 TOPIC = "jobs"
 GROUP = "workers"
 
+pytestmark = pytest.mark.usefixtures("codec")  # messages read and dead letters put through both codecs
+
 
 @pytest.fixture
 def clock():
