@@ -246,3 +246,18 @@ def test_a_lease_can_be_acknowledged_by_another_consumer_of_the_group(store):
     second.close()
     with pytest.raises(StoreClosedError):
         first.receive()
+
+
+def test_a_read_only_consumer_leaves_dead_letters_to_the_writer(store, clock):
+    put(store, 1)
+    with MessageStore.open(store.root_dir, read_only=True, clock=clock) as reader, \
+            open_lease_consumer(reader, GROUP, TOPIC, max_delivery_count=1) as consumer:
+        assert len(consumer.receive(max_count=1, visibility_ms=100)) == 1
+        clock.advance(100)
+        assert consumer.receive(max_count=1, visibility_ms=100) == []  # cannot put on %DLQ%: left alone
+        assert consumer.leased_count() == 1 and consumer.prefixes() == {0: 0}
+    with open_lease_consumer(store, GROUP, TOPIC, max_delivery_count=1) as writer:
+        assert writer.receive(max_count=1, visibility_ms=100) == []
+        assert writer.prefixes() == {0: 1}
+    assert store.wait_dispatched(10)
+    assert [message.body for message in store.get("%DLQ%" + GROUP, 0, 0).messages] == [b"m0"]

@@ -8,6 +8,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from mqstore import Message, MessageStore
 from mqstore.lease import open_lease_consumer
 from tests.conftest import small_config
@@ -51,6 +53,7 @@ def test_threads_share_a_queue(tmp_path):
             consumer.close()
 
 
+@pytest.mark.slow
 def test_processes_on_read_only_stores_share_a_queue(tmp_path):
     root = tmp_path / "store"
     with MessageStore.open(root, small_config()) as store:
@@ -69,6 +72,7 @@ def test_processes_on_read_only_stores_share_a_queue(tmp_path):
             assert consumer.commit() == {0: 1500, 1: 1500}
 
 
+@pytest.mark.slow
 def test_a_lease_held_in_another_process_is_not_handed_out(tmp_path):
     root = tmp_path / "store"
     with MessageStore.open(root, small_config()) as store:
