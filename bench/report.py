@@ -583,6 +583,18 @@ def report_timer(data: dict) -> str:
             + table(rows, [("measure", "measure", text), ("value", "value", text)]))
 
 
+def report_lease(data: dict) -> str:
+    rows = [{**row, "range": "" if row["msgs_per_s_min"] is None else
+             f"{row['msgs_per_s_min']:,.0f}-{row['msgs_per_s_max']:,.0f}"} for row in data["rows"]]
+    return "\n\n".join([
+        f"Medians of {data['rounds']} interleaved rounds, each cell a fresh process:", table(rows, [
+            ("row", "name", text), ("msgs/s", "msgs_per_s_median", rate), ("min-max", "range", text),
+            ("CPU us a message", "cpu_us_per_msg_median", number(1))]),
+        "Issue 32's targets (measured, not asserted):", table(data["targets"], [
+            ("target", "name", text), ("ratio", "ratio", ratio),
+            ("met", lambda row: "yes" if row["met"] else "**no**", text)])])
+
+
 BENCHMARKS = {
     "put_get": report_put_get,
     "flush_modes": report_flush_modes,
@@ -606,6 +618,7 @@ BENCHMARKS = {
     "tier_scan": report_tier_scan,
     "tier_get": report_tier_get,
     "timer": report_timer,
+    "lease": report_lease,
 }
 TOP_README = HERE.parent / "README.md"
 GAPS = HERE / "results" / "users-gaps.md"  # where the time goes in each row of users.json not met

@@ -36,10 +36,12 @@ from typing import Iterable
 from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError, StoreError
 from mqstore.commitlog.message import Message, PutResult, PutStatus
 from mqstore.consumer.group import POLL_MAX_COUNT_LIMIT, POLL_TIMEOUT_MS_MAX, READ_ONLY_POLL_INTERVAL_S
+from mqstore.lease.aio import AsyncLeaseConsumer
+from mqstore.lease.consumer import open_lease_consumer
 from mqstore.store.config import StoreConfig
 from mqstore.store.engine import MessageStore
 
-__all__ = ["AsyncConsumer", "AsyncMessageStore"]
+__all__ = ["AsyncConsumer", "AsyncLeaseConsumer", "AsyncMessageStore"]
 
 log = logging.getLogger(__name__)
 
@@ -390,6 +392,10 @@ class AsyncMessageStore:
                  consume_from: str = "first") -> "AsyncConsumer":
         """An AsyncConsumer of `topic` for `group` (MessageStore.consumer's arguments)."""
         return AsyncConsumer(self, self.sync.consumer(group, topic, queue_ids, tags=tags, consume_from=consume_from))
+
+    def lease_consumer(self, group: str, topic: str, **options) -> AsyncLeaseConsumer:
+        """An AsyncLeaseConsumer of `topic` for `group` (open_lease_consumer's options; mqstore/lease/aio.py)."""
+        return AsyncLeaseConsumer(self, open_lease_consumer(self.sync, group, topic, **options))
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     async def close(self) -> None:

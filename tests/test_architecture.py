@@ -4,6 +4,7 @@
     mqstore.consumequeue, mqstore.indexfile  <-  mqstore.tier  <-  mqstore.store
     mqstore.commitlog  <-  mqstore.timer, mqstore.schedule  <-  mqstore.store
     mqstore.store      <-  mqstore.consumer  <-  mqstore.cli
+    mqstore.consumer   <-  mqstore.lease (the group's committed offsets)
     mqstore.store      <-  mqstore.spark
 
 The Spark source and the command line use the store's public surface (the `mqstore` package and
@@ -41,9 +42,10 @@ ALLOWED = {  # layer -> the layers it may import
     "mqstore.schedule": FORMATS | {"mqstore.schedule"},  # delay levels (RocketMQ 4.4.0): like the timer
     "mqstore.store": ENGINE | {"mqstore.consumer"},
     "mqstore.consumer": ENGINE | {"mqstore", "mqstore.consumer"},
+    "mqstore.lease": ENGINE | {"mqstore", "mqstore.consumer", "mqstore.lease"},
     "mqstore.spark": ENGINE | {"mqstore", "mqstore.spark"},
     "mqstore.cli": ENGINE | {"mqstore", "mqstore.consumer", "mqstore.cli"},
-    "mqstore": ENGINE | {"mqstore", "mqstore.consumer", "mqstore.spark", "mqstore.cli"},
+    "mqstore": ENGINE | {"mqstore", "mqstore.consumer", "mqstore.lease", "mqstore.spark", "mqstore.cli"},
 }
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
 OLD_NAMES = {"commitlog", "consumequeue", "indexfile", "flush", "bench"}

@@ -102,7 +102,8 @@ def test_bench_report_check_fails_on_a_stale_table(tmp_path, monkeypatch):
 
 
 # docs/spark.md's examples need the Spark session: tests/spark/test_docs_spark.py runs them.
-PAGES_WITH_RUN_EXAMPLES = ("README.md", "docs/arrow.md", "docs/asyncio.md", "docs/settings.md", "docs/tuning.md")
+PAGES_WITH_RUN_EXAMPLES = (
+    "README.md", "docs/arrow.md", "docs/asyncio.md", "docs/lease.md", "docs/settings.md", "docs/tuning.md")
 
 
 def python_blocks(markdown: str) -> list[str]:

@@ -1,0 +1,248 @@
+"""receive + ack, one consumer, one thread: mqstore's lease consumer against persist-queue and litequeue.
+
+    .venv/bin/python bench/lease.py              # 5 interleaved rounds (a few minutes)
+    .venv/bin/python bench/lease.py --quick      # one short round (a smoke run)
+
+Each round runs every cell in turn, each in a fresh process on a fresh directory. A cell fills its queue first
+(not timed) with messages of a 100 B body, a tag and a key, then times one thread taking every message and
+acknowledging it:
+- mqstore, leases: `open_lease_consumer(store, group, topic)`, `receive(max_count=32, visibility_ms=30000)` then
+  `ack_many` of the batch; and the same with `ack` of each message. The store at its defaults; the lease journal
+  at its default (an acknowledgement survives kill -9 of any process: written with write(2)), and with
+  `sync=True` (each receive and ack fdatasynced: it survives a power loss);
+- persist-queue 1.1 `SQLiteAckQueue(path)` at its defaults (auto_commit=True: a transaction per get and per ack,
+  SQLite WAL with synchronous FULL: each commit fsyncs the WAL), `get(block=False, raw=True)` then
+  `ack(id=pqid)`; the item a dict of body, tags and keys (pickled by persist-queue);
+- litequeue `LiteQueue(path)` at its defaults (WAL, synchronous NORMAL: a commit survives a process crash, not a
+  power loss), `pop()` then `done(message_id)`; the item the same fields as JSON text (litequeue stores str).
+Targets (issue 32): the mqstore default row >= 10x each peer, and >= 100k messages a second.
+Writes bench/results/lease.json and .md (or *_quick.*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BODY_BYTES = 100
+ROUNDS = 5
+BATCH = 32
+MQSTORE_MESSAGES = 200_000
+PEER_MESSAGES = 5_000
+QUICK_MESSAGES = 2_000
+TARGET_RATIO = 10.0
+TARGET_RATE = 100_000
+CELL_TIMEOUT_S = 900
+CELLS = {  # name -> (kind, option)
+    "mqstore lease, receive 32 + ack_many": ("mqstore", "batch"),
+    "mqstore lease, receive 32 + ack each": ("mqstore", "each"),
+    "mqstore lease sync=True (power-loss durable), receive 32 + ack_many": ("mqstore", "sync"),
+    "persist-queue SQLiteAckQueue, get + ack": ("persistqueue", ""),
+    "litequeue LiteQueue, pop + done": ("litequeue", ""),
+}
+DEFAULT_ROW = "mqstore lease, receive 32 + ack_many"
+PEERS = ("persist-queue SQLiteAckQueue, get + ack", "litequeue LiteQueue, pop + done")
+
+
+DURABILITY_NOTE = (
+    "Durability of each row at the settings measured: mqstore's lease rows (store defaults, journal default): a "
+    "returned receive or ack survives kill -9 of any process; `sync=True`: each journal write fdatasynced, it "
+    "survives power loss. persist-queue SQLiteAckQueue defaults: auto_commit, SQLite WAL with synchronous FULL "
+    "(each commit fsyncs: power loss). litequeue defaults: WAL with synchronous NORMAL (a process crash, not a "
+    "power loss). Queues filled first (not timed), 100 B bodies with a tag and a key; one thread.")
+
+
+def fields(index: int, pool: list[bytes]) -> tuple[bytes, str, str]:
+    return pool[index & 1023], "TagA", f"key-{index}"
+
+
+def mqstore_cell(directory: str, count: int, option: str) -> dict:
+    from mqstore import Message, MessageStore
+    from mqstore.lease import open_lease_consumer
+
+    pool = [os.urandom(BODY_BYTES) for _ in range(1024)]
+    with MessageStore.open(directory) as store:
+        batch = []
+        for index in range(count):
+            body, tag, key = fields(index, pool)
+            batch.append(Message("LeaseBench", body, tags=tag, keys=[key]))
+        store.put_batch(batch)
+        store.wait_dispatched(60)
+        consumer = open_lease_consumer(store, "workers", "LeaseBench", sync=option == "sync")
+        done = 0
+        started = time.perf_counter()
+        cpu = time.process_time()
+        while done < count:
+            received = consumer.receive(BATCH, 30_000)
+            if option == "each":
+                for leased in received:
+                    consumer.ack(leased.lease)
+            else:
+                consumer.ack_many([leased.lease for leased in received])
+            done += len(received)
+        seconds = time.perf_counter() - started
+        cpu = time.process_time() - cpu
+        prefix = consumer.commit()
+        consumer.close()
+    assert prefix == {0: count}, prefix
+    return {"count": done, "seconds": seconds, "msgs_per_s": done / seconds, "cpu_us_per_msg": cpu / done * 1e6}
+
+
+def persistqueue_cell(directory: str, count: int) -> dict:
+    from persistqueue import SQLiteAckQueue
+
+    pool = [os.urandom(BODY_BYTES) for _ in range(1024)]
+    queue = SQLiteAckQueue(directory)
+    for index in range(count):
+        body, tag, key = fields(index, pool)
+        queue.put({"body": body, "tags": tag, "keys": key})
+    done = 0
+    started = time.perf_counter()
+    cpu = time.process_time()
+    while done < count:
+        item = queue.get(block=False, raw=True)
+        queue.ack(id=item["pqid"])
+        done += 1
+    seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    assert queue.ready_count() == 0
+    return {"count": done, "seconds": seconds, "msgs_per_s": done / seconds, "cpu_us_per_msg": cpu / done * 1e6}
+
+
+def litequeue_cell(directory: str, count: int) -> dict:
+    from litequeue import LiteQueue
+
+    pool = [os.urandom(BODY_BYTES) for _ in range(1024)]
+    queue = LiteQueue(os.path.join(directory, "queue.sqlite3"))
+    for index in range(count):
+        body, tag, key = fields(index, pool)
+        queue.put(json.dumps({"body": body.hex(), "tags": tag, "keys": key}))
+    done = 0
+    started = time.perf_counter()
+    cpu = time.process_time()
+    while done < count:
+        message = queue.pop()
+        queue.done(message.message_id)
+        done += 1
+    seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    assert queue.pop() is None
+    return {"count": done, "seconds": seconds, "msgs_per_s": done / seconds, "cpu_us_per_msg": cpu / done * 1e6}
+
+
+def run_cell(work: str, name: str, quick: bool) -> dict:
+    """One cell in a fresh interpreter on a fresh directory."""
+    kind, option = CELLS[name]
+    count = QUICK_MESSAGES if quick else MQSTORE_MESSAGES if kind == "mqstore" else PEER_MESSAGES
+    directory = tempfile.mkdtemp(prefix=f"lease-{kind}-", dir=work)
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--cell", kind, directory, str(count),
+                               option or "-"], capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarise(runs: dict[str, list[dict]]) -> tuple[list[dict], list[dict]]:
+    rows = []
+    for name, measured in runs.items():
+        good = [run for run in measured if "error" not in run]
+        rates = [run["msgs_per_s"] for run in good]
+        rows.append({"name": name, "runs": measured, "errors": len(measured) - len(good),
+                     "msgs_per_s_median": statistics.median(rates) if rates else None,
+                     "msgs_per_s_min": min(rates) if rates else None, "msgs_per_s_max": max(rates) if rates else None,
+                     "cpu_us_per_msg_median": statistics.median(run["cpu_us_per_msg"] for run in good)
+                     if good else None})
+    by_name = {row["name"]: row["msgs_per_s_median"] for row in rows}
+    ours = by_name.get(DEFAULT_ROW)
+    targets = []
+    for peer in PEERS:
+        if ours and by_name.get(peer):
+            ratio = ours / by_name[peer]
+            targets.append({"name": f"{DEFAULT_ROW} >= {TARGET_RATIO:.0f}x {peer}", "ratio": ratio,
+                            "met": ratio >= TARGET_RATIO})
+    if ours:
+        targets.append({"name": f"{DEFAULT_ROW} >= {TARGET_RATE:,} msgs/s", "ratio": ours / TARGET_RATE,
+                        "met": ours >= TARGET_RATE})
+    return rows, targets
+
+
+def markdown(data: dict) -> str:
+    lines = [f"# {data['command']}", "",
+             f"{data['date_utc']}: medians of {data['rounds']} interleaved round(s), each cell a fresh process; "
+             f"{data['cpus']} CPUs, load {data['load_average_1min']:.1f}, Python {data['python']}.", "",
+             "| row | msgs/s median | min-max | CPU us a message |", "|---|---:|---:|---:|"]
+    for row in data["rows"]:
+        if row["msgs_per_s_median"] is None:
+            lines.append(f"| {row['name']} | failed |  |  |")
+            continue
+        lines.append(f"| {row['name']} | {row['msgs_per_s_median']:,.0f} | {row['msgs_per_s_min']:,.0f}-"
+                     f"{row['msgs_per_s_max']:,.0f} | {row['cpu_us_per_msg_median']:.1f} |")
+    lines += ["", DURABILITY_NOTE, "", "| target | ratio | met |", "|---|---:|---|"]
+    lines += [f"| {target['name']} | {target['ratio']:.1f}x | {'yes' if target['met'] else 'no'} |"
+              for target in data["targets"]]
+    return "\n".join(lines) + "\n"
+
+
+def cell_main(kind: str, directory: str, count: int, option: str) -> None:
+    if kind == "mqstore":
+        measured = mqstore_cell(directory, count, option)
+    elif kind == "persistqueue":
+        measured = persistqueue_cell(directory, count)
+    else:
+        measured = litequeue_cell(directory, count)
+    print(json.dumps(measured))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one short round")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--out", default=None, help="the JSON file (the .md goes beside it)")
+    parser.add_argument("--dir", default=None, help="where the queues are made (a temporary folder by default)")
+    parser.add_argument("--cell", nargs=4, metavar=("KIND", "DIR", "COUNT", "OPTION"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.cell is not None:
+        kind, directory, count, option = args.cell
+        cell_main(kind, directory, int(count), option)
+        return
+    rounds = args.rounds or (1 if args.quick else ROUNDS)
+    out = args.out or os.path.join(ROOT, "bench", "results", "lease_quick.json" if args.quick else "lease.json")
+    work = tempfile.mkdtemp(prefix="lease-bench-", dir=args.dir)
+    runs: dict[str, list[dict]] = {}
+    try:
+        for round_ in range(rounds):
+            for name in CELLS:
+                measured = run_cell(work, name, args.quick)
+                runs.setdefault(name, []).append(measured)
+                shown = measured.get("error") or f"{measured['msgs_per_s']:,.0f} msgs/s"
+                print(f"round {round_ + 1}/{rounds} {name}: {shown}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows, targets = summarise(runs)
+    data = {"command": "bench/lease.py" + (" --quick" if args.quick else ""), "rounds": rounds,
+            "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+            "load_average_1min": os.getloadavg()[0], "python": platform.python_version(), "rows": rows,
+            "targets": targets}
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+    with open(os.path.splitext(out)[0] + ".md", "w", encoding="utf-8") as handle:
+        handle.write(markdown(data))
+    print(markdown(data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Lease consumers: work queues with per-message acknowledgement and a visibility timeout (RocketMQ 5's POP).
+
+    consumer = open_lease_consumer(store, "workers", "jobs")
+    for leased in consumer.receive(max_count=32, visibility_ms=30_000, timeout_ms=1000):
+        handle(leased.message)
+        consumer.ack(leased.lease)            # not acknowledged in time: handed out again
+
+`receive` hands out messages with a lease each: first those whose lease expired (their delivery count raised),
+then entries of the topic's queues never handed out. A message is leased to one consumer at a time: every lease
+consumer of the (topic, group), in this process or another, shares the group's lease journal under a flock
+(mqstore/lease/format.py), so a message is handed out again only after its lease's deadline. `ack` ends a lease,
+`extend` moves its deadline, `nack` lets it expire now. A message delivered `max_delivery_count` times whose
+lease expires again is put on `%DLQ%<group>` (dead_letter.py) and acknowledged; a consumer of a read_only store
+cannot put and leaves it to a writable one. Deadlines are read from the consumer's clock (the store's, a
+ManualClock in tests); `timeout_ms`, how long receive waits for something to hand out, is wall time.
+
+Every entry below a queue's acknowledged prefix is done: the prefix is committed to the group's offsets
+(`config/consumerOffset.json`) by `commit()`, on `close()`, every `commit_interval_ms` of acks and when the
+journal is compacted, so plain consumers and tools see the group's progress.
+
+Durability: once `receive` or `ack` returns, its lease or acknowledgement survives a kill -9 of any process
+(the journal is written with write(2)). `sync=True` also fdatasyncs each write, so that they survive a power
+loss. After a crash a lease handed out but not acknowledged is delivered again when it expires: at-least-once.
+Tag filters are not offered yet: a lease consumer takes every message of its queues.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from typing import Iterable, NamedTuple
+
+from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError
+from mqstore.commitlog.message import StoredMessage
+from mqstore.consumer.offsets import ConsumerOffsets, offset_key, validate_group
+from mqstore.lease import format as fmt
+from mqstore.lease.dead_letter import put_dead_letter
+from mqstore.lease.errors import ForeignLeaseError, LeaseExpiredError, UnknownLeaseError
+from mqstore.lease.journal import COMPACT_BYTES, LeaseJournal
+from mqstore.store.reads import GET_MAX_COUNT_LIMIT, GetStatus
+
+RECEIVE_MAX_COUNT_LIMIT = GET_MAX_COUNT_LIMIT  # messages one receive may hand out
+VISIBILITY_MS_MAX = 12 * 3600 * 1000  # longest lease (RocketMQ 5 caps a POP's invisible time near this)
+RECEIVE_TIMEOUT_MS_MAX = 24 * 3600 * 1000  # longest a receive may wait
+RECEIVE_WAIT_SLICE_S = 0.05  # a waiting receive looks again this often (others' acks and expiries are not signalled)
+MAX_DELIVERY_COUNT = 16  # RocketMQ's default max reconsume times
+COMMIT_INTERVAL_MS = 5000  # acks commit the prefix to consumerOffset.json at most this often (RocketMQ: 5 s)
+
+_LEASE = fmt.KIND_LEASE
+_ACK = fmt.KIND_ACK
+_DEAD = fmt.KIND_DEAD
+_BASE = fmt.KIND_BASE
+_FOUND = GetStatus.FOUND
+
+
+class Lease(NamedTuple):
+    """A handle on one leased message: pass it to ack, ack_many, extend or nack."""
+
+    owner: str  # "topic@group" of the consumer that handed it out
+    queue_id: int
+    queue_offset: int
+    lease_id: int
+    deadline_ms: int
+    delivery_count: int
+
+
+class LeasedMessage(NamedTuple):
+    message: StoredMessage
+    lease: Lease
+
+
+def check_int(name: str, value, low: int, high: int) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise InvalidMessageError(f"{name} must be an int in {low}..{high}, got {value!r}")
+
+
+def open_lease_consumer(store, group: str, topic: str, *, max_delivery_count: int = MAX_DELIVERY_COUNT,
+                        sync: bool = False, clock=None, commit_interval_ms: int = COMMIT_INTERVAL_MS,
+                        compact_bytes: int = COMPACT_BYTES) -> "LeaseConsumer":
+    """A lease consumer of every queue of `topic` for `group` (see the module docstring)."""
+    validate_group(group)
+    store.max_offset(topic, 0)  # checks the topic name and that the store is open
+    check_int("max_delivery_count", max_delivery_count, 1, 0xFFFF - 1)
+    check_int("commit_interval_ms", commit_interval_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
+    journal = LeaseJournal(store.root_dir, topic, group, sync=bool(sync), compact_bytes=compact_bytes)
+    return LeaseConsumer(store, group, topic, journal, max_delivery_count=max_delivery_count,
+                         clock=store.clock if clock is None else clock, commit_interval_ms=commit_interval_ms)
+
+
+class LeaseConsumer:
+    """Leases messages of one topic for one group. Thread-safe. Build it with `open_lease_consumer`."""
+
+    def __init__(self, store, group: str, topic: str, journal: LeaseJournal, *, max_delivery_count: int, clock,
+                 commit_interval_ms: int):
+        self.store = store
+        self.group = group
+        self.topic = topic
+        self.owner = offset_key(topic, group)
+        self.max_delivery_count = max_delivery_count
+        self.clock = clock
+        self.commit_interval_ms = commit_interval_ms
+        self._journal = journal
+        self._offsets = ConsumerOffsets.of_store(store.root_dir)
+        self._mutex = threading.Lock()
+        self._committed_at_ms = clock.now_ms()
+        self._closed = False
+
+    # --- receiving -----------------------------------------------------------------------------------------
+    def receive(self, max_count: int = 32, visibility_ms: int = 30_000, timeout_ms: int = 0) -> list[LeasedMessage]:
+        """Up to `max_count` messages, each leased for `visibility_ms`; waits up to `timeout_ms` for one."""
+        check_int("max_count", max_count, 1, RECEIVE_MAX_COUNT_LIMIT)
+        check_int("visibility_ms", visibility_ms, 1, VISIBILITY_MS_MAX)
+        check_int("timeout_ms", timeout_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            seen = None if self.store.read_only else self.store.dispatched_offset
+            received = self.receive_now(max_count, visibility_ms)
+            remaining = deadline - time.monotonic()
+            if received or remaining <= 0:
+                return received
+            wait_s = min(remaining, RECEIVE_WAIT_SLICE_S)
+            if seen is None:
+                time.sleep(wait_s)  # a read_only store: nothing signals new entries
+            else:
+                self.store.wait_dispatched_past(seen, wait_s)
+
+    def receive_now(self, max_count: int, visibility_ms: int) -> list[LeasedMessage]:
+        """One look (receive without waiting); the arguments are checked by the caller."""
+        with self._mutex:
+            self._check_open()
+            with self._journal.locked() as state:
+                now = self.clock.now_ms()
+                records: list[tuple] = []
+                received: list[LeasedMessage] = []
+                self._redeliver(state, now, now + visibility_ms, max_count, records, received)
+                if len(received) < max_count:
+                    self._deliver_new(state, now + visibility_ms, max_count, records, received)
+                if records:
+                    self._journal.append(records)
+                    self._maybe_compact()
+        return received
+
+    def _redeliver(self, state, now: int, deadline: int, max_count: int, records: list, received: list) -> None:
+        """Lease again messages whose lease expired (or put them on the DLQ past max_delivery_count)."""
+        expiry = state.expiry
+        lease_id = state.last_lease_id + len(records)
+        while expiry and expiry[0][0] <= now and len(received) < max_count:
+            _, queue_id, queue_offset, expired_id = heapq.heappop(expiry)
+            entry = state.queues[queue_id].leases.get(queue_offset)
+            if entry is None or entry[0] != expired_id or entry[1] > now:
+                continue  # acknowledged, leased again, or extended: a newer heap entry stands for it
+            result = self.store.get(self.topic, queue_id, queue_offset, max_count=1)
+            if result.status is not _FOUND or result.messages[0].queue_offset != queue_offset:
+                records.append((_ACK, 0, 0, queue_id, queue_offset, expired_id, 0))  # deleted by retention
+                continue
+            message = result.messages[0]
+            count = entry[2]
+            if count >= self.max_delivery_count:
+                if put_dead_letter(self.store, self.group, message, count):
+                    records.append((_DEAD, 0, 0, queue_id, queue_offset, expired_id, 0))
+                continue
+            lease_id += 1
+            records.append((_LEASE, 0, count + 1, queue_id, queue_offset, lease_id, deadline))
+            received.append(LeasedMessage(message, Lease(self.owner, queue_id, queue_offset, lease_id, deadline,
+                                                         count + 1)))
+
+    def _deliver_new(self, state, deadline: int, max_count: int, records: list, received: list) -> None:
+        """Lease entries never handed out, round-robin from the queue after the one last started with."""
+        queue_ids = self._known_queues(state)
+        owner = self.owner
+        lease_id = state.last_lease_id + len(records)
+        for queue_id in queue_ids:
+            budget = max_count - len(received)
+            if budget <= 0:
+                break
+            queue = state.queues[queue_id]
+            result = self.store.get(self.topic, queue_id, queue.next, max_count=budget)
+            if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted by retention: skip what is gone
+                self._journal.append([(_BASE, 0, 0, queue_id, result.next_offset, result.next_offset, 0)])
+                result = self.store.get(self.topic, queue_id, queue.next, max_count=budget)
+            if result.status is not _FOUND:
+                continue
+            for message in result.messages:
+                lease_id += 1
+                queue_offset = message.queue_offset
+                records.append((_LEASE, 0, 1, queue_id, queue_offset, lease_id, deadline))
+                received.append(LeasedMessage(message, Lease(owner, queue_id, queue_offset, lease_id, deadline, 1)))
+
+    def _known_queues(self, state) -> list[int]:
+        """The topic's queue ids; a queue new to the journal starts at the group's committed offset."""
+        queue_ids = self.store.topics().get(self.topic, [])
+        new = [queue_id for queue_id in queue_ids if queue_id not in state.queues]
+        if new:
+            committed = self._offsets.offsets(self.topic, self.group)
+            records = []
+            for queue_id in new:
+                base = committed.get(queue_id, self.store.min_offset(self.topic, queue_id))
+                records.append((_BASE, 0, 0, queue_id, base, base, 0))
+            self._journal.append(records)
+        if len(queue_ids) > 1:  # start with the queue after the one that started last time
+            start = state.last_lease_id % len(queue_ids)
+            queue_ids = queue_ids[start:] + queue_ids[:start]
+        return queue_ids
+
+    # --- ending leases -------------------------------------------------------------------------------------
+    def ack(self, lease: Lease) -> None:
+        """End a lease: the message is done. LeaseError (nothing written) unless the lease is live."""
+        self.ack_many((lease,))
+
+    def ack_many(self, leases: Iterable[Lease]) -> None:
+        """End several leases at once (one write); if one is not live, LeaseError and nothing is written."""
+        leases = self._own(leases)
+        if not leases:
+            return
+        with self._mutex:
+            self._check_open()
+            with self._journal.locked() as state:
+                now = self.clock.now_ms()
+                records = []
+                seen = set()
+                for lease in leases:
+                    self._check_live(state, lease, now, seen)
+                    records.append((_ACK, 0, 0, lease.queue_id, lease.queue_offset, lease.lease_id, 0))
+                self._journal.append(records)
+                self._maybe_compact()
+                if now - self._committed_at_ms >= self.commit_interval_ms:
+                    self._commit_locked(state, now)
+
+    def extend(self, lease: Lease, visibility_ms: int) -> Lease:
+        """Keep a live lease `visibility_ms` from now; the new handle (the old one stays valid too)."""
+        check_int("visibility_ms", visibility_ms, 1, VISIBILITY_MS_MAX)
+        return self._release(lease, visibility_ms)
+
+    def nack(self, lease: Lease) -> None:
+        """Give a lease up now: the message is receivable again at once, its delivery count raised then."""
+        self._release(lease, 0)
+
+    def _release(self, lease: Lease, visibility_ms: int) -> Lease:
+        (lease,) = self._own((lease,))
+        with self._mutex:
+            self._check_open()
+            with self._journal.locked() as state:
+                now = self.clock.now_ms()
+                self._check_live(state, lease, now, set())
+                renewed = lease._replace(deadline_ms=now + visibility_ms)
+                self._journal.append([(_LEASE, 0, lease.delivery_count, lease.queue_id, lease.queue_offset,
+                                       lease.lease_id, renewed.deadline_ms)])
+        return renewed
+
+    def _own(self, leases: Iterable[Lease]) -> list[Lease]:
+        leases = list(leases)
+        for lease in leases:
+            if not isinstance(lease, Lease):
+                raise InvalidMessageError(f"expected a Lease, got {type(lease).__name__}")
+            if lease.owner != self.owner:
+                raise ForeignLeaseError(f"lease of {lease.owner} given to the consumer of {self.owner}")
+        return leases
+
+    def _check_live(self, state, lease: Lease, now: int, seen: set) -> None:
+        where = (lease.queue_id, lease.queue_offset)
+        queue = state.queues.get(lease.queue_id)
+        entry = None if queue is None else queue.leases.get(lease.queue_offset)
+        if where in seen or entry is None:
+            done = queue is not None and (lease.queue_offset < queue.base or lease.queue_offset in queue.acked)
+            raise UnknownLeaseError(f"lease {lease.lease_id} of {self.owner} queue {lease.queue_id} offset "
+                                    f"{lease.queue_offset}: " + ("already acknowledged" if done or where in seen
+                                                                 else "never handed out"))
+        if entry[0] > lease.lease_id:
+            raise LeaseExpiredError(f"lease {lease.lease_id} expired; the message was leased again "
+                                    f"(lease {entry[0]})")
+        if entry[0] != lease.lease_id:
+            raise UnknownLeaseError(f"lease {lease.lease_id} was never handed out")
+        if entry[1] <= now:
+            raise LeaseExpiredError(f"lease {lease.lease_id} expired at {entry[1]} (now {now})")
+        seen.add(where)
+
+    # --- progress ------------------------------------------------------------------------------------------
+    def prefixes(self) -> dict[int, int]:
+        """Each queue's acknowledged prefix: every entry below it is done (what commit() stores)."""
+        with self._mutex, self._journal.locked() as state:
+            return {queue_id: queue.base for queue_id, queue in sorted(state.queues.items())}
+
+    def leased_count(self) -> int:
+        """Leases handed out and not acknowledged (expired ones included)."""
+        with self._mutex, self._journal.locked() as state:
+            return state.live_count
+
+    def commit(self) -> dict[int, int]:
+        """Store the acknowledged prefixes as the group's committed offsets; returns them."""
+        with self._mutex:
+            self._check_open()
+            with self._journal.locked() as state:
+                return self._commit_locked(state, self.clock.now_ms())
+
+    def _commit_locked(self, state, now: int) -> dict[int, int]:
+        self._committed_at_ms = now
+        prefixes = {queue_id: queue.base for queue_id, queue in state.queues.items()}
+        return self._offsets.commit(self.topic, self.group, prefixes) if prefixes else {}
+
+    def _maybe_compact(self) -> None:
+        if self._journal.needs_compaction():
+            state = self._journal.state
+            self._commit_locked(state, self.clock.now_ms())
+            self._journal.compact()
+
+    def close(self) -> None:
+        """Commit the prefixes and let go of the journal. Live leases stay: they expire as usual."""
+        with self._mutex:
+            if self._closed:
+                return
+            try:
+                with self._journal.locked() as state:
+                    self._commit_locked(state, self.clock.now_ms())
+            finally:
+                self._closed = True
+                self._journal.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the lease consumer of {self.owner} is closed")
+
+    def __enter__(self) -> "LeaseConsumer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LeaseConsumer(group={self.group!r}, topic={self.topic!r})"

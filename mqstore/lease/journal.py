@@ -1,0 +1,261 @@
+"""The lease state of one (topic, group) and the journal file that holds it (format: mqstore/lease/format.py).
+
+`LeaseJournal.locked()` takes the flock, reads what other consumers appended since this one last looked (or the
+whole file again when compaction replaced it), truncates a torn tail, and yields the `LeaseState`; `append`
+writes one frame and applies its records to the state, so the state in memory always equals the replay of the
+file up to `position`. Writes go through write(2): once `append` returns, the frame survives a kill -9 of any
+process (it is in the page cache). With `sync=True` it is also fdatasynced before `append` returns, and so
+survives a power loss.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import heapq
+import os
+
+from mqstore.commitlog.errors import StoreIOError
+from mqstore.commitlog.mapped_file import fsync_directory
+from mqstore.lease import format as fmt
+
+LEASE_DIR_NAME = "lease"
+JOURNAL_SUFFIX = ".journal"
+LOCK_SUFFIX = ".lock"
+COMPACT_BYTES = 8 << 20  # a journal longer than this is replaced by a snapshot
+EXPIRY_HEAP_SLACK = 4096  # stale expiry entries kept before the heap is rebuilt from the live leases
+
+
+class QueueLeases:
+    """One queue's lease state. `leases`: queue offset -> (lease_id, deadline_ms, delivery_count)."""
+
+    __slots__ = ("base", "next", "leases", "acked")
+
+    def __init__(self, base: int):
+        self.base = base  # every entry below it is acknowledged
+        self.next = base  # no entry at or past it was handed out yet
+        self.leases: dict[int, tuple[int, int, int]] = {}
+        self.acked: set[int] = set()  # acknowledged entries above `base`
+
+
+class LeaseState:
+    """The replay of a journal: the queues, the last lease id, and a heap of (deadline_ms, queue, offset, id)."""
+
+    def __init__(self):
+        self.queues: dict[int, QueueLeases] = {}
+        self.last_lease_id = 0
+        self.expiry: list[tuple[int, int, int, int]] = []
+        self.live_count = 0
+
+    def apply(self, records) -> None:
+        """Apply records (tuples as format.RECORD unpacks them) in order."""
+        queues = self.queues
+        push = heapq.heappush
+        expiry = self.expiry
+        for kind, _, delivery_count, queue_id, queue_offset, value_a, value_b in records:
+            queue = queues.get(queue_id)
+            if queue is None:
+                queue = queues[queue_id] = QueueLeases(queue_offset if kind == fmt.KIND_BASE else 0)
+            if kind == fmt.KIND_LEASE:
+                if queue_offset < queue.base or queue_offset in queue.acked:
+                    continue
+                if queue.leases.get(queue_offset) is None:
+                    self.live_count += 1
+                queue.leases[queue_offset] = (value_a, value_b, delivery_count)
+                if queue_offset >= queue.next:
+                    queue.next = queue_offset + 1
+                if value_a > self.last_lease_id:
+                    self.last_lease_id = value_a
+                push(expiry, (value_b, queue_id, queue_offset, value_a))
+            elif kind == fmt.KIND_ACK or kind == fmt.KIND_DEAD:
+                self._acknowledge(queue, queue_offset)
+            elif kind == fmt.KIND_BASE:
+                self._move_base(queue, queue_offset, value_a)
+            elif value_a > self.last_lease_id:  # SEQUENCE
+                self.last_lease_id = value_a
+        if len(expiry) > 2 * self.live_count + EXPIRY_HEAP_SLACK:
+            self._rebuild_expiry()
+
+    def _acknowledge(self, queue: QueueLeases, queue_offset: int) -> None:
+        if queue.leases.pop(queue_offset, None) is not None:
+            self.live_count -= 1
+        if queue_offset >= queue.next:
+            queue.next = queue_offset + 1
+        if queue_offset == queue.base:
+            base = queue_offset + 1
+            acked = queue.acked
+            while base in acked:
+                acked.remove(base)
+                base += 1
+            queue.base = base
+        elif queue_offset > queue.base:
+            queue.acked.add(queue_offset)
+
+    def _move_base(self, queue: QueueLeases, base: int, next_offset: int) -> None:
+        if base > queue.base:
+            dropped = [offset for offset in queue.leases if offset < base]
+            for offset in dropped:
+                del queue.leases[offset]
+            self.live_count -= len(dropped)
+            queue.acked = {offset for offset in queue.acked if offset >= base}
+            queue.base = base
+            while queue.base in queue.acked:
+                queue.acked.remove(queue.base)
+                queue.base += 1
+        queue.next = max(queue.next, next_offset, queue.base)
+
+    def _rebuild_expiry(self) -> None:
+        self.expiry = [(deadline, queue_id, offset, lease_id) for queue_id, queue in self.queues.items()
+                       for offset, (lease_id, deadline, _) in queue.leases.items()]
+        heapq.heapify(self.expiry)
+
+    def snapshot_records(self) -> list[bytes]:
+        """The records of a journal that replays to this state."""
+        records = [fmt.record(fmt.KIND_SEQUENCE, 0, 0, self.last_lease_id)]
+        for queue_id, queue in sorted(self.queues.items()):
+            records.append(fmt.record(fmt.KIND_BASE, queue_id, queue.base, queue.next))
+            for offset, (lease_id, deadline, count) in sorted(queue.leases.items()):
+                records.append(fmt.record(fmt.KIND_LEASE, queue_id, offset, lease_id, deadline, count))
+            for offset in sorted(queue.acked):
+                records.append(fmt.record(fmt.KIND_ACK, queue_id, offset, 0))
+        return records
+
+
+def journal_paths(root_dir, topic: str, group: str) -> tuple[str, str]:
+    """(journal path, lock path) of a (topic, group) in the store under `root_dir`."""
+    base = os.path.join(os.fspath(root_dir), LEASE_DIR_NAME, f"{topic}@{group}")
+    return base + JOURNAL_SUFFIX, base + LOCK_SUFFIX
+
+
+class LeaseJournal:
+    """One consumer's handle on the shared journal of a (topic, group). Not thread-safe: the caller locks."""
+
+    def __init__(self, root_dir, topic: str, group: str, *, sync: bool = False,
+                 compact_bytes: int = COMPACT_BYTES):
+        self.path, self.lock_path = journal_paths(root_dir, topic, group)
+        self.sync = sync
+        self.compact_bytes = compact_bytes
+        self.state = LeaseState()
+        self.position = 0  # the file position up to which `state` is the replay
+        self._fd: int | None = None
+        self._inode: int | None = None
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreIOError(f"cannot open {self.lock_path}: {exc.strerror}") from exc
+
+    def locked(self) -> "_Locked":
+        """A context manager: holds the flock and yields the state, caught up with the file."""
+        return _Locked(self)
+
+    def catch_up(self) -> None:
+        """Apply what was appended since `position` (the caller holds the flock)."""
+        try:
+            inode = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            inode = None
+        except OSError as exc:
+            raise StoreIOError(f"cannot stat {self.path}: {exc.strerror}") from exc
+        if self._fd is None or inode != self._inode:
+            self._reopen()
+        size = os.fstat(self._fd).st_size
+        if self.position == 0:
+            self._read_header(size)
+        if size > self.position:
+            raw = os.pread(self._fd, size - self.position, self.position)
+            records, end = fmt.decode_frames(raw, self.position, self.path)
+            self.state.apply(records)
+            self.position = end
+            if end < size:  # a torn tail: its writer died inside write(), or a failed write of ours
+                os.ftruncate(self._fd, end)
+
+    def append(self, records: list[tuple]) -> None:
+        """Write one frame of `records` (tuples in format.RECORD's order) and apply them (the flock is held)."""
+        pack = fmt.RECORD.pack
+        frame = fmt.encode_frame([pack(*fields) for fields in records])
+        self._write(frame)
+        self.position += len(frame)
+        self.state.apply(records)
+
+    def needs_compaction(self) -> bool:
+        return self.position > self.compact_bytes
+
+    def compact(self) -> None:
+        """Replace the journal by a snapshot of the state (the flock is held)."""
+        temporary = self.path + ".tmp"
+        data = fmt.encode_header() + fmt.encode_frame(self.state.snapshot_records())
+        try:
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        except OSError as exc:
+            raise StoreIOError(f"cannot write {self.path}: {exc.strerror}") from exc
+        fsync_directory(os.path.dirname(self.path))
+        os.close(self._fd)
+        self._fd = None
+        self._open_file()
+        self.position = len(data)
+
+    def close(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._lock_fd = None
+
+    def _reopen(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._open_file()
+        self.state = LeaseState()
+        self.position = 0
+
+    def _open_file(self) -> None:
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            self._inode = os.fstat(self._fd).st_ino
+        except OSError as exc:
+            raise StoreIOError(f"cannot open {self.path}: {exc.strerror}") from exc
+
+    def _read_header(self, size: int) -> None:
+        if size < fmt.HEADER_BYTES:  # new, or its creation was torn: nothing can follow a torn header
+            os.ftruncate(self._fd, 0)
+            self._write(fmt.encode_header())
+        else:
+            fmt.check_header(os.pread(self._fd, fmt.HEADER_BYTES, 0), self.path)
+        self.position = fmt.HEADER_BYTES
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            if self.sync:
+                os.fdatasync(self._fd)
+        except OSError as exc:
+            raise StoreIOError(f"cannot write {self.path}: {exc.strerror}") from exc
+
+
+class _Locked:
+    __slots__ = ("journal",)
+
+    def __init__(self, journal: LeaseJournal):
+        self.journal = journal
+
+    def __enter__(self) -> LeaseState:
+        journal = self.journal
+        if journal._lock_fd is None:
+            raise StoreIOError(f"the lease journal {journal.path} is closed")
+        fcntl.flock(journal._lock_fd, fcntl.LOCK_EX)
+        try:
+            journal.catch_up()
+        except BaseException:
+            fcntl.flock(journal._lock_fd, fcntl.LOCK_UN)
+            raise
+        return journal.state
+
+    def __exit__(self, *exc_info) -> None:
+        fcntl.flock(self.journal._lock_fd, fcntl.LOCK_UN)
