@@ -21,6 +21,10 @@
      +-- DispatchProcessError       the dispatch process failed to start, or died (mqstore/store/dispatch_process.py)
      +-- CommitLogSourceError       (also a ValueError) a path or option given to the Spark commitlog source is bad
                                     (mqstore/store/scan_errors.py, beside the options it refuses)
+     +-- LeaseError                 a lease operation is refused; nothing was written (mqstore/lease/errors.py)
+          +-- UnknownLeaseError     no such lease: never handed out, or already acknowledged
+          +-- LeaseExpiredError     its visibility timeout passed (the message may be handed out again)
+          +-- ForeignLeaseError     handed out by a consumer of another (topic, group)
 
 Expected outcomes (a full queue, a message not found, a flush that timed out) are not errors: they are statuses
 (`PutStatus`, `GetStatus`) returned as values.

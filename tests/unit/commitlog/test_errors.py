@@ -74,7 +74,7 @@ def test_every_rule_names_its_format_and_no_code_branches_on_one():
     import re
 
     root = pathlib.Path(errors.__file__).resolve().parent.parent
-    formats = "commitlog|consumequeue|indexfile|checkpoint|config|offsets|tier|timer|schedule"
+    formats = "commitlog|consumequeue|indexfile|checkpoint|config|offsets|tier|timer|schedule|lease"
     for package in ("commitlog", "consumequeue", "indexfile", "flush", "mqstore"):
         for path in (root / package).rglob("*.py"):
             text = path.read_text()
