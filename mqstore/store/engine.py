@@ -49,6 +49,7 @@ from mqstore.commitlog.errors import (
 )
 from mqstore.commitlog.handoff import HandOff
 from mqstore.commitlog.message import Message, PutResult, PutStatus
+from mqstore.commitlog.reput import ReputHeader, append_reput_holding_lock, header_of, prepare_reput
 from mqstore.commitlog.unique_key import UniqueKeyGenerator
 from mqstore.commitlog.write_batch import RECORD_SIZE
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
@@ -804,6 +805,28 @@ class MessageStore(Reads, IndexLookups):
         # max_dispatch_lag_bytes bounds the lag; wait_dispatched() wakes it at once).
         return _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
+
+    def reput_header(self, stored, reconsume_times: int | None = None) -> ReputHeader:
+        """The header fields a re-put of `stored` carries (commitlog/reput.py: header_of)."""
+        return header_of(stored, self._commitlog.born_host_raw, reconsume_times=reconsume_times)
+
+    def reput(self, message: Message, header: ReputHeader) -> PutResult:
+        """Write `message` again with the header fields of `header` (commitlog/reput.py): the schedule's and the
+        timer's deliveries and a consumer's send-back. Not the producer's put: no rewrite hook, Python encoding."""
+        self._check_writable()
+        record, header = prepare_reput(self._commitlog, message, header)
+        self._refuse_writes()
+        if self._disk_full:
+            return _refused(PutStatus.DISK_FULL)
+        commitlog = self._commitlog
+        try:
+            offset, queue_offset, store_ts = self._handoff.hand_in(
+                lambda prepared: append_reput_holding_lock(commitlog, prepared, header), record)
+        except StoreIOError as exc:
+            return self._put_refused(exc)
+        result = _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[RECORD_SIZE], store_ts,
+                                        self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
+        return self._after_append(result) if self._lag_limit or self._sync_flush else result
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Store many messages under one lock hold. Every message is checked first: one bad one writes none."""
