@@ -97,6 +97,10 @@ class ScheduleService:
         """The ConsumeQueue dispatcher's hook: due times as the schedule topic's tag codes."""
         sfmt.retag_schedule_rows(batch, self.delays)
 
+    def wake(self) -> None:
+        """Look at the levels now: a message was written onto the schedule topic without `rewrite` (a re-put)."""
+        self._wake.set()
+
     def use_clock(self, clock) -> None:
         self.clock = clock
         self._wake.set()

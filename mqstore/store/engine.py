@@ -1009,11 +1009,13 @@ class MessageStore(Reads, IndexLookups):
         """Everything below this commitlog offset is visible to get() (None for a read_only store)."""
         return None if self._dispatch is None else self._dispatch.dispatched_offset
 
-    def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None, consume_from: str = "first"):
-        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer)."""
+    def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None, consume_from: str = "first",
+                 **retry_options):
+        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer);
+        `max_reconsume_times=` as open_consumer takes it."""
         from mqstore.consumer.group import open_consumer  # consumer imports this module
 
-        return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from)
+        return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from, **retry_options)
 
     def scan(self, *, topic=None, queue_ids=None, start_offset: int | None = None, end_offset: int | None = None,
              start_time=None, end_time=None, columns=None):
