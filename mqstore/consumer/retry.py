@@ -53,6 +53,8 @@ def dlq_topic(group: str) -> str:
 
 def check_group_topics(group: str) -> None:
     """InvalidMessageError, naming the topic, when the group's retry or dead-letter topic is not a legal topic."""
+    if not isinstance(group, str):
+        raise InvalidMessageError(f"group must be a str, got {type(group).__name__}")
     for topic in (retry_topic(group), dlq_topic(group)):
         try:
             validate_topic(topic)
@@ -124,12 +126,14 @@ def send_back(store, group: str, message, delay_level: int, max_reconsume_times:
 # --- dead letters -----------------------------------------------------------------------------------------------
 def dead_letters(store, group: str, max_count: int = 32, start: int = 0) -> list[StoredMessage]:
     """Up to `max_count` dead letters of `group` from queue offset `start`, presented with their original topic."""
+    check_group_topics(group)
     result = store.get(dlq_topic(group), DLQ_QUEUE_ID, start, max_count=max_count)
     return [presented(message) for message in result.messages]
 
 
 def dead_letter_count(store, group: str) -> int:
     """Dead letters `group`'s DLQ holds (retention aside)."""
+    check_group_topics(group)
     topic = dlq_topic(group)
     return store.max_offset(topic, DLQ_QUEUE_ID) - store.min_offset(topic, DLQ_QUEUE_ID)
 

@@ -1065,6 +1065,7 @@ class MessageStore(Reads, IndexLookups):
             "queues": queues,
             "tier": self._tier_stats(),
             "schedule": self.schedule.stats() if self.schedule is not None else None,  # mqstore/schedule/
+            "retry": _group_topic_counts(queues),  # mqstore/consumer/retry.py
         }
 
     def _tier_stats(self) -> dict | None:
@@ -1159,3 +1160,14 @@ def _refusal_status(exc: StoreIOError) -> PutStatus:
 def _refused(status: PutStatus) -> PutResult:
     """The result of a put that wrote nothing."""
     return PutResult(status, -1, -1, 0, 0, "")
+
+
+def _group_topic_counts(queues: dict) -> dict:
+    """Messages in the groups' retry and dead-letter topics, from stats()'s queue table: {"retry": {group: n},
+    "dead_letters": {group: n}} (a retry counts once it is back from the schedule topic)."""
+    counts: dict = {"retry": {}, "dead_letters": {}}
+    for topic, by_queue in queues.items():
+        for prefix, kind in (("%RETRY%", "retry"), ("%DLQ%", "dead_letters")):
+            if topic.startswith(prefix):
+                counts[kind][topic[len(prefix):]] = sum(q["max_offset"] - q["min_offset"] for q in by_queue.values())
+    return counts

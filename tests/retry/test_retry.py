@@ -87,6 +87,7 @@ def test_sixteen_retries_then_the_dead_letter_queue(tmp_path):
         assert (dead.topic, raw.topic, raw.queue_id, raw.reconsume_times) == ("orders", "%DLQ%billing", 0, 17)
         assert "DELAY" not in raw.properties and raw.properties["RETRY_TOPIC"] == "orders"
         assert retry.dead_letter_count(store, "billing") == 1
+        assert store.stats()["retry"] == {"retry": {"billing": 16}, "dead_letters": {"billing": 1}}
 
 
 @pytest.mark.usefixtures("codec")
@@ -205,3 +206,23 @@ def test_bad_groups_and_bad_nacks_are_refused_with_nothing_written(tmp_path):
             consumer.nack(message, delay_level="1")
         assert store._commitlog.readable_end() == end
         assert fmt.TOPIC_LENGTH_MAX == 127
+
+
+def test_the_asyncio_consumer_nacks_and_lists_dead_letters(tmp_path):
+    import asyncio
+
+    from mqstore import FlushMode
+    from mqstore.aio import AsyncMessageStore
+
+    async def main():
+        config = StoreConfig(segment_size_bytes=1 << 20, flush_mode=FlushMode.SYNC)
+        async with AsyncMessageStore.open(tmp_path, config) as store:
+            await store.put(Message("orders", b"a"))
+            consumer = store.consumer("g", "orders", max_reconsume_times=0)
+            [message] = await consumer.poll(timeout_ms=10_000)
+            result = await consumer.nack(message)
+            assert store.sync.read_at(result.commitlog_offset).topic == "%DLQ%g"
+            assert store.sync.wait_dispatched(WAIT_S)
+            return [(m.topic, m.body) for m in consumer.dead_letters()]
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == [("orders", b"a")]
