@@ -25,7 +25,7 @@ import threading
 import weakref
 
 from mqstore.commitlog.commitlog import validate_topic
-from mqstore.commitlog.errors import InvalidMessageError
+from mqstore.commitlog.errors import InvalidMessageError, ReadOnlyStoreError
 from mqstore.commitlog.message import Message, PutStatus, StoredMessage
 from mqstore.schedule import format as sfmt
 
@@ -98,6 +98,8 @@ def send_back(store, group: str, message, delay_level: int, max_reconsume_times:
     """Write `message` again for `group` (module docstring); the PutResult, and whether it went to the DLQ."""
     if type(delay_level) is not int:
         raise InvalidMessageError(f"delay_level must be an int, got {delay_level!r}")
+    if store.read_only:
+        raise ReadOnlyStoreError(f"the store at {store.root_dir} was opened read_only: nothing can be sent back")
     record = stored_record(store, message)
     properties = record.properties
     tags, keys = properties.pop("TAGS", None), tuple(properties.pop("KEYS", "").split())
@@ -141,6 +143,8 @@ def dead_letter_count(store, group: str) -> int:
 def replay(store, message, queue_id: int = 0):
     """Put a dead letter back on its original topic (RETRY_TOPIC), queue `queue_id`, with its body, flag,
     properties, sys flag, born timestamp and born host, and reconsume times 0 (a full retry budget again)."""
+    if store.read_only:
+        raise ReadOnlyStoreError(f"the store at {store.root_dir} was opened read_only: nothing can be replayed")
     record = stored_record(store, message)
     properties = record.properties
     topic = properties.get(PROPERTY_RETRY_TOPIC)

@@ -226,3 +226,17 @@ def test_the_asyncio_consumer_nacks_and_lists_dead_letters(tmp_path):
             return [(m.topic, m.body) for m in consumer.dead_letters()]
 
     assert asyncio.run(asyncio.wait_for(main(), 60)) == [("orders", b"a")]
+
+
+def test_a_read_only_store_sends_nothing_back(tmp_path):
+    from mqstore.commitlog.errors import ReadOnlyStoreError
+
+    with _open(tmp_path, ManualClock()) as store:
+        store.put(Message("orders", b"a"))
+    with MessageStore.open(str(tmp_path), StoreConfig(segment_size_bytes=1 << 20), read_only=True) as store:
+        consumer = store.consumer("g", "orders")
+        [message] = consumer.poll()
+        with pytest.raises(ReadOnlyStoreError):
+            consumer.nack(message)
+        with pytest.raises(ReadOnlyStoreError):
+            retry.replay(store, message)
