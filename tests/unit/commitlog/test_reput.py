@@ -11,6 +11,7 @@ from mqstore.commitlog.errors import InvalidMessageError
 from mqstore.commitlog.reput import ReputHeader
 
 from mqstore import Message, MessageStore, StoreConfig
+from mqstore.store.verify import verify_store
 from tests.unit.commitlog.test_native_codec import FixedClock
 from tests.unit.mqstore.test_compiled_put import _same_unique_keys
 
@@ -72,6 +73,8 @@ def test_a_reput_keeps_its_header_fields_and_is_not_rewritten(tmp_path):
             assert store.query(message.topic, message.keys[0]) and stored.properties.get("DELAY") == \
                 message.properties.get("DELAY")  # a DELAY re-put stays where it was put: no schedule hop
         assert store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 0
+    report = verify_store(str(tmp_path), StoreConfig(segment_size_bytes=1 << 16))  # record CRCs, queue entries
+    assert report.ok and report.records == len(results), report.as_dict()
 
 
 @pytest.mark.parametrize("header", [ReputHeader(fmt.SYS_FLAG_BORNHOST_V6, HOST, 0), ReputHeader(0, b"123", 0),
@@ -82,3 +85,15 @@ def test_a_bad_reput_header_writes_nothing(tmp_path, header):
         with pytest.raises(InvalidMessageError):
             store.reput(Message("t", b"x"), header)
         assert store._commitlog.readable_end() == end
+
+
+def test_the_record_crc_of_a_reput_covers_its_header_fields(tmp_path):
+    config = StoreConfig(segment_size_bytes=1 << 16)
+    with MessageStore.open(str(tmp_path), config) as store:
+        result = store.reput(Message("t", b"x"), ReputHeader(0, HOST, 7))
+    [segment] = sorted((tmp_path / "commitlog").iterdir())
+    data = bytearray(segment.read_bytes())
+    data[result.commitlog_offset + fmt.OFFSET_RECONSUME_TIMES + 3] ^= 0x01  # 7 -> 6: a plausible count
+    segment.write_bytes(bytes(data))
+    report = verify_store(str(tmp_path), config)
+    assert not report.ok and report.problems[0].rule == "commitlog.6"  # the record CRC, format rule 6
