@@ -8,10 +8,14 @@ from mqstore import Message, MessageStore
 from mqstore.schedule import format as sfmt
 from mqstore.store.clock import ManualClock
 from tests.conftest import small_config
-from tests.rocketmq import assert_same_messages, store_entries
+from tests.interop.rmq_delay import RmqDelay
+from tests.rocketmq import assert_same_messages, copy_store, entry_of, store_entries
 
 WAIT_S = 20.0
 DELAYS_MS = sfmt.parse_levels(sfmt.DEFAULT_DELAY_LEVELS)
+# A delivered retry as both stores write it: all but where and when it was stored.
+DELIVERED_FIELDS = ("topic", "queue_id", "queue_offset", "size_bytes", "body_hex", "body_crc", "flag", "sys_flag",
+                    "born_timestamp_ms", "born_host", "reconsume_times", "tags", "keys", "tags_code", "properties")
 
 
 def _write(root, config) -> dict[str, int]:
@@ -73,3 +77,29 @@ def test_rocketmq_reads_mqstores_retry_and_dlq_topics_field_by_field(tmp_path, r
     assert dead == {b"m2": 1, b"m3": 2}
     pending = [e for e in by_topic[sfmt.SCHEDULE_TOPIC] if e["body_hex"] == b"m1".hex()]
     assert [(e["queue_id"], e["reconsume_times"]) for e in pending] == [(17, 1)]
+
+
+def test_rocketmqs_schedule_service_delivers_mqstores_retry_hop_as_mqstore_does(tmp_path, rmq):
+    """A retry waiting on its SCHEDULE_TOPIC_XXXX hop, delivered once by RocketMQ 4.4.0's ScheduleMessageService
+    and once by mqstore's, from copies of one store: the two %RETRY%g records agree field by field (DELAY kept)."""
+    config = small_config(record_crc=False, born_host="10.1.2.3", born_port=4567)
+    root = tmp_path / "store"
+    with MessageStore.open(str(root), config, clock=ManualClock()) as store:
+        store.put(Message("orders", b"m", tags="T", keys=("k",), flag=3, born_timestamp_ms=1000,
+                          properties={"u": "v"}))
+        assert store.wait_dispatched(WAIT_S)
+        consumer = store.consumer("g", "orders")
+        sent = consumer.nack(consumer.poll()[0], delay_level=1)
+        consumer.commit()
+    due = sent.store_timestamp_ms + DELAYS_MS[0]
+    copy_store(root, tmp_path / "ours")
+    RmqDelay(rmq).run_for(root, config, max(0, due - ManualClock().now_ms()) + 3000)
+    with MessageStore.open(str(root), config, read_only=True) as store:
+        theirs = [entry_of(message) for message in store.get("%RETRY%g", 0, 0).messages]
+    with MessageStore.open(str(tmp_path / "ours"), config, clock=ManualClock(due)) as store:
+        assert store.wait_dispatched(WAIT_S) and store.schedule.wait_caught_up(WAIT_S)
+        assert store.wait_dispatched(WAIT_S)
+        ours = [entry_of(message) for message in store.get("%RETRY%g", 0, 0).messages]
+    assert len(theirs) == len(ours) == 1
+    assert {name: theirs[0][name] for name in DELIVERED_FIELDS} == {name: ours[0][name] for name in DELIVERED_FIELDS}
+    assert (ours[0]["reconsume_times"], ours[0]["properties"]["DELAY"]) == (1, "1")
