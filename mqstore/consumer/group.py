@@ -329,6 +329,12 @@ class Consumer:
             raise InvalidMessageError("a consumer without a group has no dead letters")
         return retry.dead_letters(self.store, self.group, max_count, start)
 
+    def replay(self, message: StoredMessage, queue_id: int = 0):
+        """Put a dead letter (from `dead_letters`) back on its original topic, queue `queue_id`, with its header
+        fields and reconsume times 0 (retry.replay); its PutResult."""
+        self._check_open()
+        return retry.replay(self.store, message, queue_id)
+
     def close(self) -> None:
         """Stop using the consumer. Nothing is committed: call commit() first to keep the positions."""
         self._closed = True

@@ -171,7 +171,7 @@ def test_a_dead_letter_is_replayed_on_its_topic_with_its_header_fields(tmp_path)
         consumer.nack(consumer.poll()[0], delay_level=-1)
         assert store.wait_dispatched(WAIT_S)
         [dead] = consumer.dead_letters()
-        result = retry.replay(store, dead, queue_id=2)
+        result = consumer.replay(dead, queue_id=2)
         assert store.wait_dispatched(WAIT_S)
         [back] = store.get("orders", 2, 0).messages
         assert back.commitlog_offset == result.commitlog_offset
