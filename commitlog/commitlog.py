@@ -299,14 +299,15 @@ class CommitLog:
         return offset
 
     # --- writing -------------------------------------------------------------------------------------------
-    def prepare(self, message: Message) -> PreparedRecord:
+    def prepare(self, message: Message, hooked: bool = True) -> PreparedRecord:
         """Check a message and encode everything but the store-assigned fields. Nothing is written.
 
         A hot path: the common case (known topic, bytes body, no properties) takes the fewest steps.
+        `hooked=False` (a re-put, commitlog/reput.py) skips the `rewrite` hook.
         """
         if message.__class__ is not Message and not isinstance(message, Message):
             raise InvalidMessageError(f"expected a Message, got {type(message).__name__}")
-        if self.rewrite is not None:
+        if hooked and self.rewrite is not None:
             message = self.rewrite(message)
         topic = message.topic
         tails = self._topic_tails.get(topic) if topic.__class__ is str else None

@@ -389,9 +389,10 @@ class AsyncMessageStore:
         return self._dispatch_waiter.add(after_offset)
 
     def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None,
-                 consume_from: str = "first") -> "AsyncConsumer":
-        """An AsyncConsumer of `topic` for `group` (MessageStore.consumer's arguments)."""
-        return AsyncConsumer(self, self.sync.consumer(group, topic, queue_ids, tags=tags, consume_from=consume_from))
+                 consume_from: str = "first", **retry_options) -> "AsyncConsumer":
+        """An AsyncConsumer of `topic` for `group` (MessageStore.consumer's arguments, max_reconsume_times too)."""
+        return AsyncConsumer(self, self.sync.consumer(group, topic, queue_ids, tags=tags, consume_from=consume_from,
+                                                      **retry_options))
 
     def lease_consumer(self, group: str, topic: str, **options) -> AsyncLeaseConsumer:
         """An AsyncLeaseConsumer of `topic` for `group` (open_lease_consumer's options; mqstore/lease/aio.py)."""
@@ -472,8 +473,13 @@ class AsyncConsumer:
         the offsets, which may also be awaited (`await consumer.commit()`)."""
         return Committed(self.sync.commit())
 
+    async def nack(self, message, delay_level: int = 0):
+        """Consumer.nack in a worker thread (a SYNC store waits for the copy to be durable); its PutResult."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.sync.nack, message, delay_level)
+
     def __getattr__(self, name: str):
-        """The sync consumer's other methods (positions, committed, seek, lag, close, ...)."""
+        """The sync consumer's other methods (positions, committed, seek, lag, dead_letters, close, ...)."""
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.sync, name)

@@ -39,6 +39,7 @@ import time
 from mqstore import __version__
 from mqstore.cli import admin as cli_admin
 from mqstore.cli import export as cli_export
+from mqstore.cli import retry as cli_retry
 from mqstore.cli.common import (
     body_text,
     hexdump,
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--offset", type=_non_negative, required=True, help="commitlog offset of the record")
     add("verify", "check every record's CRC, segment ends, ConsumeQueue entries and index files; exit 1 on corruption")
     cli_admin.add_parsers(add)
+    cli_retry.add_parsers(add)
     cli_admin.add_tier_parser(commands)
     cli_export.add_parser(add)
     return parser
@@ -483,4 +485,5 @@ _COMMANDS = {"put": _cmd_put, "get": _cmd_get, "tail": _cmd_tail, "topics": _cmd
              "dump": _cmd_dump, "verify": _cmd_verify,
              "recover": cli_admin.cmd_recover, "clean": cli_admin.cmd_clean, "query": cli_admin.cmd_query,
              "tier": cli_admin.cmd_tier,
+             "dead-letters": cli_retry.cmd_dead_letters, "replay": cli_retry.cmd_replay,
              "export": cli_export.cmd_export}

@@ -21,6 +21,11 @@ process) has no dispatch thread to listen to: it looks again every READ_ONLY_POL
 Positions whose entries are gone are corrected as RocketMQ corrects them: below the queue's first entry
 (OFFSET_TOO_SMALL: deleted by retention) to the first entry; past its end (OFFSET_OVERFLOW_BADLY: the queue was
 rebuilt shorter) to where `get` says. A consumer is not thread-safe: use one per thread.
+
+Retries (mqstore/consumer/retry.py, docs/retry.md): a group consumer also reads its group's retry topic
+`%RETRY%<group>` (alternating with its topic's queues) and presents the retries of its topic with their original
+topic; `nack(message)` sends a message back to it, or to `%DLQ%<group>` after `max_reconsume_times`, and the
+consumer's position moves on as after any message (commit() then keeps it: the send-back holds the message).
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError
+from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError, StoreIOError
 from mqstore.commitlog.message import StoredMessage
+from mqstore.consumer import retry
 from mqstore.consumer.offsets import ConsumerOffsets, validate_group
 from mqstore.store.reads import GET_MAX_COUNT_LIMIT, GetStatus
 
@@ -59,14 +65,20 @@ def _wait_dispatched_past(store, after_offset: int, timeout_s: float) -> int | N
 
 
 def open_consumer(store, group: str | None, topic: str, queue_ids=None, *, tags=None,
-                  consume_from: str = "first") -> "Consumer":
+                  consume_from: str = "first",
+                  max_reconsume_times: int = retry.MAX_RECONSUME_TIMES_DEFAULT) -> "Consumer":
     """A consumer of `topic` (its `queue_ids`, or every queue it has and will have) for consumer `group`.
 
     `group=None` makes a consumer that starts from `consume_from` and commits nothing (for browsing).
     `tags` filters as `MessageStore.get` does: None or "*", a tag, "A || B" or a collection of tags.
+    A group consumer also reads the group's retry topic; `max_reconsume_times` is how many times `nack` sends a
+    message back to it before the dead-letter topic. A group whose retry or DLQ topic would be illegal (a name over
+    120 characters) is refused.
     """
+    retry.check_max_reconsume_times(max_reconsume_times)
     if group is not None:
         validate_group(group)
+        retry.check_group_topics(group)
     if consume_from not in CONSUME_FROM:
         raise InvalidMessageError(f"consume_from must be one of {CONSUME_FROM}, got {consume_from!r}")
     if tags is not None and not isinstance(tags, (str, list, tuple, set, frozenset)):
@@ -77,7 +89,13 @@ def open_consumer(store, group: str | None, topic: str, queue_ids=None, *, tags=
             raise InvalidMessageError(f"queue_ids must be None or non-negative ints, got {queue_ids!r}")
     store.max_offset(topic, 0)  # checks the topic name and that the store is open
     offsets = None if group is None else ConsumerOffsets.of_store(store.root_dir)
-    return Consumer(store, group, topic, queue_ids, offsets=offsets, tags=tags, consume_from=consume_from)
+    consumer = Consumer(store, group, topic, queue_ids, offsets=offsets, tags=tags, consume_from=consume_from)
+    consumer.max_reconsume_times = max_reconsume_times
+    if group is not None and not topic.startswith((retry.RETRY_TOPIC_PREFIX, retry.DLQ_TOPIC_PREFIX)):
+        consumer._retry = Consumer(store, group, retry.retry_topic(group), None, offsets=offsets, tags=None,
+                                   consume_from="first")
+        retry.register_reader(store, group, consumer)
+    return consumer
 
 
 class Consumer:
@@ -97,6 +115,9 @@ class Consumer:
         self._discovered_at: int | None = None  # dispatched offset when the topic's queues were last listed
         self._discovered_time = time.monotonic()  # when they were last listed (read_only stores)
         self._closed = False
+        self._retry: Consumer | None = None  # the reader of the group's retry topic (open_consumer sets it)
+        self._retry_first = False  # which of the two _fetch_all reads first, alternating
+        self.max_reconsume_times = retry.MAX_RECONSUME_TIMES_DEFAULT
         if queue_ids is None:
             self._discovered_at = _wait_dispatched_past(store, -1, 0)
             queue_ids = store.topics().get(topic, [])
@@ -175,11 +196,12 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             seen = _wait_dispatched_past(self.store, -1, 0)  # what was dispatched before this look
-            self._discover_queues(seen)
-            messages, next_positions, more = self._fetch(max_count)
-            self._positions.update(next_positions)
-            if messages:
-                return messages
+            self._discover_all(seen)
+            found, updates, more = self._fetch_all(max_count)
+            for reader, next_positions in updates:
+                reader._positions.update(next_positions)
+            if found:
+                return [message for message, _ in found]
             if more:
                 continue  # entries were skipped by the filter or a position corrected: look again at once
             remaining = deadline - time.monotonic()
@@ -194,14 +216,42 @@ class Consumer:
         """
         while True:
             self._check_open()
-            self._discover_queues(_wait_dispatched_past(self.store, -1, 0))
-            messages, next_positions, more = self._fetch(ITER_BATCH_MESSAGES)
-            for message in messages:
-                self._positions[message.queue_id] = message.queue_offset + 1
+            self._discover_all(_wait_dispatched_past(self.store, -1, 0))
+            found, updates, more = self._fetch_all(ITER_BATCH_MESSAGES)
+            for message, reader in found:
+                reader._positions[message.queue_id] = message.queue_offset + 1
                 yield message
-            self._positions.update(next_positions)
-            if not messages and not more and not self._discover_queues(None, force=True):
+            for reader, next_positions in updates:
+                reader._positions.update(next_positions)
+            if not found and not more and not self._discover_all(None, force=True):
                 return
+
+    def _discover_all(self, seen: int | None, *, force: bool = False) -> bool:
+        """`_discover_queues` of the topic and of the retry topic."""
+        found = self._discover_queues(seen, force=force)
+        return (self._retry is not None and self._retry._discover_queues(seen, force=force)) or found
+
+    def _fetch_all(self, max_count: int) -> tuple[list[tuple[StoredMessage, "Consumer"]], list, bool]:
+        """`_fetch` of the topic and of the retry topic, which goes first alternating, changing nothing.
+
+        Returns ([(message, the consumer whose position it moves)], [(that consumer, its next positions)], more).
+        Retried messages are presented with their original topic; those of other topics of the group are skipped.
+        """
+        readers = [self] if self._retry is None else [self, self._retry][::-1 if self._retry_first else 1]
+        self._retry_first = not self._retry_first
+        found: list[tuple[StoredMessage, Consumer]] = []
+        updates, more = [], False
+        for reader in readers:
+            budget = max_count - len(found)
+            if budget == 0:
+                return found, updates, True
+            messages, next_positions, reader_more = reader._fetch(budget)
+            if reader is not self:
+                messages = [message for message in map(retry.presented, messages) if message.topic == self.topic]
+            found.extend((message, reader) for message in messages)
+            updates.append((reader, next_positions))
+            more = more or reader_more
+        return found, updates, more
 
     def _fetch(self, max_count: int) -> tuple[list[StoredMessage], dict[int, int], bool]:
         """One round-robin pass over the queues, changing nothing.
@@ -242,11 +292,54 @@ class Consumer:
             return self.positions()
         stored = self._offsets.commit(self.topic, self.group, dict(self._positions))
         self._committed = {queue_id: offset for queue_id, offset in stored.items()}
+        if self._retry is not None and self._retry._positions:
+            positions = retry.lowest_retry_positions(self.store, self.group, self._retry._positions)
+            self._retry._committed = self._offsets.commit(self._retry.topic, self.group, positions)
         return self.committed()
+
+    def retry_positions(self) -> dict[int, int]:
+        """The next queue offset this consumer will read in its group's retry topic (empty: it reads none)."""
+        return {} if self._retry is None else self._retry.positions()
+
+    def retry_committed(self) -> dict[int, int]:
+        """The group's committed offsets of its retry topic as this consumer last read or wrote them."""
+        return {} if self._retry is None else self._retry.committed()
+
+    # --- retries -------------------------------------------------------------------------------------------
+    def nack(self, message: StoredMessage, delay_level: int = 0):
+        """Send back a message this consumer failed: to the group's retry topic with delay level `delay_level`
+        (0: 3 + its reconsume times), or to its dead-letter topic after `max_reconsume_times` sends or with a
+        `delay_level` < 0 (mqstore/consumer/retry.py). Returns the PutResult of the copy; a refused one
+        (DISK_FULL, ...) raises StoreIOError: then do not commit past the message.
+        """
+        self._check_open()
+        if self.group is None:
+            raise InvalidMessageError("a consumer without a group cannot nack: open it with a group")
+        result, _ = retry.send_back(self.store, self.group, message, delay_level, self.max_reconsume_times)
+        if result.status not in retry.STORED:
+            raise StoreIOError(f"the send-back of the message at {message.commitlog_offset} was refused: "
+                               f"{result.status.name}")
+        return result
+
+    def dead_letters(self, max_count: int = 32, start: int = 0) -> list[StoredMessage]:
+        """Up to `max_count` messages of the group's dead-letter topic from queue offset `start`, each presented
+        with its original topic (read only: the DLQ has no committed offsets here)."""
+        self._check_open()
+        if self.group is None:
+            raise InvalidMessageError("a consumer without a group has no dead letters")
+        return retry.dead_letters(self.store, self.group, max_count, start)
+
+    def replay(self, message: StoredMessage, queue_id: int = 0):
+        """Put a dead letter (from `dead_letters`) back on its original topic, queue `queue_id`, with its header
+        fields and reconsume times 0 (retry.replay); its PutResult."""
+        self._check_open()
+        return retry.replay(self.store, message, queue_id)
 
     def close(self) -> None:
         """Stop using the consumer. Nothing is committed: call commit() first to keep the positions."""
         self._closed = True
+        if self._retry is not None:
+            retry.unregister_reader(self.store, self.group, self)
 
     def _check_open(self) -> None:
         if self._closed:

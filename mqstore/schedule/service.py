@@ -7,9 +7,12 @@ an int, or < 0, or > the level count, is InvalidMessageError with nothing writte
 the maximum; mqstore's put refuses it, a RocketMQ-written store's is handled as RocketMQ does at dispatch).
 
 Delivery: a pass reads each level's queue from its progress offset; for each unit whose tag code (due time) is
-<= clock.now_ms() it reads the record and puts it again on REAL_TOPIC / REAL_QID with DELAY removed (RocketMQ's
-messageTimeup keeps body, flag, born timestamp, every other property, REAL_TOPIC and REAL_QID included; the tags
-code comes from TAGS), then advances the level's offset. The first unit not yet due ends the level's pass (the
+<= clock.now_ms() it reads the record and writes it again on REAL_TOPIC / REAL_QID (`MessageStore.reput`, which
+does not run the put-side rewrite), as RocketMQ's messageTimeup does: body, flag, every property (DELAY, REAL_TOPIC
+and REAL_QID included: RocketMQ encodes the properties before clearing DELAY from the map it checks), sys flag,
+born timestamp, born host and reconsume times kept; the tags code comes from TAGS. Then it advances the level's
+offset. A delivered copy carries DELAY and REAL_TOPIC and is never scheduled again: the re-put skips the rewrite,
+and the rewrite leaves a message with REAL_TOPIC alone. The first unit not yet due ends the level's pass (the
 queue is in due order: one level, one delay, store timestamps ascending). A due time more than
 CLOCK_BACK_TOLERANCE_MS past now + the level's delay (the clock went back) is delivered now, as RocketMQ's
 correctDeliverTimestamp does.
@@ -93,6 +96,10 @@ class ScheduleService:
     def retag(self, batch) -> None:
         """The ConsumeQueue dispatcher's hook: due times as the schedule topic's tag codes."""
         sfmt.retag_schedule_rows(batch, self.delays)
+
+    def wake(self) -> None:
+        """Look at the levels now: a message was written onto the schedule topic without `rewrite` (a re-put)."""
+        self._wake.set()
 
     def use_clock(self, clock) -> None:
         self.clock = clock
@@ -196,17 +203,16 @@ class ScheduleService:
         message = self._converted(stored)
         if message is None:
             return True
-        if self.store.put(message).status not in STORED:
+        if self.store.reput(message, self.store.reput_header(stored)).status not in STORED:
             return False
         self.delivered_count += 1
         return True
 
     @staticmethod
     def _converted(stored) -> Message | None:
-        """The message to put for a due unit (RocketMQ's messageTimeup): DELAY removed, REAL_* kept."""
+        """The message to put for a due unit (RocketMQ's messageTimeup): DELAY and REAL_* kept in its bytes."""
         properties = stored.properties
         tags, keys = properties.pop("TAGS", None), tuple(properties.pop("KEYS", "").split())
-        properties.pop(sfmt.PROPERTY_DELAY, None)
         topic = properties.get(sfmt.PROPERTY_REAL_TOPIC)
         queue_id = sfmt.parse_java_int(properties.get(sfmt.PROPERTY_REAL_QUEUE_ID))
         if not topic or queue_id is None or queue_id < 0:

@@ -49,6 +49,7 @@ from mqstore.commitlog.errors import (
 )
 from mqstore.commitlog.handoff import HandOff
 from mqstore.commitlog.message import Message, PutResult, PutStatus
+from mqstore.commitlog.reput import ReputHeader, append_reput_holding_lock, header_of, prepare_reput
 from mqstore.commitlog.unique_key import UniqueKeyGenerator
 from mqstore.commitlog.write_batch import RECORD_SIZE
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
@@ -805,6 +806,28 @@ class MessageStore(Reads, IndexLookups):
         return _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[RECORD_SIZE], store_ts,
                                       self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
 
+    def reput_header(self, stored, reconsume_times: int | None = None) -> ReputHeader:
+        """The header fields a re-put of `stored` carries (commitlog/reput.py: header_of)."""
+        return header_of(stored, self._commitlog.born_host_raw, reconsume_times=reconsume_times)
+
+    def reput(self, message: Message, header: ReputHeader) -> PutResult:
+        """Write `message` again with the header fields of `header` (commitlog/reput.py): the schedule's and the
+        timer's deliveries and a consumer's send-back. Not the producer's put: no rewrite hook, Python encoding."""
+        self._check_writable()
+        record, header = prepare_reput(self._commitlog, message, header)
+        self._refuse_writes()
+        if self._disk_full:
+            return _refused(PutStatus.DISK_FULL)
+        commitlog = self._commitlog
+        try:
+            offset, queue_offset, store_ts = self._handoff.hand_in(
+                lambda prepared: append_reput_holding_lock(commitlog, prepared, header), record)
+        except StoreIOError as exc:
+            return self._put_refused(exc)
+        result = _new_tuple(PutResult, (_PUT_OK, offset, queue_offset, record[RECORD_SIZE], store_ts,
+                                        self._msg_id_prefix + offset.to_bytes(8, "big").hex().upper()))
+        return self._after_append(result) if self._lag_limit or self._sync_flush else result
+
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Store many messages under one lock hold. Every message is checked first: one bad one writes none."""
         results, placed = self._put_batch_written(messages)
@@ -986,11 +1009,13 @@ class MessageStore(Reads, IndexLookups):
         """Everything below this commitlog offset is visible to get() (None for a read_only store)."""
         return None if self._dispatch is None else self._dispatch.dispatched_offset
 
-    def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None, consume_from: str = "first"):
-        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer)."""
+    def consumer(self, group: str | None, topic: str, queue_ids=None, *, tags=None, consume_from: str = "first",
+                 **retry_options):
+        """A consumer of `topic` for consumer group `group`, from the group's committed offsets (mqstore.consumer);
+        `max_reconsume_times=` as open_consumer takes it."""
         from mqstore.consumer.group import open_consumer  # consumer imports this module
 
-        return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from)
+        return open_consumer(self, group, topic, queue_ids, tags=tags, consume_from=consume_from, **retry_options)
 
     def scan(self, *, topic=None, queue_ids=None, start_offset: int | None = None, end_offset: int | None = None,
              start_time=None, end_time=None, columns=None):
@@ -1040,6 +1065,7 @@ class MessageStore(Reads, IndexLookups):
             "queues": queues,
             "tier": self._tier_stats(),
             "schedule": self.schedule.stats() if self.schedule is not None else None,  # mqstore/schedule/
+            "retry": _group_topic_counts(queues),  # mqstore/consumer/retry.py
         }
 
     def _tier_stats(self) -> dict | None:
@@ -1134,3 +1160,14 @@ def _refusal_status(exc: StoreIOError) -> PutStatus:
 def _refused(status: PutStatus) -> PutResult:
     """The result of a put that wrote nothing."""
     return PutResult(status, -1, -1, 0, 0, "")
+
+
+def _group_topic_counts(queues: dict) -> dict:
+    """Messages in the groups' retry and dead-letter topics, from stats()'s queue table: {"retry": {group: n},
+    "dead_letters": {group: n}} (a retry counts once it is back from the schedule topic)."""
+    counts: dict = {"retry": {}, "dead_letters": {}}
+    for topic, by_queue in queues.items():
+        for prefix, kind in (("%RETRY%", "retry"), ("%DLQ%", "dead_letters")):
+            if topic.startswith(prefix):
+                counts[kind][topic[len(prefix):]] = sum(q["max_offset"] - q["min_offset"] for q in by_queue.values())
+    return counts

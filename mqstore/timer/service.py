@@ -396,7 +396,7 @@ class TimerService:
                 done += 1
                 continue
             message = self._converted(stored, int(enqueued), bool(int(unit_magic) & tfmt.MAGIC_ROLL))
-            if message is not None and self.store.put(message).status not in STORED:
+            if message is not None and self.store.reput(message, self.store.reput_header(stored)).status not in STORED:
                 return done
             done += 1
         return done

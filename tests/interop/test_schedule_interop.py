@@ -7,7 +7,8 @@ CommitLog (its ConsumeQueues removed) computes the same due times.
 
 RocketMQ writes, mqstore delivers: RocketMQ 4.4.0's putMessage moves DELAY messages to the schedule topic and
 shuts down before they fire; mqstore reads RocketMQ's units (and rebuilds the same ones), delivers nothing before
-its time and every message at its time, with DELAY removed and REAL_TOPIC / REAL_QID kept.
+its time and every message at its time, with DELAY, REAL_TOPIC and REAL_QID kept in its bytes (as RocketMQ's own
+re-put keeps them) and RocketMQ's born host, born timestamp, sys flag and reconsume times carried over.
 
 RocketMQ delivers mqstore's: its ScheduleMessageService, run on a store mqstore wrote, puts every due message on
 its topic (RocketMQ runs a few seconds of real time: its levels are at least 1 s).
@@ -28,6 +29,7 @@ from tests.rocketmq import assert_same_messages, copy_store, store_entries
 
 WAIT_S = 20.0
 DEFAULT_DELAYS_MS = sfmt.parse_levels(sfmt.DEFAULT_DELAY_LEVELS)
+HEADER_FIELDS = ("sys_flag", "born_timestamp_ms", "born_host", "reconsume_times")  # a re-put keeps them
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,7 @@ def test_rocketmq_reads_mqstores_pending_and_delivered_delay_messages(tmp_path, 
         assert {name: entry["properties"][name] for name in ("REAL_TOPIC", "REAL_QID", "DELAY")} == {
             "REAL_TOPIC": "orders", "REAL_QID": str(index % 4), "DELAY": str(level)}
     [real] = [entry for entry in theirs if entry["topic"] == "orders"]
-    assert "DELAY" not in real["properties"] and real["properties"]["REAL_TOPIC"] == "orders"
+    assert real["properties"]["DELAY"] == str(levels[0]) and real["properties"]["REAL_TOPIC"] == "orders"
     copy = tmp_path / "copy"
     copy_store(root, copy)
     assert sorted(rmq_delay.units(copy, config)) == sorted(our_units)
@@ -104,19 +106,24 @@ def test_mqstore_delivers_what_rocketmq_scheduled(tmp_path, rmq_delay):
         assert store.topics().get("delayed") is None  # one ms before the first is due: nothing delivered
         clock.set(max(due.values()))
         assert store.schedule.wait_caught_up(WAIT_S) and store.wait_dispatched(WAIT_S)
-        delivered = [entry for entry in store_entries(store) if entry["topic"] == "delayed"]
+        entries = store_entries(store)
+        delivered = [entry for entry in entries if entry["topic"] == "delayed"]
+        scheduled = {entry["body_hex"]: entry for entry in entries if entry["topic"] == sfmt.SCHEDULE_TOPIC}
         assert sorted(int(bytes.fromhex(entry["body_hex"])[2:]) for entry in delivered) == list(range(8))
         for entry in delivered:
             index = int(bytes.fromhex(entry["body_hex"])[2:])
             assert entry["queue_id"] == index % 4 and entry["tags"] == "TagD" and entry["keys"] == f"key-{index}"
-            assert entry["store_timestamp_ms"] >= 0 and "DELAY" not in entry["properties"]
+            level = {number: level for number, level, _, _ in acked}[index]
+            assert entry["store_timestamp_ms"] >= 0 and entry["properties"]["DELAY"] == str(level)
+            original = scheduled[entry["body_hex"]]
+            assert [entry[name] for name in HEADER_FIELDS] == [original[name] for name in HEADER_FIELDS]
             assert entry["properties"]["u"] == f"v{index}" and entry["properties"]["REAL_QID"] == str(index % 4)
 
 
 def test_rocketmqs_schedule_service_delivers_what_mqstore_scheduled(tmp_path, rmq_delay):
     """RocketMQ 4.4.0 opens a store mqstore wrote with due level-1 messages and its ScheduleMessageService puts
     them on their topic. (No record CRC: RocketMQ's own records would not carry it.) RocketMQ's re-put keeps DELAY
-    in the stored properties (its messageTimeup clears it from the map after encoding them); mqstore removes it."""
+    in the stored properties (its messageTimeup clears it from the map after encoding them); so does mqstore's."""
     config = small_config(record_crc=False)
     root = tmp_path / "store"
     with MessageStore.open(str(root), config, clock=ManualClock()) as store:  # the clock holds them: none delivered

@@ -187,15 +187,15 @@ def test_a_refused_delivery_is_tried_again(tmp_path, clock):
             store.put(with_delay(Message("t", b"%d" % index), delay_ms=20))
         store.put(Message("t", b"due", properties={"TIMER_DELAY_MS": "1"}))
         assert store.timer.wait_caught_up(WAIT_S)
-        put, refusals = store.put, []
+        reput, refusals = store.reput, []
 
-        def refusing_put(message):
+        def refusing_reput(message, header):
             if len(refusals) < 3:
                 refusals.append(message.body)
                 return PutResult(PutStatus.DISK_FULL, -1, -1, 0, 0, "")
-            return put(message)
+            return reput(message, header)
 
-        store.put = refusing_put
+        store.reput = refusing_reput
         clock.advance(30)
         bodies = [m.body for m in delivered(store)]
         assert len(refusals) == 3 and sorted(set(bodies)) == sorted([b"due"] + [b"%d" % i for i in range(5)])
