@@ -367,6 +367,14 @@ class CommitLog:
         self._appender.refresh()
         return self._appender.put
 
+    def rewrite_in_compiled_put(self, timer, schedule, system_clock, max_delay_ms: int, level_count: int) -> None:
+        """Let the compiled put rewrite delayed messages as `rewrite` does (commitlog/csrc/put_rewrite.c): the
+        writer's TimerService and ScheduleService, the clock whose time it may read itself, their limits. Nothing
+        without a compiled put (then `rewrite` does it all)."""
+        if self._appender is not None:
+            self._appender.set_rewrite(timer, schedule, system_clock, max_delay_ms, level_count,
+                                       self.max_queues_per_topic)
+
     def _refresh_appender(self) -> None:
         """Tell the compiled put (compiled_put) that the state it copies changed: the segment written, its
         `_append_limit`, `write_through`, `written_records`, `end_word`. Called after every change of them."""
