@@ -975,6 +975,16 @@ PyDoc_STRVAR(appender_set_rewrite_doc,
 "Rewrite delayed messages in put() as the services' Python `rewrite` methods do (commitlog/csrc/put_rewrite.c):\n"
 "timer and schedule are the TimerService and ScheduleService (None: that rewrite is left to Python).");
 
+PyDoc_STRVAR(appender_rewrite_doc,
+"rewrite(message) -> Message or None\n\n"
+"The message put() would write for `message` (itself when it is not delayed), or None where the Python rewrite\n"
+"must decide (put_batch's compiled prepare: commitlog/write_batch.py).");
+
+static PyObject *appender_rewrite(AppenderObject *self, PyObject *message) {
+    if (self->rewrite.timer == NULL && self->rewrite.schedule == NULL) return Py_NewRef(message);
+    return mq_rewrite_apply(&self->rewrite, message);
+}
+
 static PyObject *appender_set_rewrite(AppenderObject *self, PyObject *args) {
     if (mq_rewrite_set(&self->rewrite, args) < 0) return NULL;
     Py_RETURN_NONE;
@@ -992,6 +1002,7 @@ static PyMethodDef appender_methods[] = {
     {"put", (PyCFunction)appender_put, METH_O, appender_put_doc},
     {"refresh", (PyCFunction)appender_refresh, METH_NOARGS, appender_refresh_doc},
     {"set_rewrite", (PyCFunction)appender_set_rewrite, METH_VARARGS, appender_set_rewrite_doc},
+    {"rewrite", (PyCFunction)appender_rewrite, METH_O, appender_rewrite_doc},
     {NULL, NULL, 0, NULL},
 };
 

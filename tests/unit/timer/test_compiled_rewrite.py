@@ -63,6 +63,21 @@ def test_the_compiled_put_rewrites_delayed_messages_without_python(tmp_path, mon
                                         "REAL_TOPIC": "t", "REAL_QID": "2"}
 
 
+def test_put_batch_takes_the_compiled_rewrite_too(tmp_path, monkeypatch):
+    with _open(tmp_path, "compiled-put", monkeypatch) as store:
+        batch = [Message("t", b"plain"), Message("t", b"level", properties={"DELAY": "2"}),
+                 Message("t", b"timer", queue_id=1, properties={"TIMER_DELIVER_MS": str(START_MS + 55)})]
+        store.put_batch(batch)  # topics not seen yet, the timer thread not started: the Python path
+        calls = _count_python_rewrites(store)
+        results = store.put_batch(batch)
+        assert calls == []
+        stored = [store.read_at(result.commitlog_offset) for result in results]
+        assert [(m.topic, m.queue_id, m.body) for m in stored] == \
+            [("t", 0, b"plain"), (SCHEDULE_TOPIC, 1, b"level"), (tfmt.TIMER_TOPIC, 0, b"timer")]
+        assert stored[2].properties == {"TIMER_DELIVER_MS": str(START_MS + 55), "TIMER_OUT_MS": str(START_MS + 50),
+                                        "REAL_TOPIC": "t", "REAL_QID": "1"}
+
+
 def test_the_compiled_timer_rewrite_reads_the_system_clock_itself(tmp_path):
     with MessageStore.open(str(tmp_path / "real"), StoreConfig(index_enabled=False)) as store:
         assert store.timer.clock is SYSTEM_CLOCK
