@@ -165,29 +165,72 @@ static int timer_now_ms(const mq_rewrite *rewrite, long long *now_ms) {
 
 /* --- the two rewrites ------------------------------------------------------------------------------------------ */
 
+#define EXTRA_PROPERTIES 3  /* the most a rewrite adds: TIMER_OUT_MS, REAL_TOPIC, REAL_QID */
+#define QUEUE_TEXTS 64      /* REAL_QID values made once (queue ids below this) */
+static PyObject *queue_texts[QUEUE_TEXTS];
+
+static int is_timer_request_name(PyObject *key) {
+    for (int n = N_DELIVER_MS; n <= N_DELAY_SEC; n++)
+        if (key == names[n] || PyUnicode_Compare(key, names[n]) == 0) return 1;
+    return 0;
+}
+
+/* dict(properties), without the timer request properties with `drop_timer` (as the Python rewrite pops them), in
+ * a dict sized for the properties a rewrite adds: 1 with *copy, 0 for the Python path (a key that is not an exact
+ * str), -1 with an error. The keys are exact str: copying them runs no Python code. */
+static int copy_properties(PyObject *properties, int drop_timer, PyObject **copy) {
+#ifdef MQ_KNOWN_HASH
+    *copy = _PyDict_NewPresized(PyDict_GET_SIZE(properties) + EXTRA_PROPERTIES);
+#else
+    *copy = PyDict_New();
+#endif
+    if (*copy == NULL) return -1;
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(properties, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            Py_CLEAR(*copy);
+            return 0;
+        }
+        if (drop_timer && PyUnicode_GET_LENGTH(key) >= 14 && is_timer_request_name(key)) continue;
+        if (PyDict_SetItem(*copy, key, value) < 0) {
+            Py_CLEAR(*copy);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* str(queue_id) for an exact int >= 0 (a new reference). */
+static PyObject *queue_text(PyObject *queue_id, long long queue) {
+    if (queue < 0 || queue >= QUEUE_TEXTS) return PyObject_Str(queue_id);
+    if (queue_texts[queue] == NULL) {
+        queue_texts[queue] = PyObject_Str(queue_id);
+        if (queue_texts[queue] == NULL) return NULL;
+    }
+    return Py_NewRef(queue_texts[queue]);
+}
+
 /* REAL_TOPIC and REAL_QID into `copy` (the caller's own dict): 0, or -1 with an error. */
-static int add_real(PyObject *copy, PyObject *topic, PyObject *queue_id) {
+static int add_real(PyObject *copy, PyObject *topic, PyObject *queue_id, long long queue) {
     if (PyDict_SetItem(copy, names[N_REAL_TOPIC], topic) < 0) return -1;
-    PyObject *text = PyObject_Str(queue_id);  /* an exact int: its decimal, as str() */
+    PyObject *text = queue_text(queue_id, queue);  /* an exact int: its decimal, as str() */
     if (text == NULL) return -1;
     int result = PyDict_SetItem(copy, names[N_REAL_QID], text);
     Py_DECREF(text);
     return result;
 }
 
-/* ScheduleService.rewrite for a level already parsed (1..level_count) into `copy`: the new message. */
+/* ScheduleService.rewrite for a level already parsed (1..level_count), with `copy` the properties without the
+ * timer's (a delay level wins over a timer): the new message. */
 static PyObject *to_schedule(mq_rewrite *rewrite, PyObject *message, PyObject *copy, long long level,
-                             PyObject *topic, PyObject *queue_id) {
-    for (int n = N_DELIVER_MS; n <= N_DELAY_SEC; n++) {  /* a delay level wins over a timer */
-        int present = PyDict_Contains(copy, names[n]);
-        if (present < 0 || (present && PyDict_DelItem(copy, names[n]) < 0)) return NULL;
-    }
-    if (add_real(copy, topic, queue_id) < 0) return NULL;
-    PyObject *queue = PyLong_FromLongLong(level - 1);
-    if (queue == NULL) return NULL;
+                             PyObject *topic, PyObject *queue_id, long long queue) {
+    if (add_real(copy, topic, queue_id, queue) < 0) return NULL;
+    PyObject *level_queue = PyLong_FromLongLong(level - 1);
+    if (level_queue == NULL) return NULL;
     PyObject *moved = wake(rewrite->schedule) < 0 ? NULL
-                      : mq_message_moved(message, names[N_SCHEDULE_TOPIC], queue, copy);
-    Py_DECREF(queue);
+                      : mq_message_moved(message, names[N_SCHEDULE_TOPIC], level_queue, copy);
+    Py_DECREF(level_queue);
     return moved;
 }
 
@@ -209,7 +252,7 @@ static int delivery_time_ms(const found_names *found, long long now_ms, long lon
 /* The timer's rewrite of a message that asks for a timer: the new message, the message itself (a delivery time
  * not in the future), None for the Python path, NULL with an error. */
 static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *properties, PyObject *topic,
-                          PyObject *queue_id) {
+                          PyObject *queue_id, long long queue) {
     PyObject *thread = PyObject_GetAttr(rewrite->timer, names[N_THREAD]);
     if (thread == NULL) return NULL;
     int started = thread != Py_None;
@@ -224,8 +267,9 @@ static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *prop
     long long now_ms, deliver_ms, waited_ms;
     int ready = started ? timer_now_ms(rewrite, &now_ms) : 0;  /* not started: the Python path starts it */
     if (ready <= 0) return ready < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *copy = PyDict_Copy(properties);  /* read from here on: no finalizer changes it */
-    if (copy == NULL) return NULL;
+    PyObject *copy;  /* read from here on: no finalizer changes it */
+    int copied = copy_properties(properties, 0, &copy);
+    if (copied <= 0) return copied < 0 ? NULL : Py_NewRef(Py_None);
     found_names found;
     scan(copy, &found);
     PyObject *result = NULL;
@@ -240,7 +284,7 @@ static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *prop
         PyObject *number = PyLong_FromLongLong(out_ms);
         PyObject *text = number == NULL ? NULL : PyObject_Str(number);
         Py_XDECREF(number);
-        if (text != NULL && PyDict_SetItem(copy, names[N_OUT_MS], text) == 0 && add_real(copy, topic, queue_id) == 0 &&
+        if (text != NULL && PyDict_SetItem(copy, names[N_OUT_MS], text) == 0 && add_real(copy, topic, queue_id, queue) == 0 &&
             wake(rewrite->timer) == 0)
             result = mq_message_moved(message, names[N_TIMER_TOPIC], zero_queue, copy);
         Py_XDECREF(text);
@@ -274,15 +318,16 @@ static PyObject *rewrite_held(mq_rewrite *rewrite, PyObject *message, PyObject *
             level > rewrite->level_count)
             return Py_NewRef(Py_None);  /* the Python path raises */
         if (level > 0) {
-            PyObject *copy = PyDict_Copy(properties);
-            if (copy == NULL) return NULL;
-            PyObject *moved = to_schedule(rewrite, message, copy, level, topic, queue_id);
+            PyObject *copy;
+            int copied = copy_properties(properties, 1, &copy);
+            if (copied <= 0) return copied < 0 ? NULL : Py_NewRef(Py_None);
+            PyObject *moved = to_schedule(rewrite, message, copy, level, topic, queue_id, queue);
             Py_DECREF(copy);
             return moved;
         }
     }
     if (!timer_request || text_is(topic, N_TIMER_TOPIC)) return Py_NewRef(message);
-    return to_timer(rewrite, message, properties, topic, queue_id);
+    return to_timer(rewrite, message, properties, topic, queue_id, queue);
 }
 
 PyObject *mq_rewrite_apply(mq_rewrite *rewrite, PyObject *message) {
