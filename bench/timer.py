@@ -81,9 +81,10 @@ def put_cost(root: str, rounds: int, count: int) -> dict:
                 put_done, put_cpu = clock(), time.thread_time() - started_cpu
                 store.wait_dispatched(WAIT_S)
                 dispatched = clock()
+                ingested = dispatched
                 if kind == "timer":
                     assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
-                ingested = clock()
+                    ingested = clock()
                 for phase, seconds in (("put", put_done - started), ("put_cpu", put_cpu),
                                        ("dispatch", dispatched - put_done), ("ingest", ingested - dispatched)):
                     phases[kind][phase].append(seconds / count * 1e6)
