@@ -84,8 +84,8 @@ typedef struct {
     long long max_delay_ms, level_count, queues_max;  /* the timer's precision is read on every put */
 } mq_rewrite;
 int mq_rewrite_init(void);
-/* Set from Python's arguments (timer, schedule, system_clock, max_delay_ms, level_count, queues_max); 0, or -1
- * with an error. */
+/* Set from Python's arguments (timer, schedule, system_clock, max_delay_ms, level_count, queues_max), once; 0, or
+ * -1 with an error. */
 int mq_rewrite_set(mq_rewrite *rewrite, PyObject *args);
 void mq_rewrite_clear(mq_rewrite *rewrite);
 int mq_rewrite_traverse(mq_rewrite *rewrite, visitproc visit, void *arg);

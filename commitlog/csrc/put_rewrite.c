@@ -51,7 +51,10 @@ int mq_rewrite_set(mq_rewrite *rewrite, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "set_rewrite: a limit out of range");
         return -1;
     }
-    mq_rewrite_clear(rewrite);
+    if (rewrite->system_clock != NULL) {  /* once: a put running Python code reads these without holding them */
+        PyErr_SetString(PyExc_ValueError, "set_rewrite: set already");
+        return -1;
+    }
     rewrite->timer = timer == Py_None ? NULL : Py_NewRef(timer);
     rewrite->schedule = schedule == Py_None ? NULL : Py_NewRef(schedule);
     rewrite->system_clock = Py_NewRef(system_clock);
