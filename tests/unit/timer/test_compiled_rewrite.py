@@ -20,7 +20,7 @@ START_MS = 1_700_000_000_000
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_PROPERTIES = {tfmt.PROPERTY_DELIVER_MS, tfmt.PROPERTY_DELAY_MS, tfmt.PROPERTY_DELAY_SEC}
 
-pytestmark = pytest.mark.skipif(native.NATIVE is None, reason="MQSTORE_NATIVE=0: only the pure-Python codec is there")
+needs_native = pytest.mark.skipif(native.NATIVE is None, reason="MQSTORE_NATIVE=0: only the pure-Python codec is there")
 
 
 def _open(root, path: str, monkeypatch, clock=None) -> MessageStore:
@@ -45,6 +45,7 @@ def _count_python_rewrites(store) -> list:
     return calls
 
 
+@needs_native
 def test_the_compiled_put_rewrites_delayed_messages_without_python(tmp_path, monkeypatch):
     with _open(tmp_path, "compiled-put", monkeypatch) as store:
         calls = _count_python_rewrites(store)
@@ -63,6 +64,7 @@ def test_the_compiled_put_rewrites_delayed_messages_without_python(tmp_path, mon
                                         "REAL_TOPIC": "t", "REAL_QID": "2"}
 
 
+@needs_native
 def test_put_batch_takes_the_compiled_rewrite_too(tmp_path, monkeypatch):
     with _open(tmp_path, "compiled-put", monkeypatch) as store:
         batch = [Message("t", b"plain"), Message("t", b"level", properties={"DELAY": "2"}),
@@ -78,6 +80,7 @@ def test_put_batch_takes_the_compiled_rewrite_too(tmp_path, monkeypatch):
                                         "REAL_TOPIC": "t", "REAL_QID": "1"}
 
 
+@needs_native
 def test_the_compiled_timer_rewrite_reads_the_system_clock_itself(tmp_path):
     with MessageStore.open(str(tmp_path / "real"), StoreConfig(index_enabled=False)) as store:
         assert store.timer.clock is SYSTEM_CLOCK
@@ -103,6 +106,7 @@ BAD = [{"DELAY": "19"}, {"DELAY": "-1"}, {"DELAY": "x"}, {"DELAY": ""}, {"DELAY"
        {"DELAY": "0", "TIMER_DELAY_MS": "x"}, {"DELAY": "2", "TIMER_DELAY_MS": "5000", "TAGS": "reserved"}]
 
 
+@needs_native
 def test_bad_delayed_input_raises_the_same_on_every_put_path_with_nothing_written(tmp_path, monkeypatch):
     raised = {}
     for path in PATHS:
@@ -126,6 +130,8 @@ BOTH = [({"DELAY": "2", "TIMER_DELAY_MS": "5000"}, SCHEDULE_TOPIC),
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_delay_level_wins_over_a_timer_and_clears_its_properties(tmp_path, monkeypatch, path):
+    if path != "python" and native.NATIVE is None:
+        pytest.skip("MQSTORE_NATIVE=0: only the pure-Python codec is there")
     with _open(tmp_path, path, monkeypatch) as store:
         for properties, topic in BOTH * 2:  # twice: the compiled put's first of a topic goes to Python
             stored = store.read_at(store.put(Message("t", b"x", properties=dict(properties))).commitlog_offset)
