@@ -158,8 +158,9 @@ def _reserve_ahead(segment, wanted: int) -> None:
 class CommitLog:
     """Segments plus the writer's state: the written end and the queue offset table."""
 
-    # A writer's rewrite of a message before it is prepared (mqstore/timer: timer messages onto their topic), or
-    # None. The compiled put and prepare leave the messages it rewrites to `prepare` (commitlog/csrc/put.c).
+    # A writer's rewrite of a message before it is prepared (mqstore/timer, mqstore/schedule: delayed messages onto
+    # their topics), or None: the reference, run by `prepare`. The compiled put does the same rewrites itself once
+    # rewrite_in_compiled_put is called, and leaves to `prepare` what it hands back (commitlog/csrc/put_rewrite.c).
     rewrite = None
 
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
