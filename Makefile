@@ -124,7 +124,8 @@ ASAN_TESTS ?= tests/native tests/unit/commitlog/test_native_codec.py tests/unit/
 	tests/unit/commitlog/test_arrow_properties_native.py tests/unit/mqstore/test_scan.py \
 	tests/unit/mqstore/test_compiled_put.py \
 	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format \
-	tests/crash/test_kill_writer.py
+	tests/unit/timer/test_compiled_rewrite.py tests/unit/timer/test_timer_codecs.py \
+	tests/unit/schedule/test_schedule_codecs.py tests/crash/test_kill_writer.py
 ASAN_PYTEST_ARGS ?= -q
 
 asan-build: $(STAMP)

@@ -566,21 +566,28 @@ def report_timer(data: dict) -> str:
     put, fire = data["put_cost"], data["firing"]
     firing = (f"p50 {fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, "
               f"max {fire['error_max_ms']:.0f} ms, min {fire['error_min_ms']:.0f} ms")
-    rows = [
-        {"measure": "plain put (100 B, tag), us", "value": f"{put['plain']:.2f}"},
-        {"measure": "delayed put (TIMER_DELAY_MS), us",
-         "value": f"{put['delayed']:.2f} ({put['delayed_over_plain']:.1f}x)"},
-        {"measure": "delayed put + linking into the wheel, us",
-         "value": f"{put['delayed_with_link']:.2f} ({put['delayed_with_link_over_plain']:.1f}x)"},
-        {"measure": f"firing error, {fire['pending_held']:,} pending, {fire['probes']} probes "
-                    f"({fire['precision_ms']} ms slots)", "value": firing},
-    ]
+    names = {"plain": "plain put (100 B, tag, key)", "timer": "TIMER_DELAY_MS put (1 h)",
+             "level": "DELAY put (level 18)"}
+    put_rows = []
+    for kind, name in names.items():
+        row = dict(put[kind], kind=name)
+        for part, key in (("put", ""), ("put_cpu", "cpu_"), ("total", "total_")):
+            ratio = "" if kind == "plain" else f" ({put[f'{kind}_{key}over_plain']:.1f}x)"
+            row[part] = f"{put[kind][part]:.2f}{ratio}"
+        row["dispatch"], row["ingest"] = f"{put[kind]['dispatch']:.2f}", f"{put[kind]['ingest']:.2f}"
+        put_rows.append(row)
+    rows = [{"measure": f"firing error, {fire['pending_held']:,} pending, {fire['probes']} probes "
+                        f"({fire['precision_ms']} ms slots)", "value": firing}]
     for row in data["memory"]:
         rows.append({"measure": f"RSS of a process holding {row['timers']:,} linked timers",
                      "value": f"{row['rss_after_mib']:.0f} MiB (before linking {row['rss_before_mib']:.0f} MiB; "
                               f"TimerLog {row['timer_log_mib']:.0f} MiB on disk)"})
-    return (f"Medians of {put['rounds']} alternating rounds of {put['puts_per_round']:,} puts.\n\n"
-            + table(rows, [("measure", "measure", text), ("value", "value", text)]))
+    return (f"Put cost: medians of {put['rounds']} alternating rounds of {put['puts_per_round']:,} puts of each kind "
+            "(us a put; CPU: the putting thread's own).\n\n"
+            + table(put_rows, [("put", "kind", text), ("put call", "put", preformatted),
+                               ("its CPU", "put_cpu", preformatted), ("dispatch", "dispatch", preformatted),
+                               ("timer ingestion", "ingest", preformatted), ("total", "total", preformatted)])
+            + "\n\n" + table(rows, [("measure", "measure", text), ("value", "value", text)]))
 
 
 def report_lease(data: dict) -> str:

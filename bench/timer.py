@@ -3,9 +3,15 @@
     .venv/bin/python bench/timer.py            # full run (about 2 minutes)
     .venv/bin/python bench/timer.py --quick    # smoke run (a few seconds)
 
-1. Put cost: ASYNC puts of a 100-byte body with a tag, plain and with TIMER_DELAY_MS (one hour), taking turns in
-   ROUNDS rounds on one store (default settings): microseconds a put, and a delayed put counting the time the
-   timer service then needs to link the round's timers into the wheel (it shares the interpreter with the puts).
+1. Put cost: ASYNC puts of a 100-byte body with a tag and a key, plain, with TIMER_DELAY_MS (one hour) and with
+   DELAY (level 18, two hours), ROUNDS rounds of each in turns on one store (default settings), timed by phase:
+   the put calls; then the wait until dispatch (ConsumeQueue, index, the schedule's retag) caught up; then, for
+   timers, the wait until the timer service linked the round into the wheel. Dispatch and the service run in
+   threads beside the puts on the same interpreter, so what they cost during the put calls shows in that column.
+   "Its CPU" is the putting thread's own CPU time (time.thread_time) during the put calls: the rest of the put
+   call's wall time is spent waiting for the interpreter while dispatch and the services run (or for another
+   process on the machine). Medians over rounds, in microseconds a put; `--put-only` runs this section alone and
+   writes no files.
 2. Firing error: a store holding PENDING timers due in one to two hours; then PROBES timers due 0.2 s .. 0.2 s +
    PROBE_WINDOW_S ahead, on the system clock. Error = the delivered copy's store timestamp minus its
    TIMER_DELIVER_MS (never negative: a timer is not delivered early); p50, p99, max.
@@ -37,8 +43,9 @@ from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 from mqstore.store.clock import SYSTEM_CLOCK  # noqa: E402
 
 HOUR_MS = 3_600_000
-FULL = {"rounds": 5, "puts_per_round": 50_000, "pending": 1_000_000, "probes": 2000, "memory": (1_000_000, 10_000_000)}
-QUICK = {"rounds": 2, "puts_per_round": 2000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000)}
+LEVEL = 18  # the default levels' last: 2 h, so nothing is delivered during the run
+FULL = {"rounds": 5, "puts_per_round": 300_000, "pending": 1_000_000, "probes": 2000, "memory": (1_000_000, 10_000_000)}
+QUICK = {"rounds": 2, "puts_per_round": 20_000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000)}
 PROBE_WINDOW_S = 5.0
 PROBE_LEAD_MS = 200
 LINK_BATCH = 100_000
@@ -54,32 +61,44 @@ def rss_kib(field: str = "VmHWM") -> int:
 
 
 def put_cost(root: str, rounds: int, count: int) -> dict:
-    """Section 1: plain and delayed puts in turns."""
+    """Section 1: plain, timer and delay-level puts in turns, each round timed by phase (module docstring)."""
     body = random.Random(1).randbytes(100)
-    plain = Message("plain", body, tags="a")
-    delayed = Message("delayed", body, tags="a", properties={"TIMER_DELAY_MS": str(HOUR_MS)})
-    times = {"plain": [], "delayed": [], "delayed_with_link": []}
+    kinds = {"plain": Message("plain", body, tags="a", keys=("k1",)),
+             "timer": Message("delayed", body, tags="a", keys=("k1",), properties={"TIMER_DELAY_MS": str(HOUR_MS)}),
+             "level": Message("leveled", body, tags="a", keys=("k1",), properties={"DELAY": str(LEVEL)})}
+    phases = {kind: {"put": [], "put_cpu": [], "dispatch": [], "ingest": []} for kind in kinds}
     with MessageStore.open(root, StoreConfig()) as store:
         put, clock = store.put, time.perf_counter
-        for _ in range(200):
-            put(plain), put(delayed)
+        for message in kinds.values():
+            for _ in range(200):
+                put(message)
         assert store.timer.wait_caught_up(WAIT_S)
         for _ in range(rounds):
-            for kind, message in (("plain", plain), ("delayed", delayed)):
-                started = clock()
+            for kind, message in kinds.items():
+                started, started_cpu = clock(), time.thread_time()
                 for _ in range(count):
                     put(message)
-                elapsed = clock() - started
-                times[kind].append(elapsed / count * 1e6)
-                if kind == "delayed":
+                put_done, put_cpu = clock(), time.thread_time() - started_cpu
+                store.wait_dispatched(WAIT_S)
+                dispatched = clock()
+                ingested = dispatched
+                if kind == "timer":
                     assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
-                    times["delayed_with_link"].append((clock() - started) / count * 1e6)
-                else:
-                    store.wait_dispatched(WAIT_S)
-    row = {kind: float(np.median(values)) for kind, values in times.items()}
-    row["rounds"], row["puts_per_round"] = rounds, count
-    row["delayed_over_plain"] = row["delayed"] / row["plain"]
-    row["delayed_with_link_over_plain"] = row["delayed_with_link"] / row["plain"]
+                    ingested = clock()
+                for phase, seconds in (("put", put_done - started), ("put_cpu", put_cpu),
+                                       ("dispatch", dispatched - put_done), ("ingest", ingested - dispatched)):
+                    phases[kind][phase].append(seconds / count * 1e6)
+        segments = len(os.listdir(os.path.join(root, "commitlog")))
+    row = {"rounds": rounds, "puts_per_round": count, "segments": segments}
+    for kind, by_phase in phases.items():
+        medians = {phase: float(np.median(values)) for phase, values in by_phase.items()}
+        walls = zip(by_phase["put"], by_phase["dispatch"], by_phase["ingest"])
+        medians["total"] = float(np.median([sum(parts) for parts in walls]))
+        row[kind] = medians
+    for kind in ("timer", "level"):
+        row[f"{kind}_over_plain"] = row[kind]["put"] / row["plain"]["put"]
+        row[f"{kind}_cpu_over_plain"] = row[kind]["put_cpu"] / row["plain"]["put_cpu"]
+        row[f"{kind}_total_over_plain"] = row[kind]["total"] / row["plain"]["total"]
     return row
 
 
@@ -154,15 +173,30 @@ def memory(counts) -> list[dict]:
 
 
 def markdown(result: dict) -> str:
-    put, fire = result["put_cost"], result["firing"]
-    lines = ["| measure | value |", "|---|---|",
-             f"| plain put (100 B, tag) | {put['plain']:.2f} us |",
-             f"| delayed put (TIMER_DELAY_MS) | {put['delayed']:.2f} us ({put['delayed_over_plain']:.1f}x) |",
-             f"| delayed put + linking into the wheel | {put['delayed_with_link']:.2f} us "
-             f"({put['delayed_with_link_over_plain']:.1f}x) |",
-             f"| firing error with {fire['pending_held']:,} pending, {fire['probes']} probes | p50 "
-             f"{fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, max {fire['error_max_ms']:.0f} ms, "
-             f"min {fire['error_min_ms']:.0f} ms |"]
+    put = result["put_cost"]
+    lines = [f"`.venv/bin/python {result['command']}` ({result['date']}, Python {result['python']}, "
+             f"{result['cpus']} CPUs)\n",
+             "| measure (us a put; median of rounds) | put call | its CPU | dispatch | timer ingestion | total |",
+             "|---|---|---|---|---|---|"]
+    names = {"plain": "plain put (100 B, tag, key)", "timer": "TIMER_DELAY_MS put (1 h)",
+             "level": f"DELAY put (level {LEVEL})"}
+    for kind, name in names.items():
+        row = put[kind]
+        ratios = {"put": "", "cpu": "", "total": ""}
+        if kind != "plain":
+            ratios = {part: f" ({put[f'{kind}_{key}over_plain']:.1f}x)"
+                      for part, key in (("put", ""), ("cpu", "cpu_"), ("total", "total_"))}
+        lines.append(f"| {name} | {row['put']:.2f}{ratios['put']} | {row['put_cpu']:.2f}{ratios['cpu']} | "
+                     f"{row['dispatch']:.2f} | {row['ingest']:.2f} | {row['total']:.2f}{ratios['total']} |")
+    lines.append(f"\n{put['rounds']} rounds of {put['puts_per_round']:,} puts of each kind in turns, default "
+                 f"settings, {put['segments']} CommitLog segments at the end.\n")
+    fire = result.get("firing")
+    if fire is None:
+        return "\n".join(lines) + "\n"
+    lines += ["| measure | value |", "|---|---|",
+              f"| firing error with {fire['pending_held']:,} pending, {fire['probes']} probes | p50 "
+              f"{fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, max {fire['error_max_ms']:.0f} ms, "
+              f"min {fire['error_min_ms']:.0f} ms |"]
     for row in result["memory"]:
         lines.append(f"| RSS after linking {row['timers']:,} timers | {row['rss_after_mib']:.0f} MiB "
                      f"(peak {row['rss_peak_mib']:.0f} MiB, before {row['rss_before_mib']:.0f} MiB; TimerLog "
@@ -174,6 +208,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--out", default=None, help="result JSON path (the Markdown table goes beside it)")
+    parser.add_argument("--put-only", action="store_true", help="section 1 only (no result files)")
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child is not None:
@@ -188,6 +223,9 @@ def main() -> int:
                   "python": platform.python_version(), "cpus": os.cpu_count(),
                   "put_cost": put_cost(os.path.join(work, "put"), plan["rounds"], plan["puts_per_round"])}
         shutil.rmtree(os.path.join(work, "put"))
+        if args.put_only:
+            print(markdown(result))
+            return 0
         result["firing"] = firing_error(os.path.join(work, "fire"), plan["pending"], plan["probes"])
         shutil.rmtree(os.path.join(work, "fire"))
         result["memory"] = memory(plan["memory"])

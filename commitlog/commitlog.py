@@ -158,8 +158,9 @@ def _reserve_ahead(segment, wanted: int) -> None:
 class CommitLog:
     """Segments plus the writer's state: the written end and the queue offset table."""
 
-    # A writer's rewrite of a message before it is prepared (mqstore/timer: timer messages onto their topic), or
-    # None. The compiled put and prepare leave the messages it rewrites to `prepare` (commitlog/csrc/put.c).
+    # A writer's rewrite of a message before it is prepared (mqstore/timer, mqstore/schedule: delayed messages onto
+    # their topics), or None: the reference, run by `prepare`. The compiled put does the same rewrites itself once
+    # rewrite_in_compiled_put is called, and leaves to `prepare` what it hands back (commitlog/csrc/put_rewrite.c).
     rewrite = None
 
     def __init__(self, directory: str, segment_size_bytes: int, *, writable: bool,
@@ -367,6 +368,14 @@ class CommitLog:
         self._appender = self.codec.Appender(self, globals(), time.time_ns, _write_at, PutResult, PutStatus.PUT_OK)
         self._appender.refresh()
         return self._appender.put
+
+    def rewrite_in_compiled_put(self, timer, schedule, system_clock, max_delay_ms: int, level_count: int) -> None:
+        """Let the compiled put rewrite delayed messages as `rewrite` does (commitlog/csrc/put_rewrite.c): the
+        writer's TimerService and ScheduleService, the clock whose time it may read itself, their limits. Nothing
+        without a compiled put (then `rewrite` does it all)."""
+        if self._appender is not None:
+            self._appender.set_rewrite(timer, schedule, system_clock, max_delay_ms, level_count,
+                                       self.max_queues_per_topic)
 
     def _refresh_appender(self) -> None:
         """Tell the compiled put (compiled_put) that the state it copies changed: the segment written, its

@@ -12,6 +12,7 @@ segment does; the blank and the roll are the CommitLog's.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +96,8 @@ def _prepare_compiled(log, messages: list[Message]) -> Columns | None:
         return None
     made = codec.prepare_batch(log._topic_tails, log.max_queues_per_topic, log.max_message_size_bytes, messages,
                                core)
+    if made is None and log.rewrite is not None and log._appender is not None:
+        made = _prepare_rewritten(log, messages, core)
     if made is None:
         return None
     queue_keys, key_ids, queue_ids, flags, born_ms, bodies, lengths, crcs, tails, sizes = made
@@ -103,6 +106,17 @@ def _prepare_compiled(log, messages: list[Message]) -> Columns | None:
                    queue_ids=column(queue_ids, dtype=np.int64), flags=column(flags, dtype=np.int64),
                    born_ms=column(born_ms, dtype=np.int64), bodies=bodies, body_lengths=column(lengths, dtype=np.int64),
                    body_crcs=column(crcs, dtype=np.int64), tails=tails, sizes=column(sizes, dtype=np.int64))
+
+
+def _prepare_rewritten(log, messages: list[Message], core):
+    """prepare_batch of the batch with its delayed messages rewritten by the compiled put's rewrite
+    (commitlog/csrc/put_rewrite.c), or None when a message is none (or the rewrite hands one back to Python)."""
+    rewrite = log._appender.rewrite
+    rewritten = [rewrite(message) for message in messages]
+    if any(message is None for message in rewritten) or all(map(operator.is_, rewritten, messages)):
+        return None
+    return log.codec.prepare_batch(log._topic_tails, log.max_queues_per_topic, log.max_message_size_bytes,
+                                   rewritten, core)
 
 
 def _prepare_common(log, messages: list[Message]) -> Columns | None:

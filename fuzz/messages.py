@@ -63,8 +63,25 @@ def keys(source: Input):
     return source.pick(("k1", b"k1", [1], ["a b"], [""], None, ("k", None)))
 
 
+DELAYED_NAMES = ("DELAY", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_OUT_MS", "REAL_TOPIC")
+# Values of those: accepted ones are short delays (a timer past the wheel's roll window would be re-put by the
+# timer service in its thread, at a time the harness does not control), the rest refused or taken as "now"
+DELAYED_VALUES = ("0", "1", "3", "18", "19", "-1", "+2", "007", "x", "", " 1", "1" * 20, "2147483648",
+                  "9223372036854775807", "-9223372036854775808", "1700000000005", "1700000000000", Text("2"), 2)
+
+
+def delayed(source: Input) -> dict:
+    """Properties of a delayed message (delay level, timer), valid or not, with a user property or not."""
+    found = {source.pick(DELAYED_NAMES): source.pick(DELAYED_VALUES) for _ in range(source.below(3) + 1)}
+    if source.flag():
+        found[source.text(4, TEXT_ALPHABET)] = source.text(4, TEXT_ALPHABET)
+    return found
+
+
 def properties(source: Input):
-    kind = source.below(8)
+    kind = source.below(10)
+    if kind >= 8:
+        return delayed(source)
     if kind < 3:
         return {}
     if kind < 6:

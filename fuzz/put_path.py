@@ -6,7 +6,9 @@ Messages carry every field, valid values near every limit, invalid values and od
 stores get the `Message` users import (the compiled one, with the compiled core built: the pure-Python store's
 `prepare` accepts that type; fuzz/message_type.py holds it to the dataclass). The
 stores stay open for STORE_REUSE_INPUTS inputs (opening two stores costs far more than a put); set
-MQSTORE_FUZZ_FRESH=1 to open new ones for every input when replaying a finding.
+MQSTORE_FUZZ_FRESH=1 to open new ones for every input when replaying a finding. The timer and schedule services
+share one ManualClock that never moves, so the delayed messages' rewrites (compiled in put_rewrite.c, Python in
+the services) see the same time and nothing comes due while the files are compared.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mqstore.commitlog.message import Message
 from fuzz import messages
 from fuzz.provider import Input
 from mqstore import MessageStore, StoreConfig
+from mqstore.store.clock import ManualClock
 
 COMPILED = native.NATIVE
 STORE_REUSE_INPUTS = 200
@@ -59,7 +62,8 @@ class Pair:
         for name, codec in (("python", None), ("compiled", COMPILED)):
             native.NATIVE = codec
             try:
-                self.stores[name] = MessageStore.open(os.path.join(self.directory, name), CONFIG)
+                self.stores[name] = MessageStore.open(os.path.join(self.directory, name), CONFIG,
+                                                      clock=ManualClock(CLOCK_START_MS))
             finally:
                 native.NATIVE = COMPILED
             assert self.stores[name]._commitlog.codec is codec

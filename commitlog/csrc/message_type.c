@@ -330,6 +330,37 @@ int mq_message_take(PyObject *object, long long queues_max, long long body_max, 
     return 1;
 }
 
+int mq_message_routing(PyObject *object, PyObject **topic, PyObject **queue_id, PyObject **properties) {
+    if (Py_TYPE(object) != message_type) return 0;
+    MessageObject *message = (MessageObject *)object;
+    if (message->fields[F_TOPIC] == NULL || message->fields[F_QUEUE_ID] == NULL) return 0;
+    *topic = Py_NewRef(message->fields[F_TOPIC]);
+    *queue_id = Py_NewRef(message->fields[F_QUEUE_ID]);
+    *properties = Py_XNewRef(message->fields[F_PROPERTIES]);
+    return 1;
+}
+
+PyObject *mq_message_moved(PyObject *object, PyObject *topic, PyObject *queue_id, PyObject *properties) {
+    MessageObject *source = (MessageObject *)object;
+    PyObject *kept[F_COUNT] = {NULL};
+    for (int f = 0; f < F_COUNT; f++) {  /* taken before the allocation below can run a finalizer */
+        if (f != F_TOPIC && f != F_QUEUE_ID && f != F_PROPERTIES && source->fields[f] == NULL) {
+            for (int g = 0; g < f; g++) Py_XDECREF(kept[g]);
+            PyErr_SetString(PyExc_AttributeError, "a Message field is missing");
+            return NULL;
+        }
+        kept[f] = f == F_TOPIC ? Py_NewRef(topic) : f == F_QUEUE_ID ? Py_NewRef(queue_id)
+                  : f == F_PROPERTIES ? Py_NewRef(properties) : Py_NewRef(source->fields[f]);
+    }
+    MessageObject *made = (MessageObject *)message_type->tp_alloc(message_type, 0);
+    if (made == NULL) {
+        for (int f = 0; f < F_COUNT; f++) Py_DECREF(kept[f]);
+        return NULL;
+    }
+    for (int f = 0; f < F_COUNT; f++) made->fields[f] = kept[f];
+    return (PyObject *)made;
+}
+
 int mq_message_set_tails(mq_message_parts *out, PyObject *tails) {
     int valid = tails != NULL && PyTuple_Check(tails) && PyTuple_GET_SIZE(tails) >= 4;
     for (int i = 0; valid && i < 4; i++) valid = PyBytes_Check(PyTuple_GET_ITEM(tails, i));

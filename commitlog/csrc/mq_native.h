@@ -69,6 +69,30 @@ int mq_message_take(PyObject *object, long long queues_max, long long body_max, 
 int mq_message_set_tails(mq_message_parts *out, PyObject *tails);
 void mq_message_parts_release(mq_message_parts *parts);
 
+/* message_type.c, for put_rewrite.c: a compiled Message's topic, queue id and properties (new references; the
+ * properties NULL when never made), 1, or 0 for another object; and a new Message with the body, tags, keys,
+ * flag and born timestamp of `object` (a compiled Message) and the given topic, queue id and properties. */
+int mq_message_routing(PyObject *object, PyObject **topic, PyObject **queue_id, PyObject **properties);
+PyObject *mq_message_moved(PyObject *object, PyObject *topic, PyObject *queue_id, PyObject *properties);
+
+/* put_rewrite.c: the put-side rewrites of delayed messages (mqstore/schedule/service.py's and
+ * mqstore/timer/rewrite.py's `rewrite`), done in the compiled put. The objects are held (strong references). */
+typedef struct {
+    PyObject *timer;         /* the TimerService; NULL: no timer rewrite */
+    PyObject *schedule;      /* the ScheduleService; NULL: no delay-level rewrite */
+    PyObject *system_clock;  /* SYSTEM_CLOCK: when it is the timer's clock, the time is read here */
+    long long max_delay_ms, level_count, queues_max;  /* the timer's precision is read on every put */
+} mq_rewrite;
+int mq_rewrite_init(void);
+/* Set from Python's arguments (timer, schedule, system_clock, max_delay_ms, level_count, queues_max), once; 0, or
+ * -1 with an error. */
+int mq_rewrite_set(mq_rewrite *rewrite, PyObject *args);
+void mq_rewrite_clear(mq_rewrite *rewrite);
+int mq_rewrite_traverse(mq_rewrite *rewrite, visitproc visit, void *arg);
+/* The message to put for `message` (a new reference): itself, its rewritten copy, or None for the Python path
+ * (a value it refuses, a timer thread not started, another type); NULL with an error. */
+PyObject *mq_rewrite_apply(mq_rewrite *rewrite, PyObject *message);
+
 /* put.c: what commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) gives a message, as
  * checked and measured by mq_plan_properties (1, or 0 when the Python path must run: another type, a value it
  * refuses, PROPERTIES over the limit); mq_write_tail then writes TOPICLENGTH + TOPIC + PROPERTIESLENGTH +

@@ -27,6 +27,11 @@
  * without compiled state, the pure-Python codec, a failed pwrite (after its key was taken). The caller then runs
  * the Python path (the reference), which handles it and raises its errors. Nothing here decides policy: no
  * lock, no thread, no wait, no file opened.
+ *
+ * A delayed message (DELAY, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS) is first rewritten onto
+ * SCHEDULE_TOPIC_XXXX or rmq_sys_wheel_timer by put_rewrite.c, once the engine called set_rewrite() with its
+ * services; the rewritten message is then put as any other. What put_rewrite.c hands back (bad input, a timer
+ * thread not started) returns None here, and the Python path rewrites it (or raises).
  */
 #include "mq_native.h"
 
@@ -100,6 +105,7 @@ typedef struct {
     uint64_t read_version;  /* the tag when this put read `_end` (0: unknown) */
     uint64_t real_clock_version;  /* clock_globals' tag when `_time_ns` was time.time_ns (0: unknown) */
     queue_key_slot queue_keys[QUEUE_KEYS];  /* see queue_key_of */
+    mq_rewrite rewrite;  /* the delayed messages' rewrites (put_rewrite.c), set by set_rewrite() */
 } AppenderObject;
 
 static void forget_state(AppenderObject *self);
@@ -120,6 +126,8 @@ static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cached.unique_keys);
     Py_VISIT(self->known_end_value);
     Py_VISIT(self->known_ts_value);
+    int visited = mq_rewrite_traverse(&self->rewrite, visit, arg);
+    if (visited) return visited;
     for (int i = 0; i < QUEUE_KEYS; i++) {
         Py_VISIT(self->queue_keys[i].topic);
         Py_VISIT(self->queue_keys[i].key);
@@ -137,6 +145,7 @@ static int appender_clear(AppenderObject *self) {
     Py_CLEAR(self->topic_tails);
     Py_CLEAR(self->result_type);
     Py_CLEAR(self->ok_status);
+    mq_rewrite_clear(&self->rewrite);
     for (int i = 0; i < QUEUE_KEYS; i++) {
         Py_CLEAR(self->queue_keys[i].topic);
         Py_CLEAR(self->queue_keys[i].key);
@@ -660,10 +669,11 @@ static int read_end(AppenderObject *self, int64_t *end, PyObject **queue_offsets
 /* --- PROPERTIES of a message with tags, keys, user properties or a UNIQ_KEY ------------------------------- */
 
 static const char name_tags[] = "TAGS", name_keys[] = "KEYS", name_unique[] = "UNIQ_KEY", name_crc[] = "__CRC32#";
-/* A message asking for a timer (mqstore/timer/format.py): the Python path rewrites it onto the timer topic. */
+/* A message asking for a timer (mqstore/timer/format.py): appender_put rewrites it first (put_rewrite.c); one
+ * still asking here (no rewrite set, or the Python path's to do) goes to the Python path. */
 static const char name_deliver_ms[] = "TIMER_DELIVER_MS", name_delay_ms[] = "TIMER_DELAY_MS",
                   name_delay_sec[] = "TIMER_DELAY_SEC", name_out_ms[] = "TIMER_OUT_MS";
-/* A message with a delay level (mqstore/schedule/format.py): the Python path stores it on SCHEDULE_TOPIC_XXXX,
+/* A message with a delay level (mqstore/schedule/format.py): as a timer request, stored on SCHEDULE_TOPIC_XXXX,
  * unless it carries REAL_TOPIC (rewritten already). */
 static const char name_delay_level[] = "DELAY", name_real_topic[] = "REAL_TOPIC";
 
@@ -943,13 +953,41 @@ static void hold_state(writer_state *s, int hold) {
 
 static PyObject *appender_put(AppenderObject *self, PyObject *message) {
     if (!self->usable) Py_RETURN_NONE;
+    PyObject *rewritten = NULL;
+    if (self->rewrite.timer != NULL || self->rewrite.schedule != NULL) {  /* before the state is copied: the
+                                                                          * rewrite may run Python code */
+        rewritten = mq_rewrite_apply(&self->rewrite, message);
+        if (rewritten == NULL || rewritten == Py_None) return rewritten;
+        message = rewritten;
+    }
     /* A copy whose objects this call holds: a refresh() while Python code runs inside the call (a test's clock, a
      * collection's finalizer letting another thread in) cannot free what is being written. */
     writer_state s = self->cached;
     hold_state(&s, 1);
-    PyObject *result = put_with(self, &s, message);
+    PyObject *result = self->usable ? put_with(self, &s, message) : Py_NewRef(Py_None);
     hold_state(&s, 0);
+    Py_XDECREF(rewritten);
     return result;
+}
+
+PyDoc_STRVAR(appender_set_rewrite_doc,
+"set_rewrite(timer, schedule, system_clock, max_delay_ms, level_count, queues_max)\n\n"
+"Rewrite delayed messages in put() as the services' Python `rewrite` methods do (commitlog/csrc/put_rewrite.c):\n"
+"timer and schedule are the TimerService and ScheduleService (None: that rewrite is left to Python).");
+
+PyDoc_STRVAR(appender_rewrite_doc,
+"rewrite(message) -> Message or None\n\n"
+"The message put() would write for `message` (itself when it is not delayed), or None where the Python rewrite\n"
+"must decide (put_batch's compiled prepare: commitlog/write_batch.py).");
+
+static PyObject *appender_rewrite(AppenderObject *self, PyObject *message) {
+    if (self->rewrite.timer == NULL && self->rewrite.schedule == NULL) return Py_NewRef(message);
+    return mq_rewrite_apply(&self->rewrite, message);
+}
+
+static PyObject *appender_set_rewrite(AppenderObject *self, PyObject *args) {
+    if (mq_rewrite_set(&self->rewrite, args) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyTypeObject *appender_type = NULL;  /* the module keeps it alive */
@@ -963,6 +1001,8 @@ PyObject *mq_appender_put(PyObject *appender, PyObject *message) {
 static PyMethodDef appender_methods[] = {
     {"put", (PyCFunction)appender_put, METH_O, appender_put_doc},
     {"refresh", (PyCFunction)appender_refresh, METH_NOARGS, appender_refresh_doc},
+    {"set_rewrite", (PyCFunction)appender_set_rewrite, METH_VARARGS, appender_set_rewrite_doc},
+    {"rewrite", (PyCFunction)appender_rewrite, METH_O, appender_rewrite_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -988,7 +1028,7 @@ int mq_put_init(PyObject *module) {
         if (keys[k] == NULL) return -1;
     }
     zero_index = PyLong_FromLong(0);
-    if (zero_index == NULL) return -1;
+    if (zero_index == NULL || mq_rewrite_init() < 0) return -1;
     PyObject *type = PyType_FromModuleAndSpec(module, &appender_spec, NULL);
     if (type == NULL) return -1;
     appender_type = (PyTypeObject *)type;

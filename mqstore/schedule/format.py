@@ -100,6 +100,9 @@ def due_time_ms(level_text, store_timestamp_ms: int, delays: tuple[int, ...]) ->
     return store_timestamp_ms + delays[level - 1]
 
 
+_UNSEEN = object()
+
+
 def retag_schedule_rows(batch, delays: tuple[int, ...]) -> None:
     """Set the tag codes of a dispatch batch's schedule-topic rows to their due times (the ConsumeQueue
     dispatcher calls this, for the Python and the compiled scan alike: one computation for both)."""
@@ -110,14 +113,25 @@ def retag_schedule_rows(batch, delays: tuple[int, ...]) -> None:
     if not len(rows):
         return
     values = batch.property_values(PROPERTY_DELAY.encode())
+    # due_time_ms(value, stamp, delays) is stamp + a delay that depends on the value only: one parse per distinct
+    # value (a batch holds a few), then numpy over the rows
+    delay_of: dict = {}
+    row_delays = np.empty(len(rows), dtype=np.int64)
+    known = np.empty(len(rows), dtype=bool)
+    for index, row in enumerate(rows.tolist()):
+        value = values[row]
+        delay = delay_of.get(value, _UNSEEN)
+        if delay is _UNSEEN:
+            delay = delay_of[value] = due_time_ms(value, 0, delays)  # at store timestamp 0: the delay
+        known[index] = delay is not None
+        row_delays[index] = 0 if delay is None else delay
+    if not known.any():
+        return
     codes = batch.tags_codes
     if not codes.flags.writeable:
         codes = batch.tags_codes = codes.copy()
-    stamps = batch.store_timestamps_ms
-    for row in rows.tolist():
-        due = due_time_ms(values[row], int(stamps[row]), delays)
-        if due is not None:
-            codes[row] = due
+    rows = rows[known]
+    codes[rows] = np.asarray(batch.store_timestamps_ms, dtype=np.int64)[rows] + row_delays[known]
 
 
 def damage(path: str, rule: str, text: str):

@@ -5,6 +5,11 @@ Put side (`rewrite`, the CommitLog's prepare hook): a message with DELAY = L, 1 
 SCHEDULE_TOPIC_XXXX queue L - 1 with REAL_TOPIC / REAL_QID added (mqstore/schedule/format.py). A DELAY that is not
 an int, or < 0, or > the level count, is InvalidMessageError with nothing written (RocketMQ clamps a level above
 the maximum; mqstore's put refuses it, a RocketMQ-written store's is handled as RocketMQ does at dispatch).
+A message with a DELAY level >= 1 and a timer property (TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC) is a
+delay-level message: the timer properties are removed and the timer does not rewrite it (RocketMQ 5's HookUtils
+checkIfTimerMessage clears them when the level is > 0); DELAY=0 leaves it to the timer's rules. The compiled put
+does this rewrite itself (commitlog/csrc/put_rewrite.c, set up by the engine with `rewrite_settings`); this method
+is the reference and the path of everything the compiled one hands back (bad input included, raised here).
 
 Delivery: a pass reads each level's queue from its progress offset; for each unit whose tag code (due time) is
 <= clock.now_ms() it reads the record and writes it again on REAL_TOPIC / REAL_QID (`MessageStore.reput`, which
@@ -41,6 +46,8 @@ READ_BATCH_UNITS = 256  # units of one level read at once
 POLL_INTERVAL_MS = 100  # the longest the thread sleeps between looks (RocketMQ's DELAY_FOR_A_WHILE)
 CLOCK_BACK_TOLERANCE_MS = 60_000  # a due time this far past now + delay is taken as a clock that went back
 STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+# mqstore/timer/format.py's REQUEST_PROPERTIES (this package does not import the timer's): removed by the rewrite
+TIMER_REQUEST_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC")
 
 
 class ScheduleService:
@@ -85,6 +92,8 @@ class ScheduleService:
         if not 0 <= message.queue_id < self.max_queues:
             raise InvalidMessageError(f"queue_id must be an int in 0..{self.max_queues - 1}, got {message.queue_id}")
         properties = dict(properties)
+        for name in TIMER_REQUEST_PROPERTIES:  # a delay level wins over a timer (RocketMQ 5's checkIfTimerMessage)
+            properties.pop(name, None)
         properties[sfmt.PROPERTY_REAL_TOPIC] = message.topic
         properties[sfmt.PROPERTY_REAL_QUEUE_ID] = str(message.queue_id)
         if not self._wake.is_set():

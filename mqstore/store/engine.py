@@ -271,6 +271,8 @@ class MessageStore(Reads, IndexLookups):
             self.schedule = ScheduleService(self, root, self.clock, config=config, flush_log=self._commitlog.flush)
             schedule_rewrite, timer_rewrite = self.schedule.rewrite, self.timer.rewrite
             self._commitlog.rewrite = lambda message: timer_rewrite(schedule_rewrite(message))
+            self._commitlog.rewrite_in_compiled_put(self.timer, self.schedule, SYSTEM_CLOCK, self.timer.max_delay_ms,
+                                                    len(self.schedule.delays))
 
     def _recover(self) -> RecoveryReport:
         """The abort marker, the checkpoint, then recovery's decisions applied (mqstore/store/recovery.py)."""

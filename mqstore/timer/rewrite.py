@@ -7,8 +7,10 @@ a boundary), REAL_TOPIC and REAL_QID. A delivery time not in the future leaves t
 delivers it at once); a message already on the timer topic or carrying TIMER_OUT_MS (a re-put) is not rewritten.
 mqstore refuses with InvalidMessageError, where RocketMQ answers WHEEL_TIMER_MSG_ILLEGAL: a value that is not an
 integer, a negative TIMER_DELAY_MS / TIMER_DELAY_SEC (mqstore's rule; RocketMQ delivers at once), a delay past
-`max_delay_ms`. The rewrite runs in the put path's Python prepare (the compiled put passes these messages to it),
-so an error there writes nothing.
+`max_delay_ms`. The rewrite runs in the put path's Python prepare, so an error there writes nothing. The compiled
+put does the same rewrite itself (commitlog/csrc/put_rewrite.c) with this module as its reference: it hands every
+value this module refuses back to the Python path, so the errors are raised here. A message with a DELAY level >= 1
+never reaches this rewrite with its timer properties (the schedule's rewrite, which runs first, removes them).
 """
 
 from __future__ import annotations

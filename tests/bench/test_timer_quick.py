@@ -12,7 +12,11 @@ def test_timer_quick_reports_put_cost_firing_and_memory(tmp_path):
     run_quick("timer.py", "--out", str(out))
     result = json.loads(out.read_text())
     put = result["put_cost"]
-    assert put["plain"] > 0 and put["delayed"] > 0 and put["delayed_with_link"] >= put["delayed"]
+    for kind in ("plain", "timer", "level"):
+        phases = put[kind]
+        assert phases["put"] > 0 and phases["put_cpu"] > 0 and phases["dispatch"] >= 0 and phases["ingest"] >= 0
+        assert phases["total"] >= phases["put"]
+    assert put["plain"]["ingest"] == put["level"]["ingest"] == 0  # only timers wait for the timer service
     firing = result["firing"]
     assert firing["pending_held"] >= firing["pending"] == 20_000
     assert firing["delivered"] == firing["probes"]
@@ -20,4 +24,5 @@ def test_timer_quick_reports_put_cost_firing_and_memory(tmp_path):
     assert [row["timers"] for row in result["memory"]] == [100_000, 1_000_000]
     for row in result["memory"]:
         assert row["pending"] == row["timers"] and row["rss_after_mib"] > 0
-    assert (tmp_path / "timer.md").read_text().count("\n") == 8  # header, rule, 3 put rows, firing, 2 memory
+    table_rows = [line for line in (tmp_path / "timer.md").read_text().splitlines() if line.startswith("| ")]
+    assert len(table_rows) == 8  # 2 headers, 3 put rows, firing, 2 memory

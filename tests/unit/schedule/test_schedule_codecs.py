@@ -1,6 +1,6 @@
 """Delayed messages write the same bytes through every put path: the pure-Python codec, the compiled codec without
-its put, and the compiled put (which hands a DELAY message to Python for the rewrite and takes the rewritten one
-back); the schedule topic's ConsumeQueue (due times) and the deliveries are the same too."""
+its put, and the compiled put (which rewrites a DELAY message itself, commitlog/csrc/put_rewrite.c); the schedule
+topic's ConsumeQueue (due times, set by the retag) and the deliveries are the same too."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def _messages() -> list:
         properties = {"k": str(index)}
         if index % 3:
             properties["DELAY"] = str(index % 4)
+        if index % 6 == 1:  # a level >= 1 (index is odd) and a timer: the level wins, the timer property goes
+            properties["TIMER_DELAY_MS"] = "70"
         messages.append(Message(f"topic{index % 2}", b"body%d" % index, queue_id=index % 4,
                                 tags="t" if index % 5 else None, keys=("a", "b") if index % 4 else (),
                                 properties=properties, born_timestamp_ms=START_MS))

@@ -1,6 +1,6 @@
 """Timer messages write the same bytes through every put path: the pure-Python codec, the compiled codec
-without its put, and the compiled put (which hands a timer message to Python for the rewrite and takes the
-rewritten one back); and the timer files the service writes from them are the same too."""
+without its put, and the compiled put (which rewrites a timer message itself, commitlog/csrc/put_rewrite.c); and
+the timer files the service writes from them are the same too."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def _messages() -> list:
         properties = {"k": str(index)}
         if index % 3 == 0:
             properties["TIMER_DELAY_MS"] = str(50 + index)
+            if index % 6 == 0:
+                properties["DELAY"] = "0"  # level 0: no delay level, the timer's rules apply
         elif index % 3 == 1:
             properties["TIMER_DELIVER_MS"] = str(START_MS + 2 * index + 1)
         messages.append(Message(f"topic{index % 2}", b"body%d" % index, queue_id=index % 4,

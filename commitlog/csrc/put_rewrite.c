@@ -1,0 +1,348 @@
+/* The put-side rewrites of delayed messages, done inside the compiled put (put.c's appender_put).
+ *
+ * The references are the Python rewrites, applied in this order by the engine: ScheduleService.rewrite
+ * (mqstore/schedule/service.py: a DELAY level >= 1 goes to SCHEDULE_TOPIC_XXXX queue level - 1, the timer
+ * properties removed, REAL_TOPIC and REAL_QID added) and mqstore/timer/rewrite.py's `rewrite` (TIMER_DELAY_SEC,
+ * TIMER_DELAY_MS or TIMER_DELIVER_MS in the future: to rmq_sys_wheel_timer queue 0 with TIMER_OUT_MS, REAL_TOPIC
+ * and REAL_QID added). This file gives, for a compiled Message, the same new Message those give (the properties
+ * dict copied, then the same deletions and assignments in the same order, so PROPERTIES is the same string), and
+ * wakes the service as they do. Whatever they refuse, and whatever it is not sure to do as they do (a value that
+ * does not parse, a level out of range, a delay past the maximum, an arithmetic overflow, a key or value that is
+ * not an exact str, a timer thread not started yet, a clock that does not answer an int), gives None: the caller
+ * then runs the Python path, which raises its own InvalidMessageError before anything is written. Nothing here is
+ * policy: the level count, the precision and the maximum delay are the services' own, passed by the engine.
+ *
+ * Python code can run here (a test's clock, Event.set, any allocation's finalizers): the message's routing
+ * fields and its properties are taken (strong references) first, the properties are read from a copy only this
+ * call sees, and the new Message is made from references taken before its allocation.
+ */
+#include "mq_native.h"
+
+#include <time.h>
+
+enum { N_DELAY, N_REAL_TOPIC, N_REAL_QID, N_DELIVER_MS, N_DELAY_MS, N_DELAY_SEC, N_OUT_MS, N_SCHEDULE_TOPIC,
+       N_TIMER_TOPIC, N_CLOCK, N_THREAD, N_WAKE, N_FLAG, N_SET, N_NOW_MS, N_PRECISION, N_COUNT };
+static const char *const name_texts[N_COUNT] = {
+    "DELAY", "REAL_TOPIC", "REAL_QID", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_OUT_MS",
+    "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "clock", "_thread", "_wake", "_flag", "set", "now_ms",
+    "precision_ms"};
+static PyObject *names[N_COUNT];
+static PyObject *zero_queue = NULL;
+
+#define DELAY_LEVEL_DIGITS_MAX 10   /* Java's Integer.parseInt as schedule/format.py's parse_java_int takes it */
+#define TIMER_DIGITS_MAX 19         /* Long.parseLong as timer/rewrite.py's _parse takes it */
+
+int mq_rewrite_init(void) {
+    for (int n = 0; n < N_COUNT; n++) {
+        names[n] = PyUnicode_InternFromString(name_texts[n]);
+        if (names[n] == NULL) return -1;
+    }
+    zero_queue = PyLong_FromLong(0);
+    return zero_queue == NULL ? -1 : 0;
+}
+
+int mq_rewrite_set(mq_rewrite *rewrite, PyObject *args) {
+    PyObject *timer, *schedule, *system_clock;
+    long long max_delay_ms, level_count, queues_max;
+    if (!PyArg_ParseTuple(args, "OOOLLL", &timer, &schedule, &system_clock, &max_delay_ms, &level_count,
+                          &queues_max))
+        return -1;
+    if (max_delay_ms < 0 || level_count < 0 || level_count > INT32_MAX || queues_max <= 0) {
+        PyErr_SetString(PyExc_ValueError, "set_rewrite: a limit out of range");
+        return -1;
+    }
+    if (rewrite->system_clock != NULL) {  /* once: a put running Python code reads these without holding them */
+        PyErr_SetString(PyExc_ValueError, "set_rewrite: set already");
+        return -1;
+    }
+    rewrite->timer = timer == Py_None ? NULL : Py_NewRef(timer);
+    rewrite->schedule = schedule == Py_None ? NULL : Py_NewRef(schedule);
+    rewrite->system_clock = Py_NewRef(system_clock);
+    rewrite->max_delay_ms = max_delay_ms;
+    rewrite->level_count = level_count;
+    rewrite->queues_max = queues_max;
+    return 0;
+}
+
+void mq_rewrite_clear(mq_rewrite *rewrite) {
+    Py_CLEAR(rewrite->timer);
+    Py_CLEAR(rewrite->schedule);
+    Py_CLEAR(rewrite->system_clock);
+}
+
+int mq_rewrite_traverse(mq_rewrite *rewrite, visitproc visit, void *arg) {
+    Py_VISIT(rewrite->timer);
+    Py_VISIT(rewrite->schedule);
+    Py_VISIT(rewrite->system_clock);
+    return 0;
+}
+
+/* --- reading the properties ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject *values[N_OUT_MS + 1];  /* borrowed from the dict scanned; NULL: absent */
+    int foreign;                     /* a key that is not an exact str: the Python path decides */
+} found_names;
+
+/* The names this file looks for, among `properties`' keys, compared by text (no Python code runs). */
+static void scan(PyObject *properties, found_names *found) {
+    *found = (found_names){{NULL}, 0};
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(properties, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            found->foreign = 1;
+            continue;
+        }
+        Py_ssize_t length = PyUnicode_GET_LENGTH(key);
+        if (length < 5 || length > 16 || PyUnicode_KIND(key) != PyUnicode_1BYTE_KIND) continue;
+        const char *text = (const char *)PyUnicode_1BYTE_DATA(key);
+        if (text[0] != 'D' && text[0] != 'R' && text[0] != 'T') continue;
+        for (int n = N_DELAY; n <= N_OUT_MS; n++) {
+            if (PyUnicode_GET_LENGTH(names[n]) == length && memcmp(PyUnicode_1BYTE_DATA(names[n]), text, length) == 0)
+                found->values[n] = value;
+        }
+    }
+}
+
+/* A signed decimal of 1..`digits_max` ASCII digits in an exact str, as the Python rewrites accept it: 1 with
+ * *out, else 0. The range is the caller's to check (int32 or int64 after the sign). */
+static int parse_decimal(PyObject *value, int digits_max, long long *out) {
+    if (value == NULL || !PyUnicode_CheckExact(value) || PyUnicode_KIND(value) != PyUnicode_1BYTE_KIND) return 0;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(value);
+    const unsigned char *text = PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t at = 0;
+    int negative = 0;
+    if (length > 0 && (text[0] == '+' || text[0] == '-')) {
+        negative = text[0] == '-';
+        at = 1;
+    }
+    if (length - at < 1 || length - at > digits_max) return 0;
+    unsigned long long magnitude = 0;  /* 19 digits stay below 10**19 < 2**64 */
+    for (; at < length; at++) {
+        if (text[at] < '0' || text[at] > '9') return 0;
+        magnitude = magnitude * 10 + (unsigned long long)(text[at] - '0');
+    }
+    if (negative ? magnitude > (unsigned long long)INT64_MAX + 1 : magnitude > (unsigned long long)INT64_MAX)
+        return 0;
+    *out = negative ? (long long)(0 - magnitude) : (long long)magnitude;
+    return 1;
+}
+
+/* `if not service._wake.is_set(): service._wake.set()`: 0, or -1 with an error. */
+static int wake(PyObject *service) {
+    PyObject *event = PyObject_GetAttr(service, names[N_WAKE]);
+    if (event == NULL) return -1;
+    PyObject *flag = PyObject_GetAttr(event, names[N_FLAG]);
+    int result = flag == NULL ? -1 : 0;
+    if (flag != NULL && flag != Py_True) {
+        PyObject *done = PyObject_CallMethodNoArgs(event, names[N_SET]);
+        result = done == NULL ? -1 : 0;
+        Py_XDECREF(done);
+    }
+    Py_XDECREF(flag);
+    Py_DECREF(event);
+    return result;
+}
+
+/* The timer's clock now: 1 with *now_ms, 0 for the Python path, -1 with an error. */
+static int timer_now_ms(const mq_rewrite *rewrite, long long *now_ms) {
+    PyObject *clock = PyObject_GetAttr(rewrite->timer, names[N_CLOCK]);
+    if (clock == NULL) return -1;
+    if (clock == rewrite->system_clock) {  /* SystemClock.now_ms: time.time_ns() // 1_000_000 */
+        Py_DECREF(clock);
+        struct timespec now;
+        if (clock_gettime(CLOCK_REALTIME, &now) != 0 || now.tv_sec < 0) return 0;
+        *now_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        return 1;
+    }
+    PyObject *value = PyObject_CallMethodNoArgs(clock, names[N_NOW_MS]);
+    Py_DECREF(clock);
+    if (value == NULL) return -1;
+    int overflow = 0;
+    *now_ms = PyLong_CheckExact(value) ? PyLong_AsLongLongAndOverflow(value, &overflow) : 0;
+    int usable = PyLong_CheckExact(value) && !overflow && !PyErr_Occurred();
+    Py_DECREF(value);
+    return usable;
+}
+
+/* --- the two rewrites ------------------------------------------------------------------------------------------ */
+
+#define EXTRA_PROPERTIES 3  /* the most a rewrite adds: TIMER_OUT_MS, REAL_TOPIC, REAL_QID */
+#define QUEUE_TEXTS 64      /* REAL_QID values made once (queue ids below this) */
+static PyObject *queue_texts[QUEUE_TEXTS];
+
+static int is_timer_request_name(PyObject *key) {
+    for (int n = N_DELIVER_MS; n <= N_DELAY_SEC; n++)
+        if (key == names[n] || PyUnicode_Compare(key, names[n]) == 0) return 1;
+    return 0;
+}
+
+/* dict(properties), without the timer request properties with `drop_timer` (as the Python rewrite pops them), in
+ * a dict sized for the properties a rewrite adds: 1 with *copy, 0 for the Python path (a key that is not an exact
+ * str), -1 with an error. The keys are exact str: copying them runs no Python code. */
+static int copy_properties(PyObject *properties, int drop_timer, PyObject **copy) {
+#ifdef MQ_KNOWN_HASH
+    *copy = _PyDict_NewPresized(PyDict_GET_SIZE(properties) + EXTRA_PROPERTIES);
+#else
+    *copy = PyDict_New();
+#endif
+    if (*copy == NULL) return -1;
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(properties, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            Py_CLEAR(*copy);
+            return 0;
+        }
+        if (drop_timer && PyUnicode_GET_LENGTH(key) >= 14 && is_timer_request_name(key)) continue;
+        if (PyDict_SetItem(*copy, key, value) < 0) {
+            Py_CLEAR(*copy);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* str(queue_id) for an exact int >= 0 (a new reference). */
+static PyObject *queue_text(PyObject *queue_id, long long queue) {
+    if (queue < 0 || queue >= QUEUE_TEXTS) return PyObject_Str(queue_id);
+    if (queue_texts[queue] == NULL) {
+        queue_texts[queue] = PyObject_Str(queue_id);
+        if (queue_texts[queue] == NULL) return NULL;
+    }
+    return Py_NewRef(queue_texts[queue]);
+}
+
+/* REAL_TOPIC and REAL_QID into `copy` (the caller's own dict): 0, or -1 with an error. */
+static int add_real(PyObject *copy, PyObject *topic, PyObject *queue_id, long long queue) {
+    if (PyDict_SetItem(copy, names[N_REAL_TOPIC], topic) < 0) return -1;
+    PyObject *text = queue_text(queue_id, queue);  /* an exact int: its decimal, as str() */
+    if (text == NULL) return -1;
+    int result = PyDict_SetItem(copy, names[N_REAL_QID], text);
+    Py_DECREF(text);
+    return result;
+}
+
+/* ScheduleService.rewrite for a level already parsed (1..level_count), with `copy` the properties without the
+ * timer's (a delay level wins over a timer): the new message. */
+static PyObject *to_schedule(mq_rewrite *rewrite, PyObject *message, PyObject *copy, long long level,
+                             PyObject *topic, PyObject *queue_id, long long queue) {
+    if (add_real(copy, topic, queue_id, queue) < 0) return NULL;
+    PyObject *level_queue = PyLong_FromLongLong(level - 1);
+    if (level_queue == NULL) return NULL;
+    PyObject *moved = wake(rewrite->schedule) < 0 ? NULL
+                      : mq_message_moved(message, names[N_SCHEDULE_TOPIC], level_queue, copy);
+    Py_DECREF(level_queue);
+    return moved;
+}
+
+/* The delivery time asked (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, in that order): 1, or 0 for the
+ * Python path (a value it refuses, a negative delay, an overflow). */
+static int delivery_time_ms(const found_names *found, long long now_ms, long long *deliver_ms) {
+    long long value;
+    if (found->values[N_DELAY_SEC] != NULL) {
+        return parse_decimal(found->values[N_DELAY_SEC], TIMER_DIGITS_MAX, &value) && value >= 0 &&
+               !__builtin_mul_overflow(value, 1000LL, &value) && !__builtin_add_overflow(now_ms, value, deliver_ms);
+    }
+    if (found->values[N_DELAY_MS] != NULL) {
+        return parse_decimal(found->values[N_DELAY_MS], TIMER_DIGITS_MAX, &value) && value >= 0 &&
+               !__builtin_add_overflow(now_ms, value, deliver_ms);
+    }
+    return parse_decimal(found->values[N_DELIVER_MS], TIMER_DIGITS_MAX, deliver_ms);
+}
+
+/* The timer's rewrite of a message that asks for a timer: the new message, the message itself (a delivery time
+ * not in the future), None for the Python path, NULL with an error. */
+static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *properties, PyObject *topic,
+                          PyObject *queue_id, long long queue) {
+    PyObject *thread = PyObject_GetAttr(rewrite->timer, names[N_THREAD]);
+    if (thread == NULL) return NULL;
+    int started = thread != Py_None;
+    Py_DECREF(thread);
+    PyObject *precision_value = PyObject_GetAttr(rewrite->timer, names[N_PRECISION]);  /* set again on start */
+    if (precision_value == NULL) return NULL;
+    int overflow = 0;
+    long long precision = PyLong_CheckExact(precision_value)
+                          ? PyLong_AsLongLongAndOverflow(precision_value, &overflow) : 0;
+    Py_DECREF(precision_value);
+    if (overflow || precision <= 0) return Py_NewRef(Py_None);
+    long long now_ms, deliver_ms, waited_ms;
+    int ready = started ? timer_now_ms(rewrite, &now_ms) : 0;  /* not started: the Python path starts it */
+    if (ready <= 0) return ready < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *copy;  /* read from here on: no finalizer changes it */
+    int copied = copy_properties(properties, 0, &copy);
+    if (copied <= 0) return copied < 0 ? NULL : Py_NewRef(Py_None);
+    found_names found;
+    scan(copy, &found);
+    PyObject *result = NULL;
+    if (found.foreign || !delivery_time_ms(&found, now_ms, &deliver_ms) || deliver_ms < 0) {
+        result = Py_NewRef(Py_None);
+    } else if (deliver_ms <= now_ms) {
+        result = Py_NewRef(message);
+    } else if (__builtin_sub_overflow(deliver_ms, now_ms, &waited_ms) || waited_ms > rewrite->max_delay_ms) {
+        result = Py_NewRef(Py_None);  /* the Python path refuses it */
+    } else {  /* rewrite.py's out_time_ms (deliver_ms >= 0) */
+        long long out_ms = deliver_ms % precision == 0 ? deliver_ms - precision : deliver_ms / precision * precision;
+        PyObject *number = PyLong_FromLongLong(out_ms);
+        PyObject *text = number == NULL ? NULL : PyObject_Str(number);
+        Py_XDECREF(number);
+        if (text != NULL && PyDict_SetItem(copy, names[N_OUT_MS], text) == 0 && add_real(copy, topic, queue_id, queue) == 0 &&
+            wake(rewrite->timer) == 0)
+            result = mq_message_moved(message, names[N_TIMER_TOPIC], zero_queue, copy);
+        Py_XDECREF(text);
+    }
+    Py_DECREF(copy);
+    return result;
+}
+
+static int text_is(PyObject *value, int name) {
+    return PyUnicode_CheckExact(value) && PyUnicode_Compare(value, names[name]) == 0;
+}
+
+/* The rewrites once the message's routing fields and properties are held. */
+static PyObject *rewrite_held(mq_rewrite *rewrite, PyObject *message, PyObject *topic, PyObject *queue_id,
+                              PyObject *properties) {
+    found_names found;
+    scan(properties, &found);
+    int timer_request = found.values[N_DELIVER_MS] != NULL || found.values[N_DELAY_MS] != NULL ||
+                        found.values[N_DELAY_SEC] != NULL;
+    int delay_request = rewrite->schedule != NULL && found.values[N_DELAY] != NULL &&
+                        found.values[N_REAL_TOPIC] == NULL;
+    timer_request = timer_request && rewrite->timer != NULL && found.values[N_OUT_MS] == NULL;
+    if (!delay_request && !timer_request) return Py_NewRef(message);
+    if (found.foreign || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id)) return Py_NewRef(Py_None);
+    int overflow = 0;
+    long long queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
+    if (overflow || queue < 0 || queue >= rewrite->queues_max) return Py_NewRef(Py_None);
+    if (delay_request && !text_is(topic, N_SCHEDULE_TOPIC)) {
+        long long level;
+        if (!parse_decimal(found.values[N_DELAY], DELAY_LEVEL_DIGITS_MAX, &level) || level < 0 ||
+            level > rewrite->level_count)
+            return Py_NewRef(Py_None);  /* the Python path raises */
+        if (level > 0) {
+            PyObject *copy;
+            int copied = copy_properties(properties, 1, &copy);
+            if (copied <= 0) return copied < 0 ? NULL : Py_NewRef(Py_None);
+            PyObject *moved = to_schedule(rewrite, message, copy, level, topic, queue_id, queue);
+            Py_DECREF(copy);
+            return moved;
+        }
+    }
+    if (!timer_request || text_is(topic, N_TIMER_TOPIC)) return Py_NewRef(message);
+    return to_timer(rewrite, message, properties, topic, queue_id, queue);
+}
+
+PyObject *mq_rewrite_apply(mq_rewrite *rewrite, PyObject *message) {
+    PyObject *topic, *queue_id, *properties;
+    if (!mq_message_routing(message, &topic, &queue_id, &properties)) return Py_NewRef(message);
+    PyObject *result;
+    if (properties == NULL || !PyDict_CheckExact(properties) || PyDict_GET_SIZE(properties) == 0)
+        result = Py_NewRef(message);
+    else
+        result = rewrite_held(rewrite, message, topic, queue_id, properties);
+    Py_DECREF(topic);
+    Py_DECREF(queue_id);
+    Py_XDECREF(properties);
+    return result;
+}
