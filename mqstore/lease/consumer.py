@@ -45,6 +45,7 @@ VISIBILITY_MS_MAX = 12 * 3600 * 1000  # longest lease (RocketMQ 5 caps a POP's i
 RECEIVE_TIMEOUT_MS_MAX = 24 * 3600 * 1000  # longest a receive may wait
 RECEIVE_WAIT_SLICE_S = 0.05  # a waiting receive looks again this often (others' acks and expiries are not signalled)
 MAX_DELIVERY_COUNT = 16  # RocketMQ's default max reconsume times
+QUEUE_LIST_REFRESH_S = 1.0  # a receive lists the topic's queues at least this often (and when it finds too little)
 COMMIT_INTERVAL_MS = 5000  # acks commit the prefix to consumerOffset.json at most this often (RocketMQ: 5 s)
 
 _LEASE = fmt.KIND_LEASE
@@ -52,6 +53,7 @@ _ACK = fmt.KIND_ACK
 _DEAD = fmt.KIND_DEAD
 _BASE = fmt.KIND_BASE
 _FOUND = GetStatus.FOUND
+_new_tuple = tuple.__new__  # builds the named tuples below without their Python-level __new__
 
 
 class Lease(NamedTuple):
@@ -105,6 +107,8 @@ class LeaseConsumer:
         self._mutex = threading.Lock()
         self._committed_at_ms = clock.now_ms()
         self._closed = False
+        self._queue_ids: list[int] | None = None  # the topic's queues when last listed (see _known_queues)
+        self._queue_ids_at_s = 0.0
 
     # --- receiving -----------------------------------------------------------------------------------------
     def receive(self, max_count: int = 32, visibility_ms: int = 30_000, timeout_ms: int = 0) -> list[LeasedMessage]:
@@ -167,7 +171,16 @@ class LeaseConsumer:
 
     def _deliver_new(self, state, deadline: int, max_count: int, records: list, received: list) -> None:
         """Lease entries never handed out, round-robin from the queue after the one last started with."""
-        queue_ids = self._known_queues(state)
+        queue_ids = self._known_queues(state, refresh=False)
+        if not self._deliver_from(state, queue_ids, deadline, max_count, records, received):
+            fresh = self._known_queues(state, refresh=True)  # before saying "too little": new queues?
+            added = [queue_id for queue_id in fresh if queue_id not in queue_ids]
+            if added:
+                self._deliver_from(state, added, deadline, max_count, records, received)
+
+    def _deliver_from(self, state, queue_ids: list[int], deadline: int, max_count: int, records: list,
+                      received: list) -> bool:
+        """`_deliver_new` over `queue_ids`; whether the batch is full."""
         owner = self.owner
         lease_id = state.last_lease_id + len(records)
         for queue_id in queue_ids:
@@ -181,15 +194,27 @@ class LeaseConsumer:
                 result = self.store.get(self.topic, queue_id, queue.next, max_count=budget)
             if result.status is not _FOUND:
                 continue
+            append_record = records.append
+            append_received = received.append
             for message in result.messages:
                 lease_id += 1
                 queue_offset = message.queue_offset
-                records.append((_LEASE, 0, 1, queue_id, queue_offset, lease_id, deadline))
-                received.append(LeasedMessage(message, Lease(owner, queue_id, queue_offset, lease_id, deadline, 1)))
+                append_record((_LEASE, 0, 1, queue_id, queue_offset, lease_id, deadline))
+                append_received(_new_tuple(LeasedMessage, (message, _new_tuple(Lease, (
+                    owner, queue_id, queue_offset, lease_id, deadline, 1)))))
+        return len(received) >= max_count
 
-    def _known_queues(self, state) -> list[int]:
-        """The topic's queue ids; a queue new to the journal starts at the group's committed offset."""
-        queue_ids = self.store.topics().get(self.topic, [])
+    def _known_queues(self, state, refresh: bool) -> list[int]:
+        """The topic's queue ids; a queue new to the journal starts at the group's committed offset.
+
+        The store is asked again (a directory listing) when `refresh` or QUEUE_LIST_REFRESH_S after the last
+        time; in between the list is the one found then.
+        """
+        now_s = time.monotonic()
+        if refresh or self._queue_ids is None or now_s - self._queue_ids_at_s >= QUEUE_LIST_REFRESH_S:
+            self._queue_ids = self.store.topics().get(self.topic, [])
+            self._queue_ids_at_s = now_s
+        queue_ids = self._queue_ids
         new = [queue_id for queue_id in queue_ids if queue_id not in state.queues]
         if new:
             committed = self._offsets.offsets(self.topic, self.group)
@@ -206,7 +231,19 @@ class LeaseConsumer:
     # --- ending leases -------------------------------------------------------------------------------------
     def ack(self, lease: Lease) -> None:
         """End a lease: the message is done. LeaseError (nothing written) unless the lease is live."""
-        self.ack_many((lease,))
+        if type(lease) is not Lease or lease.owner != self.owner:
+            self.ack_many((lease,))  # raises the error
+            return
+        with self._mutex:
+            self._check_open()
+            now = self._journal.ack_one(lease.queue_id, lease.queue_offset, lease.lease_id, self.clock.now_ms)
+        if now is None:
+            self.ack_many((lease,))  # not live: raises the error, nothing written
+        elif now - self._committed_at_ms >= self.commit_interval_ms or self._journal.needs_compaction():
+            with self._mutex:
+                if not self._closed:
+                    with self._journal.locked() as state:
+                        self._after_acks(state, now)
 
     def ack_many(self, leases: Iterable[Lease]) -> None:
         """End several leases at once (one write); if one is not live, LeaseError and nothing is written."""
@@ -223,9 +260,12 @@ class LeaseConsumer:
                     self._check_live(state, lease, now, seen)
                     records.append((_ACK, 0, 0, lease.queue_id, lease.queue_offset, lease.lease_id, 0))
                 self._journal.append(records)
-                self._maybe_compact()
-                if now - self._committed_at_ms >= self.commit_interval_ms:
-                    self._commit_locked(state, now)
+                self._after_acks(state, now)
+
+    def _after_acks(self, state, now: int) -> None:
+        self._maybe_compact()
+        if now - self._committed_at_ms >= self.commit_interval_ms:
+            self._commit_locked(state, now)
 
     def extend(self, lease: Lease, visibility_ms: int) -> Lease:
         """Keep a live lease `visibility_ms` from now; the new handle (the old one stays valid too)."""

@@ -47,7 +47,8 @@ torn write: CorruptionError(path, offset of the record, rule "lease.N").
 
 Compaction replaces the journal by a snapshot (header, one frame: SEQUENCE, a BASE per queue, a LEASE per live
 lease, an ACK per acknowledged entry above a prefix) written to `.journal.tmp`, fsynced and renamed over it;
-a consumer that finds the path's inode changed reads the new file from its start.
+a consumer whose open journal has no name left (fstat's st_nlink is 0: renamed over or deleted) opens the
+path again and reads the new file from its start.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ assert RECORD_BYTES == RECORD_END == LEASE_RECORD.itemsize == 32
 assert LEASE_RECORD.fields["value_b"][1] == RECORD_VALUE_B
 
 _pack_record = RECORD.pack
-_crc32 = zlib.crc32
+_crc32 = crc32 = zlib.crc32
 
 
 def encode_header() -> bytes:

@@ -24,6 +24,18 @@ LOCK_SUFFIX = ".lock"
 COMPACT_BYTES = 8 << 20  # a journal longer than this is replaced by a snapshot
 EXPIRY_HEAP_SLACK = 4096  # stale expiry entries kept before the heap is rebuilt from the live leases
 
+_flock = fcntl.flock
+_fstat = os.fstat
+_os_write = os.write
+_LOCK_EX = fcntl.LOCK_EX
+_LOCK_UN = fcntl.LOCK_UN
+_pack_record = fmt.RECORD.pack
+_pack_frame = fmt.FRAME.pack
+_crc32 = fmt.crc32
+_ACK = fmt.KIND_ACK
+_FRAME_MAGIC = fmt.FRAME_MAGIC
+_ACK_FRAME_BYTES = fmt.FRAME_BYTES + fmt.RECORD_BYTES
+
 
 class QueueLeases:
     """One queue's lease state. `leases`: queue offset -> (lease_id, deadline_ms, delivery_count)."""
@@ -67,7 +79,7 @@ class LeaseState:
                     self.last_lease_id = value_a
                 push(expiry, (value_b, queue_id, queue_offset, value_a))
             elif kind == fmt.KIND_ACK or kind == fmt.KIND_DEAD:
-                self._acknowledge(queue, queue_offset)
+                self.acknowledge(queue, queue_offset)
             elif kind == fmt.KIND_BASE:
                 self._move_base(queue, queue_offset, value_a)
             elif value_a > self.last_lease_id:  # SEQUENCE
@@ -75,7 +87,8 @@ class LeaseState:
         if len(expiry) > 2 * self.live_count + EXPIRY_HEAP_SLACK:
             self._rebuild_expiry()
 
-    def _acknowledge(self, queue: QueueLeases, queue_offset: int) -> None:
+    def acknowledge(self, queue: QueueLeases, queue_offset: int) -> None:
+        """Apply one ACK (or DEAD) record to `queue`, one of `queues`."""
         if queue.leases.pop(queue_offset, None) is not None:
             self.live_count -= 1
         if queue_offset >= queue.next:
@@ -137,7 +150,6 @@ class LeaseJournal:
         self.state = LeaseState()
         self.position = 0  # the file position up to which `state` is the replay
         self._fd: int | None = None
-        self._inode: int | None = None
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -149,16 +161,23 @@ class LeaseJournal:
         return _Locked(self)
 
     def catch_up(self) -> None:
-        """Apply what was appended since `position` (the caller holds the flock)."""
+        """Apply what was appended since `position` (the caller holds the flock).
+
+        One fstat answers both questions: was the journal replaced (compaction renamed a snapshot over it, so
+        our file has no name left: st_nlink 0; or it was deleted) and did it grow.
+        """
+        if self._fd is None:
+            self._reopen()
         try:
-            inode = os.stat(self.path).st_ino
-        except FileNotFoundError:
-            inode = None
+            status = os.fstat(self._fd)
         except OSError as exc:
             raise StoreIOError(f"cannot stat {self.path}: {exc.strerror}") from exc
-        if self._fd is None or inode != self._inode:
+        if status.st_nlink == 0:
             self._reopen()
-        size = os.fstat(self._fd).st_size
+            status = os.fstat(self._fd)
+        size = status.st_size
+        if size == self.position != 0:  # the common case: nobody appended since we looked
+            return
         if self.position == 0:
             self._read_header(size)
         if size > self.position:
@@ -176,6 +195,35 @@ class LeaseJournal:
         self._write(frame)
         self.position += len(frame)
         self.state.apply(records)
+
+    def ack_one(self, queue_id: int, queue_offset: int, lease_id: int, now_ms) -> int | None:
+        """Append one ACK if that lease is live, all under the flock: `now_ms()` (read under it), or None.
+
+        The hot path of `LeaseConsumer.ack`: the same catch-up, check and write as `locked()` + `append`, with
+        the frame packed directly and nothing else. None means nothing was written: the caller looks again
+        with `locked()` to say why.
+        """
+        lock_fd = self._lock_fd
+        if lock_fd is None:
+            raise StoreIOError(f"the lease journal {self.path} is closed")
+        _flock(lock_fd, _LOCK_EX)
+        try:
+            status = _fstat(self._fd) if self._fd is not None else None
+            if status is None or status.st_size != self.position or status.st_nlink == 0:
+                self.catch_up()
+            now = now_ms()
+            queue = self.state.queues.get(queue_id)
+            entry = None if queue is None else queue.leases.get(queue_offset)
+            if entry is None or entry[0] != lease_id or entry[1] <= now:
+                return None
+            body = _pack_record(_ACK, 0, 0, queue_id, queue_offset, lease_id, 0)
+            frame = _pack_frame(_FRAME_MAGIC, 1, _crc32(body), 0) + body
+            self._write(frame)
+            self.position += _ACK_FRAME_BYTES
+            self.state.acknowledge(queue, queue_offset)
+            return now
+        finally:
+            _flock(lock_fd, _LOCK_UN)
 
     def needs_compaction(self) -> bool:
         return self.position > self.compact_bytes
@@ -215,7 +263,6 @@ class LeaseJournal:
     def _open_file(self) -> None:
         try:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            self._inode = os.fstat(self._fd).st_ino
         except OSError as exc:
             raise StoreIOError(f"cannot open {self.path}: {exc.strerror}") from exc
 
@@ -228,13 +275,14 @@ class LeaseJournal:
         self.position = fmt.HEADER_BYTES
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
+        """Write all of `data` at the end (fdatasync it with `sync`); StoreIOError on failure."""
+        fd = self._fd
         try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            written = _os_write(fd, data)
+            while written < len(data):  # a short write: the rest follows it
+                written += _os_write(fd, data[written:])
             if self.sync:
-                os.fdatasync(self._fd)
+                os.fdatasync(fd)
         except OSError as exc:
             raise StoreIOError(f"cannot write {self.path}: {exc.strerror}") from exc
 
