@@ -43,7 +43,7 @@ from mqstore.store.reads import GET_MAX_COUNT_LIMIT, GetStatus
 RECEIVE_MAX_COUNT_LIMIT = GET_MAX_COUNT_LIMIT  # messages one receive may hand out
 VISIBILITY_MS_MAX = 12 * 3600 * 1000  # longest lease (RocketMQ 5 caps a POP's invisible time near this)
 RECEIVE_TIMEOUT_MS_MAX = 24 * 3600 * 1000  # longest a receive may wait
-RECEIVE_WAIT_SLICE_S = 0.05  # a waiting receive looks again this often (others' acks and expiries are not signalled)
+RECEIVE_WAIT_SLICE_S = 0.05  # a waiting receive looks again at least this often (other processes do not signal)
 MAX_DELIVERY_COUNT = 16  # RocketMQ's default max reconsume times
 QUEUE_LIST_REFRESH_S = 1.0  # a receive lists the topic's queues at least this often (and when it finds too little)
 COMMIT_INTERVAL_MS = 5000  # acks commit the prefix to consumerOffset.json at most this often (RocketMQ: 5 s)
@@ -107,6 +107,10 @@ class LeaseConsumer:
         self._mutex = threading.Lock()
         self._committed_at_ms = clock.now_ms()
         self._closed = False
+        # Set when something may have become receivable: dispatch made entries visible (a writable store), the
+        # clock jumped (a ManualClock), a consumer of the group in this process nacked or extended a lease.
+        self._wake = threading.Event()
+        _watch(self)
         self._queue_ids: list[int] | None = None  # the topic's queues when last listed (see _known_queues)
         self._queue_ids_at_s = 0.0
 
@@ -118,16 +122,24 @@ class LeaseConsumer:
         check_int("timeout_ms", timeout_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            seen = None if self.store.read_only else self.store.dispatched_offset
+            self._wake.clear()  # before the look: what happens during it wakes the wait below
             received = self.receive_now(max_count, visibility_ms)
             remaining = deadline - time.monotonic()
             if received or remaining <= 0:
                 return received
-            wait_s = min(remaining, RECEIVE_WAIT_SLICE_S)
-            if seen is None:
-                time.sleep(wait_s)  # a read_only store: nothing signals new entries
-            else:
-                self.store.wait_dispatched_past(seen, wait_s)
+            self._wake.wait(self.wait_s(remaining))
+
+    def wait_s(self, remaining_s: float) -> float:
+        """How long a receive that found nothing may wait before it looks again (it is also woken, see _wake).
+
+        Until the earliest lease deadline the last look saw (on a wall clock; a ManualClock's moves wake it),
+        at most `remaining_s` and RECEIVE_WAIT_SLICE_S: what other processes do is not signalled.
+        """
+        wait_s = min(remaining_s, RECEIVE_WAIT_SLICE_S)
+        expiry = self._journal.state.expiry
+        if expiry:
+            wait_s = min(wait_s, max(0.0, (expiry[0][0] - self.clock.now_ms()) / 1000))
+        return wait_s
 
     def receive_now(self, max_count: int, visibility_ms: int) -> list[LeasedMessage]:
         """One look (receive without waiting); the arguments are checked by the caller."""
@@ -286,6 +298,7 @@ class LeaseConsumer:
                 renewed = lease._replace(deadline_ms=now + visibility_ms)
                 self._journal.append([(_LEASE, 0, lease.delivery_count, lease.queue_id, lease.queue_offset,
                                        lease.lease_id, renewed.deadline_ms)])
+        _wake_group(self._journal.path)  # an earlier deadline for the waiting receives of the group
         return renewed
 
     def _own(self, leases: Iterable[Lease]) -> list[Lease]:
@@ -354,6 +367,7 @@ class LeaseConsumer:
                     self._commit_locked(state, self.clock.now_ms())
             finally:
                 self._closed = True
+                _unwatch(self)
                 self._journal.close()
 
     def _check_open(self) -> None:
@@ -368,3 +382,40 @@ class LeaseConsumer:
 
     def __repr__(self) -> str:
         return f"LeaseConsumer(group={self.group!r}, topic={self.topic!r})"
+
+
+_group_lock = threading.Lock()
+_group_wakes: dict[str, tuple[threading.Event, ...]] = {}  # journal path -> the wakes of its open consumers
+
+
+def _watch(consumer: LeaseConsumer) -> None:
+    """Have the store's dispatch, the clock and the group's other consumers in this process wake `consumer`."""
+    event = consumer._wake
+    if not consumer.store.read_only:
+        consumer.store.watch_dispatch(event)
+    getattr(consumer.clock, "watch", _ignore)(event)
+    with _group_lock:
+        path = consumer._journal.path
+        _group_wakes[path] = (*_group_wakes.get(path, ()), event)
+
+
+def _unwatch(consumer: LeaseConsumer) -> None:
+    event = consumer._wake
+    consumer.store.unwatch_dispatch(event)
+    getattr(consumer.clock, "unwatch", _ignore)(event)
+    with _group_lock:
+        path = consumer._journal.path
+        left = tuple(watched for watched in _group_wakes.get(path, ()) if watched is not event)
+        if left:
+            _group_wakes[path] = left
+        else:
+            _group_wakes.pop(path, None)
+
+
+def _wake_group(path: str) -> None:
+    for event in _group_wakes.get(path, ()):
+        event.set()
+
+
+def _ignore(event) -> None:
+    """The watch of a clock that has none."""
