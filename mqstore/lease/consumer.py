@@ -21,7 +21,9 @@ journal is compacted, so plain consumers and tools see the group's progress.
 Durability: once `receive` or `ack` returns, its lease or acknowledgement survives a kill -9 of any process
 (the journal is written with write(2)). `sync=True` also fdatasyncs each write, so that they survive a power
 loss. After a crash a lease handed out but not acknowledged is delivered again when it expires: at-least-once.
-Tag filters are not offered yet: a lease consumer takes every message of its queues.
+With `tags`, only messages with one of those tags are handed out; the others are acknowledged in the journal
+as the receive passes over them (so the prefix advances), as RocketMQ's broker filters a subscription. Every
+consumer of a group should use the same tags: what one passes over, the group will not be handed.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ _ACK = fmt.KIND_ACK
 _DEAD = fmt.KIND_DEAD
 _BASE = fmt.KIND_BASE
 _FOUND = GetStatus.FOUND
+_FILTERED = (_FOUND, GetStatus.NO_MATCHED_MESSAGE)  # get outcomes after which entries were passed over by tag
 _new_tuple = tuple.__new__  # builds the named tuples below without their Python-level __new__
 
 
@@ -77,25 +80,42 @@ def check_int(name: str, value, low: int, high: int) -> None:
         raise InvalidMessageError(f"{name} must be an int in {low}..{high}, got {value!r}")
 
 
-def open_lease_consumer(store, group: str, topic: str, *, max_delivery_count: int = MAX_DELIVERY_COUNT,
+def open_lease_consumer(store, group: str, topic: str, *, tags=None, max_delivery_count: int = MAX_DELIVERY_COUNT,
                         sync: bool = False, clock=None, commit_interval_ms: int = COMMIT_INTERVAL_MS,
                         compact_bytes: int = COMPACT_BYTES) -> "LeaseConsumer":
-    """A lease consumer of every queue of `topic` for `group` (see the module docstring)."""
+    """A lease consumer of every queue of `topic` for `group` (see the module docstring).
+
+    `tags` filters as `MessageStore.get` does: None or "*" for all, a tag, "A || B" or a collection of tags.
+    """
     validate_group(group)
+    tags = _check_tags(tags)
     store.max_offset(topic, 0)  # checks the topic name and that the store is open
     check_int("max_delivery_count", max_delivery_count, 1, 0xFFFF - 1)
     check_int("commit_interval_ms", commit_interval_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
     journal = LeaseJournal(store.root_dir, topic, group, sync=bool(sync), compact_bytes=compact_bytes)
     return LeaseConsumer(store, group, topic, journal, max_delivery_count=max_delivery_count,
-                         clock=store.clock if clock is None else clock, commit_interval_ms=commit_interval_ms)
+                         clock=store.clock if clock is None else clock, commit_interval_ms=commit_interval_ms,
+                         tags=tags)
+
+
+def _check_tags(tags):
+    """`tags` as get takes them, None when they select everything; InvalidMessageError unless well formed."""
+    if tags is None:
+        return None
+    parts = tags.split("||") if isinstance(tags, str) else tags
+    if not isinstance(parts, (list, tuple, set, frozenset)) or not all(isinstance(part, str) for part in parts):
+        raise InvalidMessageError(f"tags must be None, a str or a collection of str, got {tags!r}")
+    wanted = [part.strip() for part in parts if part.strip()]
+    return None if not wanted or "*" in wanted else frozenset(wanted)
 
 
 class LeaseConsumer:
     """Leases messages of one topic for one group. Thread-safe. Build it with `open_lease_consumer`."""
 
     def __init__(self, store, group: str, topic: str, journal: LeaseJournal, *, max_delivery_count: int, clock,
-                 commit_interval_ms: int):
+                 commit_interval_ms: int, tags: frozenset[str] | None = None):
         self.store = store
+        self.tags = tags  # None: every message; else only these tags are handed out, the rest acknowledged
         self.group = group
         self.topic = topic
         self.owner = offset_key(topic, group)
@@ -111,6 +131,7 @@ class LeaseConsumer:
         # clock jumped (a ManualClock), a consumer of the group in this process nacked or extended a lease.
         self._wake = threading.Event()
         _watch(self)
+        self._passed_over = False  # the last look acknowledged entries whose tag did not match
         self._queue_ids: list[int] | None = None  # the topic's queues when last listed (see _known_queues)
         self._queue_ids_at_s = 0.0
 
@@ -127,7 +148,8 @@ class LeaseConsumer:
             remaining = deadline - time.monotonic()
             if received or remaining <= 0:
                 return received
-            self._wake.wait(self.wait_s(remaining))
+            if not self._passed_over:  # else entries were passed over by tag: look on at once
+                self._wake.wait(self.wait_s(remaining))
 
     def wait_s(self, remaining_s: float) -> float:
         """How long a receive that found nothing may wait before it looks again (it is also woken, see _wake).
@@ -145,6 +167,7 @@ class LeaseConsumer:
         """One look (receive without waiting); the arguments are checked by the caller."""
         with self._mutex:
             self._check_open()
+            self._passed_over = False
             with self._journal.locked() as state:
                 now = self.clock.now_ms()
                 records: list[tuple] = []
@@ -200,10 +223,13 @@ class LeaseConsumer:
             if budget <= 0:
                 break
             queue = state.queues[queue_id]
-            result = self.store.get(self.topic, queue_id, queue.next, max_count=budget)
+            result = self.store.get(self.topic, queue_id, queue.next, max_count=budget, tags=self.tags)
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted by retention: skip what is gone
                 self._journal.append([(_BASE, 0, 0, queue_id, result.next_offset, result.next_offset, 0)])
-                result = self.store.get(self.topic, queue_id, queue.next, max_count=budget)
+                result = self.store.get(self.topic, queue_id, queue.next, max_count=budget, tags=self.tags)
+            if self.tags is not None and result.next_offset > queue.next and result.status in _FILTERED:
+                _acknowledge_filtered(queue, queue_id, result, records)
+                self._passed_over = True
             if result.status is not _FOUND:
                 continue
             append_record = records.append
@@ -419,3 +445,17 @@ def _wake_group(path: str) -> None:
 
 def _ignore(event) -> None:
     """The watch of a clock that has none."""
+
+
+def _acknowledge_filtered(queue, queue_id: int, result, records: list) -> None:
+    """Records acknowledging the entries `result`'s get passed over (their tag did not match): from the
+    queue's `next` to `result.next_offset`, all but the messages it returned. When everything handed out is
+    acknowledged (base == next), the run before the first message is one BASE record, not an ACK each."""
+    start, end = queue.next, result.next_offset
+    taken = {message.queue_offset for message in result.messages}
+    if queue.base == start:
+        first = min(taken, default=end)
+        if first > start:
+            records.append((_BASE, 0, 0, queue_id, first, first, 0))
+            start = first
+    records.extend((_ACK, 0, 0, queue_id, offset, 0, 0) for offset in range(start, end) if offset not in taken)

@@ -25,7 +25,8 @@ A journal is a 16-byte header, then frames. Big-endian, as RocketMQ.
     2      2    u16  delivery_count (LEASE: 1 for the first delivery; others 0)
     4      4    u32  queue_id
     8      8    i64  queue_offset (BASE: the acknowledged prefix; SEQUENCE: 0)
-    16     8    i64  value_a: LEASE, ACK: lease_id (ACK of a snapshot: 0); BASE: next; SEQUENCE: last lease_id
+    16     8    i64  value_a: LEASE, ACK: lease_id (0: ACK of a snapshot, or of an entry a tag filter
+                         passed over); BASE: next; SEQUENCE: last lease_id
     24     8    i64  value_b: LEASE: deadline_ms (the lease clock's ms since the epoch); others 0
     = 32 bytes
 
