@@ -33,6 +33,9 @@ _pack_record = fmt.RECORD.pack
 _pack_frame = fmt.FRAME.pack
 _crc32 = fmt.crc32
 _ACK = fmt.KIND_ACK
+_LEASE = fmt.KIND_LEASE
+_BASE = fmt.KIND_BASE
+_DEAD = fmt.KIND_DEAD
 _FRAME_MAGIC = fmt.FRAME_MAGIC
 _ACK_FRAME_BYTES = fmt.FRAME_BYTES + fmt.RECORD_BYTES
 
@@ -66,21 +69,22 @@ class LeaseState:
         for kind, _, delivery_count, queue_id, queue_offset, value_a, value_b in records:
             queue = queues.get(queue_id)
             if queue is None:
-                queue = queues[queue_id] = QueueLeases(queue_offset if kind == fmt.KIND_BASE else 0)
-            if kind == fmt.KIND_LEASE:
-                if queue_offset < queue.base or queue_offset in queue.acked:
+                queue = queues[queue_id] = QueueLeases(queue_offset if kind == _BASE else 0)
+            if kind == _LEASE:
+                if queue_offset >= queue.next:  # a first delivery (no lease or ack is at or past `next`)
+                    queue.next = queue_offset + 1
+                    self.live_count += 1
+                elif queue_offset < queue.base or queue_offset in queue.acked:
                     continue
-                if queue.leases.get(queue_offset) is None:
+                elif queue_offset not in queue.leases:
                     self.live_count += 1
                 queue.leases[queue_offset] = (value_a, value_b, delivery_count)
-                if queue_offset >= queue.next:
-                    queue.next = queue_offset + 1
                 if value_a > self.last_lease_id:
                     self.last_lease_id = value_a
                 push(expiry, (value_b, queue_id, queue_offset, value_a))
-            elif kind == fmt.KIND_ACK or kind == fmt.KIND_DEAD:
+            elif kind == _ACK or kind == _DEAD:
                 self.acknowledge(queue, queue_offset)
-            elif kind == fmt.KIND_BASE:
+            elif kind == _BASE:
                 self._move_base(queue, queue_offset, value_a)
             elif value_a > self.last_lease_id:  # SEQUENCE
                 self.last_lease_id = value_a
@@ -208,19 +212,30 @@ class LeaseJournal:
             raise StoreIOError(f"the lease journal {self.path} is closed")
         _flock(lock_fd, _LOCK_EX)
         try:
-            status = _fstat(self._fd) if self._fd is not None else None
+            fd = self._fd
+            status = _fstat(fd) if fd is not None else None
             if status is None or status.st_size != self.position or status.st_nlink == 0:
                 self.catch_up()
+                fd = self._fd
             now = now_ms()
-            queue = self.state.queues.get(queue_id)
+            state = self.state
+            queue = state.queues.get(queue_id)
             entry = None if queue is None else queue.leases.get(queue_offset)
             if entry is None or entry[0] != lease_id or entry[1] <= now:
                 return None
             body = _pack_record(_ACK, 0, 0, queue_id, queue_offset, lease_id, 0)
             frame = _pack_frame(_FRAME_MAGIC, 1, _crc32(body), 0) + body
-            self._write(frame)
+            if self.sync:
+                self._write(frame)
+            else:
+                try:
+                    written = _os_write(fd, frame)
+                except OSError as exc:
+                    raise StoreIOError(f"cannot write {self.path}: {exc.strerror}") from exc
+                if written != _ACK_FRAME_BYTES:
+                    self._write(frame[written:])  # a short write: the rest follows it
             self.position += _ACK_FRAME_BYTES
-            self.state.acknowledge(queue, queue_offset)
+            state.acknowledge(queue, queue_offset)
             return now
         finally:
             _flock(lock_fd, _LOCK_UN)
