@@ -20,7 +20,7 @@ A journal is a 16-byte header, then frames. Big-endian, as RocketMQ.
 
     record
     OFFSET SIZE TYPE FIELD
-    0      1    u8   kind: 1 BASE, 2 LEASE, 3 ACK, 4 DEAD, 5 SEQUENCE
+    0      1    u8   kind: 1 BASE, 2 LEASE, 3 ACK, 4 DEAD, 5 SEQUENCE, 6 MOVED
     1      1    u8   reserved (0)
     2      2    u16  delivery_count (LEASE: 1 for the first delivery; others 0)
     4      4    u32  queue_id
@@ -33,7 +33,9 @@ A journal is a 16-byte header, then frames. Big-endian, as RocketMQ.
 Meaning, applied in journal order: BASE sets a queue's prefix and raises its `next`; LEASE makes (queue, offset)
 leased until deadline_ms with that lease_id and delivery count, and raises `next` past it; ACK and DEAD end it
 (DEAD: it was moved to %DLQ%<group>) and the prefix advances over acknowledged entries; SEQUENCE raises the
-last lease id handed out. A lease id is unique in the journal: each new lease takes the last one plus one.
+last lease id handed out; MOVED (queue 0, offset 0, values 0) changes no state: a compaction is about to
+rename a snapshot over this file (below). A lease id is unique in the journal: each new lease takes the last
+one plus one.
 
 Validity rule. The header is valid iff (0) the file has at least 16 bytes, magic and version match and the
 reserved field is 0 (a file shorter than 16 bytes is a torn creation and is written again). A frame at
@@ -48,8 +50,12 @@ torn write: CorruptionError(path, offset of the record, rule "lease.N").
 
 Compaction replaces the journal by a snapshot (header, one frame: SEQUENCE, a BASE per queue, a LEASE per live
 lease, an ACK per acknowledged entry above a prefix) written to `.journal.tmp`, fsynced and renamed over it;
-a consumer whose open journal has no name left (fstat's st_nlink is 0: renamed over or deleted) opens the
-path again and reads the new file from its start.
+before the rename, the compactor appends a MOVED frame to the journal it replaces, so that a consumer holding
+it open sees the file grow (its cheap check before each call is `lseek(SEEK_END)` against the position it has
+read to), reads the MOVED record, finds a different inode at the path and reads the new file from its start.
+A MOVED record with the same inode at the path is a compaction that died before its rename: it is skipped. A
+consumer that reads the file for another reason also opens the path again when its open file has no name left
+(fstat's st_nlink is 0).
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ KIND_LEASE = 0x02
 KIND_ACK = 0x03
 KIND_DEAD = 0x04
 KIND_SEQUENCE = 0x05
-KINDS = frozenset((KIND_BASE, KIND_LEASE, KIND_ACK, KIND_DEAD, KIND_SEQUENCE))
+KIND_MOVED = 0x06
+KINDS = frozenset((KIND_BASE, KIND_LEASE, KIND_ACK, KIND_DEAD, KIND_SEQUENCE, KIND_MOVED))
 
 QUEUE_ID_MAX = 2**31 - 1  # RocketMQ queue ids are Java ints
 FRAME_RECORDS_MAX = 1 << 20  # a frame holding more records is not whole (rule 3)

@@ -5,7 +5,10 @@ whole file again when compaction replaced it), truncates a torn tail, and yields
 writes one frame and applies its records to the state, so the state in memory always equals the replay of the
 file up to `position`. Writes go through write(2): once `append` returns, the frame survives a kill -9 of any
 process (it is in the page cache). With `sync=True` it is also fdatasynced before `append` returns, and so
-survives a power loss.
+survives a power loss. `ack_one` is `locked()` + `append` of one ACK for the hot path of `LeaseConsumer.ack`.
+
+Whether to read at all is decided by one `lseek(SEEK_END)` against `position`: a compaction appends a MOVED
+frame to the file it replaces before the rename, so growth is the only sign a consumer needs.
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ COMPACT_BYTES = 8 << 20  # a journal longer than this is replaced by a snapshot
 EXPIRY_HEAP_SLACK = 4096  # stale expiry entries kept before the heap is rebuilt from the live leases
 
 _flock = fcntl.flock
-_fstat = os.fstat
+_lseek = os.lseek
+_SEEK_END = os.SEEK_END
+_MOVED = fmt.KIND_MOVED
+_SEQUENCE = fmt.KIND_SEQUENCE
+assert fmt.KIND_MOVED > fmt.KIND_SEQUENCE > max(fmt.KIND_BASE, fmt.KIND_LEASE, fmt.KIND_ACK, fmt.KIND_DEAD)
 _os_write = os.write
 _LOCK_EX = fcntl.LOCK_EX
 _LOCK_UN = fcntl.LOCK_UN
@@ -67,6 +74,10 @@ class LeaseState:
         push = heapq.heappush
         expiry = self.expiry
         for kind, _, delivery_count, queue_id, queue_offset, value_a, value_b in records:
+            if kind >= _SEQUENCE:  # SEQUENCE, MOVED: no queue's record
+                if kind == _SEQUENCE and value_a > self.last_lease_id:
+                    self.last_lease_id = value_a
+                continue
             queue = queues.get(queue_id)
             if queue is None:
                 queue = queues[queue_id] = QueueLeases(queue_offset if kind == _BASE else 0)
@@ -84,10 +95,8 @@ class LeaseState:
                 push(expiry, (value_b, queue_id, queue_offset, value_a))
             elif kind == _ACK or kind == _DEAD:
                 self.acknowledge(queue, queue_offset)
-            elif kind == _BASE:
+            else:  # BASE
                 self._move_base(queue, queue_offset, value_a)
-            elif value_a > self.last_lease_id:  # SEQUENCE
-                self.last_lease_id = value_a
         if len(expiry) > 2 * self.live_count + EXPIRY_HEAP_SLACK:
             self._rebuild_expiry()
 
@@ -170,6 +179,8 @@ class LeaseJournal:
         One fstat answers both questions: was the journal replaced (compaction renamed a snapshot over it, so
         our file has no name left: st_nlink 0; or it was deleted) and did it grow.
         """
+        if self._fd is not None and _lseek(self._fd, 0, _SEEK_END) == self.position != 0:
+            return  # the common case: nobody appended since we looked (a compaction appends MOVED first)
         if self._fd is None:
             self._reopen()
         try:
@@ -191,6 +202,9 @@ class LeaseJournal:
             self.position = end
             if end < size:  # a torn tail: its writer died inside write(), or a failed write of ours
                 os.ftruncate(self._fd, end)
+            if any(record[0] == _MOVED for record in records) and self._replaced():
+                self._reopen()
+                self.catch_up()
 
     def append(self, records: list[tuple]) -> None:
         """Write one frame of `records` (tuples in format.RECORD's order) and apply them (the flock is held)."""
@@ -213,8 +227,7 @@ class LeaseJournal:
         _flock(lock_fd, _LOCK_EX)
         try:
             fd = self._fd
-            status = _fstat(fd) if fd is not None else None
-            if status is None or status.st_size != self.position or status.st_nlink == 0:
+            if fd is None or _lseek(fd, 0, _SEEK_END) != self.position:
                 self.catch_up()
                 fd = self._fd
             now = now_ms()
@@ -244,9 +257,13 @@ class LeaseJournal:
         return self.position > self.compact_bytes
 
     def compact(self) -> None:
-        """Replace the journal by a snapshot of the state (the flock is held)."""
+        """Replace the journal by a snapshot of the state (the flock is held).
+
+        A MOVED frame goes to the old file first: the others' check for growth then sees it (format.py).
+        """
         temporary = self.path + ".tmp"
         data = fmt.encode_header() + fmt.encode_frame(self.state.snapshot_records())
+        self._write(fmt.encode_frame([fmt.record(fmt.KIND_MOVED, 0, 0)]))
         try:
             with open(temporary, "wb") as handle:
                 handle.write(data)
@@ -266,6 +283,15 @@ class LeaseJournal:
             if fd is not None:
                 os.close(fd)
         self._fd = self._lock_fd = None
+
+    def _replaced(self) -> bool:
+        """Whether the path names another file than the one open (after a MOVED record)."""
+        try:
+            return os.stat(self.path).st_ino != os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            raise StoreIOError(f"cannot stat {self.path}: {exc.strerror}") from exc
 
     def _reopen(self) -> None:
         if self._fd is not None:
