@@ -12,7 +12,9 @@ consumer of the (topic, group), in this process or another, shares the group's l
 `extend` moves its deadline, `nack` lets it expire now. A message delivered `max_delivery_count` times whose
 lease expires again is put on `%DLQ%<group>` (dead_letter.py) and acknowledged; a consumer of a read_only store
 cannot put and leaves it to a writable one. Deadlines are read from the consumer's clock (the store's, a
-ManualClock in tests); `timeout_ms`, how long receive waits for something to hand out, is wall time.
+ManualClock in tests); `timeout_ms`, how long receive waits for something to hand out, is wall time. A waiting
+receive is woken by dispatch, by the clock's jumps, by nacks and extends of the group's consumers in this process
+and at the earliest lease deadline it saw; it looks again every RECEIVE_WAIT_SLICE_S for other processes' doings.
 
 Every entry below a queue's acknowledged prefix is done: the prefix is committed to the group's offsets
 (`config/consumerOffset.json`) by `commit()`, on `close()`, every `commit_interval_ms` of acks and when the
