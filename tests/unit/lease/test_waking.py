@@ -99,3 +99,15 @@ def test_a_closed_consumer_is_no_longer_woken(tmp_path):
         consumer.close()
         assert consumer._wake not in clock._watchers
         assert lease_consumer._group_wakes == {}
+
+
+def test_only_a_store_that_dispatches_in_this_process_can_be_watched(tmp_path):
+    event = threading.Event()
+    with MessageStore.open(tmp_path / "store", small_config()) as store:
+        put(store, 1)
+        assert store.watch_dispatch(event)
+        store.put(Message(TOPIC, b"more", tags="t", keys=["m"]))
+        assert store.wait_dispatched(10) and event.is_set()
+        store.unwatch_dispatch(event)
+        with MessageStore.open(tmp_path / "store", read_only=True) as reader:
+            assert not reader.watch_dispatch(event)
