@@ -89,6 +89,7 @@ class DispatchService:
         self.idle = False
         self._wake = threading.Event()
         self._progress = threading.Condition()
+        self._watchers: tuple[threading.Event, ...] = ()  # set at each progress (see watch)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.dispatched_records = 0
@@ -124,6 +125,8 @@ class DispatchService:
                 self.dispatched_offset = batch.end_offset
                 self.dispatched_records += len(batch)
                 self._progress.notify_all()
+                for event in self._watchers:
+                    event.set()
             if batch.error is not None:
                 raise batch.error
             if batch.end_offset == batch.start_offset:
@@ -163,6 +166,8 @@ class DispatchService:
                 with self._progress:
                     self.error = exc
                     self._progress.notify_all()
+                    for event in self._watchers:
+                        event.set()
                 return
             if done < DISPATCH_SMALL_BATCH_RECORDS:
                 # Caught up, or nearly: wait, longer after a trickle, so a slow stream of puts (SYNC mode, one
@@ -187,6 +192,15 @@ class DispatchService:
                     return False
                 self._progress.wait(wait_s)
             return True
+
+    def watch(self, event: threading.Event) -> None:
+        """Set `event` whenever dispatch progresses or stops on an error (a waiter on several things at once)."""
+        with self._progress:
+            self._watchers = (*self._watchers, event)
+
+    def unwatch(self, event: threading.Event) -> None:
+        with self._progress:
+            self._watchers = tuple(watched for watched in self._watchers if watched is not event)
 
     def wait_past(self, after_offset: int, timeout_s: float) -> int:
         """Block until dispatch passes `after_offset` (woken by dispatch, no polling); returns the dispatched

@@ -7,8 +7,9 @@
 
 A look at the journal and the queues runs on the loop's thread (a flock and a few reads and writes of the page
 cache, as the sync API's). When there is nothing to hand out, receive awaits the store's dispatch of new entries
-(the AsyncMessageStore's dispatch waiter) for at most RECEIVE_WAIT_SLICE_S, then looks again: acknowledgements
-and lease expiries, perhaps in other processes, are not signalled. `ack`, `ack_many`, `extend`, `nack` and
+(the AsyncMessageStore's dispatch waiter) until the earliest lease deadline it saw (on the wall clock), for at
+most RECEIVE_WAIT_SLICE_S, then looks again: nacks, a ManualClock's moves and what other processes do are noticed
+by that next look (the sync receive is also woken by the first two). `ack`, `ack_many`, `extend`, `nack` and
 `commit` are the sync consumer's (a write(2) each, done at once).
 """
 
@@ -40,7 +41,7 @@ class AsyncLeaseConsumer:
             remaining = deadline - loop.time()
             if received or remaining <= 0:
                 return received
-            wait_s = min(remaining, leases.RECEIVE_WAIT_SLICE_S)
+            wait_s = self.sync.wait_s(remaining)
             if seen is None:  # read_only: its writer dispatches in another process
                 await asyncio.sleep(wait_s)
                 continue

@@ -12,7 +12,9 @@ consumer of the (topic, group), in this process or another, shares the group's l
 `extend` moves its deadline, `nack` lets it expire now. A message delivered `max_delivery_count` times whose
 lease expires again is put on `%DLQ%<group>` (dead_letter.py) and acknowledged; a consumer of a read_only store
 cannot put and leaves it to a writable one. Deadlines are read from the consumer's clock (the store's, a
-ManualClock in tests); `timeout_ms`, how long receive waits for something to hand out, is wall time.
+ManualClock in tests); `timeout_ms`, how long receive waits for something to hand out, is wall time. A waiting
+receive is woken by dispatch, by the clock's jumps, by nacks and extends of the group's consumers in this process
+and at the earliest lease deadline it saw; it looks again every RECEIVE_WAIT_SLICE_S for other processes' doings.
 
 Every entry below a queue's acknowledged prefix is done: the prefix is committed to the group's offsets
 (`config/consumerOffset.json`) by `commit()`, on `close()`, every `commit_interval_ms` of acks and when the
@@ -21,7 +23,9 @@ journal is compacted, so plain consumers and tools see the group's progress.
 Durability: once `receive` or `ack` returns, its lease or acknowledgement survives a kill -9 of any process
 (the journal is written with write(2)). `sync=True` also fdatasyncs each write, so that they survive a power
 loss. After a crash a lease handed out but not acknowledged is delivered again when it expires: at-least-once.
-Tag filters are not offered yet: a lease consumer takes every message of its queues.
+With `tags`, only messages with one of those tags are handed out; the others are acknowledged in the journal
+as the receive passes over them (so the prefix advances), as RocketMQ's broker filters a subscription. Every
+consumer of a group should use the same tags: what one passes over, the group will not be handed.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from mqstore.store.reads import GET_MAX_COUNT_LIMIT, GetStatus
 RECEIVE_MAX_COUNT_LIMIT = GET_MAX_COUNT_LIMIT  # messages one receive may hand out
 VISIBILITY_MS_MAX = 12 * 3600 * 1000  # longest lease (RocketMQ 5 caps a POP's invisible time near this)
 RECEIVE_TIMEOUT_MS_MAX = 24 * 3600 * 1000  # longest a receive may wait
-RECEIVE_WAIT_SLICE_S = 0.05  # a waiting receive looks again this often (others' acks and expiries are not signalled)
+RECEIVE_WAIT_SLICE_S = 0.05  # a waiting receive looks again at least this often (other processes do not signal)
 MAX_DELIVERY_COUNT = 16  # RocketMQ's default max reconsume times
+QUEUE_LIST_REFRESH_S = 1.0  # a receive lists the topic's queues at least this often (and when it finds too little)
 COMMIT_INTERVAL_MS = 5000  # acks commit the prefix to consumerOffset.json at most this often (RocketMQ: 5 s)
 
 _LEASE = fmt.KIND_LEASE
@@ -52,6 +57,8 @@ _ACK = fmt.KIND_ACK
 _DEAD = fmt.KIND_DEAD
 _BASE = fmt.KIND_BASE
 _FOUND = GetStatus.FOUND
+_FILTERED = (_FOUND, GetStatus.NO_MATCHED_MESSAGE)  # get outcomes after which entries were passed over by tag
+_new_tuple = tuple.__new__  # builds the named tuples below without their Python-level __new__
 
 
 class Lease(NamedTuple):
@@ -75,25 +82,42 @@ def check_int(name: str, value, low: int, high: int) -> None:
         raise InvalidMessageError(f"{name} must be an int in {low}..{high}, got {value!r}")
 
 
-def open_lease_consumer(store, group: str, topic: str, *, max_delivery_count: int = MAX_DELIVERY_COUNT,
+def open_lease_consumer(store, group: str, topic: str, *, tags=None, max_delivery_count: int = MAX_DELIVERY_COUNT,
                         sync: bool = False, clock=None, commit_interval_ms: int = COMMIT_INTERVAL_MS,
                         compact_bytes: int = COMPACT_BYTES) -> "LeaseConsumer":
-    """A lease consumer of every queue of `topic` for `group` (see the module docstring)."""
+    """A lease consumer of every queue of `topic` for `group` (see the module docstring).
+
+    `tags` filters as `MessageStore.get` does: None or "*" for all, a tag, "A || B" or a collection of tags.
+    """
     validate_group(group)
+    tags = _check_tags(tags)
     store.max_offset(topic, 0)  # checks the topic name and that the store is open
     check_int("max_delivery_count", max_delivery_count, 1, 0xFFFF - 1)
     check_int("commit_interval_ms", commit_interval_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
     journal = LeaseJournal(store.root_dir, topic, group, sync=bool(sync), compact_bytes=compact_bytes)
     return LeaseConsumer(store, group, topic, journal, max_delivery_count=max_delivery_count,
-                         clock=store.clock if clock is None else clock, commit_interval_ms=commit_interval_ms)
+                         clock=store.clock if clock is None else clock, commit_interval_ms=commit_interval_ms,
+                         tags=tags)
+
+
+def _check_tags(tags):
+    """`tags` as get takes them, None when they select everything; InvalidMessageError unless well formed."""
+    if tags is None:
+        return None
+    parts = tags.split("||") if isinstance(tags, str) else tags
+    if not isinstance(parts, (list, tuple, set, frozenset)) or not all(isinstance(part, str) for part in parts):
+        raise InvalidMessageError(f"tags must be None, a str or a collection of str, got {tags!r}")
+    wanted = [part.strip() for part in parts if part.strip()]
+    return None if not wanted or "*" in wanted else frozenset(wanted)
 
 
 class LeaseConsumer:
     """Leases messages of one topic for one group. Thread-safe. Build it with `open_lease_consumer`."""
 
     def __init__(self, store, group: str, topic: str, journal: LeaseJournal, *, max_delivery_count: int, clock,
-                 commit_interval_ms: int):
+                 commit_interval_ms: int, tags: frozenset[str] | None = None):
         self.store = store
+        self.tags = tags  # None: every message; else only these tags are handed out, the rest acknowledged
         self.group = group
         self.topic = topic
         self.owner = offset_key(topic, group)
@@ -105,6 +129,13 @@ class LeaseConsumer:
         self._mutex = threading.Lock()
         self._committed_at_ms = clock.now_ms()
         self._closed = False
+        # Set when something may have become receivable: dispatch made entries visible (a writable store), the
+        # clock jumped (a ManualClock), a consumer of the group in this process nacked or extended a lease.
+        self._wake = threading.Event()
+        _watch(self)
+        self._passed_over = False  # the last look acknowledged entries whose tag did not match
+        self._queue_ids: list[int] | None = None  # the topic's queues when last listed (see _known_queues)
+        self._queue_ids_at_s = 0.0
 
     # --- receiving -----------------------------------------------------------------------------------------
     def receive(self, max_count: int = 32, visibility_ms: int = 30_000, timeout_ms: int = 0) -> list[LeasedMessage]:
@@ -114,21 +145,31 @@ class LeaseConsumer:
         check_int("timeout_ms", timeout_ms, 0, RECEIVE_TIMEOUT_MS_MAX)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            seen = None if self.store.read_only else self.store.dispatched_offset
+            self._wake.clear()  # before the look: what happens during it wakes the wait below
             received = self.receive_now(max_count, visibility_ms)
             remaining = deadline - time.monotonic()
             if received or remaining <= 0:
                 return received
-            wait_s = min(remaining, RECEIVE_WAIT_SLICE_S)
-            if seen is None:
-                time.sleep(wait_s)  # a read_only store: nothing signals new entries
-            else:
-                self.store.wait_dispatched_past(seen, wait_s)
+            if not self._passed_over:  # else entries were passed over by tag: look on at once
+                self._wake.wait(self.wait_s(remaining))
+
+    def wait_s(self, remaining_s: float) -> float:
+        """How long a receive that found nothing may wait before it looks again (it is also woken, see _wake).
+
+        Until the earliest lease deadline the last look saw (on a wall clock; a ManualClock's moves wake it),
+        at most `remaining_s` and RECEIVE_WAIT_SLICE_S: what other processes do is not signalled.
+        """
+        wait_s = min(remaining_s, RECEIVE_WAIT_SLICE_S)
+        expiry = self._journal.state.expiry
+        if expiry:
+            wait_s = min(wait_s, max(0.0, (expiry[0][0] - self.clock.now_ms()) / 1000))
+        return wait_s
 
     def receive_now(self, max_count: int, visibility_ms: int) -> list[LeasedMessage]:
         """One look (receive without waiting); the arguments are checked by the caller."""
         with self._mutex:
             self._check_open()
+            self._passed_over = False
             with self._journal.locked() as state:
                 now = self.clock.now_ms()
                 records: list[tuple] = []
@@ -167,7 +208,16 @@ class LeaseConsumer:
 
     def _deliver_new(self, state, deadline: int, max_count: int, records: list, received: list) -> None:
         """Lease entries never handed out, round-robin from the queue after the one last started with."""
-        queue_ids = self._known_queues(state)
+        queue_ids = self._known_queues(state, refresh=False)
+        if not self._deliver_from(state, queue_ids, deadline, max_count, records, received):
+            fresh = self._known_queues(state, refresh=True)  # before saying "too little": new queues?
+            added = [queue_id for queue_id in fresh if queue_id not in queue_ids]
+            if added:
+                self._deliver_from(state, added, deadline, max_count, records, received)
+
+    def _deliver_from(self, state, queue_ids: list[int], deadline: int, max_count: int, records: list,
+                      received: list) -> bool:
+        """`_deliver_new` over `queue_ids`; whether the batch is full."""
         owner = self.owner
         lease_id = state.last_lease_id + len(records)
         for queue_id in queue_ids:
@@ -175,21 +225,36 @@ class LeaseConsumer:
             if budget <= 0:
                 break
             queue = state.queues[queue_id]
-            result = self.store.get(self.topic, queue_id, queue.next, max_count=budget)
+            result = self.store.get(self.topic, queue_id, queue.next, max_count=budget, tags=self.tags)
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted by retention: skip what is gone
                 self._journal.append([(_BASE, 0, 0, queue_id, result.next_offset, result.next_offset, 0)])
-                result = self.store.get(self.topic, queue_id, queue.next, max_count=budget)
+                result = self.store.get(self.topic, queue_id, queue.next, max_count=budget, tags=self.tags)
+            if self.tags is not None and result.next_offset > queue.next and result.status in _FILTERED:
+                _acknowledge_filtered(queue, queue_id, result, records)
+                self._passed_over = True
             if result.status is not _FOUND:
                 continue
+            append_record = records.append
+            append_received = received.append
             for message in result.messages:
                 lease_id += 1
                 queue_offset = message.queue_offset
-                records.append((_LEASE, 0, 1, queue_id, queue_offset, lease_id, deadline))
-                received.append(LeasedMessage(message, Lease(owner, queue_id, queue_offset, lease_id, deadline, 1)))
+                append_record((_LEASE, 0, 1, queue_id, queue_offset, lease_id, deadline))
+                append_received(_new_tuple(LeasedMessage, (message, _new_tuple(Lease, (
+                    owner, queue_id, queue_offset, lease_id, deadline, 1)))))
+        return len(received) >= max_count
 
-    def _known_queues(self, state) -> list[int]:
-        """The topic's queue ids; a queue new to the journal starts at the group's committed offset."""
-        queue_ids = self.store.topics().get(self.topic, [])
+    def _known_queues(self, state, refresh: bool) -> list[int]:
+        """The topic's queue ids; a queue new to the journal starts at the group's committed offset.
+
+        The store is asked again (a directory listing) when `refresh` or QUEUE_LIST_REFRESH_S after the last
+        time; in between the list is the one found then.
+        """
+        now_s = time.monotonic()
+        if refresh or self._queue_ids is None or now_s - self._queue_ids_at_s >= QUEUE_LIST_REFRESH_S:
+            self._queue_ids = self.store.topics().get(self.topic, [])
+            self._queue_ids_at_s = now_s
+        queue_ids = self._queue_ids
         new = [queue_id for queue_id in queue_ids if queue_id not in state.queues]
         if new:
             committed = self._offsets.offsets(self.topic, self.group)
@@ -206,7 +271,19 @@ class LeaseConsumer:
     # --- ending leases -------------------------------------------------------------------------------------
     def ack(self, lease: Lease) -> None:
         """End a lease: the message is done. LeaseError (nothing written) unless the lease is live."""
-        self.ack_many((lease,))
+        if type(lease) is not Lease or lease.owner != self.owner:
+            self.ack_many((lease,))  # raises the error
+            return
+        with self._mutex:
+            self._check_open()
+            now = self._journal.ack_one(lease.queue_id, lease.queue_offset, lease.lease_id, self.clock.now_ms)
+        if now is None:
+            self.ack_many((lease,))  # not live: raises the error, nothing written
+        elif now - self._committed_at_ms >= self.commit_interval_ms or self._journal.needs_compaction():
+            with self._mutex:
+                if not self._closed:
+                    with self._journal.locked() as state:
+                        self._after_acks(state, now)
 
     def ack_many(self, leases: Iterable[Lease]) -> None:
         """End several leases at once (one write); if one is not live, LeaseError and nothing is written."""
@@ -223,9 +300,12 @@ class LeaseConsumer:
                     self._check_live(state, lease, now, seen)
                     records.append((_ACK, 0, 0, lease.queue_id, lease.queue_offset, lease.lease_id, 0))
                 self._journal.append(records)
-                self._maybe_compact()
-                if now - self._committed_at_ms >= self.commit_interval_ms:
-                    self._commit_locked(state, now)
+                self._after_acks(state, now)
+
+    def _after_acks(self, state, now: int) -> None:
+        self._maybe_compact()
+        if now - self._committed_at_ms >= self.commit_interval_ms:
+            self._commit_locked(state, now)
 
     def extend(self, lease: Lease, visibility_ms: int) -> Lease:
         """Keep a live lease `visibility_ms` from now; the new handle (the old one stays valid too)."""
@@ -246,6 +326,7 @@ class LeaseConsumer:
                 renewed = lease._replace(deadline_ms=now + visibility_ms)
                 self._journal.append([(_LEASE, 0, lease.delivery_count, lease.queue_id, lease.queue_offset,
                                        lease.lease_id, renewed.deadline_ms)])
+        _wake_group(self._journal.path)  # an earlier deadline for the waiting receives of the group
         return renewed
 
     def _own(self, leases: Iterable[Lease]) -> list[Lease]:
@@ -314,6 +395,7 @@ class LeaseConsumer:
                     self._commit_locked(state, self.clock.now_ms())
             finally:
                 self._closed = True
+                _unwatch(self)
                 self._journal.close()
 
     def _check_open(self) -> None:
@@ -328,3 +410,54 @@ class LeaseConsumer:
 
     def __repr__(self) -> str:
         return f"LeaseConsumer(group={self.group!r}, topic={self.topic!r})"
+
+
+_group_lock = threading.Lock()
+_group_wakes: dict[str, tuple[threading.Event, ...]] = {}  # journal path -> the wakes of its open consumers
+
+
+def _watch(consumer: LeaseConsumer) -> None:
+    """Have the store's dispatch, the clock and the group's other consumers in this process wake `consumer`."""
+    event = consumer._wake
+    if not consumer.store.read_only:
+        consumer.store.watch_dispatch(event)
+    getattr(consumer.clock, "watch", _ignore)(event)
+    with _group_lock:
+        path = consumer._journal.path
+        _group_wakes[path] = (*_group_wakes.get(path, ()), event)
+
+
+def _unwatch(consumer: LeaseConsumer) -> None:
+    event = consumer._wake
+    consumer.store.unwatch_dispatch(event)
+    getattr(consumer.clock, "unwatch", _ignore)(event)
+    with _group_lock:
+        path = consumer._journal.path
+        left = tuple(watched for watched in _group_wakes.get(path, ()) if watched is not event)
+        if left:
+            _group_wakes[path] = left
+        else:
+            _group_wakes.pop(path, None)
+
+
+def _wake_group(path: str) -> None:
+    for event in _group_wakes.get(path, ()):
+        event.set()
+
+
+def _ignore(event) -> None:
+    """The watch of a clock that has none."""
+
+
+def _acknowledge_filtered(queue, queue_id: int, result, records: list) -> None:
+    """Records acknowledging the entries `result`'s get passed over (their tag did not match): from the
+    queue's `next` to `result.next_offset`, all but the messages it returned. When everything handed out is
+    acknowledged (base == next), the run before the first message is one BASE record, not an ACK each."""
+    start, end = queue.next, result.next_offset
+    taken = {message.queue_offset for message in result.messages}
+    if queue.base == start:
+        first = min(taken, default=end)
+        if first > start:
+            records.append((_BASE, 0, 0, queue_id, first, first, 0))
+            start = first
+    records.extend((_ACK, 0, 0, queue_id, offset, 0, 0) for offset in range(start, end) if offset not in taken)

@@ -20,19 +20,22 @@ A journal is a 16-byte header, then frames. Big-endian, as RocketMQ.
 
     record
     OFFSET SIZE TYPE FIELD
-    0      1    u8   kind: 1 BASE, 2 LEASE, 3 ACK, 4 DEAD, 5 SEQUENCE
+    0      1    u8   kind: 1 BASE, 2 LEASE, 3 ACK, 4 DEAD, 5 SEQUENCE, 6 MOVED
     1      1    u8   reserved (0)
     2      2    u16  delivery_count (LEASE: 1 for the first delivery; others 0)
     4      4    u32  queue_id
     8      8    i64  queue_offset (BASE: the acknowledged prefix; SEQUENCE: 0)
-    16     8    i64  value_a: LEASE, ACK: lease_id (ACK of a snapshot: 0); BASE: next; SEQUENCE: last lease_id
+    16     8    i64  value_a: LEASE, ACK: lease_id (0: ACK of a snapshot, or of an entry a tag filter
+                         passed over); BASE: next; SEQUENCE: last lease_id
     24     8    i64  value_b: LEASE: deadline_ms (the lease clock's ms since the epoch); others 0
     = 32 bytes
 
 Meaning, applied in journal order: BASE sets a queue's prefix and raises its `next`; LEASE makes (queue, offset)
 leased until deadline_ms with that lease_id and delivery count, and raises `next` past it; ACK and DEAD end it
 (DEAD: it was moved to %DLQ%<group>) and the prefix advances over acknowledged entries; SEQUENCE raises the
-last lease id handed out. A lease id is unique in the journal: each new lease takes the last one plus one.
+last lease id handed out; MOVED (queue 0, offset 0, values 0) changes no state: a compaction is about to
+rename a snapshot over this file (below). A lease id is unique in the journal: each new lease takes the last
+one plus one.
 
 Validity rule. The header is valid iff (0) the file has at least 16 bytes, magic and version match and the
 reserved field is 0 (a file shorter than 16 bytes is a torn creation and is written again). A frame at
@@ -47,7 +50,12 @@ torn write: CorruptionError(path, offset of the record, rule "lease.N").
 
 Compaction replaces the journal by a snapshot (header, one frame: SEQUENCE, a BASE per queue, a LEASE per live
 lease, an ACK per acknowledged entry above a prefix) written to `.journal.tmp`, fsynced and renamed over it;
-a consumer that finds the path's inode changed reads the new file from its start.
+before the rename, the compactor appends a MOVED frame to the journal it replaces, so that a consumer holding
+it open sees the file grow (its cheap check before each call is `lseek(SEEK_END)` against the position it has
+read to), reads the MOVED record, finds a different inode at the path and reads the new file from its start.
+A MOVED record with the same inode at the path is a compaction that died before its rename: it is skipped. A
+consumer that reads the file for another reason also opens the path again when its open file has no name left
+(fstat's st_nlink is 0).
 """
 
 from __future__ import annotations
@@ -68,7 +76,8 @@ KIND_LEASE = 0x02
 KIND_ACK = 0x03
 KIND_DEAD = 0x04
 KIND_SEQUENCE = 0x05
-KINDS = frozenset((KIND_BASE, KIND_LEASE, KIND_ACK, KIND_DEAD, KIND_SEQUENCE))
+KIND_MOVED = 0x06
+KINDS = frozenset((KIND_BASE, KIND_LEASE, KIND_ACK, KIND_DEAD, KIND_SEQUENCE, KIND_MOVED))
 
 QUEUE_ID_MAX = 2**31 - 1  # RocketMQ queue ids are Java ints
 FRAME_RECORDS_MAX = 1 << 20  # a frame holding more records is not whole (rule 3)
@@ -97,7 +106,7 @@ assert RECORD_BYTES == RECORD_END == LEASE_RECORD.itemsize == 32
 assert LEASE_RECORD.fields["value_b"][1] == RECORD_VALUE_B
 
 _pack_record = RECORD.pack
-_crc32 = zlib.crc32
+_crc32 = crc32 = zlib.crc32
 
 
 def encode_header() -> bytes:

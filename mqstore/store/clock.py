@@ -22,6 +22,12 @@ class Clock:
         """Wait until `event` is set or `timeout_ms` of this clock has passed; True when the event is set."""
         return event.wait(max(0.0, timeout_ms) / 1000.0)
 
+    def watch(self, event: threading.Event) -> None:
+        """Set `event` whenever this clock jumps (a ManualClock moved by a test); the wall clock never does."""
+
+    def unwatch(self, event: threading.Event) -> None:
+        """Stop setting `event` (see watch)."""
+
 
 SYSTEM_CLOCK = Clock()
 
@@ -38,6 +44,7 @@ class ManualClock(Clock):
     def __init__(self, start_ms: int | None = None):
         self._now_ms = int(start_ms if start_ms is not None else SYSTEM_CLOCK.now_ms())
         self._moved = threading.Condition()
+        self._watchers: tuple[threading.Event, ...] = ()
 
     def now_ms(self) -> int:
         return self._now_ms
@@ -55,7 +62,18 @@ class ManualClock(Clock):
                 raise ValueError(f"a clock does not go back: {now_ms} < {self._now_ms}")
             self._now_ms = int(now_ms)
             self._moved.notify_all()
+            watchers = self._watchers
+        for event in watchers:
+            event.set()
         return self._now_ms
+
+    def watch(self, event: threading.Event) -> None:
+        with self._moved:
+            self._watchers = (*self._watchers, event)
+
+    def unwatch(self, event: threading.Event) -> None:
+        with self._moved:
+            self._watchers = tuple(watched for watched in self._watchers if watched is not event)
 
     def wait(self, event: threading.Event, timeout_ms: float) -> bool:
         deadline_ms = self._now_ms + max(0.0, timeout_ms)

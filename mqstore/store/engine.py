@@ -1006,6 +1006,22 @@ class MessageStore(Reads, IndexLookups):
 
     wait_for_dispatch = wait_dispatched_past  # its earlier name, kept so that callers keep working
 
+    def watch_dispatch(self, event: threading.Event) -> bool:
+        """Have dispatch set `event` whenever it makes entries visible (or stops on an error): for a waiter on
+        several things at once. False when dispatch runs in another process (read_only stores, dispatch_process):
+        nothing signals it here, the waiter looks again in slices."""
+        self._check_open()
+        watch = getattr(self._dispatch, "watch", None)
+        if watch is None:
+            return False
+        watch(event)
+        return True
+
+    def unwatch_dispatch(self, event: threading.Event) -> None:
+        unwatch = getattr(self._dispatch, "unwatch", None)
+        if unwatch is not None:
+            unwatch(event)
+
     @property
     def dispatched_offset(self) -> int | None:
         """Everything below this commitlog offset is visible to get() (None for a read_only store)."""

@@ -65,3 +65,10 @@ def test_a_bad_header_is_corruption():
     with pytest.raises(CorruptionError) as caught:
         lfmt.check_header(bytes(16), "journal")
     assert caught.value.rule == "lease.0"
+
+
+def test_a_moved_record_is_valid_and_changes_no_state():
+    frame = lfmt.encode_frame([lfmt.record(lfmt.KIND_MOVED, 0, 0)])
+    assert frame[16:] == bytes([6]) + bytes(31)
+    records, end = lfmt.decode_frames(frame, 16, "journal")
+    assert records == [(6, 0, 0, 0, 0, 0, 0)] and end == 16 + len(frame)

@@ -11,6 +11,7 @@ from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError
 from mqstore import Message, MessageStore
 from mqstore.consumer.offsets import ConsumerOffsets
 from mqstore.lease import ForeignLeaseError, LeaseExpiredError, UnknownLeaseError, open_lease_consumer
+from mqstore.lease import format as lease_format
 from mqstore.lease.journal import journal_paths
 from mqstore.store.clock import ManualClock
 from tests.conftest import small_config
@@ -216,6 +217,35 @@ def test_compaction_keeps_the_state_for_every_consumer(store, clock):
     assert second.commit() == {0: 203}
     first.close()
     second.close()
+
+
+def test_a_single_ack_after_another_consumer_compacted_goes_to_the_new_journal(store):
+    put(store, 100)
+    first = open_lease_consumer(store, GROUP, TOPIC, compact_bytes=2048)
+    second = open_lease_consumer(store, GROUP, TOPIC, compact_bytes=2048)
+    (kept,) = second.receive(max_count=1, visibility_ms=10_000)
+    path = journal_paths(store.root_dir, TOPIC, GROUP)[0]
+    inode = os.stat(path).st_ino
+    while os.stat(path).st_ino == inode:  # first acks one by one until it compacts (a MOVED frame, a rename)
+        (leased,) = first.receive(max_count=1, visibility_ms=10_000)
+        first.ack(leased.lease)
+    second.ack(kept.lease)  # its cheap growth check sees the MOVED frame and follows the rename
+    with open_lease_consumer(store, GROUP, TOPIC) as third:
+        assert third.leased_count() == 0 and third.prefixes() == {0: first.prefixes()[0]} and third.prefixes()[0] > 1
+    first.close()
+    second.close()
+
+
+def test_a_moved_frame_of_a_compaction_that_died_before_its_rename_is_skipped(store):
+    put(store, 3)
+    with open_lease_consumer(store, GROUP, TOPIC) as consumer:
+        first, second, _ = consumer.receive(max_count=3, visibility_ms=1000)
+        consumer._journal._write(lease_format.encode_frame([lease_format.record(lease_format.KIND_MOVED, 0, 0)]))
+        consumer.ack(first.lease)
+        with open_lease_consumer(store, GROUP, TOPIC) as other:
+            other.ack(second.lease)
+            assert other.prefixes() == {0: 2}
+        assert consumer.prefixes() == {0: 2} and consumer.leased_count() == 1
 
 
 def test_a_torn_tail_is_cut_and_the_journal_goes_on(store):

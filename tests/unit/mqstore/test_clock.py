@@ -56,3 +56,17 @@ def test_the_system_clock_reads_wall_time_in_milliseconds():
     now = SYSTEM_CLOCK.now_ms()
     assert before <= now <= time.time_ns() // 1_000_000
     assert SYSTEM_CLOCK.wait(threading.Event(), 1) is False
+
+
+def test_a_watched_event_is_set_when_a_manual_clock_moves_and_not_after_unwatch():
+    clock = ManualClock(1000)
+    event = threading.Event()
+    clock.watch(event)
+    clock.advance(0)
+    assert event.is_set()
+    event.clear()
+    clock.unwatch(event)
+    clock.advance(5)
+    assert not event.is_set()
+    SYSTEM_CLOCK.watch(event)  # the wall clock never jumps: nothing to set
+    SYSTEM_CLOCK.unwatch(event)
