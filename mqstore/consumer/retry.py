@@ -94,6 +94,15 @@ def stored_record(store, message) -> StoredMessage:
     return record
 
 
+def _sent_back(record: StoredMessage) -> tuple[dict, str | None, tuple]:
+    """A send-back's properties (RETRY_TOPIC and ORIGIN_MESSAGE_ID set), tags and keys, from its record."""
+    properties = record.properties
+    tags, keys = properties.pop("TAGS", None), tuple(properties.pop("KEYS", "").split())
+    properties.setdefault(PROPERTY_RETRY_TOPIC, record.topic)
+    properties[PROPERTY_ORIGIN_MESSAGE_ID] = properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or record.msg_id
+    return properties, tags, keys
+
+
 def send_back(store, group: str, message, delay_level: int, max_reconsume_times: int):
     """Write `message` again for `group` (module docstring); the PutResult, and whether it went to the DLQ."""
     if type(delay_level) is not int:
@@ -101,28 +110,36 @@ def send_back(store, group: str, message, delay_level: int, max_reconsume_times:
     if store.read_only:
         raise ReadOnlyStoreError(f"the store at {store.root_dir} was opened read_only: nothing can be sent back")
     record = stored_record(store, message)
-    properties = record.properties
-    tags, keys = properties.pop("TAGS", None), tuple(properties.pop("KEYS", "").split())
-    properties.setdefault(PROPERTY_RETRY_TOPIC, record.topic)
-    properties[PROPERTY_ORIGIN_MESSAGE_ID] = properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or record.msg_id
     count = record.reconsume_times
-    dead = count >= max_reconsume_times or delay_level < 0
-    if dead:
-        properties.pop(sfmt.PROPERTY_DELAY, None)
-        topic, queue_id = dlq_topic(group), DLQ_QUEUE_ID
-    else:
-        levels = len(store.schedule.delays)
-        level = min(delay_level or FIRST_RETRY_LEVEL + count, levels)
-        properties[sfmt.PROPERTY_DELAY] = str(level)
-        properties[sfmt.PROPERTY_REAL_TOPIC] = retry_topic(group)
-        properties[sfmt.PROPERTY_REAL_QUEUE_ID] = str(RETRY_QUEUE_ID)
-        topic, queue_id = sfmt.SCHEDULE_TOPIC, sfmt.queue_id_of(level)
-    copy = Message(topic=topic, body=record.body, queue_id=queue_id, tags=tags, keys=keys, properties=properties,
-                   flag=record.flag, born_timestamp_ms=record.born_timestamp_ms)
+    if count >= max_reconsume_times or delay_level < 0:
+        return put_dead_letter(store, group, record), True
+    properties, tags, keys = _sent_back(record)
+    levels = len(store.schedule.delays)
+    level = min(delay_level or FIRST_RETRY_LEVEL + count, levels)
+    properties[sfmt.PROPERTY_DELAY] = str(level)
+    properties[sfmt.PROPERTY_REAL_TOPIC] = retry_topic(group)
+    properties[sfmt.PROPERTY_REAL_QUEUE_ID] = str(RETRY_QUEUE_ID)
+    copy = Message(topic=sfmt.SCHEDULE_TOPIC, body=record.body, queue_id=sfmt.queue_id_of(level), tags=tags,
+                   keys=keys, properties=properties, flag=record.flag, born_timestamp_ms=record.born_timestamp_ms)
     result = store.reput(copy, store.reput_header(record, reconsume_times=count + 1))
-    if not dead and result.status in STORED:
+    if result.status in STORED:
         store.schedule.wake()
-    return result, dead
+    return result, False
+
+
+def put_dead_letter(store, group: str, message, extra_properties: dict[str, str] | None = None):
+    """Write `message` (read from this store) on `%DLQ%<group>` queue 0 as a send-back past its retries (module
+    docstring): readable at once, DELAY removed, reconsume times + 1; `extra_properties` added. The PutResult.
+    Leases (mqstore/lease/) dead-letter through this too."""
+    if store.read_only:
+        raise ReadOnlyStoreError(f"the store at {store.root_dir} was opened read_only: nothing can be dead-lettered")
+    record = stored_record(store, message)
+    properties, tags, keys = _sent_back(record)
+    properties.pop(sfmt.PROPERTY_DELAY, None)
+    properties.update(extra_properties or {})
+    copy = Message(topic=dlq_topic(group), body=record.body, queue_id=DLQ_QUEUE_ID, tags=tags, keys=keys,
+                   properties=properties, flag=record.flag, born_timestamp_ms=record.born_timestamp_ms)
+    return store.reput(copy, store.reput_header(record, reconsume_times=record.reconsume_times + 1))
 
 
 # --- dead letters -----------------------------------------------------------------------------------------------
