@@ -345,7 +345,7 @@ def main() -> int:
 
 def render(result: dict) -> str:
     """The table bench/report.py puts in bench/README.md, under a line saying how it was made."""
-    from report import report_tier_get
+    from reports.tier import report_tier_get
 
     load = result["load_average_1min"]
     return (f"`{result['command']}`, {result['date_utc']}, Python {result['python']}, {result['cpus']} cores, load "

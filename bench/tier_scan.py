@@ -221,7 +221,7 @@ def main() -> int:
 
 def render(result: dict) -> str:
     """The table bench/report.py puts in bench/README.md, under a line saying how it was made."""
-    from report import report_tier_scan
+    from reports.tier import report_tier_scan
 
     return (f"`{result['command']}`, {result['date_utc']}, Python {result['python']}, {result['cpus']} cores, load "
             f"{result['load_before']:.1f} -> {result['load_after']:.1f}.\n\n{report_tier_scan(result)}\n")

@@ -20,7 +20,9 @@ and then checks, by `_check_trial`:
     data); after a repair, every message below the cut is there.
 
 Run with `pytest -s` to see the counts: per test, outcomes and where the damage landed.
-`MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
+`MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials. Each case's trials come in two parts: `first` (its first
+QUICK_TRIALS, in `make test`) and `rest` (marked long, in `make test-long`); the damage of every trial is drawn from
+the case's one random sequence, so the two parts together are the TRIALS trials of a single run.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from mqstore import CorruptionError, FlushMode, MessageStore, StoreConfig
 from tests.crash.checks import RETENTION_OFF, body_seq, planned_message, read_segments, walk_log
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
-TRIALS = 300 if LONG else 12  # per (target, damage, store) test
+TRIALS = 300 if LONG else 12  # per (target, damage, store) case
+QUICK_TRIALS = 4  # a case's first trials run in `make test`; the rest are marked long (`make test-long`)
 LONG_SWEEP_TIMEOUT_S = 3 * 3600  # a test's 300 trials may take longer than pytest's 600 s on a busy machine
 
 pytestmark = pytest.mark.timeout(LONG_SWEEP_TIMEOUT_S if LONG else 600)
@@ -141,25 +144,30 @@ def _region(reference: Reference, target: str, relative: str, position: int) -> 
             "physic_flushed_offset")[position // 8] if position < 32 else "padding"
 
 
-def _damage(root: Path, reference: Reference, target: str, damage: str, rng: random.Random) -> tuple[str, int, str]:
-    """Damage one file of the store at `root`; returns (relative path, position, region)."""
+def _plan_damage(reference: Reference, target: str, damage: str, rng: random.Random) -> tuple[str, int, int]:
+    """The next trial's damage, drawn from `rng`: (relative path, position, bit to flip or 0)."""
     relative = rng.choice(_targets(reference, target))
-    path = root / relative
-    data = bytearray(path.read_bytes())
+    size = (reference.root / relative).stat().st_size
     written = reference.written[relative]
     if damage == "flip":
         inside = rng.random() < IN_WRITTEN_PART_PROBABILITY
-        position = rng.randrange(written if inside else len(data))
-        data[position] ^= 1 << rng.randrange(8)
-        path.write_bytes(bytes(data))
-    elif damage == "truncate":
-        position = rng.randrange(len(data))
+        position = rng.randrange(written if inside else size)
+        return relative, position, rng.randrange(8)
+    return relative, rng.randrange(size if damage == "truncate" else written), 0
+
+
+def _damage(root: Path, damage: str, relative: str, position: int, bit: int) -> None:
+    """Damage one file of the store at `root` as planned."""
+    path = root / relative
+    if damage == "truncate":
         os.truncate(path, position)
+        return
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[position] ^= 1 << bit
     else:
-        position = rng.randrange(written)
         data[position:] = bytes(len(data) - position)
-        path.write_bytes(bytes(data))
-    return relative, position, _region(reference, target, relative, position)
+    path.write_bytes(bytes(data))
 
 
 @dataclass
@@ -284,18 +292,24 @@ def _check_index(store, reference: Reference, trial: Trial, damaged: Path) -> No
 ALL_CASES = [(target, damage, variant) for target in ("segment", "queue", "index", "checkpoint")
              for damage in ("flip", "truncate", "zero-tail") for variant in ("clean", "crashed")]
 CASES = ALL_CASES
+PARTS = [pytest.param(range(QUICK_TRIALS), id="first"),
+         pytest.param(range(QUICK_TRIALS, TRIALS), id="rest", marks=pytest.mark.long)]
 
 
 @pytest.mark.parametrize("target, damage, variant", CASES, ids=["-".join(case) for case in CASES])
-def test_damage_is_recovered_or_reported_never_returned(references, tmp_path, target, damage, variant):
+@pytest.mark.parametrize("trials", PARTS)
+def test_damage_is_recovered_or_reported_never_returned(references, tmp_path, target, damage, variant, trials):
     reference = references[variant]
     rng = random.Random(f"{SEED}/{target}/{damage}/{variant}")
+    plans = [_plan_damage(reference, target, damage, rng) for _ in range(trials.stop)]  # the earlier parts' too
     outcomes, regions, failures = Counter(), Counter(), []
     naming = errors = 0
-    for number in range(TRIALS):
+    for number in trials:
         root = tmp_path / f"trial-{number}"
         shutil.copytree(reference.root, root)
-        relative, position, region = _damage(root, reference, target, damage, rng)
+        relative, position, bit = plans[number]
+        _damage(root, damage, relative, position, bit)
+        region = _region(reference, target, relative, position)
         trial = _check_trial(root, reference, root / relative)
         outcomes[trial.outcome or "open failed"] += 1
         regions[region] += 1
@@ -305,7 +319,7 @@ def test_damage_is_recovered_or_reported_never_returned(references, tmp_path, ta
             failures.append(f"trial {number}: {damage} of {relative} at byte {position} ({region}): "
                             + " | ".join(trial.problems[:3]))
         shutil.rmtree(root, ignore_errors=True)
-    print(f"[bit flips {target}-{damage} {variant}] trials={TRIALS} outcomes={dict(outcomes)} "
+    print(f"[bit flips {target}-{damage} {variant}] trials={trials.start}-{trials.stop - 1} outcomes={dict(outcomes)} "
           f"damaged={dict(regions)} corruption_errors={errors} naming_the_damaged_file={naming} "
           f"failures={len(failures)}")
-    assert not failures, f"{len(failures)} of {TRIALS} trials fail, first ones:\n" + "\n".join(failures[:6])
+    assert not failures, f"{len(failures)} of {len(trials)} trials fail, first ones:\n" + "\n".join(failures[:6])

@@ -16,6 +16,10 @@ Run with `pytest -s` to see the counts. `MQSTORE_LONG_CRASH_SWEEP=1` runs the lo
 images per point, and runs added round after round until it has made IMAGES_LONG_MIN images: how many crash
 points a run yields follows the writer's timing, so the count of runs does not fix the count of images; tens of
 minutes). It fails, with its counts, if the machine is too slow to make them within LONG_SWEEP_SECONDS_MAX.
+
+The sweep comes in two parts, each a module fixture the tests below read: `first` (round 0, in `make test`) and
+`rest` (the later rounds, marked long: `make test-long`). A run's seed depends on its round and scenario only, so
+the two parts together are the RUNS rounds of a single sweep; the long sweep adds its rounds to `rest`.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from tests.crash.simulator import PAGE_SIZE_BYTES, POLICIES, FlushRecorder, Imag
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
 RUNS = 9 if LONG else 2  # per scenario, at least (about 4 x 9 x 20 points x 8 x 2 rounds = 11,500 images when long)
+QUICK_RUNS = 1  # the rounds of the `first` part, in `make test`
 IMAGES_LONG_MIN = 10_000  # what the long sweep makes: it adds rounds of runs (one per scenario) until it has them
 RUNS_LONG_MAX = 60  # per scenario: the long sweep's bound on rounds (a run makes 1 to 2 x 22 x 8 images)
 LONG_SWEEP_SECONDS_MAX = 2.5 * 3600  # no round starts after this: the sweep then fails with its counts
@@ -247,11 +252,17 @@ SCENARIOS = [(FlushMode.SYNC, False), (FlushMode.SYNC, True), (FlushMode.ASYNC, 
 done_seconds: list[float] = []  # the sweep's wall time, for test_the_sweep_ran's message
 
 
-@pytest.fixture(scope="module")
-def sweeps(tmp_path_factory) -> list[Sweep]:
-    """Every scenario's runs, crash points and images, verified once; the tests below read the outcome. Runs go in
-    rounds, one run of each scenario a round: RUNS rounds, and when long, more until IMAGES_LONG_MIN images are
-    made (at most RUNS_LONG_MAX rounds, none started after LONG_SWEEP_SECONDS_MAX)."""
+PARTS = [pytest.param(range(QUICK_RUNS), id="first"),
+         pytest.param(range(QUICK_RUNS, RUNS), id="rest", marks=pytest.mark.long)]
+
+
+@pytest.fixture(scope="module", params=PARTS)
+def sweeps(request, tmp_path_factory) -> list[Sweep]:
+    """Every scenario's runs of one part of the sweep, crash points and images, verified once; the tests below read
+    the outcome. Runs go in rounds, one run of each scenario a round: the part's rounds, and when long, `rest` adds
+    more until IMAGES_LONG_MIN images are made (at most RUNS_LONG_MAX rounds, none started after
+    LONG_SWEEP_SECONDS_MAX)."""
+    rounds = request.param
     done, bases, seconds = [], [], []
     for mode, index in SCENARIOS:
         name = f"{mode.value}{'+index' if index else ''}"
@@ -259,9 +270,10 @@ def sweeps(tmp_path_factory) -> list[Sweep]:
         done.append(Sweep(name, str(bases[-1] / "failing-images")))
         seconds.append(0.0)
     started = time.perf_counter()
-    run = 0
-    while run < RUNS or (LONG and sum(sweep.images for sweep in done) < IMAGES_LONG_MIN and run < RUNS_LONG_MAX
-                         and time.perf_counter() - started < LONG_SWEEP_SECONDS_MAX):
+    run = rounds.start
+    adding = LONG and rounds.start > 0
+    while run < rounds.stop or (adding and sum(sweep.images for sweep in done) < IMAGES_LONG_MIN
+                                and run < RUNS_LONG_MAX and time.perf_counter() - started < LONG_SWEEP_SECONDS_MAX):
         for scenario_index, (mode, index) in enumerate(SCENARIOS):
             run_started = time.perf_counter()
             run_seed = SEED * 1000 + run * 10 + scenario_index
@@ -286,12 +298,14 @@ def _assert_none(failures: list[str]) -> None:
     assert not failures, f"{len(failures)} images fail, first ones:\n" + "\n".join(failures[:6])
 
 
-def test_the_sweep_ran(sweeps):
+def test_the_sweep_ran(sweeps, request):
+    rounds = request.node.callspec.params["sweeps"]
     total = sum(sweep.images for sweep in sweeps)
     print(f"[crash images] total: {sum(s.runs for s in sweeps)} runs, {sum(s.points for s in sweeps)} crash points, "
           f"{total} images, {sum(s.must_have for s in sweeps)} acknowledged messages checked")
-    assert total >= len(SCENARIOS) * RUNS * POINTS_PER_RUN
-    if LONG:
+    assert all(sweep.runs >= len(rounds) for sweep in sweeps)
+    assert total >= len(SCENARIOS) * len(rounds) * POINTS_PER_RUN
+    if LONG and rounds.start > 0:
         assert total >= IMAGES_LONG_MIN, (
             f"the long sweep made {total} of its {IMAGES_LONG_MIN} images in {done_seconds[-1]:.0f} s "
             f"({sum(s.runs for s in sweeps)} runs): the machine is too slow (or too loaded) to make them within "

@@ -16,7 +16,8 @@ acknowledged put back through the store (`--check`): get() of its queue returns 
 local disk or from the tier, so recovery kept the queue and index entries of what left local disk (trials that kill
 the writer during start-up are checked by the next one). At the end a writer that is not killed uploads everything
 sealed, the same checks hold, and one more writer, killed after its check, reads everything back once more. Series
-against a file:// tier and moto's S3 server on 127.0.0.1. `MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
+against a file:// tier (in `make test`) and moto's S3 server on 127.0.0.1 (marked long: `make test-long`).
+`MQSTORE_LONG_CRASH_SWEEP=1` runs many more trials.
 """
 
 from __future__ import annotations
@@ -192,5 +193,6 @@ def test_kills_during_uploads_to_a_directory_lose_nothing(tmp_path):
     run_series(tmp_path, (tmp_path / "tier").as_uri(), SEED)
 
 
+@pytest.mark.long  # about 15 s (an S3 client in every writer): make test keeps the directory series above
 def test_kills_during_uploads_to_s3_lose_nothing(tmp_path, s3_server):
     run_series(tmp_path, s3_server.uri(f"kill-{os.getpid()}"), SEED + 1)

@@ -166,7 +166,16 @@ class ProcessStoreModel(StoreModel):
     config = dataclasses.replace(CONFIG, dispatch_process=True)
 
 
-ProcessStoreModel.TestCase.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
-                                               print_blob=True, suppress_health_check=[HealthCheck.too_slow,
-                                                                                       HealthCheck.data_too_large])
-test_store_with_a_dispatch_process_against_the_model = pytest.mark.slow(ProcessStoreModel.TestCase)  # a process an open
+class QuickProcessStoreModel(ProcessStoreModel):
+    """ProcessStoreModel's quick form, for `make test`: a few short sequences (each still puts, gets and reopens
+    with a child); the full one (PROCESS_MODEL_EXAMPLES sequences) is `long` and runs in `make test-long`."""
+
+
+PROCESS_MODEL_EXAMPLES = 12  # about 40 s on 2 cores: most of it the child's start at each open
+QUICK_PROCESS_MODEL_EXAMPLES = 3
+for model, examples in ((ProcessStoreModel, PROCESS_MODEL_EXAMPLES), (QuickProcessStoreModel,
+                                                                      QUICK_PROCESS_MODEL_EXAMPLES)):
+    model.TestCase.settings = settings(max_examples=examples, stateful_step_count=25, deadline=None, print_blob=True,
+                                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+test_store_with_a_dispatch_process_against_the_model = pytest.mark.long(pytest.mark.slow(ProcessStoreModel.TestCase))
+test_store_with_a_dispatch_process_against_the_model_quickly = pytest.mark.slow(QuickProcessStoreModel.TestCase)

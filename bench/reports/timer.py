@@ -1,0 +1,45 @@
+"""Issue 32's blocks: timer (delayed puts, firing error, memory) and lease (receive + ack against the peers)."""
+
+from __future__ import annotations
+
+from .cells import number, preformatted, rate, ratio, table, text
+
+
+def report_timer(data: dict) -> str:
+    put, fire = data["put_cost"], data["firing"]
+    firing = (f"p50 {fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, "
+              f"max {fire['error_max_ms']:.0f} ms, min {fire['error_min_ms']:.0f} ms")
+    names = {"plain": "plain put (100 B, tag, key)", "timer": "TIMER_DELAY_MS put (1 h)",
+             "level": "DELAY put (level 18)"}
+    put_rows = []
+    for kind, name in names.items():
+        row = dict(put[kind], kind=name)
+        for part, key in (("put", ""), ("put_cpu", "cpu_"), ("total", "total_")):
+            ratio = "" if kind == "plain" else f" ({put[f'{kind}_{key}over_plain']:.1f}x)"
+            row[part] = f"{put[kind][part]:.2f}{ratio}"
+        row["dispatch"], row["ingest"] = f"{put[kind]['dispatch']:.2f}", f"{put[kind]['ingest']:.2f}"
+        put_rows.append(row)
+    rows = [{"measure": f"firing error, {fire['pending_held']:,} pending, {fire['probes']} probes "
+                        f"({fire['precision_ms']} ms slots)", "value": firing}]
+    for row in data["memory"]:
+        rows.append({"measure": f"RSS of a process holding {row['timers']:,} linked timers",
+                     "value": f"{row['rss_after_mib']:.0f} MiB (before linking {row['rss_before_mib']:.0f} MiB; "
+                              f"TimerLog {row['timer_log_mib']:.0f} MiB on disk)"})
+    return (f"Put cost: medians of {put['rounds']} alternating rounds of {put['puts_per_round']:,} puts of each kind "
+            "(us a put; CPU: the putting thread's own).\n\n"
+            + table(put_rows, [("put", "kind", text), ("put call", "put", preformatted),
+                               ("its CPU", "put_cpu", preformatted), ("dispatch", "dispatch", preformatted),
+                               ("timer ingestion", "ingest", preformatted), ("total", "total", preformatted)])
+            + "\n\n" + table(rows, [("measure", "measure", text), ("value", "value", text)]))
+
+
+def report_lease(data: dict) -> str:
+    rows = [{**row, "range": "" if row["msgs_per_s_min"] is None else
+             f"{row['msgs_per_s_min']:,.0f}-{row['msgs_per_s_max']:,.0f}"} for row in data["rows"]]
+    return "\n\n".join([
+        f"Medians of {data['rounds']} interleaved rounds, each cell a fresh process:", table(rows, [
+            ("row", "name", text), ("msgs/s", "msgs_per_s_median", rate), ("min-max", "range", text),
+            ("CPU us a message", "cpu_us_per_msg_median", number(1))]),
+        "Issue 32's targets (measured, not asserted):", table(data["targets"], [
+            ("target", "name", text), ("ratio", "ratio", ratio),
+            ("met", lambda row: "yes" if row["met"] else "**no**", text)])])
