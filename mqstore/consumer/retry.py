@@ -8,7 +8,8 @@ is looked up by its commitlog offset and written again (`MessageStore.reput`, wh
                  level = delay_level, or 3 + n when delay_level is 0, at most the store's level count;
                  %DLQ%<group> queue 0, at once, when n >= max_reconsume_times or delay_level < 0
     properties   R's, plus RETRY_TOPIC = R's topic when R has none, ORIGIN_MESSAGE_ID = R's ORIGIN_MESSAGE_ID or
-                 R's offset message id; a dead letter's DELAY is removed (it is never scheduled: readable at once)
+                 R's offset message id, WAIT = false (as the broker's send-back leaves it); a dead letter's
+                 DELAY is removed (it is never scheduled: readable at once)
     header       R's body, flag, sys flag, born timestamp and born host; RECONSUMETIMES n + 1; the store's host
 
 The group's consumers read `%RETRY%<group>` beside their topic (RocketMQ's client subscribes to it) with committed
@@ -35,6 +36,7 @@ RETRY_QUEUE_ID = 0  # SubscriptionGroupConfig.retryQueueNums = 1
 DLQ_QUEUE_ID = 0  # DLQ_NUMS_PER_GROUP = 1
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_WAIT = "WAIT"  # MessageConst.PROPERTY_WAIT_STORE_MSG_OK
 MAX_RECONSUME_TIMES_DEFAULT = 16  # SubscriptionGroupConfig.retryMaxTimes
 MAX_RECONSUME_TIMES_LIMIT = 2**31 - 1
 FIRST_RETRY_LEVEL = 3  # delay level of the first retry: 3 + reconsume times (10 s with the default levels)
@@ -100,6 +102,7 @@ def _sent_back(record: StoredMessage) -> tuple[dict, str | None, tuple]:
     tags, keys = properties.pop("TAGS", None), tuple(properties.pop("KEYS", "").split())
     properties.setdefault(PROPERTY_RETRY_TOPIC, record.topic)
     properties[PROPERTY_ORIGIN_MESSAGE_ID] = properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or record.msg_id
+    properties[PROPERTY_WAIT] = "false"  # the broker's msgExt.setWaitStoreMsgOK(false), kept in the bytes
     return properties, tags, keys
 
 

@@ -64,8 +64,8 @@ def test_rocketmq_reads_mqstores_retry_and_dlq_topics_field_by_field(tmp_path, r
         assert (entry["flag"], entry["sys_flag"], entry["born_timestamp_ms"], entry["born_host"], entry["tags"],
                 entry["keys"]) == (original["flag"], 0, original["born_timestamp_ms"], "10.1.2.3:4567", "T",
                                    original["keys"])
-        assert (properties["RETRY_TOPIC"], properties["ORIGIN_MESSAGE_ID"], properties["u"]) == (
-            "orders", original["msg_id"], "v")
+        assert (properties["RETRY_TOPIC"], properties["ORIGIN_MESSAGE_ID"], properties["WAIT"], properties["u"]) == (
+            "orders", original["msg_id"], "false", "v")
         if entry["topic"] == sfmt.SCHEDULE_TOPIC:
             assert (properties["REAL_TOPIC"], properties["REAL_QID"]) == ("%RETRY%g", "0")
             assert entry["queue_id"] == int(properties["DELAY"]) - 1
