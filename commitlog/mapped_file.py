@@ -304,6 +304,24 @@ def fsync_directory(path: str) -> None:
         raise StoreIOError(f"fsync of directory {path} failed: {exc.strerror}") from exc
 
 
+def write_file_atomically(path: str, data: bytes) -> None:
+    """Replace the file at `path` by `data` so that a crash leaves the old file or the new one, never a part: write
+    `<path>.tmp`, fsync it, rename it over `path`, fsync the directory (creating it first if needed). StoreIOError
+    on any failure (a `.tmp` may be left; the next write replaces it)."""
+    directory = os.path.dirname(path) or "."
+    temporary = path + ".tmp"
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise StoreIOError(f"cannot write {path}: {exc.strerror}") from exc
+    fsync_directory(directory)  # the rename survives a crash
+
+
 def _unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)

@@ -31,7 +31,7 @@ from json.decoder import scanstring
 
 from mqstore.commitlog.commitlog import TOPIC_PATTERN
 from mqstore.commitlog.errors import CorruptionError, InvalidMessageError, StoreIOError
-from mqstore.commitlog.mapped_file import fsync_directory
+from mqstore.commitlog.mapped_file import write_file_atomically
 
 OFFSETS_DIR_NAME = "config"
 OFFSETS_FILE_NAME = "consumerOffset.json"
@@ -279,17 +279,7 @@ class ConsumerOffsets:
         return _FileLock(self.path + ".lock")
 
     def _write(self, data: bytes) -> None:
-        directory = os.path.dirname(self.path)
-        temporary = self.path + ".tmp"
-        try:
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-        except OSError as exc:
-            raise StoreIOError(f"cannot write {self.path}: {exc.strerror}") from exc
-        fsync_directory(directory)  # the rename survives a crash
+        write_file_atomically(self.path, data)
 
 
 class _FileLock:

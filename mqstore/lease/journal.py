@@ -18,7 +18,7 @@ import heapq
 import os
 
 from mqstore.commitlog.errors import StoreIOError
-from mqstore.commitlog.mapped_file import fsync_directory
+from mqstore.commitlog.mapped_file import write_file_atomically
 from mqstore.lease import format as fmt
 
 LEASE_DIR_NAME = "lease"
@@ -261,18 +261,9 @@ class LeaseJournal:
 
         A MOVED frame goes to the old file first: the others' check for growth then sees it (format.py).
         """
-        temporary = self.path + ".tmp"
         data = fmt.encode_header() + fmt.encode_frame(self.state.snapshot_records())
         self._write(fmt.encode_frame([fmt.record(fmt.KIND_MOVED, 0, 0)]))
-        try:
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-        except OSError as exc:
-            raise StoreIOError(f"cannot write {self.path}: {exc.strerror}") from exc
-        fsync_directory(os.path.dirname(self.path))
+        write_file_atomically(self.path, data)
         os.close(self._fd)
         self._fd = None
         self._open_file()

@@ -14,25 +14,13 @@ import os
 import re
 
 from mqstore.commitlog.errors import ConfigMismatchError
+from mqstore.commitlog.mapped_file import write_file_atomically
 from mqstore.schedule import format as sfmt
 
 log = logging.getLogger(__name__)
 
 _BARE_KEY = re.compile(r'([{,]\s*)(-?[0-9]{1,10})(\s*:)')
 OFFSET_VALUE_MAX = 1 << 62  # a queue offset above this in the file is damage, read as 0
-
-
-def _write_atomic(path: str, text: str) -> None:
-    with open(path + ".tmp", "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(path + ".tmp", path)
-    directory = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def read_offsets(path: str, level_count: int) -> dict[int, int]:
@@ -63,7 +51,7 @@ def read_offsets(path: str, level_count: int) -> dict[int, int]:
 
 def write_offsets(path: str, offsets: dict[int, int]) -> None:
     table = {str(level): int(offset) for level, offset in sorted(offsets.items())}
-    _write_atomic(path, json.dumps({"offsetTable": table}, separators=(",", ":")))
+    write_file_atomically(path, json.dumps({"offsetTable": table}, separators=(",", ":")).encode())
 
 
 def resolve_levels(path: str, passed: str, explicit: bool, *, has_schedule_queues: bool) -> str:
@@ -79,7 +67,7 @@ def resolve_levels(path: str, passed: str, explicit: bool, *, has_schedule_queue
                 return sfmt.DEFAULT_DELAY_LEVELS
             raise ConfigMismatchError(f"delay_levels={passed!r} but the store's schedule was written with the "
                                       f"default {sfmt.DEFAULT_DELAY_LEVELS!r}")
-        _write_atomic(path, json.dumps({"delay_levels": passed}))
+        write_file_atomically(path, json.dumps({"delay_levels": passed}).encode())
         return passed
     try:
         with open(path, encoding="utf-8") as handle:

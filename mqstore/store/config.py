@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import ConfigMismatchError, InvalidConfigError, SettingsFileError, StoreIOError
+from mqstore.commitlog.mapped_file import write_file_atomically
 from mqstore.flush.modes import FlushMode
 from mqstore.schedule.format import DEFAULT_DELAY_LEVELS, parse_levels
 
@@ -339,7 +340,7 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
         if writable:
             if config.record_crc and new_log:
                 settings[RECORD_CRC_FROM_KEY] = 0
-            _write_atomically(path, json.dumps(settings, indent=2).encode())
+            write_file_atomically(path, json.dumps(settings, indent=2).encode())
         return settings
     except OSError as exc:
         raise StoreIOError(f"cannot read {path}: {exc.strerror}") from exc
@@ -365,7 +366,7 @@ def save_or_check_format(config_dir: str, config: StoreConfig, *, writable: bool
     chosen = INDEX_ENABLED_KEY in config.explicit_fields
     if writable and chosen and saved.get(INDEX_ENABLED_KEY) != config.index_enabled:
         saved = {**saved, INDEX_ENABLED_KEY: config.index_enabled}  # the caller's new choice is the store's now
-        _write_atomically(path, json.dumps(saved, indent=2).encode())
+        write_file_atomically(path, json.dumps(saved, indent=2).encode())
     return saved
 
 
@@ -373,21 +374,8 @@ def save_record_crc_from(config_dir: str, settings: dict, offset: int) -> dict:
     """Record that every record from `offset` on carries a record CRC (a store first written without them)."""
     assert offset >= 0 and settings.get(RECORD_CRC_FROM_KEY) is None
     settings = {**settings, "record_crc": True, RECORD_CRC_FROM_KEY: offset}
-    _write_atomically(os.path.join(config_dir, CONFIG_FILE_NAME), json.dumps(settings, indent=2).encode())
+    write_file_atomically(os.path.join(config_dir, CONFIG_FILE_NAME), json.dumps(settings, indent=2).encode())
     return settings
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    temporary = path + ".tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise StoreIOError(f"cannot write {path}: {exc.strerror}") from exc
 
 
 def config_as_dict(config: StoreConfig) -> dict:

@@ -24,6 +24,7 @@ import os
 import urllib.parse
 
 from mqstore.commitlog.errors import SettingsFileError, StoreIOError
+from mqstore.commitlog.mapped_file import write_file_atomically
 from mqstore.store.config import StoreConfig
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import SECRET_QUERY_KEYS, TierLocation
@@ -83,17 +84,7 @@ def save_tier(root: str, location: TierLocation, uri: str) -> None:
         current = None
     if current == {"uri": document["uri"], "shown": document["shown"]}:
         return
-    path = tier_file_path(root)
-    temporary = path + ".tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "wb") as handle:
-            handle.write(json.dumps(document, indent=2).encode())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise StoreIOError(f"cannot write {path}: {exc.strerror}") from exc
+    write_file_atomically(tier_file_path(root), json.dumps(document, indent=2).encode())
 
 
 def adopt_saved_tier(root: str, config: StoreConfig) -> StoreConfig:

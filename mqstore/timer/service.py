@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from mqstore.commitlog.errors import ConfigMismatchError, StoreError
+from mqstore.commitlog.mapped_file import write_file_atomically
 from mqstore.commitlog.message import Message, PutStatus
 from mqstore.timer import format as tfmt
 from mqstore.timer import rewrite as rewrite_module
@@ -155,11 +156,7 @@ class TimerService:
         """The wheel's precision is the one it was written with (config/timer.json): a different one passed
         explicitly is ConfigMismatchError, a default one gives way to the saved one."""
         if not os.path.exists(path):
-            with open(path + ".tmp", "w") as handle:
-                json.dump({"timer_precision_ms": self.precision_ms}, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(path + ".tmp", path)
+            write_file_atomically(path, json.dumps({"timer_precision_ms": self.precision_ms}).encode())
             return
         try:
             with open(path) as handle:
