@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+import weakref
 from typing import Iterable, NamedTuple
 
 from mqstore.commitlog.errors import InvalidMessageError, StoreClosedError
@@ -413,7 +414,9 @@ class LeaseConsumer:
 
 
 _group_lock = threading.Lock()
-_group_wakes: dict[str, tuple[threading.Event, ...]] = {}  # journal path -> the wakes of its open consumers
+# journal path -> the wakes of its consumers in this process, held weakly: a consumer dropped without close()
+# (a test's stand-in for a kill) leaves nothing behind
+_group_wakes: dict[str, weakref.WeakSet] = {}
 
 
 def _watch(consumer: LeaseConsumer) -> None:
@@ -423,8 +426,7 @@ def _watch(consumer: LeaseConsumer) -> None:
         consumer.store.watch_dispatch(event)
     getattr(consumer.clock, "watch", _ignore)(event)
     with _group_lock:
-        path = consumer._journal.path
-        _group_wakes[path] = (*_group_wakes.get(path, ()), event)
+        _group_wakes.setdefault(consumer._journal.path, weakref.WeakSet()).add(event)
 
 
 def _unwatch(consumer: LeaseConsumer) -> None:
@@ -433,15 +435,17 @@ def _unwatch(consumer: LeaseConsumer) -> None:
     getattr(consumer.clock, "unwatch", _ignore)(event)
     with _group_lock:
         path = consumer._journal.path
-        left = tuple(watched for watched in _group_wakes.get(path, ()) if watched is not event)
-        if left:
-            _group_wakes[path] = left
-        else:
-            _group_wakes.pop(path, None)
+        events = _group_wakes.get(path)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del _group_wakes[path]
 
 
 def _wake_group(path: str) -> None:
-    for event in _group_wakes.get(path, ()):
+    with _group_lock:
+        events = list(_group_wakes.get(path, ()))
+    for event in events:
         event.set()
 
 

@@ -98,7 +98,7 @@ def test_a_closed_consumer_is_no_longer_woken(tmp_path):
         assert consumer._wake in clock._watchers
         consumer.close()
         assert consumer._wake not in clock._watchers
-        assert lease_consumer._group_wakes == {}
+        assert not lease_consumer._group_wakes.get(consumer._journal.path)  # other tests' may linger until GC
 
 
 def test_only_a_store_that_dispatches_in_this_process_can_be_watched(tmp_path):
