@@ -26,7 +26,7 @@ demo: $(STAMP)
 # The linter (rules and line length in pyproject.toml), then the whole test suite. pytest's exit code 5 (no test
 # collected) is reported as a failure with a reason.
 test: lint
-	@$(BIN)/python -m pytest -m "not long"; status=$$?; \
+	@$(BIN)/python -m pytest -m "not long" --durations=25; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
 	exit $$status
 
