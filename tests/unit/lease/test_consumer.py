@@ -13,24 +13,11 @@ from mqstore.consumer.offsets import ConsumerOffsets
 from mqstore.lease import ForeignLeaseError, LeaseExpiredError, UnknownLeaseError, open_lease_consumer
 from mqstore.lease import format as lease_format
 from mqstore.lease.journal import journal_paths
-from mqstore.store.clock import ManualClock
-from tests.conftest import small_config
 
 TOPIC = "jobs"
 GROUP = "workers"
 
 pytestmark = pytest.mark.usefixtures("codec")  # messages read and dead letters put through both codecs
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
-
-
-@pytest.fixture
-def store(tmp_path, clock):
-    with MessageStore.open(tmp_path / "store", small_config(), clock=clock) as opened:
-        yield opened
 
 
 def put(store, count: int, queues: int = 1, start: int = 0) -> None:

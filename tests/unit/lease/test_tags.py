@@ -7,28 +7,15 @@ import os
 
 import pytest
 
-from mqstore import InvalidMessageError, Message, MessageStore
+from mqstore import InvalidMessageError, Message
 from mqstore.lease import open_lease_consumer
 from mqstore.lease.journal import journal_paths
-from mqstore.store.clock import ManualClock
 from mqstore.store.reads import GET_FILTER_SCAN_ENTRIES_MIN
-from tests.conftest import small_config
 
 TOPIC = "jobs"
 GROUP = "workers"
 
 pytestmark = pytest.mark.usefixtures("codec")
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
-
-
-@pytest.fixture
-def store(tmp_path, clock):
-    with MessageStore.open(tmp_path / "store", small_config(), clock=clock) as opened:
-        yield opened
 
 
 def put(store, tags: list[str], queues: int = 1) -> None:
