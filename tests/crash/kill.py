@@ -1,8 +1,8 @@
 """Start a writer process, kill it with SIGKILL at a random moment, return what it printed.
 
-For the kill tests of the timed services (retries here; schedule and timer have their own copies of this loop):
-with probability `early_probability` the kill comes during start-up and recovery, else after the writer's first
-line (OPENED) plus a random part of `kill_after_max_s`. The moment is random, never a timing assertion.
+For the kill tests of the timed services (schedule, timer, retries): with probability `early_probability` the
+kill comes during start-up and recovery, else after the writer's first line (OPENED) plus a random part of
+`kill_after_max_s`. The moment is random, never a timing assertion.
 """
 
 from __future__ import annotations

@@ -13,15 +13,13 @@ from __future__ import annotations
 import collections
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from mqstore import MessageStore
+from tests.crash.kill import run_and_kill
 from tests.crash.timer_writer_process import TOPIC, timer_kill_config
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
@@ -37,21 +35,13 @@ WRITER = Path(__file__).resolve().parent / "timer_writer_process.py"
 pytestmark = pytest.mark.timeout(3600 if LONG else 300)
 
 
-def run_and_kill(root: Path, generation: int, rng: random.Random) -> dict[int, int]:
-    """One writer, killed after a random time; the acknowledged {seq: deliver_ms}."""
-    process = subprocess.Popen([sys.executable, str(WRITER), str(root), "--generation", str(generation),
-                                "--count", str(PUTS_PER_TRIAL), "--window-ms", str(TIMER_WINDOW_MS)],
-                               stdout=subprocess.PIPE)
-    first = b""
-    if rng.random() < EARLY_KILL_PROBABILITY:
-        time.sleep(rng.uniform(0.0, 0.5))  # during start-up or recovery (and its timer's first deliveries)
-    else:
-        first = process.stdout.readline()  # OPENED: the store is recovered, the timer delivering
-        time.sleep(rng.uniform(0.0, KILL_AFTER_MAX_S))  # the kill's moment: not a timing assertion
-    process.send_signal(signal.SIGKILL)
-    rest, _ = process.communicate()
+def acknowledged(root: Path, generation: int, rng: random.Random) -> dict[int, int]:
+    """One writer, killed at a random moment (tests/crash/kill.py); the acknowledged {seq: deliver_ms}."""
+    lines = run_and_kill(WRITER, [str(root), "--generation", str(generation), "--count", str(PUTS_PER_TRIAL),
+                                  "--window-ms", str(TIMER_WINDOW_MS)], rng,
+                         early_probability=EARLY_KILL_PROBABILITY, kill_after_max_s=KILL_AFTER_MAX_S)
     acked = {}
-    for line in (first + rest).decode().splitlines():
+    for line in lines:
         words = line.split()
         if words and words[0] == "ACK":
             acked[int(words[1])] = int(words[2])
@@ -63,7 +53,7 @@ def test_kill_with_pending_timers_loses_none_and_delivers_none_early(tmp_path):
     print(f"seed {SEED}")
     acked: dict[int, int] = {}
     for generation in range(1, TRIALS + 1):
-        acked.update(run_and_kill(tmp_path, generation, rng))
+        acked.update(acknowledged(tmp_path, generation, rng))
     assert acked, "no writer acknowledged a put before its kill"
     with MessageStore.open(str(tmp_path), timer_kill_config()) as store:
         due = max(acked.values())
