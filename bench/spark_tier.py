@@ -16,7 +16,9 @@ rows are the same. In one local[2] session with the JVM reader's jar (bench/spar
     topic filter     .where("topic = 'topic-3'"): the local store reads that topic's records through its
                      ConsumeQueues; a tier walks its whole log and filters (its queue images are not read yet)
 
-for X = the local store, the file:// tier, the S3 tier; and, as the baseline of what the S3 server can give,
+for X = the local store, the file:// tier, the S3 tier; the S3 full scan again with the JVM reader's ranges
+read by HttpClient, as before HttpURLConnection read them (the system property S3Objects.RANGE_CLIENT_PROPERTY;
+local masters only), the A/B of that change in the same run; and, as the baseline of what the S3 server can give,
 the tier's segment objects read in 16 MiB ranges by pyarrow, nothing decoded (rows/s: the tier's rows over that
 time). --rounds rounds after one warm-up of each (none with
 --quick) run every query once, the order rotated each round; each row gives the median wall time (min-max),
@@ -121,6 +123,8 @@ def copy_to_s3(tier_dir: str, server: S3Process, prefix: str) -> str:
 
 RANGE_BYTES = 16 << 20  # the JVM reader's range (ObjectSegment.RANGE_BYTES)
 RAW = "full scan: raw range reads of S3 (pyarrow)"
+BEFORE = "full scan: S3 tier (moto), ranges by HttpClient (before)"
+RANGE_CLIENT_PROPERTY = "io.mqstore.spark.s3RangeClient"  # S3Objects.RANGE_CLIENT_PROPERTY
 
 
 def raw_reads(server, prefix: str, end: int, segment_bytes: int):
@@ -146,7 +150,22 @@ def queries(spark, root: str, file_uri: str, s3_uri: str, end: int) -> dict:
     for label, where in (("local", root), ("file:// tier", file_uri), ("S3 tier (moto)", s3_uri)):
         found[f"full scan: {label}"] = (lambda w=where: noop(frame(w)))
         found[f"topic filter: {label}"] = (lambda w=where: noop(frame(w).where(FILTER)))
+    if spark.sparkContext.master.startswith("local"):  # the property is the driver JVM's: the executors' here
+        found[BEFORE] = with_range_client(spark, "httpclient", found["full scan: S3 tier (moto)"])
     return found
+
+
+def with_range_client(spark, client: str, action):
+    """`action` with the JVM reader's S3 ranges read by `client` (S3Objects.RANGE_CLIENT_PROPERTY), then the
+    default again: the A/B of the reader's HTTP client, in the same run."""
+    def run():
+        system = spark.sparkContext._jvm.java.lang.System
+        system.setProperty(RANGE_CLIENT_PROPERTY, client)
+        try:
+            return action()
+        finally:
+            system.clearProperty(RANGE_CLIENT_PROPERTY)
+    return run
 
 
 def driver_cpu_s() -> float:
