@@ -112,6 +112,9 @@ def _tier_scan_cpu(data: dict) -> list[str]:
                          "endpoint": median(name, lambda r: r["endpoint_cpu_s"]),
                          "busy": median(name, lambda r: (r["reader_cpu_s"] + r["endpoint_cpu_s"]) / r["seconds"]),
                          "ceiling": median(name, ceiling_rows_per_s),
+                         "all_cores": median(name, lambda r: r["rows"] * data["cpus"] / r["reader_cpu_s"]
+                                             if r.get("rows") else r["rows_per_s"] * r["seconds"] * data["cpus"]
+                                             / r["reader_cpu_s"]),
                          "vs_local": over(name, f"local {kind}") if "tier" in name else "",
                          "vs_raw": over(name, f"S3 (moto) raw {kind}") if "tier" in name else ""})
     return ["CPU, measured around the same reads (medians over rounds): the reader is this process, every thread "
@@ -121,6 +124,7 @@ def _tier_scan_cpu(data: dict) -> list[str]:
             table(rows, [("read", "read", text), ("reader", "what", text), ("wall s", "wall", number(2)),
                          ("reader CPU s", "reader", number(2)), ("endpoint CPU s", "endpoint", number(2)),
                          ("cores busy", "busy", number(2)), ("ceiling if CPU-bound, rows/s", "ceiling", rate),
+                         ("reader alone on every core, rows/s", "all_cores", rate),
                          ("ceiling / local scan", "vs_local", preformatted),
                          ("ceiling / raw read's ceiling", "vs_raw", preformatted)]),
             "Ceiling if CPU-bound: the rows/s the read would reach if the endpoint cost no CPU on these cores, "
@@ -129,7 +133,9 @@ def _tier_scan_cpu(data: dict) -> list[str]:
             "anything but the endpoint's CPU (latency, the other helpers' load) gains less. The client's CPU (HTTP, "
             "pyarrow's S3 reads, copies) stays in the reader's figure, as it would against any S3 endpoint. A "
             "ceiling / local scan below 0.80 means the target is out of reach on this machine with this reader "
-            "even against an endpoint of no CPU cost; above it, the endpoint's CPU is what stands between."]
+            "even against an endpoint of no CPU cost; above it, the endpoint's CPU is what stands between. Reader "
+            "alone on every core: rows / (reader CPU / the machine's cores), the bound with nothing else running "
+            "and the reader's work spread perfectly over every core."]
 
 
 
