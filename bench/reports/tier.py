@@ -107,7 +107,7 @@ def _tier_scan_cpu(data: dict) -> list[str]:
     for kind, label in (("full", "every row"), ("topic", f"topic={data.get('topic', 'T0')}")):
         for name, endpoint in ((f"local {kind}", "local store"), (f"S3 (moto) tier {kind}", "S3 (moto) tier scan"),
                                (f"S3 (moto) raw {kind}", "S3 (moto) raw read")):
-            rows.append({"read": label, "what": endpoint, "wall": median(name, lambda r: r["seconds"]),
+            rows.append({"read": f"{label}: {endpoint}", "wall": median(name, lambda r: r["seconds"]),
                          "reader": median(name, lambda r: r["reader_cpu_s"]),
                          "endpoint": median(name, lambda r: r["endpoint_cpu_s"]),
                          "busy": median(name, lambda r: (r["reader_cpu_s"] + r["endpoint_cpu_s"]) / r["seconds"]),
@@ -121,7 +121,7 @@ def _tier_scan_cpu(data: dict) -> list[str]:
             "(the scan's decoding, pyarrow's S3 client, the raw read's client), from getrusage; the endpoint is "
             "moto's S3 server, a process of its own, from /proc/<pid>/stat (10 ms ticks). Cores busy = (reader + "
             "endpoint CPU) / wall, out of the machine's cores, which other work shares.",
-            table(rows, [("read", "read", text), ("reader", "what", text), ("wall s", "wall", number(2)),
+            table(rows, [("read", "read", text), ("wall s", "wall", number(2)),
                          ("reader CPU s", "reader", number(2)), ("endpoint CPU s", "endpoint", number(2)),
                          ("cores busy", "busy", number(2)), ("ceiling if CPU-bound, rows/s", "ceiling", rate),
                          ("reader alone on every core, rows/s", "all_cores", rate),
