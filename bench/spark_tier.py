@@ -278,7 +278,8 @@ CPU_NOTE = (
     "this reader even against a free endpoint. The raw range reads read the tier's segment objects in 16 MiB "
     "ranges with pyarrow, one after another, nothing decoded: what the S3 server gives one reader, in rows of the "
     "tier a second. A tier walks its whole log for a topic filter (its ConsumeQueue images are not read yet); the "
-    "local store reads the topic's records through its ConsumeQueues.")
+    "local store reads the topic's records through its ConsumeQueues. The \"ranges by HttpClient (before)\" row is the "
+    "S3 full scan with the JVM reader's ranges read as before HttpURLConnection read them, in the same run.")
 
 
 def load_average() -> str:
