@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from tier_upload import start_s3  # noqa: E402
+from tier_upload import process_cpu_s, process_cpu_seconds, start_s3  # noqa: E402
 from users_rows import BODY_POOL, bodies, message  # noqa: E402
 
 from mqstore import MessageStore, StoreConfig  # noqa: E402
@@ -148,24 +148,34 @@ def raw_read(uri: str, objects: list[list[tuple[str, int, int]]]) -> tuple[float
     return time.perf_counter() - began, total
 
 
-def run_round(root: str, tiers: dict, ranges: dict, rows_expected: dict) -> dict:
+def run_round(root: str, tiers: dict, ranges: dict, rows_expected: dict, server_pid: int) -> dict:
+    """Every read once; each row with its wall seconds, this process's CPU seconds (every thread: the scan's
+    decoding and the S3 client) and the S3 server's (its own process), measured around the same read."""
     found = {}
     for kind, filters in (("full", {}), ("topic", {"topic": TOPIC})):
-        seconds, rows = timed_scan(root, **filters)
-        found[f"local {kind}"] = _row(rows_expected[kind], seconds, rows)
+        found[f"local {kind}"] = _row(rows_expected[kind], *_measured(server_pid, timed_scan, root, **filters))
         for name, uri in tiers.items():
-            seconds, rows = timed_scan(uri, **filters)
-            found[f"{name} tier {kind}"] = _row(rows_expected[kind], seconds, rows)
-            seconds, done = raw_read(uri, ranges[(name, kind)])
+            found[f"{name} tier {kind}"] = _row(rows_expected[kind],
+                                                *_measured(server_pid, timed_scan, uri, **filters))
+            (seconds, done), cpu = _measured(server_pid, raw_read, uri, ranges[(name, kind)])
             found[f"{name} raw {kind}"] = {"seconds": seconds, "bytes": done, "mb_per_s": done / seconds / 1e6,
-                                           "rows_per_s": rows_expected[kind] / seconds}
+                                           "rows_per_s": rows_expected[kind] / seconds, **cpu}
     return found
 
 
-def _row(expected: int, seconds: float, rows: int) -> dict:
+def _measured(server_pid: int, action, *args, **kwargs) -> tuple[tuple, dict]:
+    """(what `action` returned, {reader_cpu_s, endpoint_cpu_s}) around one call."""
+    reader, endpoint = process_cpu_seconds(), process_cpu_s(server_pid)
+    returned = action(*args, **kwargs)
+    return returned, {"reader_cpu_s": process_cpu_seconds() - reader,
+                      "endpoint_cpu_s": process_cpu_s(server_pid) - endpoint}
+
+
+def _row(expected: int, measured: tuple[float, int], cpu: dict) -> dict:
+    seconds, rows = measured
     if rows != expected:
         raise RuntimeError(f"a scan returned {rows} rows, {expected} expected")
-    return {"seconds": seconds, "rows": rows, "rows_per_s": rows / seconds}
+    return {"seconds": seconds, "rows": rows, "rows_per_s": rows / seconds, **cpu}
 
 
 def main() -> int:
@@ -192,7 +202,7 @@ def main() -> int:
         load_before = os.getloadavg()[0]
         samples = []
         for number in range(rounds):
-            samples.append(run_round(root, tiers, ranges, rows_expected))
+            samples.append(run_round(root, tiers, ranges, rows_expected, server.pid))
             print(f"round {number + 1}:", json.dumps({k: round(v["rows_per_s"]) for k, v in samples[-1].items()}),
                   flush=True)
         load_after = os.getloadavg()[0]
@@ -206,7 +216,7 @@ def main() -> int:
               "log_bytes_per_row": log_bytes_per_row, "scan_threads": SCAN_THREADS, "medians": medians,
               "planning": plans, "samples": samples, "machine": platform.platform(), "cpus": os.cpu_count(),
               "load_before": load_before, "load_after": load_after, "python": platform.python_version(),
-              "load_average_1min": [load_before, load_after],
+              "load_average_1min": [load_before, load_after], "endpoint_process": "moto.server, its own process",
               "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     out = args.out or os.path.join(HERE, "results", "tier_scan_quick.json" if args.quick else "tier_scan.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

@@ -110,6 +110,18 @@ def start_s3():
     return server, f"s3://bench:bench@bench/{{prefix}}?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process `pid` has used so far, from /proc (0.0 where there is
+    no /proc): the S3 server's CPU, measured apart from the reader's."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            raw = handle.read()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def endpoint_rates(uri: str) -> dict:
     """PUT and GET of one PROBE_BYTES object through pyarrow: the endpoint's own rate, MB/s."""
     location = TierLocation.open(uri)

@@ -77,7 +77,65 @@ def report_tier_scan(data: dict) -> str:
              "count matching rows: the tier scan walks every segment (a topic filter does not read through the "
              "tier's queue images), the raw read replays the same reads.",
              f"Planning a full scan of the tier (once, before the rounds): {plans}."]
+    if "reader_cpu_s" in samples[0]["local full"]:
+        parts += _tier_scan_cpu(data)
     return "\n\n".join(parts)
+
+
+def ceiling_rows_per_s(row: dict) -> float | None:
+    """Rows/s one read could reach if its endpoint cost no CPU on these cores, the read being CPU-bound: it keeps
+    the cores it had busy, (reader + endpoint CPU) / wall, and spends them on the reader's CPU alone, so its wall
+    shrinks by reader / (reader + endpoint). None without reader CPU."""
+    reader, endpoint = row.get("reader_cpu_s"), row.get("endpoint_cpu_s") or 0.0
+    if not reader:
+        return None
+    return row["rows_per_s"] * (reader + endpoint) / reader
+
+
+def _tier_scan_cpu(data: dict) -> list[str]:
+    """The CPU table: each read's CPU seconds, reader and endpoint, and the ceiling if CPU-bound (medians)."""
+    samples, rows = data["samples"], []
+
+    def median(name, field):
+        return statistics.median(field(sample[name]) for sample in samples)
+
+    def over(name, reference):  # the median over rounds of ceiling(name) / ceiling or rows/s (reference)
+        found = [ceiling_rows_per_s(s[name]) / (ceiling_rows_per_s(s[reference]) if " raw " in reference
+                                                 else s[reference]["rows_per_s"]) for s in samples]
+        return f"{statistics.median(found):.2f} ({min(found):.2f}-{max(found):.2f})"
+
+    for kind, label in (("full", "every row"), ("topic", f"topic={data.get('topic', 'T0')}")):
+        for name, endpoint in ((f"local {kind}", "local store"), (f"S3 (moto) tier {kind}", "S3 (moto) tier scan"),
+                               (f"S3 (moto) raw {kind}", "S3 (moto) raw read")):
+            rows.append({"read": f"{label}: {endpoint}", "wall": median(name, lambda r: r["seconds"]),
+                         "reader": median(name, lambda r: r["reader_cpu_s"]),
+                         "endpoint": median(name, lambda r: r["endpoint_cpu_s"]),
+                         "busy": median(name, lambda r: (r["reader_cpu_s"] + r["endpoint_cpu_s"]) / r["seconds"]),
+                         "ceiling": median(name, ceiling_rows_per_s),
+                         "all_cores": median(name, lambda r: r["rows"] * data["cpus"] / r["reader_cpu_s"]
+                                             if r.get("rows") else r["rows_per_s"] * r["seconds"] * data["cpus"]
+                                             / r["reader_cpu_s"]),
+                         "vs_local": over(name, f"local {kind}") if "tier" in name else "",
+                         "vs_raw": over(name, f"S3 (moto) raw {kind}") if "tier" in name else ""})
+    return ["CPU, measured around the same reads (medians over rounds): the reader is this process, every thread "
+            "(the scan's decoding, pyarrow's S3 client, the raw read's client), from getrusage; the endpoint is "
+            "moto's S3 server, a process of its own, from /proc/<pid>/stat (10 ms ticks). Cores busy = (reader + "
+            "endpoint CPU) / wall, out of the machine's cores, which other work shares.",
+            table(rows, [("read", "read", text), ("wall s", "wall", number(2)),
+                         ("reader CPU s", "reader", number(2)), ("endpoint CPU s", "endpoint", number(2)),
+                         ("cores busy", "busy", number(2)), ("ceiling if CPU-bound, rows/s", "ceiling", rate),
+                         ("reader alone on every core, rows/s", "all_cores", rate),
+                         ("ceiling / local scan", "vs_local", preformatted),
+                         ("ceiling / raw read's ceiling", "vs_raw", preformatted)]),
+            "Ceiling if CPU-bound: the rows/s the read would reach if the endpoint cost no CPU on these cores, "
+            "assuming the read is CPU-bound, i.e. it keeps the cores it kept busy and spends them on its own CPU "
+            "alone: rows/s x (reader + endpoint CPU) / reader CPU. It is an upper bound: a read that waited on "
+            "anything but the endpoint's CPU (latency, the other helpers' load) gains less. The client's CPU (HTTP, "
+            "pyarrow's S3 reads, copies) stays in the reader's figure, as it would against any S3 endpoint. A "
+            "ceiling / local scan below 0.80 means the target is out of reach on this machine with this reader "
+            "even against an endpoint of no CPU cost; above it, the endpoint's CPU is what stands between. Reader "
+            "alone on every core: rows / (reader CPU / the machine's cores), the bound with nothing else running "
+            "and the reader's work spread perfectly over every core."]
 
 
 

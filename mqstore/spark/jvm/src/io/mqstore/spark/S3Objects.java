@@ -1,9 +1,13 @@
 package io.mqstore.spark;
 
 import java.io.ByteArrayOutputStream;
+import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InterruptedIOException;
+import java.io.OutputStream;
+import java.net.HttpURLConnection;
+import java.net.Proxy;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -22,7 +26,7 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * The objects of an s3:// tier, read with GETs of java.net.http.HttpClient (no library to download): path-style
+ * The objects of an s3:// tier, read with GETs of the JDK's HTTP clients (no library to download): path-style
  * URLs, scheme://endpoint/bucket/prefix/key, each key segment percent-encoded once; a range is one GET with
  * `Range: bytes=a-b`, which S3 answers 206 with exactly those bytes. Requests are signed with AWS Signature
  * Version 4 ({@link SigV4}: host, range, x-amz-content-sha256 of the empty payload, x-amz-date,
@@ -37,8 +41,11 @@ import java.util.regex.Pattern;
  *   anything else (403, 301 wrong region...)   IOException naming the object, S3's code and message
  * </pre>
  *
- * One HttpClient serves the JVM (it pools connections and is thread-safe); HTTP/1.1 (S3 speaks no HTTP/2, and
- * HttpClient's h2c upgrade attempt confuses some S3-compatible servers). Messages name the object by its shown
+ * A range (readRange) is read by HttpURLConnection, its body straight into the reader's array: on 256 MiB of
+ * 16 MiB ranges from the test server it cost the JVM 0.1 CPU s against 0.3 through HttpClient's buffers
+ * (bench/results/spark_tier.md), and a tier scan is CPU-bound. A whole object (readAll: the manifest) is read
+ * by one HttpClient, which serves the JVM (it pools connections and is thread-safe); both speak HTTP/1.1 (S3
+ * speaks no HTTP/2, and HttpClient's h2c upgrade attempt confuses some S3-compatible servers). Messages name the object by its shown
  * URI; no key, secret or signature is put in one.
  */
 final class S3Objects implements TierObjects {
@@ -49,6 +56,8 @@ final class S3Objects implements TierObjects {
     static final int ERROR_BODY_BYTES_MAX = 4096;
     private static final Pattern XML_CODE = Pattern.compile("<Code>([^<]{0,200})</Code>");
     private static final Pattern XML_MESSAGE = Pattern.compile("<Message>([^<]{0,500})</Message>");
+    /** "httpclient": ranges are read by HttpClient, as before HttpURLConnection (bench/spark_tier.py's A/B). */
+    static final String RANGE_CLIENT_PROPERTY = "io.mqstore.spark.s3RangeClient";
     private static HttpClient shared;
 
     private final TierLocation location;
@@ -103,6 +112,73 @@ final class S3Objects implements TierObjects {
 
     @Override
     public void readRange(String key, long offset, byte[] into, int at, int count) throws IOException {
+        if ("httpclient".equals(System.getProperty(RANGE_CLIENT_PROPERTY))) {
+            readRangeByHttpClient(key, offset, into, at, count);
+            return;
+        }
+        long end = Math.addExact(offset, count);
+        withRetries(key, () -> {
+            HttpURLConnection connection = open(key, offset, count);
+            try {
+                int status = connection.getResponseCode();
+                if (status != 206 && status != 200) {
+                    String text = errorText(connection);
+                    if (status == 404 && !text.contains("<Code>NoSuchBucket</Code>")) {
+                        throw TierObjects.missing(location, key, offset);
+                    }
+                    if (status == 416) {
+                        throw TierObjects.shorter(location, key, offset, end);
+                    }
+                    throw failure(key, status, connection.getHeaderField("x-amz-bucket-region"), text);
+                }
+                int filled;
+                try (InputStream body = connection.getInputStream()) {
+                    filled = readBody(body, status == 200 ? offset : 0, into, at, count);
+                }
+                if (filled < count) {
+                    throw TierObjects.shorter(location, key, offset + filled, end);
+                }
+                return null;
+            } catch (IOException | RuntimeException e) {
+                connection.disconnect();  // a connection left mid-answer is not kept for the next GET
+                throw e;
+            }
+        });
+    }
+
+    /**
+     * A range's body read straight into the reader's array, [at, at + count) of `into` (after skipping `skip`
+     * bytes: a 200 from a server that ignored Range); the bytes read, fewer than `count` when the body ends first.
+     * The rest of the body, if any, is read and dropped, so that the connection is kept for the next GET.
+     */
+    static int readBody(InputStream body, long skip, byte[] into, int at, int count) throws IOException {
+        if (skip > 0) {
+            try {
+                body.skipNBytes(skip);
+            } catch (EOFException e) {
+                return 0;
+            }
+        }
+        int filled = 0;
+        while (filled < count) {
+            int read = body.read(into, at + filled, count - filled);
+            if (read < 0) {
+                return filled;
+            }
+            filled += read;
+        }
+        body.transferTo(OutputStream.nullOutputStream());
+        return filled;
+    }
+
+    private static String errorText(HttpURLConnection connection) throws IOException {
+        try (InputStream body = connection.getErrorStream()) {
+            return body == null ? "" : errorBody(body);
+        }
+    }
+
+    /** readRange by HttpClient, its body copied from HttpClient's buffers (RangeBody): the A/B's other side. */
+    private void readRangeByHttpClient(String key, long offset, byte[] into, int at, int count) throws IOException {
         long end = Math.addExact(offset, count);
         withRetries(key, () -> {
             HttpResponse<RangeBody> response = send(key, offset, count,
@@ -225,13 +301,46 @@ final class S3Objects implements TierObjects {
         }
     }
 
-    /** A signed GET of `key`, of `count` bytes from `offset` (offset < 0: the whole object). */
+    /** A signed GET of `key`, of `count` bytes from `offset` (offset < 0: the whole object), by HttpClient. */
     private <T> HttpResponse<T> send(String key, long offset, int count, HttpResponse.BodyHandler<T> handler)
             throws IOException, InterruptedException {
+        Map<String, String> headers = new LinkedHashMap<>();
+        URI uri = signed(key, offset, count, headers);
+        HttpRequest.Builder request = HttpRequest.newBuilder(uri).GET().timeout(RESPONSE_TIMEOUT);
+        for (Map.Entry<String, String> header : headers.entrySet()) {
+            if (!header.getKey().equals("host")) {  // HttpClient sets Host from the URI, as hostHeader spells it
+                request.header(header.getKey(), header.getValue());
+            }
+        }
+        return client().send(request.build(), handler);
+    }
+
+    /**
+     * A signed GET of `count` bytes of `key` from `offset`, by HttpURLConnection, its answer not yet read: its
+     * body is read by the caller straight into the reader's array (readBody), which costs the JVM a third of the
+     * CPU HttpClient's buffers and copies do a byte (bench/results/spark_tier.md). No proxy, no redirect, as
+     * the HttpClient's; connections are kept alive by the JDK's cache between GETs.
+     */
+    private HttpURLConnection open(String key, long offset, int count) throws IOException {
+        Map<String, String> headers = new LinkedHashMap<>();
+        URI uri = signed(key, offset, count, headers);
+        HttpURLConnection connection = (HttpURLConnection) uri.toURL().openConnection(Proxy.NO_PROXY);
+        connection.setInstanceFollowRedirects(false);
+        connection.setConnectTimeout((int) CONNECT_TIMEOUT.toMillis());
+        connection.setReadTimeout((int) RESPONSE_TIMEOUT.toMillis());
+        for (Map.Entry<String, String> header : headers.entrySet()) {
+            if (!header.getKey().equals("host")) {  // set from the URL, as hostHeader spells it
+                connection.setRequestProperty(header.getKey(), header.getValue());
+            }
+        }
+        return connection;
+    }
+
+    /** The URI of `key` and, into `headers`, the headers of its GET (module docstring), signed when keyed. */
+    private URI signed(String key, long offset, int count, Map<String, String> headers) {
         String objectKey = location.root.isEmpty() ? key : location.root + "/" + key;
         String path = "/" + SigV4.uriEncode(s3.bucket, false) + "/" + SigV4.uriEncode(objectKey, true);
         URI uri = URI.create(s3.scheme + "://" + s3.endpoint + path);
-        Map<String, String> headers = new LinkedHashMap<>();
         headers.put("host", hostHeader(uri));
         if (offset >= 0) {
             headers.put("range", "bytes=" + offset + "-" + Math.addExact(offset, count - 1L));
@@ -241,17 +350,11 @@ final class S3Objects implements TierObjects {
         if (s3.sessionToken != null) {
             headers.put("x-amz-security-token", s3.sessionToken);
         }
-        HttpRequest.Builder request = HttpRequest.newBuilder(uri).GET().timeout(RESPONSE_TIMEOUT);
-        for (Map.Entry<String, String> header : headers.entrySet()) {
-            if (!header.getKey().equals("host")) {  // HttpClient sets Host from the URI, as hostHeader spells it
-                request.header(header.getKey(), header.getValue());
-            }
-        }
         if (s3.accessKey != null) {
-            request.header("authorization", SigV4.authorization("GET", path, "", headers, SigV4.EMPTY_PAYLOAD_SHA256,
+            headers.put("authorization", SigV4.authorization("GET", path, "", headers, SigV4.EMPTY_PAYLOAD_SHA256,
                     s3.accessKey, s3.secretKey, s3.region, "s3"));
         }
-        return client().send(request.build(), handler);
+        return uri;
     }
 
     /** The Host header HttpClient sends for `uri`: the host, and the port unless it is the scheme's default. */
@@ -268,15 +371,19 @@ final class S3Objects implements TierObjects {
 
     /** The IOException for an answer that is not the object's bytes: 5xx retried, the rest refused. */
     private IOException failure(String key, HttpResponse<?> response, String text) {
+        return failure(key, response.statusCode(), response.headers().firstValue("x-amz-bucket-region").orElse(null),
+                text);
+    }
+
+    private IOException failure(String key, int status, String region, String text) {
         Matcher code = XML_CODE.matcher(text);
         Matcher message = XML_MESSAGE.matcher(text);
-        String detail = "HTTP " + response.statusCode() + (code.find() ? " " + code.group(1) : "")
+        String detail = "HTTP " + status + (code.find() ? " " + code.group(1) : "")
                 + (message.find() ? ": " + message.group(1) : "");
-        String region = response.headers().firstValue("x-amz-bucket-region").orElse(null);
         if (region != null && !region.equals(s3.region)) {
             detail += " (the bucket is in region " + region + ": give region=" + region + ")";
         }
         String said = "GET " + location.display(key) + " from " + s3 + ": " + detail;
-        return response.statusCode() >= 500 ? new IOException(said) : new Refused(said);
+        return status >= 500 ? new IOException(said) : new Refused(said);
     }
 }
