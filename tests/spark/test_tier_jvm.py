@@ -399,3 +399,76 @@ def test_the_benchmark_quick_mode_runs(spark, jvm_reader, tmp_path):
                  "topic filter: S3 tier (moto)"):
         assert f"| {name} |" in text
     assert "bench/spark_tier.py --quick" in text
+
+
+# --- a server that answers ranges its own way -----------------------------------------------------------------
+class _OddServer:
+    """Serves a file:// tier's objects as path-style S3 GETs on loopback, answering a range as `mode` says:
+    "honest" (206, the range), "whole" (200, the whole object: a server that ignores Range) or "shifted" (206
+    with a Content-Range and bytes that start 8 bytes past the asked offset)."""
+
+    def __init__(self, root, mode: str):
+        import http.server
+        import threading
+
+        served, self.mode = root, mode
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(handler):  # noqa: N802 - http.server's name
+                key = urllib.parse.unquote(handler.path.split("?")[0]).split("/", 3)[3]  # /bucket/prefix/key
+                path = os.path.join(served, key)
+                if not os.path.isfile(path):
+                    handler.send_response(404)
+                    handler.send_header("Content-Length", "0")
+                    handler.end_headers()
+                    return
+                with open(path, "rb") as source:
+                    data = source.read()
+                asked = re.fullmatch(r"bytes=(\d+)-(\d+)", handler.headers.get("Range", ""))
+                if asked is None or self.mode == "whole":
+                    handler.send_response(200)
+                    body = data
+                else:
+                    start = int(asked.group(1)) + (8 if self.mode == "shifted" else 0)
+                    body = data[start:int(asked.group(2)) + 1]
+                    handler.send_response(206)
+                    handler.send_header("Content-Range", f"bytes {start}-{start + len(body) - 1}/{len(data)}")
+                handler.send_header("Content-Length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def log_message(handler, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def uri(self) -> str:
+        host, port = self.server.server_address
+        return f"s3://odd/tier?endpoint_override={host}:{port}&scheme=http&region={S3_REGION}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def file_tiered(tmp_path_factory) -> Tiered:
+    base = tmp_path_factory.mktemp("tiered-odd")
+    return write_tiered(base / "store", (base / "tier").as_uri())
+
+
+def test_a_server_that_ignores_range_still_gives_the_rows_and_a_shifted_range_is_refused(spark, jvm_reader,
+                                                                                            file_tiered):
+    tiered = file_tiered
+    for mode in ("honest", "whole", "shifted"):
+        server = _OddServer(tiered.location.root, mode)
+        try:
+            if mode == "shifted":
+                with pytest.raises(Exception, match=r"answered 206 with Content-Range bytes \d+-"):
+                    read_rows(spark, server.uri())
+            else:
+                assert read_rows(spark, server.uri()) == tiered.expected(), mode
+        finally:
+            server.stop()

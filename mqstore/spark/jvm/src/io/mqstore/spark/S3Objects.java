@@ -45,8 +45,9 @@ import java.util.regex.Pattern;
  * 16 MiB ranges from the test server it cost the JVM 0.1 CPU s against 0.3 through HttpClient's buffers
  * (bench/results/spark_tier.md), and a tier scan is CPU-bound. A whole object (readAll: the manifest) is read
  * by one HttpClient, which serves the JVM (it pools connections and is thread-safe); both speak HTTP/1.1 (S3
- * speaks no HTTP/2, and HttpClient's h2c upgrade attempt confuses some S3-compatible servers). Messages name the object by its shown
- * URI; no key, secret or signature is put in one.
+ * speaks no HTTP/2, and HttpClient's h2c upgrade attempt confuses some S3-compatible servers). A 206 whose
+ * Content-Range does not start at the asked offset is refused: its bytes are not the range's. Messages name the
+ * object by its shown URI; no key, secret or signature is put in one.
  */
 final class S3Objects implements TierObjects {
     static final int ATTEMPTS_MAX = 4;
@@ -55,6 +56,7 @@ final class S3Objects implements TierObjects {
     static final Duration RESPONSE_TIMEOUT = Duration.ofSeconds(120);  // until the response's headers
     static final int ERROR_BODY_BYTES_MAX = 4096;
     private static final Pattern XML_CODE = Pattern.compile("<Code>([^<]{0,200})</Code>");
+    private static final Pattern CONTENT_RANGE = Pattern.compile("bytes (\\d{1,18})-\\d{1,18}/(?:\\d{1,18}|\\*)");
     private static final Pattern XML_MESSAGE = Pattern.compile("<Message>([^<]{0,500})</Message>");
     /** "httpclient": ranges are read by HttpClient, as before HttpURLConnection (bench/spark_tier.py's A/B). */
     static final String RANGE_CLIENT_PROPERTY = "io.mqstore.spark.s3RangeClient";
@@ -131,6 +133,9 @@ final class S3Objects implements TierObjects {
                     }
                     throw failure(key, status, connection.getHeaderField("x-amz-bucket-region"), text);
                 }
+                if (status == 206) {
+                    checkRangeStart(key, offset, connection.getHeaderField("Content-Range"));
+                }
                 int filled;
                 try (InputStream body = connection.getInputStream()) {
                     filled = readBody(body, status == 200 ? offset : 0, into, at, count);
@@ -169,6 +174,15 @@ final class S3Objects implements TierObjects {
         }
         body.transferTo(OutputStream.nullOutputStream());
         return filled;
+    }
+
+    /** Refused unless a 206's Content-Range ("bytes a-b/total") starts at `offset`, the range asked for. */
+    void checkRangeStart(String key, long offset, String contentRange) throws Refused {
+        Matcher range = CONTENT_RANGE.matcher(contentRange == null ? "" : contentRange.trim());
+        if (!range.matches() || Long.parseLong(range.group(1)) != offset) {
+            throw new Refused("GET " + location.display(key) + " from " + s3 + ": asked for bytes from " + offset
+                    + ", answered 206 with Content-Range " + contentRange);
+        }
     }
 
     private static String errorText(HttpURLConnection connection) throws IOException {
