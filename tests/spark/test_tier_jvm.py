@@ -381,6 +381,7 @@ def test_the_signer_agrees_with_botocore(spark, jvm_reader):
 
 
 # --- the benchmark --------------------------------------------------------------------------------------------
+@pytest.mark.long  # 9 s: moto in a process of its own and 5 queries; test-long runs it
 def test_the_benchmark_quick_mode_runs(spark, jvm_reader, tmp_path):
     """bench/spark_tier.py end to end on a small store (speed is not asserted); it writes under tmp_path only."""
     import importlib.util
