@@ -1,13 +1,11 @@
-"""The store's local files as the tier uploader reads them: a sealed segment through a read-only mapping of it (or
-with pread), a ConsumeQueue file's image (its first units, then zeros), the units of a queue file below an offset,
-and the queue directories. Every read charges its CPU time to an UploadMeter's "read" phase when given one; a file
-shorter than asked, or that cannot be read, raises StoreIOError.
+"""The store's local files as the tier uploader reads them: a sealed segment with pread, a ConsumeQueue file's image
+(its first units, then zeros), the units of a queue file below an offset, and the queue directories. Every read
+charges its CPU time to an UploadMeter's "read" phase when given one; a file shorter than asked, or that cannot
+be read, raises StoreIOError.
 """
 
 from __future__ import annotations
 
-import logging
-import mmap
 import os
 import time
 
@@ -16,8 +14,6 @@ import numpy as np
 from mqstore.commitlog.errors import StoreIOError
 from mqstore.consumequeue import format as queue_fmt
 from mqstore.tier.location import NO_METER, STREAM_CHUNK_BYTES, crc32
-
-log = logging.getLogger(__name__)
 
 
 def pread(path: str, length: int, offset: int) -> bytes:
@@ -53,49 +49,6 @@ def file_chunks(path: str, size: int, meter=NO_METER):
             yield chunk
     finally:
         os.close(fd)
-
-
-def mapped_chunks(path: str, size: int, meter=NO_METER):
-    """The first `size` bytes of the file as STREAM_CHUNK_BYTES views of a read-only mapping of it (no copy; a
-    sealed segment is never truncated while the store runs); read as file_chunks reads where it cannot be mapped.
-    The mapping is closed after the last chunk, or left to the collector while a consumer still holds a view of it
-    (an object store's client sending it)."""
-    began = time.thread_time()
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise StoreIOError(f"cannot open {path}: {exc.strerror}") from exc
-    mapping = None
-    try:
-        found = os.fstat(fd).st_size
-        if found < size:
-            raise StoreIOError(f"{path} is shorter than {size} bytes: it ends at {found}")
-        if size > 0:
-            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-    except OSError as exc:
-        log.debug("reading %s without a mapping: %s", path, exc)
-    finally:
-        os.close(fd)
-    if mapping is None:
-        yield from file_chunks(path, size, meter)
-        return
-    try:
-        mapping.madvise(mmap.MADV_SEQUENTIAL)
-        view = memoryview(mapping)
-        meter.add("read", began, 0)
-        try:
-            for done in range(0, size, STREAM_CHUNK_BYTES):
-                began = time.thread_time()
-                chunk = view[done:done + STREAM_CHUNK_BYTES]
-                meter.add("read", began, len(chunk))
-                yield chunk
-        finally:
-            view.release()
-    finally:
-        try:
-            mapping.close()
-        except BufferError:
-            pass  # a view is still held: the mapping goes with the last of them
 
 
 def queue_image_chunks(path: str, file_bytes: int, units: int):

@@ -54,11 +54,9 @@ TIER_STOP_WAIT_S = 30.0  # how long close() waits for an object upload in flight
 ERROR_TEXT_MAX = 500  # of an error's text kept in stats()
 # What the uploader does to cost the writer less (docs/tier.md, "What it costs"; bench/tier_upload.py measures
 # each against its absence in the same run):
-UPLOAD_READS_MAPPED = True  # read a segment through a read-only mapping of it: no copy into a buffer of our own
 UPLOADER_NICE = 10  # the uploader's and verifier's threads run this much nicer than the writer's (0: as nice)
 # each cut: (module, setting, its value when on); the value when off is the type's zero (False, 0)
-UPLOAD_CUTS = {"mapped read": ("mqstore.tier.uploader", "UPLOAD_READS_MAPPED", True),
-               "nicer threads": ("mqstore.tier.uploader", "UPLOADER_NICE", UPLOADER_NICE),
+UPLOAD_CUTS = {"nicer threads": ("mqstore.tier.uploader", "UPLOADER_NICE", UPLOADER_NICE),
                "read-back into one buffer": ("mqstore.tier.location", "VERIFY_READS_INTO_BUFFER", True)}
 
 
@@ -299,8 +297,7 @@ class TierUploader:
     def _upload_file(self, key: str, path: str, size: int, image_units: int | None = None) -> int:
         """Upload the local file at `path` (`size` bytes) as `key`, read it back when verifying; its CRC-32."""
         if image_units is None:
-            read = local_files.mapped_chunks if UPLOAD_READS_MAPPED else local_files.file_chunks
-            chunks = read(path, size, self.meter)
+            chunks = local_files.file_chunks(path, size, self.meter)  # pread: no mapping (docs/tier.md)
         else:
             chunks = local_files.queue_image_chunks(path, size, image_units)
         sent_size, checksum = self.location.put_chunks(key, chunks)

@@ -1,6 +1,6 @@
 """What the uploader costs the writer, and its cuts: stats()["tier"]["upload_cost"] counts every byte each phase
-moved; the uploader with each cut on or off writes the same objects with the same checksums; the mapped read and
-the read-back into one buffer give what a plain read gives, short files and objects included; the uploader's
+moved; the uploader with each cut on or off writes the same objects with the same checksums; a segment's chunked
+read and the read-back into one buffer give what a plain read gives, short files and objects included; the uploader's
 threads run nicer than the writer's."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from mqstore.tier.location import UPLOAD_PHASES, TierLocation, UploadMeter, crc3
 from mqstore.tier.verify import verify_tier
 from tests.tier.test_uploader import SEGMENT, put_messages, sealed_end, tier_config, wait_uploaded
 
-CUT_SETTINGS = [(uploader_module, "UPLOAD_READS_MAPPED"), (location_module, "VERIFY_READS_INTO_BUFFER")]
+CUT_SETTINGS = [(location_module, "VERIFY_READS_INTO_BUFFER")]
 
 
 @pytest.mark.parametrize("cuts_on", [True, False], ids=["cuts", "no-cuts"])
@@ -53,47 +53,23 @@ def test_each_phase_counts_every_byte_and_the_objects_match_the_local_files(tmp_
 
 
 @pytest.mark.parametrize("size", [0, 1, 5, location_module.STREAM_CHUNK_BYTES + 3])
-def test_the_mapped_read_gives_what_pread_gives(tmp_path, size):
+def test_a_segment_is_read_in_chunks_and_every_byte_is_metered(tmp_path, size):
     path = tmp_path / "segment"
     data = random.Random(size).randbytes(size + 11)
     path.write_bytes(data)
     meter = UploadMeter()
-    mapped = [bytes(chunk) for chunk in local_files.mapped_chunks(str(path), size, meter)]
-    read = list(local_files.file_chunks(str(path), size))
-    assert mapped == read and b"".join(mapped) == data[:size]
+    chunks = list(local_files.file_chunks(str(path), size, meter))
+    assert b"".join(chunks) == data[:size] and all(len(c) <= location_module.STREAM_CHUNK_BYTES for c in chunks)
     assert meter.bytes["read"] == size
 
 
-def test_a_file_that_cannot_be_mapped_is_read_with_pread(tmp_path, monkeypatch):
-    path = tmp_path / "segment"
-    data = random.Random(5).randbytes(3000)
-    path.write_bytes(data)
-
-    def refuse(*args, **kwargs):
-        raise OSError(19, "No such device")
-
-    monkeypatch.setattr(local_files.mmap, "mmap", refuse)
-    meter = UploadMeter()
-    assert b"".join(local_files.mapped_chunks(str(path), 2999, meter)) == data[:2999]
-    assert meter.bytes["read"] == 2999
-
-
-def test_the_mapped_read_of_a_short_file_is_an_error(tmp_path):
+def test_the_read_of_a_short_or_missing_file_is_an_error(tmp_path):
     path = tmp_path / "segment"
     path.write_bytes(b"x" * 10)
     with pytest.raises(StoreIOError, match="shorter than 11 bytes"):
-        list(local_files.mapped_chunks(str(path), 11))
+        list(local_files.file_chunks(str(path), 11))
     with pytest.raises(StoreIOError, match="cannot open"):
-        list(local_files.mapped_chunks(str(tmp_path / "missing"), 1))
-
-
-def test_a_mapping_still_viewed_when_the_upload_ends_is_left_to_the_collector(tmp_path):
-    path = tmp_path / "segment"
-    path.write_bytes(b"abc" * 1000)
-    chunks = local_files.mapped_chunks(str(path), 3000)
-    held = next(chunks)  # a client still holding the view it was given
-    assert list(chunks) == []  # the generator ends without an error though the mapping is still viewed
-    assert bytes(held[:3]) == b"abc"
+        list(local_files.file_chunks(str(tmp_path / "missing"), 1))
 
 
 @pytest.mark.parametrize("into_buffer", [True, False], ids=["into-buffer", "read-at"])
