@@ -42,4 +42,4 @@ def report_lease(data: dict) -> str:
             ("CPU us a message", "cpu_us_per_msg_median", number(1))]),
         "Issue 32's targets (measured, not asserted):", table(data["targets"], [
             ("target", "name", text), ("ratio", "ratio", ratio),
-            ("met", lambda row: "yes" if row["met"] else "**no**", text)])])
+            ("met", lambda row: "-" if row["met"] is None else "yes" if row["met"] else "**no**", text)])])
