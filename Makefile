@@ -67,7 +67,7 @@ FUZZ_DIR ?= build/fuzz
 FUZZ_PYTHON ?= $(BIN)/python
 ROCKETMQ_FIXTURE_STORE ?= tests/data/rocketmq-4.4.0-store/store
 FUZZ_SCAN_SOURCES := commitlog/csrc/fuzz/fuzz_scan.c commitlog/csrc/fuzz/fuzz_index.c commitlog/csrc/scan_core.c \
-	commitlog/csrc/arrow_core.c commitlog/csrc/index_core.c commitlog/csrc/crc32.c
+	commitlog/csrc/arrow_core.c commitlog/csrc/index_core.c commitlog/csrc/record.c commitlog/csrc/crc32.c
 FUZZ_SCAN_FLAGS := -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -I$$($(FUZZ_PYTHON) -c \
 	"import sysconfig; print(sysconfig.get_paths()['include'])")
 FUZZ_CODEC_SOURCES := commitlog/csrc/fuzz/fuzz_codec.c commitlog/csrc/record.c commitlog/csrc/crc32.c
@@ -125,7 +125,7 @@ ASAN_TESTS ?= tests/native tests/unit/commitlog/test_native_codec.py tests/unit/
 	tests/unit/mqstore/test_compiled_put.py \
 	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format \
 	tests/unit/timer/test_compiled_rewrite.py tests/unit/timer/test_timer_codecs.py \
-	tests/unit/schedule/test_schedule_codecs.py tests/crash/test_kill_writer.py
+	tests/unit/schedule/test_schedule_codecs.py tests/unit/commitlog/test_record_values.py tests/crash/test_kill_writer.py
 ASAN_PYTEST_ARGS ?= -q
 
 asan-build: $(STAMP)

@@ -4,7 +4,9 @@
     .venv/bin/python bench/timer.py --quick    # smoke run (a few seconds)
 
 1. Put cost: ASYNC puts of a 100-byte body with a tag and a key, plain, with TIMER_DELAY_MS (one hour) and with
-   DELAY (level 18, two hours), ROUNDS rounds of each in turns on one store (default settings), timed by phase:
+   DELAY (level 18, two hours), and plain puts as long as each delayed record as stored (its properties kept, on a
+   topic of the same length: what the delay costs beyond the longer record RocketMQ's format gives it), ROUNDS
+   rounds of each in turns on one store (default settings), timed by phase:
    the put calls; then the wait until dispatch (ConsumeQueue, index, the schedule's retag) caught up; then, for
    timers, the wait until the timer service linked the round into the wheel. Dispatch and the service run in
    threads beside the puts on the same interpreter, so what they cost during the put calls shows in that column.
@@ -60,19 +62,36 @@ def rss_kib(field: str = "VmHWM") -> int:
     return 0
 
 
+def sized_like(store, topic: str, queue_id: int, name: str) -> Message:
+    """A plain message whose record is as long as the first one stored on (topic, queue_id): the delayed message
+    as the rewrite stored it, its properties kept (TIMER_OUT_MS or REAL_TOPIC stop a second rewrite), on a topic
+    of the same length. What a delayed put costs beyond its longer record is its put over this one's."""
+    stored = store.get(topic, queue_id, 0, 1).messages[0]
+    properties = {key: value for key, value in stored.properties.items() if key not in ("TAGS", "KEYS", "UNIQ_KEY")}
+    sized = Message(name.ljust(len(stored.topic), "_"), stored.body, tags=stored.tags,
+                    keys=tuple(stored.keys), properties=properties)
+    size = store.put(sized).size_bytes
+    assert size == stored.size_bytes, (name, size, stored.size_bytes)
+    return sized
+
+
 def put_cost(root: str, rounds: int, count: int) -> dict:
-    """Section 1: plain, timer and delay-level puts in turns, each round timed by phase (module docstring)."""
+    """Section 1: plain, timer and delay-level puts, and plain puts of the same sizes, in turns, each round timed
+    by phase (module docstring)."""
     body = random.Random(1).randbytes(100)
     kinds = {"plain": Message("plain", body, tags="a", keys=("k1",)),
              "timer": Message("delayed", body, tags="a", keys=("k1",), properties={"TIMER_DELAY_MS": str(HOUR_MS)}),
              "level": Message("leveled", body, tags="a", keys=("k1",), properties={"DELAY": str(LEVEL)})}
-    phases = {kind: {"put": [], "put_cpu": [], "dispatch": [], "ingest": []} for kind in kinds}
     with MessageStore.open(root, StoreConfig()) as store:
         put, clock = store.put, time.perf_counter
-        for message in kinds.values():
+        for message in list(kinds.values()):
             for _ in range(200):
                 put(message)
         assert store.timer.wait_caught_up(WAIT_S)
+        store.wait_dispatched(WAIT_S)
+        kinds["timer_sized"] = sized_like(store, "rmq_sys_wheel_timer", 0, "sized_timer")
+        kinds["level_sized"] = sized_like(store, "SCHEDULE_TOPIC_XXXX", LEVEL - 1, "sized_level")
+        phases = {kind: {"put": [], "put_cpu": [], "dispatch": [], "ingest": []} for kind in kinds}
         for _ in range(rounds):
             for kind, message in kinds.items():
                 started, started_cpu = clock(), time.thread_time()
@@ -89,16 +108,21 @@ def put_cost(root: str, rounds: int, count: int) -> dict:
                                        ("dispatch", dispatched - put_done), ("ingest", ingested - dispatched)):
                     phases[kind][phase].append(seconds / count * 1e6)
         segments = len(os.listdir(os.path.join(root, "commitlog")))
-    row = {"rounds": rounds, "puts_per_round": count, "segments": segments}
+        sizes = {kind: store.put(message).size_bytes for kind, message in kinds.items()}  # as stored
+    row = {"rounds": rounds, "puts_per_round": count, "segments": segments, "record_bytes": sizes}
     for kind, by_phase in phases.items():
         medians = {phase: float(np.median(values)) for phase, values in by_phase.items()}
         walls = zip(by_phase["put"], by_phase["dispatch"], by_phase["ingest"])
         medians["total"] = float(np.median([sum(parts) for parts in walls]))
         row[kind] = medians
-    for kind in ("timer", "level"):
+    for kind in ("timer", "level", "timer_sized", "level_sized"):
         row[f"{kind}_over_plain"] = row[kind]["put"] / row["plain"]["put"]
         row[f"{kind}_cpu_over_plain"] = row[kind]["put_cpu"] / row["plain"]["put_cpu"]
         row[f"{kind}_total_over_plain"] = row[kind]["total"] / row["plain"]["total"]
+    for kind in ("timer", "level"):  # the delay's own cost: over a plain put of the same record size
+        row[f"{kind}_over_sized"] = row[kind]["put"] / row[f"{kind}_sized"]["put"]
+        row[f"{kind}_cpu_over_sized"] = row[kind]["put_cpu"] / row[f"{kind}_sized"]["put_cpu"]
+        row[f"{kind}_total_over_sized"] = row[kind]["total"] / row[f"{kind}_sized"]["total"]
     return row
 
 
@@ -172,22 +196,40 @@ def memory(counts) -> list[dict]:
     return rows
 
 
+KIND_NAMES = {"plain": "plain put (100 B, tag, key)", "timer": "TIMER_DELAY_MS put (1 h)",
+              "timer_sized": "plain put as long as the TIMER_DELAY_MS record", "level": f"DELAY put (level {LEVEL})",
+              "level_sized": "plain put as long as the DELAY record"}
+
+
+def put_rows(put: dict) -> list[tuple[str, dict]]:
+    """The put-cost table's rows: (name, cells as text), the ratios to the plain put, and for a delayed put to
+    the plain put of its size too (the bench/reports/timer.py block shows the same)."""
+    rows = []
+    for kind, name in KIND_NAMES.items():
+        if kind not in put:  # a result from before the same-size rows
+            continue
+        name = f"{name}, {put['record_bytes'][kind]} B" if "record_bytes" in put else name
+        cells = {"dispatch": f"{put[kind]['dispatch']:.2f}", "ingest": f"{put[kind]['ingest']:.2f}"}
+        for part, key in (("put", ""), ("put_cpu", "cpu_"), ("total", "total_")):
+            ratio = ""
+            if kind != "plain":
+                ratio = f" ({put[f'{kind}_{key}over_plain']:.1f}x"
+                sized = put.get(f"{kind}_{key}over_sized")
+                ratio += f"; {sized:.2f}x same size)" if sized is not None else ")"
+            cells[part] = f"{put[kind][part]:.2f}{ratio}"
+        rows.append((name, cells))
+    return rows
+
+
 def markdown(result: dict) -> str:
     put = result["put_cost"]
     lines = [f"`.venv/bin/python {result['command']}` ({result['date']}, Python {result['python']}, "
              f"{result['cpus']} CPUs)\n",
              "| measure (us a put; median of rounds) | put call | its CPU | dispatch | timer ingestion | total |",
              "|---|---|---|---|---|---|"]
-    names = {"plain": "plain put (100 B, tag, key)", "timer": "TIMER_DELAY_MS put (1 h)",
-             "level": f"DELAY put (level {LEVEL})"}
-    for kind, name in names.items():
-        row = put[kind]
-        ratios = {"put": "", "cpu": "", "total": ""}
-        if kind != "plain":
-            ratios = {part: f" ({put[f'{kind}_{key}over_plain']:.1f}x)"
-                      for part, key in (("put", ""), ("cpu", "cpu_"), ("total", "total_"))}
-        lines.append(f"| {name} | {row['put']:.2f}{ratios['put']} | {row['put_cpu']:.2f}{ratios['cpu']} | "
-                     f"{row['dispatch']:.2f} | {row['ingest']:.2f} | {row['total']:.2f}{ratios['total']} |")
+    for name, row in put_rows(put):
+        lines.append(f"| {name} | {row['put']} | {row['put_cpu']} | {row['dispatch']} | {row['ingest']} | "
+                     f"{row['total']} |")
     lines.append(f"\n{put['rounds']} rounds of {put['puts_per_round']:,} puts of each kind in turns, default "
                  f"settings, {put['segments']} CommitLog segments at the end.\n")
     fire = result.get("firing")

@@ -24,6 +24,7 @@ import re
 import threading
 import time
 
+import numpy as np
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog import native
 from mqstore.commitlog.dispatch_batch import parse_records
@@ -45,6 +46,7 @@ from mqstore.commitlog.message import (
     decode_records_native,
 )
 from mqstore.commitlog.native import NATIVE
+from mqstore.commitlog.record_values import read_values
 from mqstore.commitlog.segments import SegmentList
 from mqstore.commitlog.unique_key import UNIQUE_KEY_HEX_DIGITS, UniqueKeyGenerator
 from mqstore.commitlog.write_batch import Columns, PreparedRecord, append_columns, columns_from_records, prepare_columns
@@ -704,6 +706,22 @@ class CommitLog:
                                          record_crc_from=self.record_crc_from, queue=queue)
         return decode_records(self.segment_at, commitlog_offsets, sizes, record_crc_from=self.record_crc_from,
                               queue=queue)
+
+    def read_values(self, commitlog_offsets, sizes, number_name: bytes, text_name: bytes,
+                    queue: tuple[str, int, int] | None = None, span: tuple[int, int] | None = None) -> np.ndarray:
+        """Two property values of many records, checked as read_many checks them, without decoding messages
+        (commitlog/record_values.py: its rows and columns). `queue` = (topic, queue_id, first entry)."""
+        if self._closed:
+            raise StoreClosedError("the commitlog is closed")
+        if len(commitlog_offsets):
+            low, high = (int(min(commitlog_offsets)), int(max(commitlog_offsets))) if span is None else span
+            if high >= self._end and not self.writable:
+                self._end = max(self._end, self.reader_end())
+            if low < self.segments.first_base_offset or high >= self._end:
+                raise InvalidMessageError(f"commitlog offsets {low}..{high} are not all inside the log "
+                                          f"[{self.min_offset()}, {self._end})")
+        return read_values(self.codec, self.segment_at, commitlog_offsets, sizes, number_name, text_name,
+                           record_crc_from=self.record_crc_from, queue=queue)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
     def truncate(self, commitlog_offset: int, salvage=None) -> int:

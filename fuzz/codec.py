@@ -9,6 +9,8 @@ picks the call:
   codec must be exactly the Python one; None hands the record to Python; an exception must be Python's class;
 - `decode_run` (through `decode_records_native`, as CommitLog.read_many calls it) against `decode_records`, with
   offsets and sizes from the chain, mutated, and with or without a queue to match;
+- `record_values` (through `read_values`, as the timer's enqueue calls it) against `read_values`' Python path,
+  with the same offsets, sizes and queue as `decode_run`;
 - `walk_chain` against arrow_decode's Python walk.
 """
 
@@ -23,6 +25,7 @@ import numpy as np
 from mqstore.commitlog import arrow_decode, native
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.message import StoredMessage, decode_message, decode_records, decode_records_native
+from mqstore.commitlog.record_values import read_values
 
 from fuzz.provider import Input
 
@@ -65,7 +68,9 @@ def _records() -> list[bytes]:
                 for message in (Message("t0", b""), Message("t0", b"x" * 300, queue_id=3, flag=-5),
                                 Message("tags", b"body", tags="TagA", keys=["k1", "k2"]),
                                 Message("props", "välue ☃".encode(), properties={"naïve": "välue ☃"},
-                                        born_timestamp_ms=1_600_000_000_000)):
+                                        born_timestamp_ms=1_600_000_000_000),
+                                Message("props", b"t", properties={"TIMER_OUT_MS": "1700000000123",
+                                                                   "REAL_TOPIC": "real"})):
                     result = store.put(message)
                     segment = store._commitlog.segment_at(result.commitlog_offset)
                     at = result.commitlog_offset - segment.base_offset
@@ -157,6 +162,14 @@ def _check_decode_run(source: Input, data: bytearray, starts: list[int]) -> None
     got = _outcome(lambda: decode_records_native(COMPILED, lambda offset: segment, offsets, sizes,
                                                  record_crc_from=record_crc_from, queue=queue))
     assert got == expected, f"decode_run: python {expected!r}, compiled {got!r}"
+    first = source.below(4)
+    values_queue = None if queue is None else (queue[0], queue[1], first)
+    names = source.pick(((b"TIMER_OUT_MS", b"REAL_TOPIC"), (b"TAGS", b"KEYS"), ("naïve".encode(), b"TAGS")))
+    expected = _outcome(lambda: read_values(None, lambda offset: segment, offsets, sizes, *names,
+                                            record_crc_from=record_crc_from, queue=values_queue).tolist())
+    got = _outcome(lambda: read_values(COMPILED, lambda offset: segment, offsets, sizes, *names,
+                                       record_crc_from=record_crc_from, queue=values_queue).tolist())
+    assert got == expected, f"record_values: python {expected!r}, compiled {got!r}"
 
 
 def _check_walk_chain(source: Input, data: bytearray) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import timer as timer_bench  # bench/timer.py: the put table's rows, shared with its own Markdown
+
 from .cells import number, preformatted, rate, ratio, table, text
 
 
@@ -9,16 +11,7 @@ def report_timer(data: dict) -> str:
     put, fire = data["put_cost"], data["firing"]
     firing = (f"p50 {fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, "
               f"max {fire['error_max_ms']:.0f} ms, min {fire['error_min_ms']:.0f} ms")
-    names = {"plain": "plain put (100 B, tag, key)", "timer": "TIMER_DELAY_MS put (1 h)",
-             "level": "DELAY put (level 18)"}
-    put_rows = []
-    for kind, name in names.items():
-        row = dict(put[kind], kind=name)
-        for part, key in (("put", ""), ("put_cpu", "cpu_"), ("total", "total_")):
-            ratio = "" if kind == "plain" else f" ({put[f'{kind}_{key}over_plain']:.1f}x)"
-            row[part] = f"{put[kind][part]:.2f}{ratio}"
-        row["dispatch"], row["ingest"] = f"{put[kind]['dispatch']:.2f}", f"{put[kind]['ingest']:.2f}"
-        put_rows.append(row)
+    put_rows = [dict(cells, kind=name) for name, cells in timer_bench.put_rows(put)]
     rows = [{"measure": f"firing error, {fire['pending_held']:,} pending, {fire['probes']} probes "
                         f"({fire['precision_ms']} ms slots)", "value": firing}]
     for row in data["memory"]:

@@ -303,7 +303,74 @@ static PyObject *index_layout(PyObject *self, PyObject *unused) {
 
 static PyObject *scan_columns(PyObject *self, PyObject *unused) { return PyLong_FromLong(MQ_SCAN_COLUMNS); }
 
+/* record_values: scan_core.c's mq_record_values over one segment, GIL released. Every argument is taken and every
+ * buffer held before the loop; the bytes arguments are the caller's (held by its frame for the call). */
+static PyObject *record_values(PyObject *self, PyObject *args) {
+    PyObject *segment_object, *offsets_object, *sizes_object, *topic_object, *out_object;
+    const char *number_name, *text_name;
+    Py_ssize_t number_name_length, text_name_length;
+    long long segment_base, first, required_from, queue_id, first_entry;
+    if (!PyArg_ParseTuple(args, "OLOOLLOLLy#y#O", &segment_object, &segment_base, &offsets_object, &sizes_object,
+                          &first, &required_from, &topic_object, &queue_id, &first_entry, &number_name,
+                          &number_name_length, &text_name, &text_name_length, &out_object))
+        return NULL;
+    if (topic_object != Py_None && !PyBytes_CheckExact(topic_object)) {
+        PyErr_SetString(PyExc_TypeError, "record_values: topic must be bytes or None");
+        return NULL;
+    }
+    Py_buffer segment, offsets, sizes, out;
+    if (PyObject_GetBuffer(segment_object, &segment, PyBUF_SIMPLE) < 0) return NULL;
+    if (mq_int64_buffer(offsets_object, &offsets, 0, "offsets") < 0) {
+        PyBuffer_Release(&segment);
+        return NULL;
+    }
+    if (mq_int64_buffer(sizes_object, &sizes, 0, "sizes") < 0) {
+        PyBuffer_Release(&segment);
+        PyBuffer_Release(&offsets);
+        return NULL;
+    }
+    if (mq_int64_buffer(out_object, &out, 1, "out") < 0) {
+        PyBuffer_Release(&segment);
+        PyBuffer_Release(&offsets);
+        PyBuffer_Release(&sizes);
+        return NULL;
+    }
+    int64_t count = (int64_t)(offsets.len / 8);
+    PyObject *result = NULL;
+    if (sizes.len != offsets.len || out.len / 8 / MQ_VALUE_COLUMNS < count || first < 0 || first > count) {
+        PyErr_SetString(PyExc_ValueError, "record_values: sizes, out or first do not match the offsets");
+    } else {
+        mq_values_in in = {
+            .segment = (const uint8_t *)segment.buf, .segment_length = (int64_t)segment.len,
+            .segment_base = segment_base, .offsets = (const int64_t *)offsets.buf,
+            .sizes = (const int64_t *)sizes.buf, .first = first, .count = count,
+            .required_from = required_from < 0 ? INT64_MAX : required_from,
+            .topic = topic_object == Py_None ? NULL : (const uint8_t *)PyBytes_AS_STRING(topic_object),
+            .topic_length = topic_object == Py_None ? 0 : (int64_t)PyBytes_GET_SIZE(topic_object),
+            .queue_id = queue_id, .first_entry = first_entry,
+            .number_name = (const uint8_t *)number_name, .number_name_length = (int64_t)number_name_length,
+            .text_name = (const uint8_t *)text_name, .text_name_length = (int64_t)text_name_length};
+        int64_t done;
+        Py_BEGIN_ALLOW_THREADS
+        done = mq_record_values(&in, (int64_t *)out.buf);
+        Py_END_ALLOW_THREADS
+        result = PyLong_FromLongLong(done);
+    }
+    PyBuffer_Release(&segment);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 PyMethodDef mq_scan_methods[] = {
+    {"record_values", record_values, METH_VARARGS,
+     "record_values(buffer, segment_base, offsets, sizes, first, record_crc_from, topic_raw or None, queue_id,"
+     " first_entry, number_name, text_name, out) -> int: for the records at offsets[first:] (int64 arrays, the"
+     " segment's buffer starting at commitlog offset segment_base), checked as decode_run checks them, a row of"
+     " out per record (scan_core.h, MQ_VALUE_*): the number property's value, whether it is digits, the text"
+     " property's state and Java hash. Returns the index of the first record outside the segment or not"
+     " accepted (len: all done)."},
     {"scan_segment", scan_segment, METH_VARARGS,
      "scan_segment(buffer, size_bytes, base, pos, limit, records_max, zeros_end, check_crc, required_from, columns)"
      " -> (count, stop, error, blank, topic_rows or None, tags_non_ascii): walk and check the records of one"

@@ -334,3 +334,55 @@ int64_t mq_walk_chain(const uint8_t *buf, int64_t length, int64_t buf_abs, int64
     *following = at;
     return n;
 }
+
+/* --- two property values of a queue's records (the timer's enqueue) ---------------------------------------- */
+
+/* A run of ASCII digits as an int64: 1 with *value, 0 when empty, not all digits or over INT64_MAX (any number of
+ * leading zeros, as Python's int() of bytes.isdigit() text takes them). */
+static int parse_digits(const uint8_t *text, int64_t length, int64_t *value) {
+    if (length <= 0) return 0;
+    uint64_t magnitude = 0;
+    for (int64_t i = 0; i < length; i++) {
+        unsigned digit = (unsigned)text[i] - '0';
+        if (digit > 9) return 0;
+        if (magnitude > ((uint64_t)INT64_MAX - digit) / 10) return 0;
+        magnitude = magnitude * 10 + digit;
+    }
+    *value = (int64_t)magnitude;
+    return 1;
+}
+
+int64_t mq_record_values(const mq_values_in *in, int64_t *out) {
+    int64_t i = in->first;
+    for (; i < in->count; i++) {
+        int64_t offset = in->offsets[i], expected_size = in->sizes[i];
+        int64_t position;  /* another segment (or an offset no segment has): stop */
+        if (__builtin_sub_overflow(offset, in->segment_base, &position) || position < 0 ||
+            position >= in->segment_length)
+            break;
+        if (expected_size < MQ_RECORD_SIZE_MIN || expected_size > in->segment_length - position) break;
+        const uint8_t *record = in->segment + position;
+        mq_layout layout;  /* every span below is inside [record, record + expected_size) */
+        if (!mq_locate_record(record, expected_size, offset, expected_size, 1, in->required_from, &layout)) break;
+        if (in->topic != NULL) {  /* the record must be the queue's entry first_entry + i */
+            int64_t entry;
+            if (__builtin_add_overflow(in->first_entry, i, &entry) || layout.queue_id != in->queue_id ||
+                layout.queue_offset != entry || layout.topic_length != in->topic_length ||
+                memcmp(record + layout.topic_at, in->topic, (size_t)in->topic_length) != 0)
+                break;
+        }
+        int64_t *row = out + i * MQ_VALUE_COLUMNS;
+        int64_t start, end;
+        mq_property_span(record, layout.properties_at, layout.properties_end, in->number_name,
+                         in->number_name_length, &start, &end);
+        row[MQ_VALUE_NUMBER] = 0;
+        row[MQ_VALUE_NUMBER_OK] = start >= 0 && parse_digits(record + start, end - start, &row[MQ_VALUE_NUMBER]);
+        if (!row[MQ_VALUE_NUMBER_OK]) row[MQ_VALUE_NUMBER] = 0;
+        mq_property_span(record, layout.properties_at, layout.properties_end, in->text_name, in->text_name_length,
+                         &start, &end);
+        int ascii = 1;
+        row[MQ_VALUE_TEXT_HASH] = start < 0 ? 0 : mq_java_ascii_hash(record + start, end - start, &ascii);
+        row[MQ_VALUE_TEXT_STATE] = start < 0 ? MQ_TEXT_ABSENT : ascii ? MQ_TEXT_HASHED : MQ_TEXT_NOT_ASCII;
+    }
+    return i;
+}

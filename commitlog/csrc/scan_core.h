@@ -104,4 +104,35 @@ int64_t mq_walk_chain(const uint8_t *buf, int64_t length, int64_t buf_abs, int64
 /* Java's String.hashCode of ASCII text; sets *ascii to 0 (and returns 0) when a byte is not ASCII. */
 int32_t mq_java_ascii_hash(const uint8_t *text, int64_t length, int *ascii);
 
+/* Two property values of each record a queue's entries locate (the timer's enqueue: TIMER_OUT_MS and REAL_TOPIC).
+ * Columns of a row of `out`: */
+enum {
+    MQ_VALUE_NUMBER = 0,   /* the number property's value: ASCII digits up to INT64_MAX, else 0 */
+    MQ_VALUE_NUMBER_OK,    /* 1 when the number property is there and is such digits */
+    MQ_VALUE_TEXT_STATE,   /* MQ_TEXT_* of the text property */
+    MQ_VALUE_TEXT_HASH,    /* Java's String.hashCode of its value when MQ_TEXT_HASHED, else 0 */
+    MQ_VALUE_COLUMNS
+};
+enum { MQ_TEXT_ABSENT = 0, MQ_TEXT_HASHED = 1, MQ_TEXT_NOT_ASCII = 2 /* the caller hashes it */ };
+
+typedef struct {
+    const uint8_t *segment;    /* the segment's bytes */
+    int64_t segment_length;
+    int64_t segment_base;      /* commitlog offset of segment[0] */
+    const int64_t *offsets;    /* commitlog offsets of the records, `count` of them */
+    const int64_t *sizes;      /* TOTALSIZE as the entries give it */
+    int64_t first, count;      /* read records [first, count) */
+    int64_t required_from;     /* records from this commitlog offset on need a record CRC (INT64_MAX: none) */
+    const uint8_t *topic;      /* NULL, or: each record must be entry first_entry + i of (topic, queue_id) */
+    int64_t topic_length, queue_id, first_entry;
+    const uint8_t *number_name, *text_name;  /* the two property names */
+    int64_t number_name_length, text_name_length;
+} mq_values_in;
+
+/* For records first, first + 1, ...: checked as record.c's mq_locate_record (CRCs included, against the entry's
+ * size and the queue when given), then the two values written to row i of `out` (count rows of
+ * MQ_VALUE_COLUMNS). Stops at the first record outside the segment or not accepted; returns its index (count:
+ * all done). No Python object is touched. */
+int64_t mq_record_values(const mq_values_in *in, int64_t *out);
+
 #endif

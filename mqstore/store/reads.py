@@ -261,6 +261,33 @@ class Reads:
         queue = self._queue(topic, queue_id)
         return queue.read(offset, count) if queue is not None else cqf.make_units([], [], [])
 
+    def queue_values(self, topic: str, queue_id: int, offset: int, max_count: int, number_name: bytes,
+                     text_name: bytes):
+        """For a service that reads one queue in bulk (mqstore/timer: TIMER_OUT_MS and REAL_TOPIC): (commitlog
+        offsets, sizes, rows) of up to `max_count` entries from `offset`, rows as commitlog/record_values.py gives
+        them, every record checked as get() checks it. None when `offset` is not an entry, or the records are not
+        all in the local log (the tier's, or removed meanwhile): get() then gives the status or the messages."""
+        self._check_open()
+        queue = self._queue(topic, queue_id)
+        if queue is None or not queue.min_offset <= offset < queue.max_offset:
+            return None
+        units = queue.read(offset, max_count)
+        if not len(units):
+            return None
+        offsets, sizes = units["commitlog_offset"], units["size"]
+        span = (int(offsets.min()), int(offsets.max()))
+        log_ = self._commitlog
+        if span[0] < log_.min_offset():
+            return None
+        try:
+            rows = log_.read_values(offsets, sizes, number_name, text_name, (queue.topic, queue.queue_id, offset),
+                                    span)
+        except InvalidMessageError:
+            if span[0] >= log_.min_offset():
+                raise
+            return None  # retention removed their segment meanwhile
+        return offsets, sizes, rows
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         self._check_open()
         queue = self._queue(topic, queue_id)

@@ -35,6 +35,16 @@ import numpy as np
 from mqstore.commitlog.errors import ConfigMismatchError, StoreError
 from mqstore.commitlog.mapped_file import write_file_atomically
 from mqstore.commitlog.message import Message, PutStatus
+from mqstore.commitlog.record_values import (
+    COLUMNS,
+    NUMBER,
+    NUMBER_OK,
+    TEXT_HASH,
+    TEXT_NOT_ASCII,
+    TEXT_STATE,
+    property_value,
+    values_of,
+)
 from mqstore.timer import format as tfmt
 from mqstore.timer import rewrite as rewrite_module
 from mqstore.timer.files import TimerCheckpoint, TimerLog, TimerWheel, revise_slots_past_end
@@ -49,20 +59,8 @@ CLEAN_EVERY_CHECKPOINTS = 50  # TimerLog files no pending slot links are removed
 STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
 
 
-_OUT_MS_NAME = b"TIMER_OUT_MS\x01"
-_REAL_TOPIC_NAME = b"REAL_TOPIC\x01"
-
-
-def _raw_property(raw: bytes, name: bytes) -> bytes | None:
-    """The value of property `name` (with its \\x01) in a record's raw PROPERTIES bytes, or None."""
-    at = raw.find(name)
-    while at > 0 and raw[at - 1] != 2:  # the name must start a pair: after \x02, or at 0
-        at = raw.find(name, at + 1)
-    if at < 0:
-        return None
-    start = at + len(name)
-    end = raw.find(b"\x02", start)
-    return raw[start:] if end < 0 else raw[start:end]
+_OUT_MS_NAME = b"TIMER_OUT_MS"
+_REAL_TOPIC_NAME = b"REAL_TOPIC"
 
 
 class TimerService:
@@ -257,32 +255,36 @@ class TimerService:
     # --- enqueue ------------------------------------------------------------------------------------------------
     def _enqueue(self, write_time: int) -> int:
         """Link a batch of the timer queue's messages into the wheel; how many messages were read."""
-        result = self.store.get(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID, self.queue_offset, ENQUEUE_BATCH_MESSAGES)
-        if not result.messages:
-            if result.min_offset > self.queue_offset:  # retention removed what was not enqueued: RocketMQ skips too
-                log.warning("timer queue starts at %d, past %d", result.min_offset, self.queue_offset)
-                self.queue_offset = result.min_offset
-            return 0
-        count = len(result.messages)
-        out_ms = np.empty(count, dtype=np.int64)
-        offsets = np.empty(count, dtype=np.int64)
-        sizes = np.empty(count, dtype=np.int64)
-        hashes = np.empty(count, dtype=np.int64)
-        keep = np.ones(count, dtype=bool)
-        for index, message in enumerate(result.messages):
-            raw = message.properties_raw  # two values looked up in the raw PROPERTIES, not a dict of all of them
-            out_text = _raw_property(raw, _OUT_MS_NAME)
-            if out_text is None or not out_text.isdigit():  # not put through the rewrite: RocketMQ cannot place it
-                log.warning("timer message at %d has no TIMER_OUT_MS: skipped", message.commitlog_offset)
-                keep[index] = False
-                out_ms[index] = 0
-            else:
-                out_ms[index] = int(out_text)
-            offsets[index], sizes[index] = message.commitlog_offset, message.size_bytes
-            hashes[index] = self._topic_hash(_raw_property(raw, _REAL_TOPIC_NAME))
+        start = self.queue_offset
+        values = self.store.queue_values(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID, start, ENQUEUE_BATCH_MESSAGES,
+                                         _OUT_MS_NAME, _REAL_TOPIC_NAME)
+        if values is not None:  # two values of each record, read in one pass without building messages
+            offsets, sizes, rows = values
+        else:  # no entry at `start` (get() tells why), or records in the tier: through get()
+            result = self.store.get(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID, start, ENQUEUE_BATCH_MESSAGES)
+            if not result.messages:
+                if result.min_offset > start:  # retention removed what was not enqueued: RocketMQ skips too
+                    log.warning("timer queue starts at %d, past %d", result.min_offset, start)
+                    self.queue_offset = result.min_offset
+                return 0
+            messages = result.messages
+            offsets = np.array([message.commitlog_offset for message in messages], dtype=np.int64)
+            sizes = np.array([message.size_bytes for message in messages], dtype=np.int64)
+            rows = np.array([values_of(message.properties_raw, _OUT_MS_NAME, _REAL_TOPIC_NAME)
+                             for message in messages], dtype=np.int64).reshape(-1, COLUMNS)
+            start = messages[0].queue_offset
+        count = len(offsets)
+        keep = rows[:, NUMBER_OK] == 1
+        for index in np.flatnonzero(~keep).tolist():  # not put through the rewrite: RocketMQ cannot place it
+            log.warning("timer message at %d has no TIMER_OUT_MS of at most 19 digits: skipped", int(offsets[index]))
+        hashes = rows[:, TEXT_HASH].copy()  # REAL_TOPIC's Java hash; 0 without one (java_string_hash(None))
+        for index in np.flatnonzero(rows[:, TEXT_STATE] == TEXT_NOT_ASCII).tolist():
+            raw = self.store.read_at(int(offsets[index])).properties_raw
+            hashes[index] = self._topic_hash(property_value(raw, _REAL_TOPIC_NAME))
+        out_ms = rows[:, NUMBER]
         if not self._link(write_time, out_ms[keep], offsets[keep], sizes[keep], hashes[keep]):
             return 0  # a put of a due timer was refused (a full disk): the whole batch again on the next pass
-        self.queue_offset = result.messages[-1].queue_offset + 1
+        self.queue_offset = start + count
         self.enqueued_count += int(keep.sum())
         return count
 

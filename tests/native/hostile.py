@@ -2,7 +2,8 @@
 
 Run as a child process (`python -m tests.native.hostile CODEC SEGMENT_FILE`), so that a codec that crashes fails
 the test instead of ending pytest: it writes each case's record into the sparse segment file (mapped, 4 GiB and
-more), decodes it through every read path of the codec (a read by offset, an indexed read, the dispatch scan),
+more), decodes it through every read path of the codec (a read by offset, an indexed read, the two-value read of the
+timer's enqueue, the dispatch scan),
 zeroes it again, and prints one JSON line of outcomes per case. CODEC is "python" (the pure-Python reference) or
 "native" (the compiled core, falling back to the reference where it hands a record back, as the store does).
 
@@ -86,6 +87,8 @@ def outcome(call) -> list:
         return [type(exc).__name__, str(exc)]
     if isinstance(result, list):
         return ["ok", [repr(tuple(message)) for message in result]]
+    if hasattr(result, "tolist"):  # read_values' rows
+        return ["ok", result.tolist()]
     if hasattr(result, "error"):  # a DispatchBatch
         error = None if result.error is None else str(result.error)
         return ["batch", result.commitlog_offsets.tolist(), result.sizes.tolist(), result.topic_names,
@@ -98,6 +101,7 @@ def run(codec_name: str, path: str) -> None:
     from mqstore.commitlog import _native, dispatch_batch
     from mqstore.commitlog.mapped_file import MappedFile
     from mqstore.commitlog.message import StoredMessage, decode_message, decode_records, decode_records_native
+    from mqstore.commitlog.record_values import read_values
 
     codec = _native if codec_name == "native" else None
     dispatch_batch.NATIVE = codec
@@ -130,6 +134,11 @@ def run(codec_name: str, path: str) -> None:
             return decode_records_native(codec, Log.segment_at, [offset], [size])
         return decode_records(Log.segment_at, [offset], [size])
 
+    def values(position):  # the timer's enqueue path: two property values by an index's size
+        offset = SEGMENT_BASE + position
+        size = struct.unpack_from(">i", view, position)[0] if position + 4 <= SEGMENT_BYTES else 0
+        return read_values(codec, Log.segment_at, [offset], [size], b"a", b"b")
+
     def scan(position):
         return dispatch_batch.parse_records(Log, SEGMENT_BASE + position, SEGMENT_BASE + SEGMENT_BYTES,
                                             check_crc=True)
@@ -144,6 +153,7 @@ def run(codec_name: str, path: str) -> None:
                 placed.append((start, len(data)))
         result = {"case": number, "position": position,
                   "read": outcome(lambda: read(position)), "indexed": outcome(lambda: indexed(position)),
+                  "values": outcome(lambda: values(position)),
                   "scan": outcome(lambda: scan(position))}
         for start, length in placed:
             writer[start : start + length] = bytes(length)

@@ -2,7 +2,8 @@
 
 tests/native/hostile.py writes each case (TOTALSIZE, BODYLENGTH, TOPICLENGTH and PROPERTIESLENGTH at each side of
 the boundaries of their fields, records at positions around 2^31, 2^32 and the segment's end) and decodes it by
-offset (read_at's path), by an index's size (get's path: decode_run) and by the dispatch scan (scan_segment), in
+offset (read_at's path), by an index's size (get's path: decode_run; the timer's enqueue: record_values) and by
+the dispatch scan (scan_segment), in
 a child process per codec: a codec that crashes fails the test instead of ending pytest. Both codecs must give
 the same outcome for every case, and every outcome must be a message or a CorruptionError, never another error.
 """
@@ -58,7 +59,7 @@ def test_the_codecs_agree_on_every_case(outcomes):
 @_matrix
 def test_a_hostile_case_is_a_corruption_error_or_a_refusal(outcomes):
     for case in outcomes["native"]:
-        for path in ("read", "indexed"):
+        for path in ("read", "indexed", "values"):
             assert case[path][0] in ("ok", "CorruptionError"), (path, case)
         assert case["scan"][0] == "batch", case
 

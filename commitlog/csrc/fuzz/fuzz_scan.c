@@ -4,7 +4,8 @@
  * Input: a 16-byte header, then the bytes of one segment (seeds are real segments: make_scan_seeds.py).
  *   0..7   i64  the segment's base offset (big-endian), so that PHYSICALOFFSET checks can pass
  *   8      u8   bit 0: zeros_end, bit 1: check_crc, bit 2: record CRCs required from the segment's middle,
- *               bit 3: a queue filter, bit 4: a time filter (Arrow), bit 6: a large segment (below)
+ *               bit 3: a queue filter, bit 4: a time filter (Arrow), bit 5: the two-value read's names,
+ *               bit 6: a large segment (below)
  *   9..10  u16  records_max (0: no limit)
  *   11..13 u24  where the scan starts (taken modulo the segment's size)
  *   14..15  u8   the index file fuzz_index.c places keys into (its S and N, which parts are hostile)
@@ -20,6 +21,8 @@
  * (arrow_core.c) is run over the chain's records and over arbitrary positions, its buffers allocated to the
  * sizes it measured, so a fill that writes more than it measured is caught too. Each CRC-32 path this CPU can
  * run (crc32.c) must give zlib's value over spans of the segment, the last of them ending at its last byte.
+ * The two-value read of the timer's enqueue (mq_record_values) runs over the chain's records and over arbitrary
+ * offsets and sizes (bit 5 picks the property names it looks for).
  */
 #define _DEFAULT_SOURCE  /* MAP_ANONYMOUS, MAP_NORESERVE (large_window.h) */
 #include <stdint.h>
@@ -180,6 +183,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t length) {
             for (size_t k = 0; k < sizeof all / sizeof *all; k++) free(all[k]);
         }
         free(sizes.kept);
+    }
+    /* the two-value read of the timer's enqueue (mq_record_values): the chain's records with their TOTALSIZE as
+     * the entries' sizes, then arbitrary offsets and sizes; every row written must be of an accepted record */
+    static int64_t value_offsets[CAPACITY], value_sizes[CAPACITY], value_rows[CAPACITY * MQ_VALUE_COLUMNS];
+    static const uint8_t *const value_names[][2] = {{(const uint8_t *)"TIMER_OUT_MS", (const uint8_t *)"REAL_TOPIC"},
+                                                     {(const uint8_t *)"TAGS", (const uint8_t *)"KEYS"}};
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < chain && n < CAPACITY; i++, n++) {
+            value_offsets[n] = base + start + columns[i];
+            value_sizes[n] = mq_get_i32(segment + start + columns[i]);
+        }
+        if (pass == 1)
+            for (n = 0; n < 64; n++) {
+                value_offsets[n] = base + (int64_t)((uint64_t)(n * 7919 + start) % (uint64_t)(size_bytes + 200)) - 100;
+                value_sizes[n] = (int64_t)((uint64_t)(n * 104729 + length) % 5000) - 8;
+            }
+        const uint8_t *const *names = value_names[(flags >> 5) & 1];
+        mq_values_in values = {.segment = segment, .segment_length = size_bytes, .segment_base = base,
+                               .offsets = value_offsets, .sizes = value_sizes, .first = 0, .count = n,
+                               .required_from = (flags & 4) ? base + size_bytes / 2 : INT64_MAX,
+                               .topic = NULL, .number_name = names[0],
+                               .number_name_length = (int64_t)strlen((const char *)names[0]),
+                               .text_name = names[1], .text_name_length = (int64_t)strlen((const char *)names[1])};
+        memset(value_rows, 0xAB, sizeof value_rows);
+        int64_t done = mq_record_values(&values, value_rows);
+        check(done >= 0 && done <= n);
+        for (int64_t i = 0; i < done; i++) {
+            int64_t *row = value_rows + i * MQ_VALUE_COLUMNS, at = value_offsets[i] - base;
+            mq_layout layout;
+            check(at >= 0 && value_sizes[i] <= size_bytes - at &&
+                  mq_locate_record(segment + at, value_sizes[i], value_offsets[i], value_sizes[i], 1,
+                                   values.required_from, &layout));
+            check((row[MQ_VALUE_NUMBER_OK] == 0 || row[MQ_VALUE_NUMBER_OK] == 1) && row[MQ_VALUE_NUMBER] >= 0);
+            check(row[MQ_VALUE_NUMBER_OK] || row[MQ_VALUE_NUMBER] == 0);
+            check(row[MQ_VALUE_TEXT_STATE] >= MQ_TEXT_ABSENT && row[MQ_VALUE_TEXT_STATE] <= MQ_TEXT_NOT_ASCII);
+            check(row[MQ_VALUE_TEXT_STATE] == MQ_TEXT_HASHED || row[MQ_VALUE_TEXT_HASH] == 0);
+        }
     }
     /* mq_locate at arbitrary positions, for records the walk never reaches */
     for (int64_t at = start; at < size_bytes && at < start + 4096; at += 97) {
