@@ -12,11 +12,15 @@ def test_timer_quick_reports_put_cost_firing_and_memory(tmp_path):
     run_quick("timer.py", "--out", str(out))
     result = json.loads(out.read_text())
     put = result["put_cost"]
-    for kind in ("plain", "timer", "level"):
+    for kind in ("plain", "timer", "level", "timer_sized", "level_sized"):
         phases = put[kind]
         assert phases["put"] > 0 and phases["put_cpu"] > 0 and phases["dispatch"] >= 0 and phases["ingest"] >= 0
         assert phases["total"] >= phases["put"]
     assert put["plain"]["ingest"] == put["level"]["ingest"] == 0  # only timers wait for the timer service
+    sizes = put["record_bytes"]  # the same-size rows are as long as the delayed records, which are longer
+    assert sizes["timer_sized"] == sizes["timer"] > sizes["plain"]
+    assert sizes["level_sized"] == sizes["level"] > sizes["plain"]
+    assert put["timer_over_sized"] == put["timer"]["put"] / put["timer_sized"]["put"]
     firing = result["firing"]
     assert firing["pending_held"] >= firing["pending"] == 20_000
     assert firing["delivered"] == firing["probes"]
@@ -25,4 +29,4 @@ def test_timer_quick_reports_put_cost_firing_and_memory(tmp_path):
     for row in result["memory"]:
         assert row["pending"] == row["timers"] and row["rss_after_mib"] > 0
     table_rows = [line for line in (tmp_path / "timer.md").read_text().splitlines() if line.startswith("| ")]
-    assert len(table_rows) == 8  # 2 headers, 3 put rows, firing, 2 memory
+    assert len(table_rows) == 10  # 2 headers, 5 put rows, firing, 2 memory
