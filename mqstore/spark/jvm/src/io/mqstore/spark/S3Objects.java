@@ -176,10 +176,19 @@ final class S3Objects implements TierObjects {
         return filled;
     }
 
-    /** Refused unless a 206's Content-Range ("bytes a-b/total") starts at `offset`, the range asked for. */
-    void checkRangeStart(String key, long offset, String contentRange) throws Refused {
+    /** Whether a Content-Range ("bytes a-b/total") starts at `offset`. */
+    static boolean rangeStartsAt(long offset, String contentRange) {
         Matcher range = CONTENT_RANGE.matcher(contentRange == null ? "" : contentRange.trim());
-        if (!range.matches() || Long.parseLong(range.group(1)) != offset) {
+        try {
+            return range.matches() && Long.parseLong(range.group(1)) == offset;
+        } catch (NumberFormatException e) {  // more digits than a long holds
+            return false;
+        }
+    }
+
+    /** Refused unless a 206's Content-Range starts at `offset`, the range asked for. */
+    void checkRangeStart(String key, long offset, String contentRange) throws Refused {
+        if (!rangeStartsAt(offset, contentRange)) {
             throw new Refused("GET " + location.display(key) + " from " + s3 + ": asked for bytes from " + offset
                     + ", answered 206 with Content-Range " + contentRange);
         }
@@ -195,10 +204,16 @@ final class S3Objects implements TierObjects {
     private void readRangeByHttpClient(String key, long offset, byte[] into, int at, int count) throws IOException {
         long end = Math.addExact(offset, count);
         withRetries(key, () -> {
+            // a 206 for another range copies nothing into the reader's array (taken as an error body), then is refused
             HttpResponse<RangeBody> response = send(key, offset, count,
-                    info -> new RangeBody(info.statusCode(), into, at, count, offset));
+                    info -> new RangeBody(info.statusCode() == 206 && !rangeStartsAt(offset,
+                            info.headers().firstValue("Content-Range").orElse(null)) ? 0 : info.statusCode(),
+                            into, at, count, offset));
             RangeBody body = response.body();
             int status = response.statusCode();
+            if (status == 206) {
+                checkRangeStart(key, offset, response.headers().firstValue("Content-Range").orElse(null));
+            }
             if (status != 206 && status != 200) {
                 String text = body.errorText();
                 if (status == 404 && !text.contains("<Code>NoSuchBucket</Code>")) {
