@@ -134,10 +134,13 @@ class TierUploader:
                 wait = interval
             except TierRefused:
                 return  # logged and kept in stats(); nothing more is uploaded
-            except (StoreError, OSError) as exc:  # the object store down, slow, refusing: back off and retry
-                wait = self._failed(exc)
-            except Exception as exc:  # noqa: BLE001 - a bug: logged, kept in stats(), retried like a failure
-                log.exception("the tier uploader's round failed")
+            except Exception as exc:  # noqa: BLE001 - every failure is kept in stats() and retried
+                if self._stopping.is_set():  # the store closes under a round (its read-backs stopped): not a failure
+                    log.info("the tier uploader of %s stopped in a round (%s: %s); nothing of it is listed, the "
+                             "next open uploads it again", self._store.root_dir, type(exc).__name__, exc)
+                    return
+                if not isinstance(exc, (StoreError, OSError)):  # not the object store down, slow or refusing: a bug
+                    log.exception("the tier uploader's round failed")
                 wait = self._failed(exc)
 
     def _failed(self, exc: BaseException) -> float:

@@ -4,9 +4,11 @@ retention removes from local disk only what the manifest lists."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -307,3 +309,35 @@ def test_an_object_that_reads_back_wrong_is_never_listed(tmp_path, monkeypatch):
     assert "tier.verify" in stats["last_error"] or "read back differs" in stats["last_error"]
     assert stats["uploaded_end"] is None and removed == []
     assert manifest_module.load(TierLocation.open(uri)) is None
+
+
+def test_a_store_closed_during_an_upload_counts_no_failure(tmp_path, monkeypatch, caplog):
+    """close() stops the read-back thread while the uploader may still be sending an object: the round ends
+    without a failure or a warning, nothing of it is listed, and the next open uploads the segment."""
+    original = TierLocation.put_chunks
+    sending, closing = threading.Event(), threading.Event()
+
+    def slow(self, key, chunks):
+        if key.startswith("commitlog/") and not closing.is_set():
+            sending.set()
+            assert closing.wait(10)  # the store is closing: the read-back thread is shut down by now
+        return original(self, key, chunks)
+
+    monkeypatch.setattr(TierLocation, "put_chunks", slow)
+    uri = (tmp_path / "tier").as_uri()
+    store = MessageStore.open(tmp_path / "store", tier_config(uri))
+    put_messages(store, random.Random(44), 300)
+    assert sending.wait(10)
+    uploader = store._tier_uploader
+    stopping = threading.Thread(target=store.close)
+    stopping.start()
+    assert wait_until(uploader._stopping.is_set)
+    closing.set()
+    stopping.join(30)
+    assert not stopping.is_alive()
+    assert uploader.failures == 0 and uploader.last_error is None
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.records
+    assert manifest_module.load(TierLocation.open(uri)) is None  # the interrupted round listed nothing
+    monkeypatch.setattr(TierLocation, "put_chunks", original)
+    with MessageStore.open(tmp_path / "store", tier_config(uri)) as reopened:
+        wait_uploaded(reopened, sealed_end(reopened))
