@@ -8,13 +8,16 @@ shape: a tag and a key each, 4 topics x 4 queues, batches of 1,000) into a fresh
 defaults, (a) with no tier, (b) with a `file://` tier on the same disk, (c) with a `file://` tier on tmpfs
 (/dev/shm: no disk shared with the writer, so what remains is the uploader's own cost and tmpfs's), (d) the same
 with the uploader's cuts off (uploader.UPLOAD_CUTS; `--each-cut` adds a row for each cut off alone), (e) with a
-tier on moto's S3 server on 127.0.0.1 (in a process of its own). Per row: messages a second and GB a second of
-the put loop; the tier's lag at the end of the loop (how long until the manifest lists every segment sealed by
-then); the largest `stats()["tier"]["lag_seconds"]` sampled during the loop; the writer process's CPU seconds
-per GB put (loop and catch-up); the uploader's and verifier's thread CPU seconds per GB uploaded, whole and by
-phase (`stats()["tier"]["upload_cost"]`). The baseline of each endpoint is measured in the same run: PUT and GET
-of one 64 MiB object through pyarrow (the most any uploader could move through it; the uploader sends each
-object once and reads it back once).
+tier on moto's S3 server on 127.0.0.1 (in a process of its own), (f) with no tier but bench/tier_copier.py in a
+process of its own moving each sealed segment's bytes into tmpfs and back as the uploader does (pread, CRC-32,
+write, read back; no manifest, queues or indexes): what the same bytes cost the writer from another process.
+Per row: messages a second and GB a second of the put loop; the tier's lag at the end of the loop (how long until
+the manifest lists every segment sealed by then; for (f), until the stand-in has moved them); the largest
+`stats()["tier"]["lag_seconds"]` sampled during the loop; the writer process's CPU seconds per GB put (loop and
+catch-up); the uploader's and verifier's thread CPU seconds per GB uploaded, whole and by phase
+(`stats()["tier"]["upload_cost"]`; for (f), the stand-in process's CPU seconds per GB it moved). The baseline of
+each endpoint is measured in the same run: PUT and GET of one 64 MiB object through pyarrow (the most any uploader
+could move through it; the uploader sends each object once and reads it back once).
 
 Targets (issue #31): tier lag <= 30 s at full write rate; put throughput with a tier >= 90% of the row without.
 Writes bench/results/tier_upload.json and .md (or *_quick.*).
@@ -29,7 +32,9 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -57,7 +62,9 @@ SHM_ROOM = 2  # the tmpfs row runs when tmpfs has this many times the log's byte
 ALL_CUTS = tuple(uploader_module.UPLOAD_CUTS)
 # (row, endpoint, the uploader's cuts turned off); the rows take turns in this order each round
 ROWS = (("no tier", None, ()), ("file:// tier", "disk", ()), ("file:// tier on tmpfs", "shm", ()),
-        ("file:// tier on tmpfs, no cuts", "shm", ALL_CUTS), ("S3 tier (moto, loopback)", "s3", ()))
+        ("file:// tier on tmpfs, no cuts", "shm", ALL_CUTS), ("S3 tier (moto, loopback)", "s3", ()),
+        ("no tier, an uploader stand-in process to tmpfs", "copier", ()))
+COPIER = os.path.join(HERE, "tier_copier.py")
 
 
 def process_cpu_seconds() -> float:
@@ -85,7 +92,6 @@ def start_s3():
     """moto's S3 server in a process of its own on 127.0.0.1 (in this process its threads would share the
     interpreter lock with the writer being measured); (process, URI template with {prefix})."""
     import socket
-    import subprocess
 
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     with socket.socket() as probe:
@@ -136,8 +142,10 @@ def endpoint_rates(uri: str) -> dict:
     return {"put_mb_per_s": PROBE_BYTES / put_s / 1e6, "get_mb_per_s": PROBE_BYTES / get_s / 1e6}
 
 
-def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int) -> dict:
+def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int, copier_dir: str | None = None
+            ) -> dict:
     root = tempfile.mkdtemp(prefix="store-", dir=work)
+    copier = None
     pool = bodies(1000)
     config = StoreConfig(segment_size_bytes=segment_size_bytes, tier_uri=tier)
     lags: list[float] = []
@@ -151,6 +159,9 @@ def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int)
             sampler = threading.Thread(target=sample, daemon=True)
             if tier is not None:
                 sampler.start()
+            if copier_dir is not None:
+                copier = subprocess.Popen([sys.executable, COPIER, root, copier_dir], stdout=subprocess.PIPE,
+                                          text=True)
             put_batch = store.put_batch
             cpu_began = process_cpu_seconds()
             began = time.perf_counter()
@@ -172,9 +183,20 @@ def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int)
                 tier_stats = store.stats()["tier"]
             else:
                 tier_stats = None
+            copied = None
+            if copier is not None:  # it copies what is sealed, then exits: its lag, its CPU
+                began, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+                copier.send_signal(signal.SIGTERM)
+                copied = json.loads(copier.communicate(timeout=CATCH_UP_TIMEOUT_S)[0].strip().splitlines()[-1])
+                catch_up = time.perf_counter() - began
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                copied["cpu_s"] = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
             total_cpu = process_cpu_seconds() - cpu_began
     finally:
         done.set()
+        if copier is not None and copier.poll() is None:
+            copier.kill()
+            copier.wait()
         shutil.rmtree(root, ignore_errors=True)
     put_gb = messages * 1000 / 1e9
     result = {"messages": messages, "seconds": seconds, "rate": messages / seconds, "gb_per_s": put_gb / seconds,
@@ -184,6 +206,9 @@ def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int)
               "process_cpu_s_per_gb_put": total_cpu / put_gb, "loop_cpu_s_per_gb_put": loop_cpu / put_gb}
     if tier_stats is not None:
         result.update(upload_cost_per_gb(tier_stats["upload_cost"], tier_stats["bytes_uploaded"]))
+    if copied is not None:  # the stand-in's whole process, per GB it moved
+        result["bytes_uploaded"] = copied["bytes"]
+        result["uploader_cpu_s_per_gb"] = copied["cpu_s"] / max(copied["bytes"], 1) * 1e9
     return result
 
 
@@ -197,7 +222,7 @@ def upload_cost_per_gb(cost: dict, bytes_uploaded: int) -> dict:
 
 
 def tier_uri(endpoint: str | None, work: str, shm_work: str | None, s3_template: str, number: int) -> str | None:
-    if endpoint is None:
+    if endpoint in (None, "copier"):
         return None
     if endpoint == "s3":
         return s3_template.format(prefix=f"round-{number}")
@@ -233,8 +258,8 @@ def main() -> int:
         rows[4:4] = [(f"file:// tier on tmpfs, without {cut}", "shm", (cut,)) for cut in ALL_CUTS]
     rows = [row for row in rows if only is None or row[0] in only]
     work = tempfile.mkdtemp(prefix="tier-upload-")
-    shm_work = shm_directory(shape) if any(endpoint == "shm" for _, endpoint, _ in rows) else None
-    rows = [row for row in rows if row[1] != "shm" or shm_work is not None]
+    shm_work = shm_directory(shape) if any(endpoint in ("shm", "copier") for _, endpoint, _ in rows) else None
+    rows = [row for row in rows if row[1] not in ("shm", "copier") or shm_work is not None]
     server, s3_template = start_s3()
     load_before = os.getloadavg()[0]
     try:
@@ -247,8 +272,9 @@ def main() -> int:
             for name, endpoint, off in rows:
                 tier = tier_uri(endpoint, work, shm_work, s3_template, number)
                 old = set_cuts(off)
+                copier_dir = f"{shm_work}/copier-{number}" if endpoint == "copier" else None
                 try:
-                    samples[name].append(run_row(work, tier, **shape))
+                    samples[name].append(run_row(work, tier, **shape, copier_dir=copier_dir))
                 finally:
                     restore_cuts(old)
                 print(name, json.dumps(samples[name][-1]), flush=True)
@@ -294,6 +320,7 @@ def summarise(samples: dict[str, list[dict]]) -> list[dict]:
                "runs": runs}
         if "uploader_cpu_s_per_gb" in runs[0]:
             row["uploader_cpu_s_per_gb"] = statistics.median(r["uploader_cpu_s_per_gb"] for r in runs)
+        if "phase_cpu_s_per_gb" in runs[0]:
             row["phase_cpu_s_per_gb"] = {phase: statistics.median(r["phase_cpu_s_per_gb"][phase] for r in runs)
                                          for phase in UPLOAD_PHASES}
         rows.append(row)

@@ -14,13 +14,16 @@ def test_tier_upload_quick_writes_every_row(tmp_path):
     result = json.loads(out.read_text())
     names = [row["row"] for row in result["rows"]]
     tmpfs = ["file:// tier on tmpfs", "file:// tier on tmpfs, no cuts"] if "file:// tier on tmpfs" in names else []
-    assert names == ["no tier", "file:// tier", *tmpfs, "S3 tier (moto, loopback)"]
+    stand_in = ["no tier, an uploader stand-in process to tmpfs"] if tmpfs else []
+    assert names == ["no tier", "file:// tier", *tmpfs, "S3 tier (moto, loopback)", *stand_in]
     for row in result["rows"]:
         assert row["rate"] > 0 and row["sealed_segments"] >= 2 and row["failures"] == 0, row
         assert row["lag_at_end_s"] >= 0 and row["lag_max_sampled_s"] >= 0, row
         assert row["process_cpu_s_per_gb_put"] > 0, row
     for row in result["rows"][1:]:
-        assert row["uploader_cpu_s_per_gb"] > 0 and set(row["phase_cpu_s_per_gb"]) == set(UPLOAD_PHASES), row
+        assert row["uploader_cpu_s_per_gb"] > 0, row
+        if row["row"] not in stand_in:  # the stand-in has no phases: its process's CPU alone
+            assert set(row["phase_cpu_s_per_gb"]) == set(UPLOAD_PHASES), row
         for run in row["runs"]:
             assert run["bytes_uploaded"] >= run["sealed_segments"] * result["shape"]["segment_size_bytes"], run
     assert all(rates["put_mb_per_s"] > 0 for rates in result["endpoints"].values())
