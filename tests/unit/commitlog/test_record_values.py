@@ -131,11 +131,15 @@ def test_the_store_reads_a_queues_values_from_an_entry(store):
     assert rows[:, NUMBER].dtype == np.int64 and rows[:, TEXT_HASH].dtype == np.int64
 
 
-@pytest.mark.parametrize("codec_name", ["python", "compiled"])
-def test_a_damaged_record_raises_the_same_corruption_error(store, codec_name):
-    codec = native.NATIVE if codec_name == "compiled" else None
-    if codec_name == "compiled" and codec is None:
+@pytest.fixture(params=["python", "compiled"])
+def codec(request):
+    """The codec read_values is given: None (the Python path) or the compiled core."""
+    if request.param == "compiled" and native.NATIVE is None:
         pytest.skip("MQSTORE_NATIVE=0: only the pure-Python codec is there")
+    return native.NATIVE if request.param == "compiled" else None
+
+
+def test_a_damaged_record_raises_the_same_corruption_error(store, codec):
     offsets, sizes = _units(store)
     target = int(offsets[30])
     segment = store._commitlog.segment_at(target)
@@ -149,11 +153,7 @@ def test_a_damaged_record_raises_the_same_corruption_error(store, codec_name):
     assert raised.value.path == segment.path
 
 
-@pytest.mark.parametrize("codec_name", ["python", "compiled"])
-def test_a_record_that_is_not_its_entry_or_not_its_size_is_refused(store, codec_name):
-    codec = native.NATIVE if codec_name == "compiled" else None
-    if codec_name == "compiled" and codec is None:
-        pytest.skip("MQSTORE_NATIVE=0: only the pure-Python codec is there")
+def test_a_record_that_is_not_its_entry_or_not_its_size_is_refused(store, codec):
     offsets, sizes = _units(store)
     with pytest.raises(CorruptionError):
         _read(store, codec, offsets[3:6], sizes[3:6], first=4)  # the entries are 3..5
