@@ -276,7 +276,8 @@ class TimerService:
         count = len(offsets)
         keep = rows[:, NUMBER_OK] == 1
         for index in np.flatnonzero(~keep).tolist():  # not put through the rewrite: RocketMQ cannot place it
-            log.warning("timer message at %d has no TIMER_OUT_MS of at most 19 digits: skipped", int(offsets[index]))
+            log.warning("timer message at %d has no TIMER_OUT_MS the wheel can hold (ASCII digits up to 2**63-1): "
+                        "skipped", int(offsets[index]))
         hashes = rows[:, TEXT_HASH].copy()  # REAL_TOPIC's Java hash; 0 without one (java_string_hash(None))
         for index in np.flatnonzero(rows[:, TEXT_STATE] == TEXT_NOT_ASCII).tolist():
             raw = self.store.read_at(int(offsets[index])).properties_raw
