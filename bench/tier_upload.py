@@ -60,10 +60,14 @@ CATCH_UP_TIMEOUT_S = 1800.0
 SHM = "/dev/shm"  # tmpfs: a tier there shares no disk with the writer
 SHM_ROOM = 2  # the tmpfs row runs when tmpfs has this many times the log's bytes free
 ALL_CUTS = tuple(uploader_module.UPLOAD_CUTS)
-# (row, endpoint, the uploader's cuts turned off); the rows take turns in this order each round
-ROWS = (("no tier", None, ()), ("file:// tier", "disk", ()), ("file:// tier on tmpfs", "shm", ()),
-        ("file:// tier on tmpfs, no cuts", "shm", ALL_CUTS), ("S3 tier (moto, loopback)", "s3", ()),
-        ("no tier, an uploader stand-in process to tmpfs", "copier", ()))
+THREAD = {"tier_upload_process": False}  # the uploader as a thread of the writer's (the default is a process)
+# (row, endpoint, the uploader's cuts turned off, settings beside the defaults); the rows take turns in this order
+# each round. The cuts are this process's module settings: they apply to the thread only.
+ROWS = (("no tier", None, (), {}), ("file:// tier", "disk", (), {}), ("file:// tier on tmpfs", "shm", (), {}),
+        ("file:// tier on tmpfs, uploader thread", "shm", (), THREAD),
+        ("file:// tier on tmpfs, uploader thread, no cuts", "shm", ALL_CUTS, THREAD),
+        ("S3 tier (moto, loopback)", "s3", (), {}),
+        ("no tier, an uploader stand-in process to tmpfs", "copier", (), {}))
 COPIER = os.path.join(HERE, "tier_copier.py")
 
 
@@ -142,12 +146,12 @@ def endpoint_rates(uri: str) -> dict:
     return {"put_mb_per_s": PROBE_BYTES / put_s / 1e6, "get_mb_per_s": PROBE_BYTES / get_s / 1e6}
 
 
-def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int, copier_dir: str | None = None
-            ) -> dict:
+def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int, copier_dir: str | None = None,
+            settings: dict | None = None) -> dict:
     root = tempfile.mkdtemp(prefix="store-", dir=work)
     copier = None
     pool = bodies(1000)
-    config = StoreConfig(segment_size_bytes=segment_size_bytes, tier_uri=tier)
+    config = StoreConfig(segment_size_bytes=segment_size_bytes, tier_uri=tier, **(settings or {}))
     lags: list[float] = []
     done = threading.Event()
     try:
@@ -255,10 +259,11 @@ def main() -> int:
     only = None if args.only is None else set(args.only.split(";"))
     rows = list(ROWS)
     if args.each_cut:
-        rows[4:4] = [(f"file:// tier on tmpfs, without {cut}", "shm", (cut,)) for cut in ALL_CUTS]
+        rows[5:5] = [(f"file:// tier on tmpfs, uploader thread, without {cut}", "shm", (cut,), THREAD)
+                     for cut in ALL_CUTS]
     rows = [row for row in rows if only is None or row[0] in only]
     work = tempfile.mkdtemp(prefix="tier-upload-")
-    shm_work = shm_directory(shape) if any(endpoint in ("shm", "copier") for _, endpoint, _ in rows) else None
+    shm_work = shm_directory(shape) if any(endpoint in ("shm", "copier") for _, endpoint, _, _ in rows) else None
     rows = [row for row in rows if row[1] not in ("shm", "copier") or shm_work is not None]
     server, s3_template = start_s3()
     load_before = os.getloadavg()[0]
@@ -267,14 +272,14 @@ def main() -> int:
                      "s3": endpoint_rates(s3_template.format(prefix="probe"))}
         if shm_work is not None:
             endpoints["tmpfs"] = endpoint_rates(f"file://{shm_work}/probe")
-        samples: dict[str, list[dict]] = {name: [] for name, _, _ in rows}
+        samples: dict[str, list[dict]] = {name: [] for name, _, _, _ in rows}
         for number in range(rounds):
-            for name, endpoint, off in rows:
+            for name, endpoint, off, settings in rows:
                 tier = tier_uri(endpoint, work, shm_work, s3_template, number)
                 old = set_cuts(off)
                 copier_dir = f"{shm_work}/copier-{number}" if endpoint == "copier" else None
                 try:
-                    samples[name].append(run_row(work, tier, **shape, copier_dir=copier_dir))
+                    samples[name].append(run_row(work, tier, **shape, copier_dir=copier_dir, settings=settings))
                 finally:
                     restore_cuts(old)
                 print(name, json.dumps(samples[name][-1]), flush=True)

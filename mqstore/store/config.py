@@ -170,6 +170,12 @@ class StoreConfig:
     """read every uploaded object back and compare its CRC-32 before the manifest lists it (and before retention
     may delete the local copy); False trusts the object store's write, at half the traffic."""
 
+    tier_upload_process: bool = True
+    """run the tier uploader in a child process of its own (mqstore/tier/upload_process.py) instead of a thread of
+    the writer's: as a thread it cost puts about a quarter of their rate, as a process nothing measurable
+    (docs/tier.md, "What it costs"). The child starts in the background and is stopped at close (after the object
+    in flight); False where sys.executable cannot run Python, or to keep the uploader in this process."""
+
     tier_cache_bytes: int = 64 * MIB
     """bound of the cache of tier blocks (256 KiB each) that reads of the tier's history share: a consumer reading
     on, or gets near one another, cost one range read per block; 64 MiB holds 256 blocks, several busy consumers'
@@ -237,7 +243,7 @@ class StoreConfig:
         _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
         for name in ("dispatch_process", "warm_segments", "write_fault_readahead", "preallocate_segments",
                      "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled", "record_crc",
-                     "delete_unexpired_on_disk_pressure", "tier_verify_uploads"):
+                     "delete_unexpired_on_disk_pressure", "tier_verify_uploads", "tier_upload_process"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = MESSAGE_OVERHEAD_MAX_BYTES

@@ -112,32 +112,40 @@ def stop_leftover(root: str, timeout_s: float = 10.0) -> int | None:
     """A writer opening `root`: stop a dispatch process its last writer left running (that writer was killed
     and the child has not noticed yet), so that nothing else writes the queues while recovery works on them.
     Returns the process id it stopped, or None."""
-    path = control_path(root)
+    return stop_leftover_child(control_path(root), CONTROL_WORDS, CHILD_PID, b"mqstore.store.dispatch_process", root,
+                               "dispatch process", timeout_s)
+
+
+def stop_leftover_child(path: str, words: int, pid_word: int, marker: bytes, root: str, what: str,
+                        timeout_s: float = 10.0) -> int | None:
+    """Kill the child process of `root` whose id is word `pid_word` of the control file at `path` (of `words`
+    words), when it is alive and its command line holds `marker` and `root`; wait until it is gone. Returns its
+    process id, or None when there was none."""
     try:
-        control = ControlWords(path, create=False)
+        control = MappedWords(path, words, create=False, what=what)
     except StoreIOError:
         return None  # no control file (or not ours): nobody left running
     try:
-        pid = control[CHILD_PID]
+        pid = int(control.words[pid_word])
     finally:
         control.close()
-    if pid <= 0 or pid == os.getpid() or not _is_dispatch_child(pid, root):
+    if pid <= 0 or pid == os.getpid() or not _is_child(pid, marker, root):
         return None
-    log.warning("stopping the dispatch process %d its last writer left running on %s", pid, root)
+    log.warning("stopping the %s %d its last writer left running on %s", what, pid, root)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return None
     deadline = time.monotonic() + timeout_s
-    while _is_dispatch_child(pid, root):
+    while _is_child(pid, marker, root):
         if time.monotonic() > deadline:
-            raise DispatchProcessError(f"the dispatch process {pid} of {root} does not stop")
+            raise DispatchProcessError(f"the {what} {pid} of {root} does not stop")
         time.sleep(0.005)
     return pid
 
 
-def _is_dispatch_child(pid: int, root: str) -> bool:
-    """Whether process `pid` is alive (not a zombie) and is the dispatch process of `root`."""
+def _is_child(pid: int, marker: bytes, root: str) -> bool:
+    """Whether process `pid` is alive (not a zombie) and a child of `root` whose command line holds `marker`."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             arguments = handle.read().split(b"\0")
@@ -145,7 +153,7 @@ def _is_dispatch_child(pid: int, root: str) -> bool:
             state = handle.read().rsplit(b")", 1)[-1].split()[0]
     except OSError:
         return False
-    return state != b"Z" and any(b"mqstore.store.dispatch_process" in argument for argument in arguments) and \
+    return state != b"Z" and any(marker in argument for argument in arguments) and \
         os.fsencode(os.path.abspath(root)) in arguments
 
 

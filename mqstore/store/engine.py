@@ -91,6 +91,8 @@ from mqstore.store.tier_history import TierHistory
 from mqstore.store.tiering import adopt_saved_tier, open_tier_reader, save_tier
 from mqstore.tier.location import TierLocation
 from mqstore.tier.reader import TierReader
+from mqstore.tier.upload_process import ProcessUploader
+from mqstore.tier.upload_process import stop_leftover as stop_leftover_uploader
 from mqstore.tier.uploader import TierUploader
 from mqstore.timer.service import TimerService
 
@@ -145,7 +147,7 @@ class MessageStore(Reads, IndexLookups):
         self._index_missing = False  # index_enabled and the store had no index directory at open
         self._writer = threading.Lock()  # one put or put_batch appends at a time (the CommitLog's lock once open)
         self._put_common = None  # the compiled put, once open (CommitLog.compiled_put)
-        self._tier_uploader: TierUploader | None = None  # a writer with a tier_uri
+        self._tier_uploader: TierUploader | ProcessUploader | None = None  # a writer with a tier_uri
         self._tier_reader: TierReader | None = None  # a store with a tier: reads of what left local disk
         self._tier_history: TierHistory | None = None  # a writer with a tier: recovery's reads of the tier
         self._tier_pass_start: int | None = None  # where the last re-dispatch from the tier began
@@ -225,6 +227,7 @@ class MessageStore(Reads, IndexLookups):
                 raise StoreIOError(f"cannot create the store at {root}: {exc.strerror}") from exc
             self._take_lock()
             stop_leftover(root)  # a killed writer's dispatch process must not write the queues recovery works on
+            stop_leftover_uploader(root)  # nor its tier uploader process write the tier's manifest
             if self._salvage is not None and (damage := saved_settings_damage(root)) is not None:
                 self._salvage.settings_damaged(os.path.join(root, "config", CONFIG_FILE_NAME), damage)
                 self.config = config = resolve_config(root, passed, read_only=False)  # now from the files
@@ -352,7 +355,11 @@ class MessageStore(Reads, IndexLookups):
             self._dispatch.start()
         self._start_flush_services()
         if self._tier_reader is not None:  # before retention: it removes only what the tier holds
-            uploader = self._tier_uploader = TierUploader(self, self._tier_reader.location)
+            if config.tier_upload_process:
+                uploader = ProcessUploader(self, self._tier_reader.location, config.tier_uri)
+            else:
+                uploader = TierUploader(self, self._tier_reader.location)
+            self._tier_uploader = uploader
             self._tier_reader.manifest_source = lambda: uploader.manifest  # current: reads follow the uploads
             self._tier_reader.refusal_source = lambda: uploader.refused  # another store's tier: not read
         self._retention = Retention(self)

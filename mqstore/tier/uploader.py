@@ -73,7 +73,7 @@ class TierUploader:
         self.location = location
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mqstore-tier-uploader", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="mqstore-tier-uploader", daemon=True)
         self._lock = threading.Lock()  # guards the figures stats() reads
         self.manifest: Manifest | None = None  # the tier's, as last read or written
         self.rounds = 0
@@ -93,21 +93,28 @@ class TierUploader:
         self._pending: list = []
         self.meter = location.meter = UploadMeter()  # CPU seconds of the upload's phases (stats()["tier"])
         self._thread_cpu_seconds = {"uploader": 0.0, "verifier": 0.0}  # each thread's whole CPU time so far
+        # Called (no argument) after each round, failure, refusal and uploaded object: the uploader process
+        # (mqstore/tier/upload_process.py) publishes its figures to the writer from it.
+        self.on_change = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        self._verifier.shutdown(wait=False, cancel_futures=True)
+        self.request_stop()
         if self._thread.is_alive():
             self._thread.join(TIER_STOP_WAIT_S)
             if self._thread.is_alive():
                 log.warning("the tier uploader of %s is still writing an object to %s after %.0f s; the store "
                             "closes without it (the object is not listed, the next open uploads it again)",
                             self._store.root_dir, self.location.uri, TIER_STOP_WAIT_S)
+
+    def request_stop(self) -> None:
+        """Have the round in flight end after its object (nothing more is listed) and the loop return."""
+        self._stopping.set()
+        self._wake.set()
+        self._verifier.shutdown(wait=False, cancel_futures=True)
 
     def nudge(self) -> None:
         """Start a round now rather than at the next interval."""
@@ -119,7 +126,9 @@ class TierUploader:
         manifest = self.manifest
         return None if manifest is None else manifest.end
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """The uploader's loop (its thread's, or the uploader process's main thread): rounds until stopped or
+        refused."""
         _lower_priority()
         interval = self._config.tier_upload_interval_ms / 1000.0
         wait = 0.0
@@ -130,9 +139,9 @@ class TierUploader:
                 return
             try:
                 self.run_round()
-                self._thread_cpu_seconds["uploader"] = time.thread_time()
                 wait = interval
             except TierRefused:
+                self._changed()
                 return  # logged and kept in stats(); nothing more is uploaded
             except Exception as exc:  # noqa: BLE001 - every failure is kept in stats() and retried
                 if self._stopping.is_set():  # the store closes under a round (its read-backs stopped): not a failure
@@ -142,6 +151,11 @@ class TierUploader:
                 if not isinstance(exc, (StoreError, OSError)):  # not the object store down, slow or refusing: a bug
                     log.exception("the tier uploader's round failed")
                 wait = self._failed(exc)
+                self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def _failed(self, exc: BaseException) -> float:
         with self._lock:
@@ -201,11 +215,13 @@ class TierUploader:
         return len(sealed)
 
     def _round_done(self, segments: int) -> None:
+        self._thread_cpu_seconds["uploader"] = time.thread_time()  # run_round runs on the uploader's thread
         with self._lock:
             self.rounds += 1
             self.consecutive_failures = 0
             if segments:
                 self.last_upload_ms = time.time_ns() // 1_000_000
+        self._changed()
 
     def _load_manifest(self) -> None:
         """Read the tier's manifest (or start an empty one) and check that it belongs to this store."""
@@ -311,6 +327,7 @@ class TierUploader:
         with self._lock:
             self.objects_uploaded += 1
             self.bytes_uploaded += size
+        self._changed()
         return checksum
 
     def _verify(self, key: str, size: int, checksum: int) -> None:
@@ -380,26 +397,16 @@ class TierUploader:
 
     # --- figures -------------------------------------------------------------------------------------------
     def stats(self) -> dict:
-        store = self._store
+        figures = tier_lag(self._store, self.manifest)
+        figures.update(self.counters())
+        return figures
+
+    def counters(self) -> dict:
+        """What this uploader counted and holds: the part of stats() an uploader process publishes."""
         manifest = self.manifest
-        end = store._commitlog.readable_end()
-        tier_end = manifest.end if manifest is not None else None
-        waiting = [s for s in list(store._commitlog.segments.segments)
-                   if s.base_offset + s.size_bytes <= end and (tier_end is None or s.base_offset >= tier_end)]
-        lag_seconds = 0.0
-        if waiting and waiting[0].base_offset + waiting[0].size_bytes < end:
-            try:
-                lag_seconds = max(0.0, time.time() - os.path.getmtime(waiting[0].path))
-            except OSError:
-                lag_seconds = 0.0
         with self._lock:
             return {
                 "uri": self.location.uri,
-                "start_offset": manifest.start if manifest is not None else None,
-                "uploaded_end": tier_end,
-                "lag_bytes": max(0, end - (tier_end if tier_end is not None else store._commitlog.min_offset())),
-                "lag_seconds": round(lag_seconds, 3),
-                "sealed_segments_waiting": len(waiting),
                 "segments": len(manifest.segments) if manifest is not None else 0,
                 "objects": manifest.object_count() if manifest is not None else 0,
                 "manifest_generation": manifest.generation if manifest is not None else 0,
@@ -421,6 +428,29 @@ class TierUploader:
         cost = self.meter.snapshot()
         cost["thread_cpu_seconds"] = {name: round(value, 4) for name, value in self._thread_cpu_seconds.items()}
         return cost
+
+
+def tier_lag(store, manifest: Manifest | None) -> dict:
+    """How far the tier (`manifest`, None before it is known) is behind the writer `store`'s log: its start and
+    end, the bytes and sealed segments not in it yet, and how long the oldest of those has waited."""
+    commitlog = store._commitlog
+    end = commitlog.readable_end()
+    tier_end = manifest.end if manifest is not None else None
+    waiting = [s for s in list(commitlog.segments.segments)
+               if s.base_offset + s.size_bytes <= end and (tier_end is None or s.base_offset >= tier_end)]
+    lag_seconds = 0.0
+    if waiting and waiting[0].base_offset + waiting[0].size_bytes < end:
+        try:
+            lag_seconds = max(0.0, time.time() - os.path.getmtime(waiting[0].path))
+        except OSError:
+            lag_seconds = 0.0
+    return {
+        "start_offset": manifest.start if manifest is not None else None,
+        "uploaded_end": tier_end,
+        "lag_bytes": max(0, end - (tier_end if tier_end is not None else commitlog.min_offset())),
+        "lag_seconds": round(lag_seconds, 3),
+        "sealed_segments_waiting": len(waiting),
+    }
 
 
 def _lower_priority() -> None:

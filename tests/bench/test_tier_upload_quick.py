@@ -13,7 +13,8 @@ def test_tier_upload_quick_writes_every_row(tmp_path):
     run_quick("tier_upload.py", "--out", str(out))
     result = json.loads(out.read_text())
     names = [row["row"] for row in result["rows"]]
-    tmpfs = ["file:// tier on tmpfs", "file:// tier on tmpfs, no cuts"] if "file:// tier on tmpfs" in names else []
+    tmpfs = ["file:// tier on tmpfs", "file:// tier on tmpfs, uploader thread",
+             "file:// tier on tmpfs, uploader thread, no cuts"] if "file:// tier on tmpfs" in names else []
     stand_in = ["no tier, an uploader stand-in process to tmpfs"] if tmpfs else []
     assert names == ["no tier", "file:// tier", *tmpfs, "S3 tier (moto, loopback)", *stand_in]
     for row in result["rows"]:

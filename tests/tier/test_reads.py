@@ -19,6 +19,7 @@ from mqstore.store.tiering import tier_file_path
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation
 from tests.cli.conftest import mqstore  # noqa: F401 - the fixture that runs the command line in-process
+from tests.conftest import wait_until
 from tests.tier.conftest import S3_KEY
 from tests.tier.test_uploader import SEGMENT, sealed_end, tier_config, wait_uploaded
 
@@ -256,6 +257,7 @@ def test_tier_local_retention_bytes_and_disk_pressure_remove_only_uploaded_segme
     monkeypatch.setattr(retention_module, "disk_usage_probe", lambda path: 0.8)  # over the ratio below
     pressed = tier_config(tier_uri, disk_max_used_space_ratio=0.75)
     with MessageStore.open(root, pressed) as store:
+        assert wait_until(lambda: store.stats()["tier"]["uploaded_end"] is not None)  # the uploader read the tier
         store._tier_uploader.stop()  # what is put from here on is not uploaded
         put_orders(store, rng, 600, first=900)
         assert store.wait_dispatched(10)

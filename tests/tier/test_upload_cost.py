@@ -24,13 +24,16 @@ from tests.tier.test_uploader import SEGMENT, put_messages, sealed_end, tier_con
 CUT_SETTINGS = [(location_module, "VERIFY_READS_INTO_BUFFER")]
 
 
-@pytest.mark.parametrize("cuts_on", [True, False], ids=["cuts", "no-cuts"])
+@pytest.mark.parametrize(("cuts_on", "process"), [(True, False), (False, False), (True, True)],
+                         ids=["cuts", "no-cuts", "uploader-process"])
 def test_each_phase_counts_every_byte_and_the_objects_match_the_local_files(tmp_path, tier_uri, monkeypatch,
-                                                                            cuts_on):
+                                                                            cuts_on, process):
+    """The thread (with and without the cuts, patched here) and the process (its figures come through the status
+    file) count the same phases."""
     for module, setting in CUT_SETTINGS:
         monkeypatch.setattr(module, setting, cuts_on)
     root = tmp_path / "store"
-    with MessageStore.open(root, tier_config(tier_uri)) as store:
+    with MessageStore.open(root, tier_config(tier_uri, tier_upload_process=process)) as store:
         put_messages(store, random.Random(7), 600)
         end = sealed_end(store)
         stats = wait_uploaded(store, end)

@@ -301,7 +301,9 @@ def test_an_object_that_reads_back_wrong_is_never_listed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(TierLocation, "checksum", lying)
     uri = (tmp_path / "tier").as_uri()
-    with MessageStore.open(tmp_path / "store", tier_config(uri, file_reserved_hours=0)) as store:
+    # the uploader's thread: the patched location is this process's
+    with MessageStore.open(tmp_path / "store", tier_config(uri, file_reserved_hours=0,
+                                                           tier_upload_process=False)) as store:
         put_messages(store, random.Random(43), 300)
         assert wait_until(lambda: store.stats()["tier"]["failures"] >= 2)
         stats = store.stats()["tier"]
@@ -325,7 +327,7 @@ def test_a_store_closed_during_an_upload_counts_no_failure(tmp_path, monkeypatch
 
     monkeypatch.setattr(TierLocation, "put_chunks", slow)
     uri = (tmp_path / "tier").as_uri()
-    store = MessageStore.open(tmp_path / "store", tier_config(uri))
+    store = MessageStore.open(tmp_path / "store", tier_config(uri, tier_upload_process=False))  # patched here
     put_messages(store, random.Random(44), 300)
     assert sending.wait(10)
     uploader = store._tier_uploader
