@@ -1,10 +1,11 @@
 """An uploader stand-in in a process of its own, for bench/tier_upload.py's "stand-in process" row.
 
-    python bench/tier_copier.py STORE_DIR OUT_DIR
+    python bench/tier_copier.py STORE_DIR OUT_DIR [--keep]
 
 Copies each sealed segment of the store (every CommitLog file but the newest) as the tier's uploader moves it,
 with plain system calls: pread in 8 MiB chunks, CRC-32 of each chunk, write into OUT_DIR (tmpfs in the bench),
-then read the copy back with its CRC, and delete the copy (tmpfs's room). No manifest, no queues or indexes: the
+then read the copy back with its CRC, and delete the copy (tmpfs's room; with --keep the copies stay, as a tier's
+objects do). No manifest, no queues or indexes: the
 bytes of the segments alone. It runs 10 nicer, as the uploader's threads do. On SIGTERM it copies what is sealed
 by then and exits, printing the segments and bytes it copied as one JSON line. What the row asks: does moving a
 segment's bytes cost the writer less from another process than from the uploader's threads in its own?
@@ -28,7 +29,7 @@ NICE = 10  # uploader.UPLOADER_NICE
 POLL_S = 0.2
 
 
-def copy_segment(path: str, out: str, buffer: bytearray) -> int:
+def copy_segment(path: str, out: str, buffer: bytearray, keep: bool = False) -> int:
     """One segment copied and read back, CRCs compared; its size."""
     source = os.open(path, os.O_RDONLY)
     target = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -47,7 +48,8 @@ def copy_segment(path: str, out: str, buffer: bytearray) -> int:
             read_crc = crc32(memoryview(buffer)[:count], read_crc)
     finally:
         os.close(back)
-    os.unlink(out)
+    if not keep:
+        os.unlink(out)
     if read_crc != written_crc:
         raise SystemExit(f"{out}: read back CRC {read_crc}, written {written_crc}")
     return at
@@ -55,6 +57,7 @@ def copy_segment(path: str, out: str, buffer: bytearray) -> int:
 
 def main() -> int:
     store, out = sys.argv[1], sys.argv[2]
+    keep = "--keep" in sys.argv[3:]
     os.nice(NICE)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -67,7 +70,7 @@ def main() -> int:
         names = sorted(os.listdir(os.path.join(store, "commitlog")))
         for name in names[:-1]:
             if name not in copied:
-                total += copy_segment(os.path.join(store, "commitlog", name), os.path.join(out, name), buffer)
+                total += copy_segment(os.path.join(store, "commitlog", name), os.path.join(out, name), buffer, keep)
                 copied.add(name)
         if last_look:
             break

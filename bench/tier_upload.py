@@ -5,12 +5,14 @@
 
 Rows, taking turns for ROUNDS rounds (medians): put_batch of 1 KB user-shaped messages (bench/users_rows.py's
 shape: a tag and a key each, 4 topics x 4 queues, batches of 1,000) into a fresh store with StoreConfig's
-defaults, (a) with no tier, (b) with a `file://` tier on the same disk, (c) with a `file://` tier on tmpfs
-(/dev/shm: no disk shared with the writer, so what remains is the uploader's own cost and tmpfs's), (d) the same
-with the uploader's cuts off (uploader.UPLOAD_CUTS; `--each-cut` adds a row for each cut off alone), (e) with a
-tier on moto's S3 server on 127.0.0.1 (in a process of its own), (f) with no tier but bench/tier_copier.py in a
-process of its own moving each sealed segment's bytes into tmpfs and back as the uploader does (pread, CRC-32,
-write, read back; no manifest, queues or indexes): what the same bytes cost the writer from another process.
+defaults (the uploader in a process of its own), (a) with no tier, (b) with a `file://` tier on the same disk, (c)
+with a `file://` tier on tmpfs (/dev/shm: no disk shared with the writer), (d) the same with the uploader as a
+thread of the writer's (`tier_upload_process=False`), with and without its cuts (uploader.UPLOAD_CUTS, this
+process's settings; `--each-cut` adds a row for each cut off alone), (e) the tmpfs tier with bench/tier_sink.py
+deleting each segment object once the manifest lists it (as if the bytes had left the machine for an object store
+elsewhere), (f) with a tier on moto's S3 server on 127.0.0.1 (in a process of its own), (g) with no tier but
+bench/tier_copier.py in a process of its own moving each sealed segment's bytes into tmpfs and back as the uploader
+does (pread, CRC-32, write, read back; no manifest, queues or indexes), deleting each copy, or keeping them.
 Per row: messages a second and GB a second of the put loop; the tier's lag at the end of the loop (how long until
 the manifest lists every segment sealed by then; for (f), until the stand-in has moved them); the largest
 `stats()["tier"]["lag_seconds"]` sampled during the loop; the writer process's CPU seconds per GB put (loop and
@@ -66,9 +68,12 @@ THREAD = {"tier_upload_process": False}  # the uploader as a thread of the write
 ROWS = (("no tier", None, (), {}), ("file:// tier", "disk", (), {}), ("file:// tier on tmpfs", "shm", (), {}),
         ("file:// tier on tmpfs, uploader thread", "shm", (), THREAD),
         ("file:// tier on tmpfs, uploader thread, no cuts", "shm", ALL_CUTS, THREAD),
+        ("file:// tier on tmpfs, listed segments deleted (they leave the machine)", "shm", (), {"sink": True}),
         ("S3 tier (moto, loopback)", "s3", (), {}),
-        ("no tier, an uploader stand-in process to tmpfs", "copier", (), {}))
+        ("no tier, an uploader stand-in process to tmpfs", "copier", (), {}),
+        ("no tier, an uploader stand-in process to tmpfs, copies kept", "copier", (), {"keep": True}))
 COPIER = os.path.join(HERE, "tier_copier.py")
+SINK = os.path.join(HERE, "tier_sink.py")
 
 
 def process_cpu_seconds() -> float:
@@ -149,9 +154,12 @@ def endpoint_rates(uri: str) -> dict:
 def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int, copier_dir: str | None = None,
             settings: dict | None = None) -> dict:
     root = tempfile.mkdtemp(prefix="store-", dir=work)
-    copier = None
+    copier = sinker = None
     pool = bodies(1000)
-    config = StoreConfig(segment_size_bytes=segment_size_bytes, tier_uri=tier, **(settings or {}))
+    settings = dict(settings or {})
+    keep = settings.pop("keep", False)  # the stand-in's, not the store's: its copies stay until the row ends
+    sink = settings.pop("sink", False)  # bench/tier_sink.py deletes each segment object the manifest lists
+    config = StoreConfig(segment_size_bytes=segment_size_bytes, tier_uri=tier, **settings)
     lags: list[float] = []
     done = threading.Event()
     try:
@@ -163,8 +171,11 @@ def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int,
             sampler = threading.Thread(target=sample, daemon=True)
             if tier is not None:
                 sampler.start()
+            if sink:
+                sinker = subprocess.Popen([sys.executable, SINK, tier], stdout=subprocess.PIPE, text=True)
             if copier_dir is not None:
-                copier = subprocess.Popen([sys.executable, COPIER, root, copier_dir], stdout=subprocess.PIPE,
+                copier = subprocess.Popen([sys.executable, COPIER, root, copier_dir] + ["--keep"] * keep,
+                                          stdout=subprocess.PIPE,
                                           text=True)
             put_batch = store.put_batch
             cpu_began = process_cpu_seconds()
@@ -198,10 +209,13 @@ def run_row(work: str, tier: str | None, messages: int, segment_size_bytes: int,
             total_cpu = process_cpu_seconds() - cpu_began
     finally:
         done.set()
-        if copier is not None and copier.poll() is None:
-            copier.kill()
-            copier.wait()
+        for helper in (copier, sinker):
+            if helper is not None and helper.poll() is None:
+                helper.kill()
+                helper.wait()
         shutil.rmtree(root, ignore_errors=True)
+        if copier_dir is not None:
+            shutil.rmtree(copier_dir, ignore_errors=True)
     put_gb = messages * 1000 / 1e9
     result = {"messages": messages, "seconds": seconds, "rate": messages / seconds, "gb_per_s": put_gb / seconds,
               "sealed_segments": sealed // segment_size_bytes, "lag_at_end_s": catch_up,

@@ -172,9 +172,9 @@ class StoreConfig:
 
     tier_upload_process: bool = True
     """run the tier uploader in a child process of its own (mqstore/tier/upload_process.py) instead of a thread of
-    the writer's: as a thread it cost puts about a quarter of their rate, as a process nothing measurable
-    (docs/tier.md, "What it costs"). The child starts in the background and is stopped at close (after the object
-    in flight); False where sys.executable cannot run Python, or to keep the uploader in this process."""
+    the writer's: its reads, CRCs and writes then cost the writer's process nothing (docs/tier.md, "What it costs";
+    docs/decisions/0057-tier-uploader-process.md). The child starts in the background, is started again if it
+    dies, and is stopped at close after the object in flight; False where sys.executable cannot run Python."""
 
     tier_cache_bytes: int = 64 * MIB
     """bound of the cache of tier blocks (256 KiB each) that reads of the tier's history share: a consumer reading

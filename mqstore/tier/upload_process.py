@@ -73,6 +73,7 @@ WATCH_S = 0.01  # how often the child looks for a stop, a nudge or the writer go
 STATUS_MIN_INTERVAL_S = 0.2  # the child replaces the status file at most this often for an uploaded object
 MANIFEST_RETRY_S = 1.0  # after the writer failed to load a published manifest, how long before it tries again
 STOP_GRACE_S = 5.0  # beyond TIER_STOP_WAIT_S, how long close() waits for the child to exit before killing it
+CARRIED = ("rounds", "objects_uploaded", "bytes_uploaded", "failures")  # counts that go on over a child's restart
 # what of StoreConfig the child's uploader reads
 CHILD_SETTINGS = ("segment_size_bytes", "consume_queue_entries_per_file", "index_slot_count", "index_entry_count_max",
                   "tier_upload_interval_ms", "tier_backoff_max_ms", "tier_queue_refresh_bytes", "tier_verify_uploads")
@@ -123,6 +124,8 @@ class ProcessUploader:
         self._status_seen = 0
         self._failures_seen = 0
         self._refusal_logged = False
+        self._spawn_status = 0  # the STATUS word when the running child was started
+        self._carried = dict.fromkeys(CARRIED, 0)  # the counts of the children before the running one
         self.child_exits = 0  # children that died (not stopped as asked), each started again
         self.last_child_exit: str | None = None
         self.starts = 0
@@ -145,6 +148,7 @@ class ProcessUploader:
         env["PYTHONPATH"] = project + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._control[STATE] = STARTING
         self._control[STOP] = 0
+        self._spawn_status = int(self._control[STATUS])
         try:
             with open(self._log_path, "ab") as log_file:
                 process = subprocess.Popen(
@@ -229,13 +233,14 @@ class ProcessUploader:
                         restart_at = time.monotonic() + self._backoff(deaths)
                 continue
             if process is None or process.poll() is None:
-                if self._control[STATE] == RUNNING:
-                    deaths = 0
+                if deaths and self._control[STATUS] > self._spawn_status and self._read_status().get("rounds"):
+                    deaths = 0  # this child has done a round: the next death backs off from the start
                 continue
             if process.returncode == EXIT_REFUSED or self._control[STATE] == REFUSED:
                 self._relay()
                 return  # the reason is in stats(); nothing is uploaded until the next open
             deaths += 1
+            self._control[STATE] = FAILED  # the dead child's word (it cannot write it), until the next starts
             self._child_died(f"exit status {process.returncode}: {self._log_tail()}")
             restart_at = time.monotonic() + self._backoff(deaths)
 
@@ -243,6 +248,11 @@ class ProcessUploader:
         return min(self._backoff_max_s, TIER_BACKOFF_FIRST_S * 2 ** min(deaths - 1, 30))
 
     def _child_died(self, why: str) -> None:
+        if self._control[STATUS] > self._spawn_status:  # what the dead child did counts on
+            status = self._read_status()
+            for name in CARRIED:
+                self._carried[name] += status.get(name, 0)
+        self._failures_seen = 0  # the next child counts its failures from 0
         self.child_exits += 1
         self.last_child_exit = why[:ERROR_TEXT_MAX]
         log.error("the tier uploader process of %s stopped (%s); it starts again after a backoff", self.root, why)
@@ -351,10 +361,16 @@ class ProcessUploader:
         status.setdefault("retrying", False)
         for name in ("last_error", "last_upload_ms", "refused"):
             status.setdefault(name, None)
+        if self._word(STATUS, self._status_seen) > self._spawn_status:  # the running child's, plus the dead ones'
+            for name in CARRIED:
+                status[name] += self._carried[name]
+        else:  # the running child has published nothing yet: the dead ones' counts alone
+            status.update(self._carried)
         status["uri"] = self.location.uri
         figures.update(status)
-        state = self._word(STATE, STOPPED)
-        figures["process"] = {"pid": self.pid, "running": state == RUNNING, "starts": self.starts,
+        process = self._process
+        running = self._word(STATE, STOPPED) == RUNNING and process is not None and process.poll() is None
+        figures["process"] = {"pid": self.pid, "running": running, "starts": self.starts,
                               "exits": self.child_exits, "last_exit": self.last_child_exit}
         return figures
 

@@ -1,4 +1,5 @@
-"""The tier's uploader: a writer's thread that copies what the store has finished to the tier.
+"""The tier's uploader: copies what the store has finished to the tier, from a process of its own (the default:
+mqstore/tier/upload_process.py runs this class there) or from a thread of the writer's (tier_upload_process=False).
 
 Each round (every `tier_upload_interval_ms`, and at once after a failure's backoff) it uploads, in order:
   1. the sealed CommitLog segments after the tier's end: a segment is sealed when the log's written end, its
@@ -21,7 +22,7 @@ does not list). The uploader refuses (stops, with the reason in stats()) a tier 
 store: other format settings, a segment whose checksum differs from the local one, or a gap between the tier's end
 and the local log's start.
 
-What it costs the writer (docs/tier.md, "What it costs"): a segment is read through a read-only mapping and its
+What it costs (docs/tier.md, "What it costs"): a segment is read through a read-only mapping and its
 CRC-32 taken chunk by chunk as the chunk is sent (one pass); a read-back reads into one buffer of its own; both
 threads run UPLOADER_NICE nicer than the writer's. The location's meter (stats()["tier"]["upload_cost"]) counts
 the CPU seconds of each phase.

@@ -55,10 +55,12 @@ REPO = Path(__file__).resolve().parents[2]
 class Writer:
     """A tier writer process and the lines it printed."""
 
-    def __init__(self, root: Path, uri: str, generation: int, count: int | None = None, check: list | None = None):
+    def __init__(self, root: Path, uri: str, generation: int, count: int | None = None, check: list | None = None,
+                 thread: bool = False):
         self.lines: list[str] = []
         env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(REPO))
         extra = [] if count is None else ["--count", str(count)]
+        extra += ["--thread"] if thread else []
         if check:
             acked_path = root.parent / f"acked-{generation}.txt"
             acked_path.write_text("".join(" ".join(map(str, entry)) + "\n" for entry in check))
@@ -144,15 +146,16 @@ def check_store(root: Path, uri: str, acked: list, previous_end: int | None, lab
     return manifest.end if manifest is not None else previous_end
 
 
-def run_series(tmp_path: Path, uri: str, seed: int) -> None:
+def run_series(tmp_path: Path, uri: str, seed: int, thread: bool = False) -> None:
+    """Kill writers (whose uploader is a process, or with `thread` a thread) and check what each acknowledged."""
     rng = random.Random(seed)
-    print(f"[tier-kill] seed={seed} uri={uri.split('?')[0]}")
+    print(f"[tier-kill] seed={seed} uri={uri.split('?')[0]} uploader={'thread' if thread else 'process'}")
     root = tmp_path / "store"
     acked: list = []
     end = None
     checks = 0
     for trial in range(TRIALS):
-        writer = Writer(root, uri, generation=trial + 1, check=acked)
+        writer = Writer(root, uri, generation=trial + 1, check=acked, thread=thread)
         if rng.random() < EARLY_KILL_PROBABILITY:
             time.sleep(rng.uniform(0.0, 0.6))
         else:
@@ -165,7 +168,8 @@ def run_series(tmp_path: Path, uri: str, seed: int) -> None:
         writer.kill()
         acked += writer.acked()
         end = check_store(root, uri, acked, end, f"trial {trial}")
-    writer = Writer(root, uri, generation=TRIALS + 1, count=LAST_WRITER_PUTS, check=acked)  # then it only uploads
+    writer = Writer(root, uri, generation=TRIALS + 1, count=LAST_WRITER_PUTS, check=acked,
+                    thread=thread)  # then it only uploads
     writer.assert_checked(len(acked), "the last writer")
     assert wait_until(lambda: writer.acks() >= LAST_WRITER_PUTS)
     location = TierLocation.open(uri)
@@ -182,15 +186,16 @@ def run_series(tmp_path: Path, uri: str, seed: int) -> None:
     writer.kill()
     acked += writer.acked()
     check_store(root, uri, acked, end, "after the last writer")
-    writer = Writer(root, uri, generation=TRIALS + 2, count=0, check=acked)
+    writer = Writer(root, uri, generation=TRIALS + 2, count=0, check=acked, thread=thread)
     writer.assert_checked(len(acked), "after the last writer")
     writer.kill()
     print(f"[tier-kill] {TRIALS} kills, {len(acked)} acknowledged puts checked, read back through get() and "
           f"query() after {checks + 2} recoveries")
 
 
-def test_kills_during_uploads_to_a_directory_lose_nothing(tmp_path):
-    run_series(tmp_path, (tmp_path / "tier").as_uri(), SEED)
+@pytest.mark.parametrize("thread", [False, True], ids=["uploader-process", "uploader-thread"])
+def test_kills_during_uploads_to_a_directory_lose_nothing(tmp_path, thread):
+    run_series(tmp_path, (tmp_path / "tier").as_uri(), SEED + 2 * thread, thread)
 
 
 @pytest.mark.long  # about 15 s (an S3 client in every writer): make test keeps the directory series above

@@ -1,9 +1,10 @@
 """The writer process that tests/crash/test_tier_kill.py kills with SIGKILL while it uploads to its tier.
 
-    python tests/crash/tier_writer_process.py ROOT TIER_URI --generation G [--count N] [--check ACKED]
+    python tests/crash/tier_writer_process.py ROOT TIER_URI --generation G [--count N] [--check ACKED] [--thread]
 
 Opens the store at ROOT with `tier_kill_config(TIER_URI)` (a tier uploaded every millisecond, local retention
-removing uploaded segments as soon as the manifest lists them). With --check, it first reads back, through the
+removing uploaded segments as soon as the manifest lists them; the uploader in its process, or with --thread a
+thread of the writer's). With --check, it first reads back, through the
 store it recovered, every put acknowledged before (the file ACKED: one `<seq> <commitlog_offset> <size>
 <queue_offset>` line each): get() of its queue must return it at its queue offset and commitlog offset, with its
 planned topic, body and keys, and query(topic, key) must return exactly it, whether its segment is on local disk or
@@ -37,14 +38,14 @@ CHECK_GET_ENTRIES = 1000  # entries a get of --check asks for at once
 CHECK_LOST_SHOWN = 20
 
 
-def tier_kill_config(tier_uri: str) -> StoreConfig:
+def tier_kill_config(tier_uri: str, upload_process: bool = True) -> StoreConfig:
     settings = dict(RETENTION_OFF, disk_max_used_space_ratio=0.001)  # every round removes what the tier lists
     return StoreConfig(dispatch_process=False, segment_size_bytes=64 * 1024, consume_queue_entries_per_file=64,
                        max_message_size_bytes=8192, store_host="10.0.0.7", store_port=10911, index_enabled=True,
                        index_slot_count=64, index_entry_count_max=256, flush_mode=FlushMode.ASYNC,
                        flush_interval_ms=5, flush_least_pages=1, flush_consume_queue_interval_ms=5,
                        file_reserved_hours=0, clean_interval_ms=10, tier_uri=tier_uri, tier_upload_interval_ms=1,
-                       tier_backoff_max_ms=50, **settings)
+                       tier_backoff_max_ms=50, tier_upload_process=upload_process, **settings)
 
 
 def _say(line: str) -> None:
@@ -98,8 +99,9 @@ def main(argv=None) -> int:
     parser.add_argument("--generation", type=int, required=True)
     parser.add_argument("--count", type=int, default=None)
     parser.add_argument("--check", default=None)
+    parser.add_argument("--thread", action="store_true")
     args = parser.parse_args(argv)
-    store = MessageStore.open(args.root, tier_kill_config(args.tier_uri))
+    store = MessageStore.open(args.root, tier_kill_config(args.tier_uri, upload_process=not args.thread))
     _say(f"OPENED {store.recovery_report.log_end}")
     if args.check is not None:
         check_acked(store, args.check)
