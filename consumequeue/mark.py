@@ -12,16 +12,24 @@ The 8 bytes are written with one aligned 8-byte store and read with one 8-byte l
 mapping, so a reader racing the writer sees the old value or the new one. Written byte by byte (as
 `struct.pack_into` does) or read by `read()`, a reader could combine the high bytes of one value with the low
 bytes of another: a value never published, possibly above the true mark (a test saw such values).
+
+MappedWords is that mapping for any number of words; the writer and its child processes (dispatch, the tier
+uploader) share their control files through it, and `stop_leftover_child` kills a child a killed writer left.
 """
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
+import signal
 import sys
+import time
 
 import numpy as np
-from mqstore.commitlog.errors import StoreIOError
+from mqstore.commitlog.errors import StoreError, StoreIOError
+
+log = logging.getLogger(__name__)
 
 MARK_FILE_NAME = "dispatched_offset"
 MARK_SIZE_BYTES = 8
@@ -120,3 +128,44 @@ def read_mark(path: str) -> int | None:
     except (OSError, ValueError):
         return 0
     return max(_offset(word), 0)
+
+
+def stop_leftover_child(path: str, words: int, pid_word: int, marker: bytes, root: str, what: str,
+                        timeout_s: float = 10.0) -> int | None:
+    """Kill the child process of `root` whose id is word `pid_word` of the control file at `path` (of `words`
+    words), when it is alive and its command line holds `marker` and `root`; wait until it is gone. Returns its
+    process id, or None when there was none."""
+    try:
+        control = MappedWords(path, words, create=False, what=what)
+    except StoreIOError:
+        return None  # no control file (or not ours): nobody left running
+    try:
+        pid = int(control.words[pid_word])
+    finally:
+        control.close()
+    if pid <= 0 or pid == os.getpid() or not _is_child(pid, marker, root):
+        return None
+    log.warning("stopping the %s %d its last writer left running on %s", what, pid, root)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout_s
+    while _is_child(pid, marker, root):
+        if time.monotonic() > deadline:
+            raise StoreError(f"the {what} {pid} of {root} does not stop")
+        time.sleep(0.005)
+    return pid
+
+
+def _is_child(pid: int, marker: bytes, root: str) -> bool:
+    """Whether process `pid` is alive (not a zombie) and a child of `root` whose command line holds `marker`."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            arguments = handle.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != b"Z" and any(marker in argument for argument in arguments) and \
+        os.fsencode(os.path.abspath(root)) in arguments

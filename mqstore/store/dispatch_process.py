@@ -38,10 +38,10 @@ import time
 
 from mqstore.commitlog.commitlog import CommitLog
 from mqstore.commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, DISPATCH_SMALL_BATCH_RECORDS, DispatchService
-from mqstore.commitlog.errors import FlushFailedError, StoreError, StoreIOError
+from mqstore.commitlog.errors import FlushFailedError, StoreError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
-from mqstore.consumequeue.mark import DispatchedMark, MappedWords, mark_path
+from mqstore.consumequeue.mark import DispatchedMark, MappedWords, mark_path, stop_leftover_child
 from mqstore.flush.checkpoint import Checkpoint
 from mqstore.flush.services import IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
@@ -114,47 +114,6 @@ def stop_leftover(root: str, timeout_s: float = 10.0) -> int | None:
     Returns the process id it stopped, or None."""
     return stop_leftover_child(control_path(root), CONTROL_WORDS, CHILD_PID, b"mqstore.store.dispatch_process", root,
                                "dispatch process", timeout_s)
-
-
-def stop_leftover_child(path: str, words: int, pid_word: int, marker: bytes, root: str, what: str,
-                        timeout_s: float = 10.0) -> int | None:
-    """Kill the child process of `root` whose id is word `pid_word` of the control file at `path` (of `words`
-    words), when it is alive and its command line holds `marker` and `root`; wait until it is gone. Returns its
-    process id, or None when there was none."""
-    try:
-        control = MappedWords(path, words, create=False, what=what)
-    except StoreIOError:
-        return None  # no control file (or not ours): nobody left running
-    try:
-        pid = int(control.words[pid_word])
-    finally:
-        control.close()
-    if pid <= 0 or pid == os.getpid() or not _is_child(pid, marker, root):
-        return None
-    log.warning("stopping the %s %d its last writer left running on %s", what, pid, root)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return None
-    deadline = time.monotonic() + timeout_s
-    while _is_child(pid, marker, root):
-        if time.monotonic() > deadline:
-            raise DispatchProcessError(f"the {what} {pid} of {root} does not stop")
-        time.sleep(0.005)
-    return pid
-
-
-def _is_child(pid: int, marker: bytes, root: str) -> bool:
-    """Whether process `pid` is alive (not a zombie) and a child of `root` whose command line holds `marker`."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            arguments = handle.read().split(b"\0")
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            state = handle.read().rsplit(b")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z" and any(marker in argument for argument in arguments) and \
-        os.fsencode(os.path.abspath(root)) in arguments
 
 
 class DispatchProcessError(StoreError):

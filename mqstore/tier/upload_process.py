@@ -39,8 +39,7 @@ from types import SimpleNamespace
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreError, StoreIOError
-from mqstore.consumequeue.mark import MappedWords
-from mqstore.store.dispatch_process import stop_leftover_child
+from mqstore.consumequeue.mark import MappedWords, stop_leftover_child
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation
 from mqstore.tier.manifest import Manifest
@@ -91,10 +90,6 @@ def stop_leftover(root: str) -> int | None:
     """A writer opening `root`: kill an uploader process its last writer left running, so that two uploaders
     never write one tier's manifest. Returns the process id it stopped, or None."""
     return stop_leftover_child(control_path(root), WORDS, CHILD_PID, CHILD_MARKER, root, "tier uploader process")
-
-
-class TierUploadProcessError(StoreError):
-    """The uploader process failed to start."""
 
 
 class ProcessUploader:
@@ -155,7 +150,7 @@ class ProcessUploader:
                     [sys.executable, "-c", CHILD_PROGRAM, os.path.abspath(self.root), str(os.getpid())],
                     stdin=subprocess.PIPE, stdout=log_file, stderr=log_file, env=env, close_fds=True)
         except OSError as exc:
-            raise TierUploadProcessError(f"cannot start the tier uploader process of {self.root}: "
+            raise StoreIOError(f"cannot start the tier uploader process of {self.root}: "
                                          f"{exc.strerror}") from exc
         try:
             process.stdin.write(json.dumps({"uri": self._uri, "settings": self._settings}).encode())
@@ -228,7 +223,7 @@ class ProcessUploader:
                     restart_at = None
                     try:
                         self._spawn()
-                    except TierUploadProcessError as exc:
+                    except StoreIOError as exc:
                         self._child_died(str(exc))
                         restart_at = time.monotonic() + self._backoff(deaths)
                 continue

@@ -22,7 +22,7 @@ does not list). The uploader refuses (stops, with the reason in stats()) a tier 
 store: other format settings, a segment whose checksum differs from the local one, or a gap between the tier's end
 and the local log's start.
 
-What it costs (docs/tier.md, "What it costs"): a segment is read through a read-only mapping and its
+What it costs (docs/tier.md, "What it costs"): a segment is read with pread in 8 MiB chunks and its
 CRC-32 taken chunk by chunk as the chunk is sent (one pass); a read-back reads into one buffer of its own; both
 threads run UPLOADER_NICE nicer than the writer's. The location's meter (stats()["tier"]["upload_cost"]) counts
 the CPU seconds of each phase.
