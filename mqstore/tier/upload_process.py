@@ -295,7 +295,6 @@ class ProcessUploader:
         control = self._control
         if control is not None:
             control[NUDGE] = int(control[NUDGE]) + 1
-        del control
 
     @property
     def manifest(self) -> Manifest | None:
