@@ -169,3 +169,15 @@ def _is_child(pid: int, marker: bytes, root: str) -> bool:
         return False
     return state != b"Z" and any(marker in argument for argument in arguments) and \
         os.fsencode(os.path.abspath(root)) in arguments
+
+
+def log_tail(path: str) -> str:
+    """The last line of a child process's log at `path` (its last 2,000 bytes read), for an error naming why it
+    stopped; says so when the log is empty or missing."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 2000))
+            text = handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text.splitlines()[-1] if text else f"nothing in {path}"

@@ -41,7 +41,7 @@ from mqstore.commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, DISPATCH_SMAL
 from mqstore.commitlog.errors import FlushFailedError, StoreError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
-from mqstore.consumequeue.mark import DispatchedMark, MappedWords, mark_path, stop_leftover_child
+from mqstore.consumequeue.mark import DispatchedMark, MappedWords, log_tail, mark_path, stop_leftover_child
 from mqstore.flush.checkpoint import Checkpoint
 from mqstore.flush.services import IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
@@ -259,13 +259,7 @@ class ProcessDispatch:
             log.error("%s", self._failure)
 
     def _log_tail(self) -> str:
-        try:
-            with open(self._log_path, "rb") as handle:
-                handle.seek(max(0, os.path.getsize(self._log_path) - 2000))
-                text = handle.read().decode("utf-8", "replace").strip()
-        except OSError:
-            text = ""
-        return text.splitlines()[-1] if text else f"nothing in {self._log_path}"
+        return log_tail(self._log_path)
 
     def wake(self) -> None:
         pass

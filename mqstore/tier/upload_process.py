@@ -39,7 +39,7 @@ from types import SimpleNamespace
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreError, StoreIOError
-from mqstore.consumequeue.mark import MappedWords, stop_leftover_child
+from mqstore.consumequeue.mark import MappedWords, log_tail, stop_leftover_child
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation
 from mqstore.tier.manifest import Manifest
@@ -277,13 +277,7 @@ class ProcessUploader:
                       self.location.uri)
 
     def _log_tail(self) -> str:
-        try:
-            with open(self._log_path, "rb") as handle:
-                handle.seek(max(0, os.path.getsize(self._log_path) - 2000))
-                text = handle.read().decode("utf-8", "replace").strip()
-        except OSError:
-            text = ""
-        return text.splitlines()[-1] if text else f"nothing in {self._log_path}"
+        return log_tail(self._log_path)
 
     # --- what the store asks -------------------------------------------------------------------------------
     @property
