@@ -428,6 +428,7 @@ class _Publisher:
         self._lock = threading.Lock()
         self._published_at = 0.0
         self._settled = None  # rounds + failures + refusal at the last publication
+        self._write_failed = False  # the last status file write failed (logged once)
 
     def changed(self) -> None:
         """After an uploaded object (at most every STATUS_MIN_INTERVAL_S), a round, a failure, a refusal."""
@@ -444,9 +445,16 @@ class _Publisher:
         with self._lock:
             counters = uploader.counters()
             temporary = f"{self._path}.{os.getpid()}.tmp"
-            with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(counters, handle)
-            os.replace(temporary, self._path)
+            try:
+                with open(temporary, "w", encoding="utf-8") as handle:
+                    json.dump(counters, handle)
+                os.replace(temporary, self._path)
+            except OSError as exc:  # a full disk: the figures wait, the uploads (which free it) go on
+                if not self._write_failed:
+                    log.warning("cannot write the uploader's figures to %s: %s", self._path, exc.strerror)
+                self._write_failed = True
+            else:
+                self._write_failed = False
             self._published_at = time.monotonic()
             manifest = uploader.manifest
             if manifest is not None and manifest.generation > control[GENERATION]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,18 @@ def test_the_thread_and_the_process_write_the_same_tier(tmp_path):
                                   for key, files in manifest.queues.items()),
                            [f.end_commitlog_offset for f in manifest.index])  # named by time
     assert listed[False] == listed[True] and listed[True][1]
+
+
+def test_a_status_file_that_cannot_be_written_leaves_the_generation_published(tmp_path, caplog):
+    """On a full disk the child cannot replace its status file; it must still publish the manifest's generation,
+    which the writer's retention follows to free the disk."""
+    words = upload_process.MappedWords(str(tmp_path / "words"), upload_process.WORDS, create=True, truncate=True)
+    control = words.words
+    uploader = types.SimpleNamespace(counters=lambda: {"failures": 0, "refused": None},
+                                     manifest=types.SimpleNamespace(generation=3))
+    publisher = upload_process._Publisher(str(tmp_path / "no-such-store"), control, uploader)
+    publisher.publish()
+    assert int(control[upload_process.GENERATION]) == 3 and int(control[upload_process.STATUS]) == 1
+    assert "cannot write the uploader's figures" in caplog.text
+    del control, publisher  # views of the mapping
+    words.close()
