@@ -63,7 +63,8 @@ def keys(source: Input):
     return source.pick(("k1", b"k1", [1], ["a b"], [""], None, ("k", None)))
 
 
-DELAYED_NAMES = ("DELAY", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_OUT_MS", "REAL_TOPIC")
+DELAYED_NAMES = ("DELAY", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_OUT_MS", "REAL_TOPIC",
+                 "REAL_QID")
 # Values of those: accepted ones are short delays (a timer past the wheel's roll window would be re-put by the
 # timer service in its thread, at a time the harness does not control), the rest refused or taken as "now"
 DELAYED_VALUES = ("0", "1", "3", "18", "19", "-1", "+2", "007", "x", "", " 1", "1" * 20, "2147483648",

@@ -393,6 +393,8 @@ void mq_message_parts_release(mq_message_parts *parts) {
     Py_CLEAR(parts->tags);
     Py_CLEAR(parts->keys);
     Py_CLEAR(parts->properties);
+    Py_CLEAR(parts->real_topic);
+    parts->added_count = 0;
 }
 
 /* The checks prepare_message makes, for one message: 1 when it is a compiled Message of the common shape (no

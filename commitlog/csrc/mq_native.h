@@ -56,9 +56,20 @@ void mq_common_parts_release(mq_common_parts *parts);
  * tags, keys and properties (put.c checks those); strong references as in mq_common_parts, given back by
  * mq_message_parts_release. A finalizer may still change the keys list or the properties dict in place: read
  * them only before the next point that can run Python code. */
+typedef struct {  /* a property a delayed message's rewrite appends after the user properties (put_rewrite.c) */
+    const char *name, *value;  /* name: a static text; value: the parts' own buffer, or real_topic's UTF-8 */
+    Py_ssize_t name_length, value_length;
+} mq_added_property;
+#define MQ_ADDED_PROPERTIES_MAX 3
 typedef struct {
     mq_common_parts common;  /* common.tail: the tail without user properties (tails[1]) */
     PyObject *tags, *keys, *properties;  /* tags: None or a value; properties: NULL when never made */
+    /* Set by put_rewrite.c's mq_rewrite_direct only, else 0 and NULL: the message stored on the schedule or timer
+     * topic with these properties after its own (what a rewritten Message's dict would hold, in order). */
+    int added_count;
+    mq_added_property added[MQ_ADDED_PROPERTIES_MAX];
+    PyObject *real_topic;  /* held: the message's own topic, REAL_TOPIC's value */
+    char added_text[2][24];  /* the decimals of TIMER_OUT_MS and REAL_QID */
 } mq_message_parts;
 int mq_message_fields(PyObject *object, PyObject *tails_table, long long queues_max, long long body_max,
                       mq_message_parts *out);
@@ -92,6 +103,23 @@ int mq_rewrite_traverse(mq_rewrite *rewrite, visitproc visit, void *arg);
 /* The message to put for `message` (a new reference): itself, its rewritten copy, or None for the Python path
  * (a value it refuses, a timer thread not started, another type); NULL with an error. */
 PyObject *mq_rewrite_apply(mq_rewrite *rewrite, PyObject *message);
+/* The compiled put's rewrite, in two steps, with no new Message made for the common shapes (no property the
+ * rewrite sets or drops is already there). mq_rewrite_prepare runs what may call Python code (the timer's clock,
+ * waking the service) and decides: MQ_REWRITE_NONE (put `message` as it is), MQ_REWRITE_DIRECT (`decided`
+ * filled; the caller takes the message's parts and calls mq_rewrite_direct) or MQ_REWRITE_FALLBACK (call
+ * mq_rewrite_apply), or -1 with an error. mq_rewrite_direct, which runs no Python code, decides again from the
+ * parts taken: when that is what `decided` says, it moves the parts to the new topic and queue and adds the
+ * properties (1); else 0 (Python code run in between changed the message: the Python path puts it), or -1 with
+ * an error. */
+enum { MQ_REWRITE_NONE, MQ_REWRITE_DIRECT, MQ_REWRITE_FALLBACK };
+typedef struct {
+    int kind;                        /* what was decided: the rewrite's own code (put_rewrite.c) */
+    long long queue, level, out_ms;  /* the message's queue id; the delay level; TIMER_OUT_MS */
+    long long now_ms, precision_ms;  /* the timer's clock and precision when they were read */
+    int timer_ready;                 /* now_ms and precision_ms were read (a timer request) */
+} mq_rewrite_decision;
+int mq_rewrite_prepare(mq_rewrite *rewrite, PyObject *message, mq_rewrite_decision *decided);
+int mq_rewrite_direct(const mq_rewrite *rewrite, const mq_rewrite_decision *decided, mq_message_parts *parts);
 
 /* put.c: what commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) gives a message, as
  * checked and measured by mq_plan_properties (1, or 0 when the Python path must run: another type, a value it

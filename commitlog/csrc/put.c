@@ -30,12 +30,15 @@
  *
  * A delayed message (DELAY, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS) is first rewritten onto
  * SCHEDULE_TOPIC_XXXX or rmq_sys_wheel_timer by put_rewrite.c, once the engine called set_rewrite() with its
- * services; the rewritten message is then put as any other. What put_rewrite.c hands back (bad input, a timer
- * thread not started) returns None here, and the Python path rewrites it (or raises).
+ * services: in the parts this put takes (mq_rewrite_direct: the topic and queue replaced, the rewrite's properties
+ * written after the message's own), or, for the shapes that does not take, as a new Message put as any other.
+ * What put_rewrite.c hands back (bad input, a timer thread not started) returns None here, and the Python path
+ * rewrites it (or raises).
  */
 #include "mq_native.h"
 
 #include <errno.h>
+#include <structmember.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +109,7 @@ typedef struct {
     uint64_t real_clock_version;  /* clock_globals' tag when `_time_ns` was time.time_ns (0: unknown) */
     queue_key_slot queue_keys[QUEUE_KEYS];  /* see queue_key_of */
     mq_rewrite rewrite;  /* the delayed messages' rewrites (put_rewrite.c), set by set_rewrite() */
+    long long rewritten_in_place;  /* delayed messages put through mq_rewrite_direct (no new Message) */
 } AppenderObject;
 
 static void forget_state(AppenderObject *self);
@@ -679,6 +683,14 @@ static const char name_delay_level[] = "DELAY", name_real_topic[] = "REAL_TOPIC"
 
 /* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
  * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
+static int separator_free(const char *text, Py_ssize_t length, int no_space) {
+    for (Py_ssize_t i = 0; i < length; i++) {  /* UTF-8 puts no byte below 0x80 inside a longer character */
+        char c = text[i];
+        if (c == '\x01' || c == '\x02' || (no_space && c == ' ')) return 0;
+    }
+    return 1;
+}
+
 static int checked_text(PyObject *value, int no_space, const char **text, Py_ssize_t *length) {
     if (!PyUnicode_CheckExact(value)) return 0;
     *text = PyUnicode_AsUTF8AndSize(value, length);
@@ -686,11 +698,7 @@ static int checked_text(PyObject *value, int no_space, const char **text, Py_ssi
         PyErr_Clear();
         return 0;
     }
-    for (Py_ssize_t i = 0; i < *length; i++) {  /* UTF-8 puts no byte below 0x80 inside a longer character */
-        char c = (*text)[i];
-        if (c == '\x01' || c == '\x02' || (no_space && c == ' ')) return 0;
-    }
-    return 1;
+    return separator_free(*text, *length, no_space);
 }
 
 static int is_name(const char *text, Py_ssize_t length, const char *name) {
@@ -743,10 +751,17 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
             has_unique_key |= is_name(text, length, name_unique);
             total += length + value_length + 2;
         }
-        if (timer_request && !timer_rewritten) return 0;  /* the Python path stores it on the timer topic */
-        if (delay_request && !delay_rewritten) return 0;  /* the Python path stores it on the schedule topic */
         if (PyDict_GET_SIZE(m->properties) > 0) plan->properties = m->properties;
     }
+    for (int i = 0; i < m->added_count; i++) {  /* a delayed message's rewrite, done in place (put_rewrite.c) */
+        const mq_added_property *added = &m->added[i];
+        if (!separator_free(added->value, added->value_length, 0)) return 0;
+        timer_rewritten |= is_name(added->name, added->name_length, name_out_ms);
+        delay_rewritten |= is_name(added->name, added->name_length, name_real_topic);
+        total += added->name_length + added->value_length + 2;
+    }
+    if (timer_request && !timer_rewritten) return 0;  /* the Python path stores it on the timer topic */
+    if (delay_request && !delay_rewritten) return 0;  /* the Python path stores it on the schedule topic */
     plan->unique_key = adds_unique_keys && !has_unique_key;
     if (plan->unique_key) total += sizeof name_unique + MQ_UNIQUE_KEY_DIGITS + 1;
     PyObject *after = PyTuple_GET_ITEM(m->common.tails, 3);  /* \x02 + the record-CRC placeholder (or nothing) */
@@ -816,6 +831,12 @@ PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *pla
             put_bytes(&c, "\x02", 1);
         }
     }
+    for (int i = 0; i < m->added_count; i++) {
+        put_bytes(&c, m->added[i].name, m->added[i].name_length);
+        put_bytes(&c, "\x01", 1);
+        put_bytes(&c, m->added[i].value, m->added[i].value_length);
+        put_bytes(&c, "\x02", 1);
+    }
     *key_at = NULL;
     if (plan->unique_key) {
         put_bytes(&c, "UNIQ_KEY\x01", sizeof name_unique);
@@ -838,7 +859,7 @@ PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *pla
  * -1 with an error. Sets *size to the record's size. */
 static int plan_record(AppenderObject *self, const writer_state *s, const mq_message_parts *m,
                        mq_properties_plan *plan, int64_t *size) {
-    int simple = m->tags == Py_None && s->unique_keys == NULL &&
+    int simple = m->tags == Py_None && s->unique_keys == NULL && m->added_count == 0 &&
                  ((PyTuple_CheckExact(m->keys) && PyTuple_GET_SIZE(m->keys) == 0) ||
                   (PyList_CheckExact(m->keys) && PyList_GET_SIZE(m->keys) == 0)) &&
                  (m->properties == NULL || (PyDict_CheckExact(m->properties) && PyDict_GET_SIZE(m->properties) == 0));
@@ -858,7 +879,8 @@ static int plan_record(AppenderObject *self, const writer_state *s, const mq_mes
  * (strong references) before they are checked, and the tail is built from its tags, keys and properties before
  * the first point that can run Python code (the queue key tuple, a test's clock, the PutResult: any allocation
  * of a tracked object may run a collection's finalizers): what is written is the message as it was taken. */
-static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message) {
+static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject *message,
+                          const mq_rewrite_decision *decided) {
     mq_message_parts parts;
     const mq_common_parts *m = &parts.common;
     mq_properties_plan plan = {0};
@@ -867,6 +889,13 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     int ready = read_end(self, &offset, &queue_offsets);
     if (ready <= 0) return ready < 0 ? NULL : Py_NewRef(Py_None);
     if (!mq_message_take(message, self->queues_max, self->body_max, &parts)) return Py_NewRef(Py_None);
+    if (decided->kind != 0) {  /* a delayed message, moved to its service's topic in `parts` (no Python code) */
+        int moved = mq_rewrite_direct(&self->rewrite, decided, &parts);
+        if (moved <= 0) {
+            mq_message_parts_release(&parts);
+            return moved < 0 ? NULL : Py_NewRef(Py_None);
+        }
+    }
     uint64_t tails_version = 0;
 #ifdef MQ_DICT_VERSION
     tails_version = ((PyDictObject *)self->topic_tails)->ma_version_tag;
@@ -934,6 +963,7 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
     }
     result = publish(self, s, queue_offsets, tail, queue_key, queue_hash, found, offset, queue_offset, store_ts,
                      size);
+    if (result != NULL && decided->kind != 0) self->rewritten_in_place++;
 done:
     Py_XDECREF(found);
     Py_XDECREF(queue_key);
@@ -954,17 +984,22 @@ static void hold_state(writer_state *s, int hold) {
 static PyObject *appender_put(AppenderObject *self, PyObject *message) {
     if (!self->usable) Py_RETURN_NONE;
     PyObject *rewritten = NULL;
+    mq_rewrite_decision decided = {0};
     if (self->rewrite.timer != NULL || self->rewrite.schedule != NULL) {  /* before the state is copied: the
                                                                           * rewrite may run Python code */
-        rewritten = mq_rewrite_apply(&self->rewrite, message);
-        if (rewritten == NULL || rewritten == Py_None) return rewritten;
-        message = rewritten;
+        int planned = mq_rewrite_prepare(&self->rewrite, message, &decided);
+        if (planned < 0) return NULL;
+        if (planned == MQ_REWRITE_FALLBACK) {  /* a shape the put does not move in place: a new Message */
+            rewritten = mq_rewrite_apply(&self->rewrite, message);
+            if (rewritten == NULL || rewritten == Py_None) return rewritten;
+            message = rewritten;
+        }
     }
     /* A copy whose objects this call holds: a refresh() while Python code runs inside the call (a test's clock, a
      * collection's finalizer letting another thread in) cannot free what is being written. */
     writer_state s = self->cached;
     hold_state(&s, 1);
-    PyObject *result = self->usable ? put_with(self, &s, message) : Py_NewRef(Py_None);
+    PyObject *result = self->usable ? put_with(self, &s, message, &decided) : Py_NewRef(Py_None);
     hold_state(&s, 0);
     Py_XDECREF(rewritten);
     return result;
@@ -998,6 +1033,12 @@ PyObject *mq_appender_put(PyObject *appender, PyObject *message) {
     return appender_put((AppenderObject *)appender, message);
 }
 
+static PyMemberDef appender_members[] = {
+    {"rewritten_in_place", T_LONGLONG, offsetof(AppenderObject, rewritten_in_place), READONLY,
+     "how many delayed messages put() rewrote in place, with no new Message (put_rewrite.c)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyMethodDef appender_methods[] = {
     {"put", (PyCFunction)appender_put, METH_O, appender_put_doc},
     {"refresh", (PyCFunction)appender_refresh, METH_NOARGS, appender_refresh_doc},
@@ -1014,6 +1055,7 @@ static PyType_Slot appender_slots[] = {
     {Py_tp_traverse, appender_traverse},
     {Py_tp_clear, appender_clear},
     {Py_tp_methods, appender_methods},
+    {Py_tp_members, appender_members},
     {0, NULL},
 };
 

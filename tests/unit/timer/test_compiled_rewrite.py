@@ -7,6 +7,10 @@ tests/unit/schedule/test_schedule_codecs.py."""
 
 from __future__ import annotations
 
+import os
+import threading
+
+import mqstore.commitlog.commitlog as commitlog_module
 import pytest
 from mqstore.commitlog import _native, native
 
@@ -14,7 +18,8 @@ from mqstore import InvalidMessageError, Message, MessageStore, StoreConfig
 from mqstore.store.clock import SYSTEM_CLOCK, ManualClock
 from mqstore.timer import format as tfmt
 from mqstore.timer.rewrite import out_time_ms
-from tests.unit.mqstore.test_compiled_put import PATHS
+from tests.unit.commitlog.test_native_codec import FixedClock
+from tests.unit.mqstore.test_compiled_put import PATHS, _same_unique_keys
 
 START_MS = 1_700_000_000_000
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -142,3 +147,128 @@ def test_a_delay_level_wins_over_a_timer_and_clears_its_properties(tmp_path, mon
                 assert stored.properties == {**expected, "REAL_TOPIC": "t", "REAL_QID": "0"}
             else:
                 assert stored.properties["TIMER_OUT_MS"] == str(START_MS + 5000 - store.timer.precision_ms)
+
+
+# (properties, whether the compiled put moves the message in place): in place unless the rewrite would replace or
+# drop a property the message has (then it makes a new Message, as the Python rewrite makes a new dict)
+SHAPES = [({"TIMER_DELAY_MS": "5000"}, True), ({"TIMER_DELIVER_MS": str(START_MS + 70), "u": "v"}, True),
+          ({"DELAY": "2"}, True), ({"u": "v", "DELAY": "1", "w": ""}, True),
+          ({"DELAY": "0", "TIMER_DELAY_SEC": "3"}, True), ({"TIMER_DELAY_MS": "5000", "REAL_QID": "7"}, False),
+          ({"TIMER_DELAY_MS": "5000", "REAL_TOPIC": "x"}, False), ({"DELAY": "2", "REAL_QID": "7"}, False),
+          ({"DELAY": "2", "TIMER_DELAY_MS": "9"}, False)]
+SHAPE_TOPICS = ("t", "tópico-ü", "t" * 120)  # REAL_TOPIC's value: ASCII, two-byte UTF-8, long
+
+
+def _write_shapes(root, path: str, monkeypatch) -> tuple[list, dict, list]:
+    """Each shape on each topic, twice (a topic's first put may take the Python path), with the same clocks on
+    every path: the PutResults, the segment files, and for the compiled put whether each put was moved in place."""
+    monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+    _same_unique_keys(monkeypatch)
+    results, in_place = [], []
+    with _open(root, path, monkeypatch) as store:
+        appender = store._commitlog._appender
+        for topic in SHAPE_TOPICS:
+            for properties, _ in SHAPES * 2:
+                before = appender.rewritten_in_place if path == "compiled-put" else 0
+                results.append(store.put(Message(topic, b"x", tags="a", keys=("k",), properties=dict(properties))))
+                in_place.append(path == "compiled-put" and appender.rewritten_in_place == before + 1)
+    files = {name: (root / "commitlog" / name).read_bytes() for name in sorted(os.listdir(root / "commitlog"))}
+    return results, files, in_place
+
+
+@needs_native
+def test_the_compiled_put_moves_the_common_delayed_shapes_in_place_with_the_python_bytes(tmp_path, monkeypatch):
+    written = {path: _write_shapes(tmp_path / path, path, monkeypatch) for path in PATHS}
+    reference_results, reference_files, _ = written["python"]
+    for path in PATHS[1:]:
+        results, files, _ = written[path]
+        assert results == reference_results and files == reference_files, path
+    in_place = written["compiled-put"][2]
+    for index, topic in enumerate(SHAPE_TOPICS):  # each topic's second round: every common shape, and no other
+        second_round = in_place[(2 * index + 1) * len(SHAPES):(2 * index + 2) * len(SHAPES)]
+        assert second_round == [moved for _, moved in SHAPES], topic
+
+
+class ChangingClock(ManualClock):
+    """A timer clock that, once armed, calls `change` on the putting thread while the compiled put reads the time
+    (as a finalizer or another thread could change a message there)."""
+
+    def __init__(self, start_ms: int):
+        super().__init__(start_ms)
+        self.armed = None
+
+    def now_ms(self) -> int:
+        armed, self.armed = self.armed, None
+        if armed is not None and threading.get_ident() == armed[0]:
+            armed[1]()
+        return super().now_ms()
+
+
+class ChangingWake(threading.Event):
+    """The timer's wake-up event, reading as clear while armed so that the compiled put calls set(), which calls
+    `change` on the putting thread: after the put decided its rewrite, before it takes the message's fields."""
+
+    def __init__(self):
+        self.armed = None
+        super().__init__()
+
+    @property
+    def _flag(self) -> bool:
+        return self._set and self.armed is None
+
+    @_flag.setter
+    def _flag(self, value: bool) -> None:
+        self._set = value
+
+    def set(self) -> None:
+        armed, self.armed = self.armed, None
+        if armed is not None and threading.get_ident() == armed[0]:
+            armed[1]()
+        super().set()
+
+
+OUT_MS = str(START_MS + 9000 - 10)  # the test stores' precision: 10 ms
+# (property, value changed to, the record's properties then, in their order, as the Python rewrite writes them)
+CHANGES = [("TIMER_DELAY_MS", "9000", [("TIMER_DELAY_MS", "9000"), ("TIMER_OUT_MS", OUT_MS), ("REAL_TOPIC", "t"),
+                                       ("REAL_QID", "1")]),
+           ("REAL_QID", "7", [("TIMER_DELAY_MS", "5000"), ("REAL_QID", "1"), ("TIMER_OUT_MS", str(START_MS + 4990)),
+                              ("REAL_TOPIC", "t")]),
+           ("TIMER_OUT_MS", "1", [("TIMER_DELAY_MS", "5000"), ("TIMER_OUT_MS", "1")])]
+
+
+@needs_native
+@pytest.mark.parametrize("when", ["clock", "wake"])
+@pytest.mark.parametrize("name,value,stored", CHANGES)
+def test_a_delayed_message_changed_during_its_compiled_rewrite_is_put_as_it_is_then(tmp_path, monkeypatch, when,
+                                                                                    name, value, stored):
+    """Changed while the time is read (before the rewrite is decided): put as changed, in place when it still can
+    be. Changed while the service is woken (after): the compiled put sees it and hands the message to the Python
+    path. Either way the record is the Python path's for the changed message."""
+    written = {}
+    for path in ("python", "compiled-put"):
+        monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
+        _same_unique_keys(monkeypatch)
+        clock = ChangingClock(START_MS)
+        with _open(tmp_path / path, path, monkeypatch, clock=clock) as store:
+            template = Message("t", b"x", queue_id=1, properties={"TIMER_DELAY_MS": "5000"})
+            store.put(template)
+            store.put(template)  # the topics are known, the timer thread started: the compiled put takes the next
+            wake = store.timer._wake = ChangingWake()
+            message = Message("t", b"y", queue_id=1, properties={"TIMER_DELAY_MS": "5000"})
+            if path == "python":
+                message.properties[name] = value  # what the compiled put's clock or wake-up does
+            else:
+                in_place = store._commitlog._appender.rewritten_in_place
+                (clock if when == "clock" else wake).armed = (
+                    threading.get_ident(), lambda: message.properties.__setitem__(name, value))
+            result = store.put(message)
+            if path == "compiled-put":
+                assert (clock.armed, wake.armed) == (None, None)  # the change was made
+                moved = store._commitlog._appender.rewritten_in_place - in_place
+                assert moved == (when == "clock" and name == "TIMER_DELAY_MS")
+            assert store.timer.precision_ms == 10
+            segment = (tmp_path / path / "commitlog" / f"{0:020d}").read_bytes()
+            record = segment[result.commitlog_offset:result.commitlog_offset + result.size_bytes]
+            written[path] = (result, record, list(store.read_at(result.commitlog_offset).properties.items()))
+    assert written["compiled-put"] == written["python"]
+    assert written["python"][2] == stored
