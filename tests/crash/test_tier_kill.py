@@ -46,6 +46,7 @@ pytestmark = pytest.mark.timeout(3 * 3600 if LONG else 600)
 ACKS_BEFORE_KILL_MAX = 600
 EARLY_KILL_PROBABILITY = 0.15
 LAST_WRITER_PUTS = 300
+CHECK_WAIT_PER_PUT_S = 0.005  # Writer.assert_checked's bound, added to 60 s for each acknowledged put to check
 SEGMENT = 64 * 1024
 SEED = int(os.environ.get("MQSTORE_CRASH_SEED", "20261128"))
 WRITER = Path(__file__).resolve().parent / "tier_writer_process.py"
@@ -99,9 +100,11 @@ class Writer:
         return None
 
     def assert_checked(self, count: int, label: str) -> None:
-        """Wait for the --check of `count` acknowledged puts; every one read back."""
-        assert wait_until(lambda: self.checked() is not None or self.process.poll() is not None, timeout_s=60), \
-            f"{label}: the writer's check did not end"
+        """Wait for the --check of `count` acknowledged puts; every one read back. The wait grows with the count:
+        a check reads each put through get() and query(), about 0.4 ms each on a quiet 2-core machine, and a
+        long sweep reaches 45,000 puts while other work may share the cores."""
+        assert wait_until(lambda: self.checked() is not None or self.process.poll() is not None,
+                          timeout_s=60 + count * CHECK_WAIT_PER_PUT_S), f"{label}: the writer's check did not end"
         lost = [line for line in self.lines if line.startswith("LOST")]
         assert self.checked() == (count, 0), f"{label}: {self.checked()} {lost} {self.stderr_tail()}"
 
