@@ -59,7 +59,7 @@ class Writer:
     def __init__(self, root: Path, uri: str, generation: int, count: int | None = None, check: list | None = None,
                  thread: bool = False):
         self.lines: list[str] = []
-        env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(REPO))
+        env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(REPO), PYTHONFAULTHANDLER="1")
         extra = [] if count is None else ["--count", str(count)]
         extra += ["--thread"] if thread else []
         if check:
@@ -106,7 +106,8 @@ class Writer:
         assert wait_until(lambda: self.checked() is not None or self.process.poll() is not None,
                           timeout_s=60 + count * CHECK_WAIT_PER_PUT_S), f"{label}: the writer's check did not end"
         lost = [line for line in self.lines if line.startswith("LOST")]
-        assert self.checked() == (count, 0), f"{label}: {self.checked()} {lost} {self.stderr_tail()}"
+        assert self.checked() == (count, 0), \
+            f"{label}: {self.checked()} {lost} exit {self.process.poll()}: {self.stderr_tail()}"
 
 
 def record_bytes(root: Path, location: TierLocation, manifest, offset: int, size: int) -> bytes | None:
