@@ -21,7 +21,8 @@
  * put.c takes the message's fields and mq_rewrite_direct decides again from them, running no Python code up to
  * the record's bytes: the parts are moved to the service's topic and queue, and the rewrite's properties written
  * after the message's own, as a new Message's dict would hold them. A message Python code changed in between
- * (the second decision differs) goes to the Python path. About 0.1 us a put less than a new Message.
+ * (the second decision differs) goes to the Python path. Against a new Message this saved about 0.25 us of CPU a
+ * timer put and 0.15 us a DELAY put here (decision 0054), the dict, the Message and the collections they set off.
  */
 #include "mq_native.h"
 
