@@ -308,16 +308,29 @@ static int text_is(PyObject *value, int name) {
     return PyUnicode_CheckExact(value) && PyUnicode_Compare(value, names[name]) == 0;
 }
 
+/* What the properties `found` ask of the services this store has: a delay level (DELAY, not rewritten yet), a
+ * timer (a timer property, not rewritten yet); `asks_timer`: a timer property, rewritten or not. */
+typedef struct {
+    int asks_timer, delay_request, timer_request;
+} requests;
+
+static requests requests_of(const mq_rewrite *rewrite, const found_names *found) {
+    requests asked;
+    asked.asks_timer = found->values[N_DELIVER_MS] != NULL || found->values[N_DELAY_MS] != NULL ||
+                       found->values[N_DELAY_SEC] != NULL;
+    asked.delay_request = rewrite->schedule != NULL && found->values[N_DELAY] != NULL &&
+                          found->values[N_REAL_TOPIC] == NULL;
+    asked.timer_request = asked.asks_timer && rewrite->timer != NULL && found->values[N_OUT_MS] == NULL;
+    return asked;
+}
+
 /* The rewrites once the message's routing fields and properties are held. */
 static PyObject *rewrite_held(mq_rewrite *rewrite, PyObject *message, PyObject *topic, PyObject *queue_id,
                               PyObject *properties) {
     found_names found;
     scan(properties, &found);
-    int timer_request = found.values[N_DELIVER_MS] != NULL || found.values[N_DELAY_MS] != NULL ||
-                        found.values[N_DELAY_SEC] != NULL;
-    int delay_request = rewrite->schedule != NULL && found.values[N_DELAY] != NULL &&
-                        found.values[N_REAL_TOPIC] == NULL;
-    timer_request = timer_request && rewrite->timer != NULL && found.values[N_OUT_MS] == NULL;
+    requests asked = requests_of(rewrite, &found);
+    int delay_request = asked.delay_request, timer_request = asked.timer_request;
     if (!delay_request && !timer_request) return Py_NewRef(message);
     if (found.foreign || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id)) return Py_NewRef(Py_None);
     int overflow = 0;
@@ -357,11 +370,8 @@ static int decide(const mq_rewrite *rewrite, PyObject *topic, PyObject *queue_id
         return DECIDED_NONE;
     found_names found;
     scan(properties, &found);
-    int asks_timer = found.values[N_DELIVER_MS] != NULL || found.values[N_DELAY_MS] != NULL ||
-                     found.values[N_DELAY_SEC] != NULL;
-    int delay_request = rewrite->schedule != NULL && found.values[N_DELAY] != NULL &&
-                        found.values[N_REAL_TOPIC] == NULL;
-    int timer_request = asks_timer && rewrite->timer != NULL && found.values[N_OUT_MS] == NULL;
+    requests asked = requests_of(rewrite, &found);
+    int asks_timer = asked.asks_timer, delay_request = asked.delay_request, timer_request = asked.timer_request;
     if (!delay_request && !timer_request) return DECIDED_NONE;
     if (found.foreign || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id)) return DECIDED_FALLBACK;
     int overflow = 0;
