@@ -681,8 +681,7 @@ static const char name_deliver_ms[] = "TIMER_DELIVER_MS", name_delay_ms[] = "TIM
  * unless it carries REAL_TOPIC (rewritten already). */
 static const char name_delay_level[] = "DELAY", name_real_topic[] = "REAL_TOPIC";
 
-/* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
- * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
+/* Whether `length` bytes of UTF-8 hold neither separator, \x01 nor \x02 (nor a space, with `no_space`). */
 static int separator_free(const char *text, Py_ssize_t length, int no_space) {
     for (Py_ssize_t i = 0; i < length; i++) {  /* UTF-8 puts no byte below 0x80 inside a longer character */
         char c = text[i];
@@ -691,6 +690,8 @@ static int separator_free(const char *text, Py_ssize_t length, int no_space) {
     return 1;
 }
 
+/* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
+ * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
 static int checked_text(PyObject *value, int no_space, const char **text, Py_ssize_t *length) {
     if (!PyUnicode_CheckExact(value)) return 0;
     *text = PyUnicode_AsUTF8AndSize(value, length);
