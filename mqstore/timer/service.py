@@ -51,7 +51,7 @@ from mqstore.timer.files import TimerCheckpoint, TimerLog, TimerWheel, revise_sl
 
 log = logging.getLogger(__name__)
 
-ENQUEUE_BATCH_MESSAGES = 1024  # messages read from the timer topic's queue at once
+ENQUEUE_BATCH_MESSAGES = 8192  # messages read from the timer topic's queue at once (about 2.5 ms of linking)
 ROLL_WINDOW_SLOTS_DEFAULT = 2 * 24 * 3600  # RocketMQ's timerRollWindowSlot (slots, whatever the precision)
 POLL_INTERVAL_MS = 10  # the longest the thread sleeps between looks at the timer queue
 FLUSH_INTERVAL_MS = 200  # how often the flush thread checkpoints what the service has done

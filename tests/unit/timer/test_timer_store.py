@@ -8,6 +8,7 @@ import pytest
 from mqstore import ConfigMismatchError, InvalidMessageError, Message, MessageStore, StoreConfig
 from mqstore.store.clock import ManualClock
 from mqstore.timer import format as tfmt
+from mqstore.timer import service as timer_service
 from mqstore.timer import with_delay
 
 START_MS = 1_700_000_000_000
@@ -116,6 +117,27 @@ def test_a_due_time_in_the_past_is_stored_directly_and_batches_are_rewritten(tmp
         assert [m.body for m in delivered(store)] == [b"now", b"plain"]
         clock.advance(10)
         assert [m.body for m in delivered(store)] == [b"now", b"plain", b"later"]
+
+
+def test_timers_enqueued_over_many_batches_are_each_delivered_once_when_due(tmp_path, clock, monkeypatch):
+    """The service links the timer queue a batch at a time (ENQUEUE_BATCH_MESSAGES): made small here, so that
+    batches end inside runs of one slot and of one delay, and slots get units from several batches."""
+    monkeypatch.setattr(timer_service, "ENQUEUE_BATCH_MESSAGES", 7)
+    delays = [10 + 10 * (index % 9) + (index * 7) % 3 for index in range(100)]
+    with open_store(tmp_path, clock) as store:
+        for index, delay in enumerate(delays):
+            store.put(with_delay(Message("t", b"%d" % index), delay_ms=delay))
+        assert store.timer.wait_caught_up(WAIT_S) and store.timer.stats()["pending"] == len(delays)
+        seen: set[int] = set()
+        for step in range(0, 121, 10):
+            clock.set(START_MS + step)
+            bodies = [int(m.body) for m in delivered(store)]
+            assert len(bodies) == len(set(bodies))  # none twice
+            for index in set(bodies) - seen:
+                assert delays[index] <= step, (index, delays[index], step)  # none early
+            assert {index for index, delay in enumerate(delays) if delay < step} <= set(bodies)  # none late
+            seen = set(bodies)
+        assert seen == set(range(len(delays)))
 
 
 def test_the_wheel_keeps_its_precision(tmp_path, clock):
