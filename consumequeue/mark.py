@@ -158,6 +158,16 @@ def stop_leftover_child(path: str, words: int, pid_word: int, marker: bytes, roo
     return pid
 
 
+def child_environment(project: str) -> dict:
+    """The environment of a child process the writer starts (the dispatch process, the tier uploader): this one,
+    with `project` first on PYTHONPATH, and OpenBLAS held to one thread unless the user chose otherwise. The child
+    does no linear algebra, and at numpy's import OpenBLAS's threads spin a core for about 0.1 s."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = project + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return env
+
+
 def _is_child(pid: int, marker: bytes, root: str) -> bool:
     """Whether process `pid` is alive (not a zombie) and a child of `root` whose command line holds `marker`."""
     try:

@@ -41,7 +41,14 @@ from mqstore.commitlog.dispatch import DISPATCH_BATCH_RECORDS_MAX, DISPATCH_SMAL
 from mqstore.commitlog.errors import FlushFailedError, StoreError
 from mqstore.consumequeue.consume_queue import ConsumeQueueTable
 from mqstore.consumequeue.dispatcher import ConsumeQueueDispatcher
-from mqstore.consumequeue.mark import DispatchedMark, MappedWords, log_tail, mark_path, stop_leftover_child
+from mqstore.consumequeue.mark import (
+    DispatchedMark,
+    MappedWords,
+    child_environment,
+    log_tail,
+    mark_path,
+    stop_leftover_child,
+)
 from mqstore.flush.checkpoint import Checkpoint
 from mqstore.flush.services import IntervalFlusher
 from mqstore.indexfile.dispatcher import IndexDispatcher
@@ -146,8 +153,7 @@ class ProcessDispatch:
         """Start the child and wait until it has opened everything (a child that cannot start is an error now,
         not a silent stop later)."""
         project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = project + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = child_environment(project)
         try:
             with open(self._log_path, "ab") as log_file:
                 self._process = subprocess.Popen(

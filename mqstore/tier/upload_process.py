@@ -39,7 +39,7 @@ from types import SimpleNamespace
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreError, StoreIOError
-from mqstore.consumequeue.mark import MappedWords, log_tail, stop_leftover_child
+from mqstore.consumequeue.mark import MappedWords, child_environment, log_tail, stop_leftover_child
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation
 from mqstore.tier.manifest import Manifest
@@ -139,8 +139,7 @@ class ProcessUploader:
     def _spawn(self) -> None:
         """Start a child; it reads its settings and the URI from its standard input."""
         project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = project + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = child_environment(project)
         self._control[STATE] = STARTING
         self._control[STOP] = 0
         self._spawn_status = int(self._control[STATUS])

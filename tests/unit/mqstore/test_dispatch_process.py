@@ -295,3 +295,20 @@ def test_lookups_by_key_follow_the_index_files_the_process_adds(tmp_path):
             for round_seen in range(round_ + 1):  # keys of every file so far, the newest included
                 assert [m.body for m in store.query("t", f"r{round_seen}k24")] == [b"%d-24" % round_seen]
         assert len(store._index.files) >= 3
+
+
+def _environment(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode(errors="replace").split("=", 1) for entry in entries if b"=" in entry)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the child's environment from /proc")
+@pytest.mark.parametrize("chosen", [None, "2"])
+def test_the_child_runs_openblas_on_one_thread_unless_the_user_chose(tmp_path, monkeypatch, chosen):
+    """The child does no linear algebra; OpenBLAS's threads would spin a core at its numpy import."""
+    if chosen is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", chosen)
+    with MessageStore.open(tmp_path, _config()) as store:
+        assert _environment(store._dispatch.pid)["OPENBLAS_NUM_THREADS"] == (chosen or "1")
