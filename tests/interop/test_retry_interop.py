@@ -29,10 +29,10 @@ def _write(root, config) -> dict[str, int]:
         assert store.wait_dispatched(WAIT_S)
         consumer = store.consumer("g", "orders", max_reconsume_times=1)
         m0, m1, m2, m3 = consumer.poll()
-        first = consumer.nack(m0)
-        consumer.nack(m3)
+        first, third = consumer.nack(m0), consumer.nack(m3)
         consumer.nack(m2, delay_level=-1)
-        clock.set(first.store_timestamp_ms + DELAYS_MS[2])  # m0's and m3's first retries are due
+        # m0's and m3's first retries are due (each is due DELAYS_MS[2] after its own store time, which may differ)
+        clock.set(max(first.store_timestamp_ms, third.store_timestamp_ms) + DELAYS_MS[2])
         assert store.wait_dispatched(WAIT_S) and store.schedule.wait_caught_up(WAIT_S)
         assert store.wait_dispatched(WAIT_S)
         retried = {message.body: message for message in consumer.poll()}
