@@ -158,12 +158,20 @@ def stop_leftover_child(path: str, words: int, pid_word: int, marker: bytes, roo
     return pid
 
 
-def child_environment(project: str) -> dict:
+def package_parent() -> str:
+    """The directory holding the `mqstore` package this process imported (site-packages for an installed copy),
+    so that a child process started with it first on PYTHONPATH imports the same copy as its parent."""
+    top = sys.modules[__name__.partition(".")[0]]
+    return os.path.dirname(os.path.dirname(os.path.abspath(top.__file__)))
+
+
+def child_environment() -> dict:
     """The environment of a child process the writer starts (the dispatch process, the tier uploader): this one,
-    with `project` first on PYTHONPATH, and OpenBLAS held to one thread unless the user chose otherwise. The child
-    does no linear algebra, and at numpy's import OpenBLAS's threads spin a core for about 0.1 s."""
+    with `package_parent()` first on PYTHONPATH, and OpenBLAS held to one thread unless the user chose otherwise.
+    The child does no linear algebra, and at numpy's import OpenBLAS's threads spin a core for about 0.1 s."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = project + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    first = package_parent()
+    env["PYTHONPATH"] = first + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env
 

@@ -152,8 +152,7 @@ class ProcessDispatch:
     def start(self) -> None:
         """Start the child and wait until it has opened everything (a child that cannot start is an error now,
         not a silent stop later)."""
-        project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = child_environment(project)
+        env = child_environment()
         try:
             with open(self._log_path, "ab") as log_file:
                 self._process = subprocess.Popen(

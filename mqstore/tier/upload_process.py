@@ -138,8 +138,7 @@ class ProcessUploader:
 
     def _spawn(self) -> None:
         """Start a child; it reads its settings and the URI from its standard input."""
-        project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = child_environment(project)
+        env = child_environment()
         self._control[STATE] = STARTING
         self._control[STOP] = 0
         self._spawn_status = int(self._control[STATUS])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import mqstore
 from mqstore import MessageStore
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier import upload_process
@@ -57,6 +58,9 @@ def test_the_child_uploads_and_the_writer_follows_its_manifest(tmp_path, tier_ur
         assert stats["process"]["running"] and child != os.getpid() and uploader_children(root) == [child]
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
         assert b"s3://" not in cmdline and b"file://" not in cmdline  # the URI (and its keys) came on stdin
+        parent_package = os.fsencode(Path(mqstore.__file__).resolve().parents[1])
+        environ = dict(e.split(b"=", 1) for e in Path(f"/proc/{child}/environ").read_bytes().split(b"\0") if e)
+        assert environ[b"PYTHONPATH"].split(os.pathsep.encode())[0] == parent_package  # the parent's mqstore
         listed = manifest_module.load(TierLocation.open(tier_uri))
         assert uploader.manifest.generation == listed.generation and uploader.verified_end() == listed.end >= end
         assert stats["objects_uploaded"] >= end // SEGMENT and stats["bytes_uploaded"] >= end

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -312,3 +313,55 @@ def test_the_child_runs_openblas_on_one_thread_unless_the_user_chose(tmp_path, m
         monkeypatch.setenv("OPENBLAS_NUM_THREADS", chosen)
     with MessageStore.open(tmp_path, _config()) as store:
         assert _environment(store._dispatch.pid)["OPENBLAS_NUM_THREADS"] == (chosen or "1")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the child's environment from /proc")
+def test_the_child_imports_mqstore_from_where_its_parent_did(tmp_path, monkeypatch):
+    import mqstore
+
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    with MessageStore.open(tmp_path, _config()) as store:
+        path = _environment(store._dispatch.pid)["PYTHONPATH"].split(os.pathsep)
+    assert path == [str(Path(mqstore.__file__).resolve().parents[1]), "elsewhere"]
+
+
+INSTALLED_WRITER = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import mqstore
+    from mqstore import Message, MessageStore
+    from tests.conftest import small_config
+    assert mqstore.__file__.startswith(sys.argv[1]), mqstore.__file__
+    with MessageStore.open(sys.argv[2], small_config(dispatch_process=True, index_enabled=True)) as store:
+        store.put(Message("t", b"body", keys=("k",)))
+        store.flush()
+        pid = store._dispatch.pid
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = dict(e.split(b"=", 1) for e in handle.read().split(b"\\0") if b"=" in e)
+        with open(f"/proc/{pid}/maps") as handle:
+            native = sorted({line.split()[-1] for line in handle if "_native" in line})
+        print(environ[b"PYTHONPATH"].decode().split(os.pathsep)[0])
+        print(json.dumps(native))
+        print(store.query("t", "k")[0].body.decode())
+""")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the child's environment and maps from /proc")
+def test_a_copy_installed_as_a_wheel_lays_it_out_starts_its_own_child(tmp_path):
+    """An installed mqstore is one directory, mqstore/ with the format layers inside; a writer importing such a
+    copy starts its dispatch child on that same copy, not on whatever else the interpreter would find."""
+    site = tmp_path / "site"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "csrc")
+    shutil.copytree(ROOT / "mqstore", site / "mqstore", ignore=ignore)
+    for layer in ("commitlog", "consumequeue", "indexfile", "flush"):
+        shutil.copytree(ROOT / layer, site / "mqstore" / layer, ignore=ignore)
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))  # for tests.conftest only; mqstore comes from `site`
+    done = subprocess.run([sys.executable, "-c", INSTALLED_WRITER, str(site), str(tmp_path / "store")],
+                          env=environment, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    first_path, native, body = done.stdout.splitlines()
+    assert first_path == str(site)
+    if os.environ.get("MQSTORE_NATIVE", "1") != "0":
+        mapped = json.loads(native)  # the compiled core the child loaded
+        assert mapped and all(path.startswith(str(site)) for path in mapped)
+    assert body == "body"
