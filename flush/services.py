@@ -364,6 +364,11 @@ class GroupCommitService:
                     return True
             return False
 
+    def request(self, position: int) -> None:
+        """Have the service's thread flush what is written, at least up to `position`, without waiting for it (a
+        failure is kept and reported as any other)."""
+        self._request(position)
+
     def _request(self, position: int) -> None:
         """Ask the thread to flush up to `position`."""
         if position > self._requested:
@@ -415,6 +420,7 @@ class IntervalFlusher:
         self._clock = clock
         self._last_thorough = clock()
         self._wake = threading.Event()
+        self._asked = False  # request(): the next round is thorough, and runs now
         self._stopping = False
         self.stats = FlushStats()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -425,7 +431,8 @@ class IntervalFlusher:
     def run_once(self) -> int:
         """One round: flush what is due; returns how many flushables were flushed."""
         now = self._clock()
-        thorough = (now - self._last_thorough) * 1000.0 >= self.thorough_interval_ms
+        asked, self._asked = self._asked, False
+        thorough = asked or (now - self._last_thorough) * 1000.0 >= self.thorough_interval_ms
         if thorough:
             self._last_thorough = now
         least_bytes = self.least_pages * PAGE_SIZE_BYTES
@@ -442,9 +449,15 @@ class IntervalFlusher:
             self._on_flushed()
         return flushed
 
+    def request(self, position: int) -> None:
+        """Run a thorough round now (everything dirty, `position` included), without waiting for it."""
+        self._asked = True
+        self._wake.set()
+
     def _run(self) -> None:
         while not self._stopping:
             self._wake.wait(self.interval_ms / 1000.0)
+            self._wake.clear()
             if self._stopping:
                 break
             try:

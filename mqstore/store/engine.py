@@ -972,15 +972,18 @@ class MessageStore(Reads, IndexLookups):
     def seal_segment(self) -> int:
         """End the segment being written as RocketMQ ends a full one (its end-of-segment blank) and start the next:
         every message stored so far is then in a sealed segment, which a tier uploads (docs/tier.md). The rest of
-        the ended segment stays blank (on disk sparse; in a tier, objects are whole segments). Returns the log's
-        end, where the next message goes."""
+        the ended segment stays blank (on disk sparse; in a tier, objects are whole segments). The log's flusher is
+        asked to flush it now, in either flush mode (this call does not wait for that). Returns the log's end, where
+        the next message goes."""
         self._check_writable()
         with self._writer:
             if self._commitlog.seal_holding_lock():
                 self._dispatch.wake()
+        end = self._commitlog.readable_end()
+        self._log_flusher.request(end)  # a tier takes only a flushed segment; no put may come to flush its blank
         if self._tier_uploader is not None:
             self._tier_uploader.nudge()
-        return self._commitlog.readable_end()
+        return end
 
     def wait_tiered(self, commitlog_offset: int, timeout_s: float) -> bool:
         """Wait until the tier lists every record below `commitlog_offset` (seal_segment() returns the offset that

@@ -42,7 +42,7 @@ from tests.crash.checks import RETENTION_OFF, body_seq, planned_message, read_se
 
 LONG = os.environ.get("MQSTORE_LONG_CRASH_SWEEP") == "1"
 TRIALS = 300 if LONG else 12  # per (target, damage, store) case
-QUICK_TRIALS = 4  # a case's first trials run in `make test`; the rest are marked long (`make test-long`)
+QUICK_TRIALS = 2  # a case's first trials run in `make test`; the rest are marked long (`make test-long`)
 LONG_SWEEP_TIMEOUT_S = 3 * 3600  # a test's 300 trials may take longer than pytest's 600 s on a busy machine
 
 pytestmark = pytest.mark.timeout(LONG_SWEEP_TIMEOUT_S if LONG else 600)

@@ -39,7 +39,7 @@ def s3_server():
     server = S3Server()
     server.filesystem().create_dir(S3_BUCKET)
     yield server
-    server.stop()
+    server.close()
 
 
 def s3_uri(server, prefix: str, secret: str = SECRET) -> str:

@@ -90,6 +90,7 @@ def test_the_java_check_with_java_hidden_or_too_old(tmp_path):
     assert run_java_check(user_environment(PATH=str(new.parent), JAVA_HOME=None)) == "None"
 
 
+@pytest.mark.long  # about 11 s: a pytest of its own; the Java check itself is tested above, in `make test`
 def test_without_java_the_spark_tests_are_skipped_with_the_reason(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

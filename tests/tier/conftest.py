@@ -7,8 +7,9 @@ machine. Each test gets a bucket prefix of its own (`tier_uri`), parametrised ov
 
 from __future__ import annotations
 
-import logging
 import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -18,18 +19,43 @@ S3_BUCKET = "mqstore-tests"
 S3_KEY = "testing"  # dummy credentials: moto accepts any
 
 
+SERVER_PROGRAM = """
+import logging, os, sys
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+port = 0
+for command in iter(sys.stdin.readline, ""):
+    if command.strip() == "start":
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        port = server.get_host_and_port()[1]
+        print(port, flush=True)
+    elif command.strip() == "stop":
+        server.stop()
+        print("stopped", flush=True)
+os._exit(0)  # standard input closed: the test session ended, or died
+"""
+
+
 class S3Server:
-    """moto's S3 server on 127.0.0.1: `uri(prefix)` is a tier URI naming its endpoint; stop() and start() cut it
-    off and bring it back on the same port (the objects stay)."""
+    """moto's S3 server on 127.0.0.1, in a process of its own (its requests do not wait for the test's threads,
+    nor they for it): `uri(prefix)` is a tier URI naming its endpoint; stop() and start() cut it off and bring it
+    back on the same port (the objects stay: the process keeps them)."""
 
     def __init__(self):
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request otherwise
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self._server.start()
-        self.host, self.port = self._server.get_host_and_port()
+        self._process = subprocess.Popen([sys.executable, "-c", SERVER_PROGRAM], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True,
+                                         env=dict(os.environ, AWS_EC2_METADATA_DISABLED="true"))
+        self.host, self.port = "127.0.0.1", int(self._command("start"))
         self.running = True
+
+    def _command(self, command: str) -> str:
+        self._process.stdin.write(command + "\n")
+        self._process.stdin.flush()
+        answer = self._process.stdout.readline().strip()
+        if not answer:
+            raise RuntimeError(f"the moto server process did not {command}: exit status {self._process.poll()}")
+        return answer
 
     @property
     def endpoint(self) -> str:
@@ -46,15 +72,18 @@ class S3Server:
                                  endpoint_override=self.endpoint, allow_bucket_creation=True)
 
     def stop(self) -> None:
-        self._server.stop()
+        self._command("stop")
         self.running = False
 
     def start(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self._server.start()
+        self._command("start")
         self.running = True
+
+    def close(self) -> None:
+        """Stop the server and its process."""
+        self._process.stdin.close()
+        self._process.wait(30)
+        self.running = False
 
 
 @pytest.fixture(scope="session")
@@ -63,8 +92,7 @@ def s3_server():
     server = S3Server()
     server.filesystem().create_dir(S3_BUCKET)
     yield server
-    if server.running:
-        server.stop()
+    server.close()
 
 
 @pytest.fixture(params=["file", "s3"])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mqstore.consumequeue import format as queue_fmt
 
-from mqstore import Message, MessageStore
+from mqstore import FlushMode, Message, MessageStore
 from mqstore.tier import manifest as manifest_module
 from mqstore.tier.location import TierLocation, crc32
 from mqstore.tier.verify import verify_tier
@@ -164,8 +164,7 @@ def test_an_outage_is_retried_and_the_tier_catches_up(tmp_path):
         manifest = manifest_module.load(TierLocation.open(server.uri("outage")))
         assert manifest.end == after["uploaded_end"] > before["uploaded_end"]
     finally:
-        if server.running:
-            server.stop()
+        server.close()
 
 
 def test_a_tier_holding_another_stores_log_is_refused(tmp_path, tier_uri):
@@ -270,12 +269,18 @@ def test_queue_files_are_sent_again_only_every_refresh_bytes(tmp_path):
     assert manifest.queues_end < manifest.end
 
 
-@pytest.mark.parametrize("dispatch_process", [False, True])
-def test_a_sealed_segment_puts_every_message_in_the_tier(tmp_path, dispatch_process):
+@pytest.mark.parametrize("dispatch_process, flush_mode", [(False, FlushMode.ASYNC), (True, FlushMode.ASYNC),
+                                                         (False, FlushMode.SYNC)])
+def test_a_sealed_segment_puts_every_message_in_the_tier(tmp_path, dispatch_process, flush_mode):
+    """seal_segment() has the segment it ends flushed now: the interval flush here would not run for an hour, and
+    in SYNC mode nothing but a next put would flush the blank that ends the segment."""
     rng = random.Random(42)
     root = tmp_path / "store"
     uri = (tmp_path / "tier").as_uri()
-    with MessageStore.open(root, tier_config(uri, dispatch_process=dispatch_process)) as store:
+    hour_ms = 3_600_000
+    config = tier_config(uri, dispatch_process=dispatch_process, flush_mode=flush_mode, flush_interval_ms=hour_ms,
+                         flush_thorough_interval_ms=hour_ms)
+    with MessageStore.open(root, config) as store:
         put_messages(store, rng, 250)
         written_end = store.stats()["commitlog"]["max_offset"]
         end = store.seal_segment()

@@ -293,6 +293,34 @@ def test_interval_flusher_honours_least_pages_and_the_thorough_interval():
     assert flusher.stats.flush_count == 2
 
 
+def test_a_request_flushes_now_whatever_the_interval_and_the_dirty_pages():
+    spy = SpyFlushable(dirty=1)
+    flusher = IntervalFlusher([spy], interval_ms=3_600_000, least_pages=4, thorough_interval_ms=3_600_000)
+    flusher.start()
+    try:
+        flusher.request(1)
+        assert wait_until(lambda: spy.flushes) and spy.dirty == 0
+        spy.dirty = 1
+        flusher.request(2)  # each request is a round of its own
+        assert wait_until(lambda: len(spy.flushes) == 2)
+    finally:
+        flusher.stop()
+    assert flusher.stats.flush_count == 2
+
+
+def test_a_group_commit_request_flushes_in_its_thread_with_no_caller_waiting():
+    spy = SpyFlushable()
+    service = GroupCommitService(spy, 0)
+    service.start()
+    try:
+        spy.written = 100
+        service.request(100)
+        assert wait_until(lambda: service.durable_position >= 100)
+        assert spy.threads == ["mqstore-group-commit"]
+    finally:
+        service.stop()
+
+
 def _spy_on_log_flush(store):
     """Record the durable position each CommitLog flush returns."""
     log = store._commitlog
