@@ -420,7 +420,7 @@ class IntervalFlusher:
         self._clock = clock
         self._last_thorough = clock()
         self._wake = threading.Event()
-        self._asked = False  # request(): the next round is thorough, and runs now
+        self._requests = self._served = 0  # request() counts; a round that sees more than it served is thorough
         self._stopping = False
         self.stats = FlushStats()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -431,7 +431,8 @@ class IntervalFlusher:
     def run_once(self) -> int:
         """One round: flush what is due; returns how many flushables were flushed."""
         now = self._clock()
-        asked, self._asked = self._asked, False
+        requests = self._requests  # read once: a request after this read wakes the next round, which serves it
+        asked, self._served = requests != self._served, requests
         thorough = asked or (now - self._last_thorough) * 1000.0 >= self.thorough_interval_ms
         if thorough:
             self._last_thorough = now
@@ -451,7 +452,7 @@ class IntervalFlusher:
 
     def request(self, position: int) -> None:
         """Run a thorough round now (everything dirty, `position` included), without waiting for it."""
-        self._asked = True
+        self._requests += 1
         self._wake.set()
 
     def _run(self) -> None:
