@@ -22,6 +22,7 @@ import contextlib
 import gc
 import os
 import sys
+import threading
 
 import mqstore.commitlog.commitlog as commitlog_module
 import pytest
@@ -39,7 +40,9 @@ pytestmark = [
 
 SPACERS = 3  # tracked objects made at the end of _arm (see there)
 ALLOCATIONS_MAX = 400  # allocations of tracked objects in one call, at most (a bound of the sweep)
-FIRST_TRIES = 3  # calls at the first position before it counts as running no collection (see _sweep)
+FIRST_TRIES = 3  # empty calls at the first position before it counts as running no collection (see _sweep)
+EMPTY_TRIES = 2  # ...at a later position
+EXACT_TRIES = 8  # calls at a position, at most
 TUPLE_FREE_SIZES = 20  # CPython 3.11 keeps free lists of tuples of 1 to 19 items...
 FREE_LIST_MAX = 2000  # ...of up to 2000 each (80 lists, 80 dicts)
 BORN_MS = 1_600_000_000_000  # every message names its born time: the replay need not match the clock for it
@@ -56,18 +59,25 @@ class _Finalizer:
 
 
 class _Armed:
-    """A gc callback: counts the collections that start while `on`; the first leaves a _Finalizer running `action`.
-    It keeps what `_arm` set up, for `_disarm`."""
+    """A gc callback: counts the collections that start while `on`, those the arming thread starts (`count`) apart
+    from those another thread starts (`foreign`: a store's thread, which allocates too); the arming thread's first
+    leaves a _Finalizer running `action`. It keeps what `_arm` set up, for `_disarm`."""
 
     def __init__(self, action):
-        self.action, self.on, self.count = action, False, 0
+        self.action, self.on, self.count, self.foreign, self.exact = action, False, 0, 0, False
+        self.thread = threading.get_ident()
         self.threshold = self.drained = self.spacer = None
 
     def __call__(self, phase, info):
         if phase == "start" and self.on:
+            if threading.get_ident() != self.thread:
+                self.foreign += 1
+                return
             self.count += 1
-            if self.count == 1 and self.action is not None:
-                _Finalizer(self.action)
+            if self.count == 1:
+                self.exact = not self.foreign  # the first collection came where _arm set it
+                if self.action is not None:
+                    _Finalizer(self.action)
 
 
 def _arm(allocations: int, action=None) -> _Armed:
@@ -92,13 +102,12 @@ def _arm(allocations: int, action=None) -> _Armed:
     return armed
 
 
-def _disarm(armed: _Armed) -> int:
-    """Undo _arm; the number of collections that started in between."""
+def _disarm(armed: _Armed) -> None:
+    """Undo _arm (its counts stay in `armed`)."""
     armed.on = False
     gc.set_threshold(*armed.threshold)
     gc.callbacks.remove(armed)
     armed.drained = armed.spacer = None
-    return armed.count
 
 
 def _positions():
@@ -109,13 +118,30 @@ def _positions():
 
 def _sweep(call_at, mutation) -> int:
     """The first position whose call ran no collection: `call_at(allocations, mutation)` for allocations = 1, 2, ...
-    (each call returns how many collections started). Position 1 is tried up to FIRST_TRIES times: a store's own
-    thread may run between _arm and the call and free tracked objects, which lowers the collector's count below
-    what the call's first allocation needs, so one call there can collect nothing by chance."""
+    (each call returns its _Armed).
+
+    A store's own threads allocate and free tracked objects too, and may run during the call (while it waits for a
+    lock or the disk): a collection one of them starts resets the count, so the calling thread's first collection
+    comes later than set, or not at all. A position is therefore tried again until a call's first collection is
+    its own and came before any other (exact), or a call ran no collection in any thread (empty), at most
+    EXACT_TRIES times; the sweep ends at a position whose calls were empty EMPTY_TRIES times (FIRST_TRIES at
+    position 1: a store thread's frees between _arm and the call lower the count below what the call's first
+    allocation needs, and leave no trace), or none of whose calls collected in the calling thread."""
     for allocations in _positions():
-        tries = FIRST_TRIES if allocations == 1 else 1
-        if not any(call_at(allocations, mutation) for _ in range(tries)):
-            return allocations
+        needed = FIRST_TRIES if allocations == 1 else EMPTY_TRIES
+        empty = reached = 0
+        for _ in range(EXACT_TRIES):
+            armed = call_at(allocations, mutation)
+            reached += armed.count > 0
+            if armed.count and armed.exact:
+                break
+            if not armed.count and not armed.foreign:
+                empty += 1
+                if empty == needed:
+                    return allocations
+        else:
+            if not reached:
+                return allocations
     raise AssertionError("unreachable: _positions raises at its end")
 
 
@@ -268,14 +294,14 @@ def test_a_finalizer_during_a_compiled_put_stores_one_consistent_message(tmp_pat
         if result is None or result == "raised":
             outcomes["left" if result is None else "raised"] += 1
             assert store._commitlog.readable_end() == end, (mutation, allocations)
-            return armed.count
+            return armed
         assert result.status is PutStatus.PUT_OK
         stored = store.read_at(result.commitlog_offset)
         same_as_original = _same(stored, original)
         assert same_as_original or _same(stored, changed), (mutation, allocations, stored)
         outcomes["stored-original" if same_as_original else "stored-changed"] += 1
         replay.operations.append(("put", original if same_as_original else changed, result.store_timestamp_ms))
-        return armed.count
+        return armed
 
     with store:
         for mutation in MUTATIONS:
@@ -315,7 +341,7 @@ def test_a_finalizer_during_the_compiled_prepare_gives_the_python_record_of_one_
                 if changed != original and not changed.tags and not changed.keys and not changed.properties:
                     expected.append(log.prepare(changed))
                 assert record in expected, (mutation, allocations)
-            return armed.count
+            return armed
 
         for mutation in MUTATIONS:
             swept = _sweep(prepare_at, mutation)
@@ -365,7 +391,7 @@ def test_a_finalizer_during_prepare_batch_gives_the_python_columns_of_one_batch(
             try:
                 columns = log.prepare_batch(batch)
             except Exception:
-                return armed.count
+                return armed
             finally:
                 _disarm(armed)
             changed = [_copy(m) for m in batch]
@@ -378,7 +404,7 @@ def test_a_finalizer_during_prepare_batch_gives_the_python_columns_of_one_batch(
                     assert got[n] in (reference[0][n], reference[1][n]), (mutation, allocations, n)
             else:
                 assert got in reference, (mutation, allocations)
-            return armed.count
+            return armed
 
         for mutation in BATCH_MUTATIONS:
             swept = _sweep(prepare_at, mutation)
@@ -407,7 +433,7 @@ def test_a_finalizer_during_put_batch_stores_consistent_messages(tmp_path, monke
             _disarm(armed)
         if results is None:  # a clean error: nothing written
             assert store._commitlog.readable_end() == end
-            return armed.count
+            return armed
         changed = [_copy(m) for m in batch]
         assert len(results) == BATCH and all(r.status is PutStatus.PUT_OK for r in results)
         kept_versions = []
@@ -417,7 +443,7 @@ def test_a_finalizer_during_put_batch_stores_consistent_messages(tmp_path, monke
             assert _same(stored, version), (mutation, allocations, n, stored)
             kept_versions.append(version)
         replay.operations.append(("batch", kept_versions, results[0].store_timestamp_ms))
-        return armed.count
+        return armed
 
     with store:
         for mutation in BATCH_MUTATIONS[:-1]:  # put_batch copies the caller's list first: no shrink reaches it
