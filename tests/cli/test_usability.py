@@ -38,6 +38,20 @@ def test_pyproject_reads_the_version_and_declares_an_spdx_license():
     assert "setuptools>=77" in project["build-system"]["requires"]  # the first to take an SPDX string
 
 
+def test_pyproject_lists_every_package_of_the_tree():
+    """setuptools installs the packages named in pyproject.toml, no others: one left out is missing from a wheel
+    and from `pip install .` (an editable install hides it)."""
+    settings = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["setuptools"]
+    roots = {"mqstore": "mqstore", **settings["package-dir"]}
+    found = set()
+    for name, directory in roots.items():
+        top = PYPROJECT.parent / directory
+        for init in top.rglob("__init__.py"):
+            parts = init.parent.relative_to(top).parts
+            found.add(".".join((name, *parts)))
+    assert found == set(settings["packages"])
+
+
 # --- put -------------------------------------------------------------------------------------------------------
 def test_put_drops_the_carriage_return_of_crlf_lines(mqstore, tmp_path):
     root = tmp_path / "store"
