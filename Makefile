@@ -23,13 +23,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m mqstore demo
 
-# The linter (rules and line length in pyproject.toml), then the whole test suite, OWN_INTERPRETER in a second
-# pytest of its own: its gc sweeps walk the heap at every step, and the heap of a pytest that imported every test
-# module makes them three times as slow. pytest's exit code 5 (no test collected) is reported as a failure with a
-# reason; either run failing fails the target.
+# The linter (rules and line length in pyproject.toml), then the whole test suite in TEST_WORKERS pytest-xdist
+# workers (a test module's tests in one worker: its fixtures are made once), OWN_INTERPRETER after it in a pytest of
+# its own: its gc sweeps walk the heap at every step, and the heap of a pytest that imported every test module makes
+# them three times as slow. pytest's exit code 5 (no test collected) is reported as a failure with a reason; either
+# run failing fails the target.
+TEST_WORKERS ?= 2
 OWN_INTERPRETER := tests/native/test_finalizers.py
 test: lint
-	@$(BIN)/python -m pytest -m "not long" --durations=25 $(addprefix --ignore=,$(OWN_INTERPRETER)); status=$$?; \
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not long" --durations=25 \
+		$(addprefix --ignore=,$(OWN_INTERPRETER)); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
 	$(BIN)/python -m pytest -m "not long" $(OWN_INTERPRETER); second=$$?; \
 	if [ $$status -ne 0 ]; then exit $$status; fi; exit $$second
