@@ -3,7 +3,7 @@ mqstore from it alone runs a store with delays, timers, leases and a file:// tie
 Makefile's) reads the tree itself, so a package pyproject.toml leaves out shows only here (and in
 tests/cli/test_usability.py's comparison of the two lists).
 
-Marked long: the build compiles the extension (about a minute on 2 cores)."""
+Marked long: the build compiles the extension (20-30 s on 2 cores)."""
 
 from __future__ import annotations
 
