@@ -1,9 +1,9 @@
 """The wheel `pip wheel .` builds from the tracked files holds every module of the tree, and a writer importing
-mqstore from it alone runs a store with delays, timers, leases and a file:// tier. An editable install (the
-Makefile's) reads the tree itself, so a package pyproject.toml leaves out shows only here (and in
+mqstore from it alone runs a store with delays, timers, leases and a file:// tier, and the demo. An editable
+install (the Makefile's) reads the tree itself, so a package pyproject.toml leaves out shows only here (and in
 tests/cli/test_usability.py's comparison of the two lists).
 
-Marked long: the build compiles the extension (20-30 s on 2 cores)."""
+Marked long: the build compiles the extension (20-30 s on 2 cores; about a minute with the demo)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ SMOKE = textwrap.dedent("""
         store.put(with_delay(Message("later", b"in an hour"), delay_ms=3_600_000))
         store.put(with_delay_level(Message("later", b"level 3"), 3))
         consumer = open_lease_consumer(store, "workers", "jobs")
-        leased = consumer.receive(max_count=1, visibility_ms=30_000, timeout_ms=2000)
+        leased = consumer.receive(max_count=1, visibility_ms=30_000, timeout_ms=30_000)
+        assert leased, ("nothing leased in 30 s", store.max_offset("jobs", 0), store.stats()["dispatch"])
         consumer.ack(leased[0].lease)
         consumer.close()
         body = leased[0].message.body.decode()
@@ -97,3 +98,7 @@ def test_a_wheel_of_the_tree_holds_every_module_and_runs_a_store(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.split() == ["now", "now", "True"]
+    demo = subprocess.run([sys.executable, "-m", "mqstore", "demo", "--messages", "3000", "--store", "demo"],
+                          env=environment, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr[-4000:]
+    assert "3,000" in demo.stdout or "3000" in demo.stdout, demo.stdout
