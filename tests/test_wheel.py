@@ -13,21 +13,22 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("commitlog", "consumequeue", "indexfile", "flush")  # installed as mqstore.<layer>
 
 pytestmark = pytest.mark.long
 
 
 def _tree_modules() -> set[str]:
-    """Every module of the source tree, by its installed name."""
+    """Every module of the source tree, by its installed name (the layers pyproject.toml maps into mqstore too)."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     found = set()
-    for name, directory in {"mqstore": "mqstore", **{f"mqstore.{layer}": layer for layer in LAYERS}}.items():
+    for name, directory in {"mqstore": "mqstore", **settings["package-dir"]}.items():
         top = ROOT / directory
         for path in top.rglob("*.py"):
             if "__pycache__" in path.parts or not (path.parent / "__init__.py").is_file():
@@ -66,6 +67,7 @@ SMOKE = textwrap.dedent("""
         store.put(Message("jobs", b"now", tags="T", keys=("k",)))
         store.put(with_delay(Message("later", b"in an hour"), delay_ms=3_600_000))
         store.put(with_delay_level(Message("later", b"level 3"), 3))
+        assert store.wait_dispatched(30), store.stats()["dispatch"]  # query reads the index dispatch writes
         consumer = open_lease_consumer(store, "workers", "jobs")
         leased = consumer.receive(max_count=1, visibility_ms=30_000, timeout_ms=30_000)
         assert leased, ("nothing leased in 30 s", store.max_offset("jobs", 0), store.stats()["dispatch"])
