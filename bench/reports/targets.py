@@ -41,7 +41,8 @@ def report_users(data: dict, readme_only: bool = False) -> str:
     reruns = data.get("reruns", [])
     if reruns:
         intro += " Measured again later (`--only ... --merge`): " + "; ".join(
-            f"{', '.join(run['only'])} at {run['date_utc']} UTC, {run['rounds']} rounds" for run in reruns) + "."
+            f"{', '.join(run['only'])} at {run['date_utc']} UTC, {run['rounds']} rounds"
+            + (f" ({run['note'].rstrip('.')})" if run.get("note") else "") for run in reruns) + "."
     gaps = ("bench/" if readme_only else "") + GAPS.relative_to(HERE).as_posix()
     return intro + "\n\n" + table(rows, [
         ("workload", "label", text), ("mqstore", "measured_text", text), ("reference, same run", "reference_text",
