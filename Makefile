@@ -49,9 +49,13 @@ test-fast: lint
 	$(BIN)/python -m pytest -q -m "not spark and not crash and not slow"
 
 # The suite with the pure-Python codec (the compiled one stays built: the codec tests compare the two), every test
-# not marked long, as make test; CI runs it after the sanitizer pass.
+# not marked long, as make test runs them (the workers, then OWN_INTERPRETER); CI runs it after the sanitizer pass.
 test-python: $(STAMP)
-	MQSTORE_NATIVE=0 $(BIN)/python -m pytest -q -m "not long"
+	@MQSTORE_NATIVE=0 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not long" \
+		$(addprefix --ignore=,$(OWN_INTERPRETER)); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
+	MQSTORE_NATIVE=0 $(BIN)/python -m pytest -q -m "not long" $(OWN_INTERPRETER); second=$$?; \
+	if [ $$status -ne 0 ]; then exit $$status; fi; exit $$second
 
 bench: $(STAMP)
 	$(BIN)/python bench/put_get.py

@@ -10,7 +10,6 @@ Rows (each round runs every row once, in turn; each row in a fresh process and s
   tag only; noindex: index_enabled=False).
 - batch keys prebuilt: the same, the Messages built before the clock (the store's own cost).
 - put 1k: the messages of "batch keys" put one by one with put(), built in the loop (64 MiB segments).
-- put noprefault: "put" with `prefault_ahead=False` (decision 0058: no clean pages read in ahead of the writer).
 - rmq: RocketMQ's putMessage of 100 B, ASYNC, 4 topics x 4 queues, one thread, tag + key, JIT warmed.
 - demo: `mqstore demo`'s writes (its messages, put_batch of 1000, the default StoreConfig).
 With `--baseline OTHER/.venv/bin/python` every row but rmq also runs on that checkout ("base ROW"), in the same
@@ -45,11 +44,11 @@ def _worker(row: str, directory: str, count: int) -> dict:
     import mqstore
     from mqstore import Message, MessageStore, StoreConfig
 
-    if row in ("put", "put noprefault"):
+    if row == "put":
         body = os.urandom(100)
         topics = [f"T{t}" for t in range(TOPICS)]
         tags = [f"tag{t}" for t in range(TAG_COUNT)]
-        with MessageStore.open(directory, StoreConfig(prefault_ahead=row == "put")) as store:
+        with MessageStore.open(directory, StoreConfig()) as store:
             put = store.put
             started = time.perf_counter()
             cpu = time.thread_time()
@@ -177,7 +176,7 @@ def main() -> int:
                     result = _rocketmq(directory, args.count)
                 else:
                     python, worker_row = (args.baseline, row[5:]) if row.startswith("base ") else (sys.executable, row)
-                    count = args.count if worker_row in ("put", "put noprefault") else args.batch_count
+                    count = args.count if worker_row == "put" else args.batch_count  # "put 1k" too
                     done = subprocess.run([python, os.path.abspath(__file__), "--worker", worker_row, directory,
                                            str(count)], capture_output=True, text=True, timeout=1800)
                     result = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-500:]
@@ -204,7 +203,7 @@ def main() -> int:
                 print("      ms a batch (writer CPU; reservations wall-clock): " + ", ".join(
                     f"{name} {statistics.median(s[name] for s in steps):.3f}" for name in steps[0]))
     rmq = [v["msgs_per_s"] for v in results.get("rmq", [])]
-    for row in ("put", "put noprefault", "base put"):
+    for row in ("put", "base put"):
         if rmq and results.get(row) and len(results[row]) == len(rmq):
             ratios = [v["msgs_per_s"] / r for v, r in zip(results[row], rmq)]
             print(f"  {row} / rmq, per round: median {statistics.median(ratios):.2f} "

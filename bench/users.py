@@ -319,20 +319,13 @@ def async_rows(run: Run) -> list[dict]:
         label = f"ASYNC put {({100: '100 B', 1000: '1 KB'}).get(body, 'mixed 16 B-4 KB')}, tag+key, 1 thread"
         print(f"  {label}: {count:,} puts", flush=True)
         references = {"RocketMQ": lambda: rmq_put(run, rmq_body, "async", 1, count)} if run.rmq_home else {}
-        references[OFF] = lambda: in_fresh_dir(run, "async_put", body=body, count=count, prefault_ahead=False)["rate"]
         mine, refs = interleaved(run, lambda: in_fresh_dir(run, "async_put", body=body, count=count)["rate"],
                                  references)
         reference_label = ("RocketMQ" + (f" at the mean size, {rmq_body} B" if body == "mixed" else "")
                            if run.rmq_home else NO_RMQ)
         rows.append(make_row(name, label, ">= 1.5x RocketMQ", 1.5, mine, "msgs/s", reference=refs.get("RocketMQ"),
                              reference_label=reference_label, count=count))
-        rows.append(make_row(f"{name}-no-prefault", f"{label.replace(', 1 thread', '')}, {OFF} (diagnostic)", "-",
-                             None, refs[OFF], "msgs/s", reference=mine, reference_label="the default (the row above)",
-                             readme=False, count=count))
     return rows
-
-
-OFF = "prefault_ahead=False"  # the ASYNC rows' diagnostic: no clean pages read in ahead of the writer (0058)
 
 
 def read_store(run: Run) -> str:

@@ -114,10 +114,10 @@ def worker_aio_put(root: str, inflight: int, count: int) -> dict:
     return {"count": per * inflight, "seconds": seconds, "rate": per * inflight / seconds}
 
 
-def worker_async_put(root: str, body, count: int, prefault_ahead: bool = True) -> dict:
+def worker_async_put(root: str, body, count: int) -> dict:
     """ASYNC (the default) puts from one thread; `body` is a size or "mixed"."""
     pool = bodies(body)
-    with MessageStore.open(root, StoreConfig() if prefault_ahead else StoreConfig(prefault_ahead=False)) as store:
+    with MessageStore.open(root, StoreConfig()) as store:
         put = store.put
         written = 0
         began = time.perf_counter()

@@ -206,9 +206,10 @@ class CommitLog:
         # Called with the segment being written when the writer comes within next_segment_lead_bytes of its end
         # (once a segment), under the writer lock: the owner has the next segment made ahead of need then.
         self.near_end_listeners: list = []
-        # When the owner sets a deque here (bounded, dropping its oldest), append() describes each record it writes to
-        # the dispatch thread (commitlog.dispatch), unless its topic and properties take over DESCRIBED_TAIL_BYTES_MAX
-        # (dispatch parses those): the deque keeps what it holds alive.
+        # When the owner sets a deque here, append() describes each record it writes to the dispatch thread
+        # (commitlog.dispatch): a bounded deque that drops its oldest entries. A record whose topic and properties
+        # take over DESCRIBED_TAIL_BYTES_MAX is not described (dispatch parses it): the deque keeps what it holds
+        # alive.
         self._written_records = None
         self.segment_source = None  # optional callable(base_offset) -> MappedFile | None made ahead of need
         # Optional callable(MappedFile) given each segment the writer leaves at a roll, which must advise it for
@@ -222,7 +223,6 @@ class CommitLog:
         # first write through a mapping is a page fault. See docs/decisions/0024-batches-written-with-pwrite.md.
         self.batch_write_through = False
         self.batch_scratch: bytearray | None = None
-        self.written_through_bytes = 0  # log bytes written with pwrite so far (the rest went through the mapping)
         self._unique_keys: UniqueKeyGenerator | None = None  # see the unique_keys property
         self.last_store_timestamp_ms = 0  # store time of the newest appended record
         self.flushed_position = 0  # everything below is on disk
@@ -756,10 +756,9 @@ class CommitLog:
             return dropped
 
     def writer_position(self) -> tuple:
-        """(mapping array, base offset, log end, bytes written with pwrite so far) of the segment appends go to
-        (array None before the first), for threads that work ahead of the writer: read without the lock, so at
-        worst one roll stale."""
-        return self._array, self._segment_base, self._end, self.written_through_bytes
+        """(mapping array, base offset, log end) of the segment appends go to (array None before the first), for
+        threads that work ahead of the writer: read without the lock, so at worst one roll stale."""
+        return self._array, self._segment_base, self._end
 
     def dirty_bytes(self) -> int:
         """Bytes appended but not yet flushed (the Flushable protocol of the flush services)."""

@@ -259,8 +259,6 @@ def append_columns(log, columns: Columns) -> tuple[np.ndarray, np.ndarray, int, 
             error = exc
             break
         log.set_end(int(ends[run - 1]))  # published only when the whole run is written
-        if through:
-            log.written_through_bytes += int(ends[run - 1]) - offset
         done = stop
     if done:
         log.last_store_timestamp_ms = store_ts  # after the records are published, as append() does

@@ -19,14 +19,6 @@ AHEAD_WINDOW_BYTES ahead of the writer, whenever it has nothing else to do (a st
 reopened store's current one, and any segment the writer reaches before warming got there): the writer's
 first touch of a page costs a page fault (about 0.5 GB/s here), which the thread takes on the other core
 instead. Only with MADV_POPULATE_WRITE: zeros written ahead of a live writer could overwrite its records.
-
-With `prefault_ahead=True` and `warm=False` (the store's default with ASYNC flushing), the thread does the same
-ahead of the writer with MADV_POPULATE_READ instead, and pre-faults the first window of each segment it makes:
-the pages come into the page cache clean (zeros read from the reserved extents or the hole), so nothing more is
-written back, and the writer's first touch of each is a minor fault instead of the kernel's read-around of
-8 MiB of fresh pages in the putting thread. Only while most of what the writer wrote since the thread last
-looked went through the mapping: batches written with pwrite take no page fault, and pages read in ahead of
-them only cost the other core (docs/decisions/0058-clean-pages-ahead-of-the-writer.md).
 """
 
 from __future__ import annotations
@@ -41,7 +33,7 @@ from typing import Callable
 
 from mqstore.commitlog import format as fmt
 from mqstore.commitlog.errors import StoreIOError
-from mqstore.commitlog.mapped_file import MADV_POPULATE_READ, MADV_POPULATE_WRITE, MappedFile, madvise
+from mqstore.commitlog.mapped_file import MADV_POPULATE_WRITE, MappedFile, madvise
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +68,9 @@ class SegmentAllocator:
 
     def __init__(self, directory: str, segment_size_bytes: int, *, preallocate: bool, warm: bool,
                  writer_position: Callable[[], tuple] | None = None, advise_random: bool = False,
-                 reserve_bytes: int | None = None, prefault_ahead: bool = False):
-        """`writer_position()` -> (mapping array, base offset, log end, bytes written with pwrite so far) of the
-        segment being written (array None before the first); with `warm`, the thread pre-faults that segment
-        ahead of the writer with dirty zero pages (MADV_POPULATE_WRITE); with `prefault_ahead` and not `warm`,
-        with clean ones (MADV_POPULATE_READ), and the first window of each segment it makes too. With
+                 reserve_bytes: int | None = None):
+        """`writer_position()` -> (mapping array, base offset, log end) of the segment being written (array None
+        before the first); with `warm`, the thread pre-faults that segment ahead of the writer. With
         `advise_random` new segments are advised for appending (MappedFile.advise_appending) before anything
         touches them. With `preallocate`, the first `reserve_bytes` of a new segment get their disk reserved
         (all of it when None)."""
@@ -92,11 +82,7 @@ class SegmentAllocator:
         self._lock = threading.Lock()
         self._pending: dict[int, _Allocation] = {}
         self._requests: queue.SimpleQueue = queue.SimpleQueue()  # allocations, segments to retire; None stops
-        self._writer_position = writer_position if (warm or prefault_ahead) and _madvise is not None else None
-        self._ahead_advice = MADV_POPULATE_WRITE if warm else MADV_POPULATE_READ
-        self._clean_first_window = prefault_ahead and not warm and _madvise is not None
-        self._seen_end = self._seen_through = 0  # the writer's log end and pwrite total when last looked at
-        self._through_mapping = True  # whether most bytes written since the look before went through the mapping
+        self._writer_position = writer_position if warm and _madvise is not None else None
         self.advise_random = advise_random
         self._ahead_base: int | None = None  # the segment pre-faulted ahead of the writer ...
         self._ahead_until = 0  # ... up to this position in it
@@ -164,9 +150,6 @@ class SegmentAllocator:
                 self._warm(path, allocation.stop)
             else:
                 allocation.segment = segment
-                if self._clean_first_window and self._through_mapping:  # take() may hand it over meanwhile
-                    allocation.created.set()
-                    self._prefault_clean(array, allocation.stop, min(AHEAD_WINDOW_BYTES, self.segment_size_bytes))
         except BaseException as exc:  # noqa: BLE001 - handed to take(), which raises it in the writer
             allocation.error = exc
 
@@ -190,34 +173,12 @@ class SegmentAllocator:
             self.warmed_bytes += length
         return True
 
-    def _prefault_clean(self, array, stop: threading.Event, end: int) -> None:
-        """Bring [0, end) of a new segment's mapping into the page cache clean (MADV_POPULATE_READ), a chunk at a
-        time, until closing or the next request; the first failure ends it (an optimisation: the segment is
-        good)."""
-        address = array.ctypes.data
-        for position in range(0, end, AHEAD_CHUNK_BYTES):
-            if stop.is_set() or not self._requests.empty():
-                return
-            length = min(AHEAD_CHUNK_BYTES, end - position)
-            if _madvise(address + position, length, MADV_POPULATE_READ) != 0:
-                log.warning("pre-faulting a new segment stopped at %d: %s", position, os.strerror(ctypes.get_errno()))
-                return
-            self.warmed_bytes += length
-
     def _warm_ahead(self) -> None:
         """Pre-fault the writer's segment up to AHEAD_WINDOW_BYTES past its end, a chunk at a time, until a
-        request comes. Neither advice writes anything: records written meanwhile are untouched (MADV_POPULATE_WRITE
-        maps the pages writable, dirty; MADV_POPULATE_READ reads them in clean)."""
-        array, base, end, through = self._writer_position()  # without the writer lock: at worst one roll stale
+        request comes (MADV_POPULATE_WRITE writes nothing: records written meanwhile are untouched)."""
+        array, base, end = self._writer_position()  # read without the writer lock: at worst one roll stale
         if array is None:
             return
-        if self._ahead_advice == MADV_POPULATE_READ:
-            grown, through_grown = end - self._seen_end, through - self._seen_through
-            self._seen_end, self._seen_through = end, through
-            if grown > 0:  # pwrite takes no page fault: clean pages ahead of it only cost this thread's CPU
-                self._through_mapping = through_grown * 2 < grown
-            if not self._through_mapping:
-                return
         if base != self._ahead_base:
             self._ahead_base, self._ahead_until = base, 0
         size = len(array)
@@ -227,7 +188,7 @@ class SegmentAllocator:
         address = array.ctypes.data  # `array` keeps the mapping alive while it is pre-faulted, even once closed
         while start < target and self._requests.empty():
             length = min(AHEAD_CHUNK_BYTES, target - start)
-            if _madvise(address + start, length, self._ahead_advice) != 0:
+            if _madvise(address + start, length, MADV_POPULATE_WRITE) != 0:
                 log.warning("pre-faulting ahead of the writer stopped: %s", os.strerror(ctypes.get_errno()))
                 self._writer_position = None  # an optimisation: not tried again
                 return

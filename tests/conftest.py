@@ -140,32 +140,16 @@ def small_config(**overrides):
     settings.update(overrides)
     return StoreConfig(**settings)
 
-def _mapping_smaps(array) -> dict[str, list[str]]:
-    """The /proc/self/smaps fields of the mapping an array starts: name -> the words after it."""
+def mapping_vm_flags(array) -> set[str]:
+    """The kernel's flags of the mapping an array starts (VmFlags in /proc/self/smaps: "rr" is MADV_RANDOM)."""
     address = array.ctypes.data
     with open("/proc/self/smaps", encoding="ascii") as handle:
-        fields = None
+        inside = False
         for line in handle:
             head = line.split(None, 1)[0]
             if "-" in head and not head.endswith(":"):  # a mapping's first line: start-end perms ...
-                if fields is not None:
-                    return fields
                 start, end = (int(part, 16) for part in head.split("-"))
-                fields = {} if start <= address < end else None
-            elif fields is not None:
-                fields[head.rstrip(":")] = line.split()[1:]
-    if fields is None:
-        raise LookupError(f"no mapping at {address:#x}")
-    return fields
-
-
-def mapping_vm_flags(array) -> set[str]:
-    """The kernel's flags of the mapping an array starts (VmFlags in /proc/self/smaps: "rr" is MADV_RANDOM)."""
-    return set(_mapping_smaps(array)["VmFlags"])
-
-
-def mapping_resident_bytes(array) -> tuple[int, int]:
-    """(resident, dirty) bytes of the mapping an array starts, as /proc/self/smaps counts them."""
-    fields = _mapping_smaps(array)
-    kib = {name: int(fields[name][0]) for name in ("Rss", "Shared_Dirty", "Private_Dirty")}
-    return kib["Rss"] * 1024, (kib["Shared_Dirty"] + kib["Private_Dirty"]) * 1024
+                inside = start <= address < end
+            elif inside and line.startswith("VmFlags:"):
+                return set(line.split()[1:])
+    raise LookupError(f"no mapping at {address:#x}")

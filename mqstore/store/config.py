@@ -116,13 +116,6 @@ class StoreConfig:
     are cheap, and with ASYNC flushing the segment being written too, up to 32 MiB ahead of the writer; the zero
     pages are written back like data (such a store takes the disk of whole segments: docs/storage.md)."""
 
-    prefault_ahead: bool = True
-    """with ASYNC flushing and warm_segments=False, pre-fault the segment being written up to 32 MiB ahead of the
-    writer, and the first 32 MiB of each new segment, in the allocator's thread with clean pages (madvise
-    MADV_POPULATE_READ): nothing more is written back, and a put's first touch of a page is a minor fault instead
-    of the kernel's read-around of fresh pages in the putting thread (docs/decisions/0058). The pages cost 32-64
-    MiB of page cache. No effect with SYNC flushing. Not a format setting."""
-
     write_fault_readahead: bool = True
     """whether a put's page fault in the segment being written may read around (the kernel's readahead on a fault
     fills `read_ahead_kb` of the file, 8 MiB on this project's machine, in the faulting thread). With False the
@@ -248,9 +241,9 @@ class StoreConfig:
         _check_int("sync_flush_timeout_ms", self.sync_flush_timeout_ms, 1, 3_600_000)
         _check_int("flush_consume_queue_interval_ms", self.flush_consume_queue_interval_ms, 1, 3_600_000)
         _check_int("max_dispatch_lag_bytes", self.max_dispatch_lag_bytes, 0, 1 << 50)
-        for name in ("dispatch_process", "warm_segments", "prefault_ahead", "write_fault_readahead",
-                     "preallocate_segments", "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled",
-                     "record_crc", "delete_unexpired_on_disk_pressure", "tier_verify_uploads", "tier_upload_process"):
+        for name in ("dispatch_process", "warm_segments", "write_fault_readahead", "preallocate_segments",
+                     "check_crc_on_dispatch", "check_crc_on_recover", "index_enabled", "record_crc",
+                     "delete_unexpired_on_disk_pressure", "tier_verify_uploads", "tier_upload_process"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         fixed = MESSAGE_OVERHEAD_MAX_BYTES

@@ -510,14 +510,12 @@ class MessageStore(Reads, IndexLookups):
         config = self.config
         log_ = self._commitlog
         # With ASYNC flushing the allocator also pre-faults the segment being written, ahead of the writer. Not
-        # with SYNC: with warm_segments each put's fdatasync would write those zero pages back too, and the next
-        # put waits for it; the clean pages of prefault_ahead save a SYNC put little beside its fdatasync.
+        # with SYNC: each put's fdatasync would write those zero pages back too, and the next put waits for it.
         allocator = SegmentAllocator(log_.directory, config.segment_size_bytes,
                                      preallocate=config.preallocate_segments, warm=config.warm_segments,
                                      writer_position=None if self._sync_flush else log_.writer_position,
                                      advise_random=not config.write_fault_readahead,
-                                     reserve_bytes=SPACE_RESERVE_STEP_BYTES,
-                                     prefault_ahead=config.prefault_ahead and not self._sync_flush)
+                                     reserve_bytes=SPACE_RESERVE_STEP_BYTES)
         log_.segment_source = allocator.take
         log_.segment_retirer = allocator.retire
         log_.advise_random_appends = not config.write_fault_readahead

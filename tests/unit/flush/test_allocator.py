@@ -80,13 +80,8 @@ def _wait_for(condition, what: str) -> None:
 
 
 @pytest.mark.skipif(allocator_module._madvise is None, reason="needs madvise")
-@pytest.mark.parametrize("warm", [True, False], ids=["warm-dirty", "prefault-clean"])
-def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, monkeypatch, warm):
-    """warm_segments: pages made writable ahead of the writer (dirty zeros); prefault_ahead: read in clean, so
-    that nothing more is written back."""
+def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, monkeypatch):
     from mqstore.commitlog.mapped_file import MappedFile
-
-    from tests.conftest import mapping_resident_bytes
 
     window = 1024 * 1024
     monkeypatch.setattr(allocator_module, "AHEAD_WINDOW_BYTES", window)
@@ -94,8 +89,8 @@ def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, 
     written = os.urandom(100_000)
     segment.view[: len(written)] = written
     position = [segment.array, 0, len(written)]
-    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=warm,
-                                 writer_position=lambda: (*position, 0), prefault_ahead=not warm)
+    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=True,
+                                 writer_position=lambda: tuple(position))
     try:
         page = mmap.PAGESIZE
         ahead = -(-(len(written) + window) // page) * page  # the window, to a page boundary
@@ -103,13 +98,6 @@ def test_the_segment_being_written_is_pre_faulted_ahead_of_the_writer(tmp_path, 
         assert allocator._ahead_until == ahead  # not more (mincore cannot tell: page-cache read-ahead comes
         assert all(_resident(segment.array, 0, ahead))  # with the faults)
         assert allocator.warmed_ahead_bytes == ahead - (len(written) - len(written) % page)
-        resident, dirty = mapping_resident_bytes(segment.array)
-        assert resident >= ahead
-        written_pages = -(-len(written) // page) * page
-        if warm:
-            assert dirty >= ahead - written_pages  # the zero pages are dirty: written back like data
-        else:
-            assert dirty <= written_pages  # only what the writer wrote
         position[2] += 5000  # the writer moves on: the next chunk starts where the last ended
         further = -(-(position[2] + window) // page) * page
         _wait_for(lambda: allocator._ahead_until >= further, "pre-faulting further ahead")
@@ -132,61 +120,3 @@ def test_without_a_writer_position_nothing_is_pre_faulted_ahead(tmp_path):
     finally:
         allocator.close()
     assert allocator.warmed_ahead_bytes == 0
-
-
-def test_clean_pre_faulting_stops_while_the_writer_writes_with_pwrite(tmp_path, monkeypatch):
-    """Batches written with pwrite take no page fault: pages read in ahead of them would only cost CPU. The
-    thread pre-faults ahead while most bytes since its last look went through the mapping, and not otherwise."""
-    from mqstore.commitlog.mapped_file import MappedFile
-
-    window = 1024 * 1024
-    monkeypatch.setattr(allocator_module, "AHEAD_WINDOW_BYTES", window)
-    segment = MappedFile.create(str(tmp_path / fmt.segment_name(0)), 0, SEGMENT_BYTES)
-    position = [segment.array, 0, 4096, 0]  # the writer's array, base, end, bytes written with pwrite
-    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=False,
-                                 writer_position=lambda: tuple(position), prefault_ahead=True)
-    if allocator._writer_position is None:
-        allocator.close()
-        segment.close()
-        pytest.skip("needs madvise")
-    try:
-        page = mmap.PAGESIZE
-        _wait_for(lambda: allocator._ahead_until == 4096 + window, "pre-faulting ahead of a mapping writer")
-        position[2:] = [position[2] + window, window]  # 1 MiB more, all of it written with pwrite (one
-        _wait_for(lambda: allocator._seen_end == position[2] and not allocator._through_mapping,  # store: the
-                  "the decision")  # thread sees both or neither)
-        ahead_before = allocator.warmed_ahead_bytes
-        position[2:] = [position[2] + page, position[3] + page]  # a page more with pwrite: a look, no pre-fault
-        _wait_for(lambda: allocator._seen_end == position[2], "another look")
-        assert allocator.warmed_ahead_bytes == ahead_before
-        assert allocator._ahead_until == 4096 + window  # not moved on with the pwrite writer
-        position[2:] = [position[2] + window, position[3] + window // 4]  # 0.75 MiB through the mapping, 0.25
-        # MiB with pwrite: pre-faulting resumes
-        target = -(-(position[2] + window) // page) * page
-        _wait_for(lambda: allocator._ahead_until == target, "pre-faulting ahead again")
-        assert allocator.warmed_ahead_bytes > ahead_before
-    finally:
-        allocator.close()
-        segment.close()
-
-
-@pytest.mark.skipif(allocator_module._madvise is None, reason="needs madvise")
-def test_with_prefault_ahead_a_new_segment_s_first_window_is_read_in_clean(tmp_path, monkeypatch):
-    from tests.conftest import mapping_resident_bytes
-
-    window = 1024 * 1024
-    monkeypatch.setattr(allocator_module, "AHEAD_WINDOW_BYTES", window)
-    allocator = SegmentAllocator(str(tmp_path), SEGMENT_BYTES, preallocate=True, warm=False, prefault_ahead=True)
-    try:
-        allocator.request(SEGMENT_BYTES)
-        segment = allocator.take(SEGMENT_BYTES)
-        assert segment is not None
-        _wait_for(lambda: allocator.warmed_bytes >= window, "the first window")
-        assert allocator.warmed_bytes == window  # not more
-        assert all(_resident(segment.array, 0, window))
-        resident, dirty = mapping_resident_bytes(segment.array)
-        assert resident >= window and dirty == 0
-        assert not any(segment.array)
-    finally:
-        allocator.close()
-    segment.close()

@@ -418,29 +418,3 @@ def test_a_roll_makes_the_next_segment_ahead_of_need(tmp_path):
         assert store.stats()["flush"]["segments_created_ahead"] >= 1
         got = store.get("t", 0, 0, max_count=100)
         assert [m.body for m in got.messages] == bodies  # warming never wrote over a record
-
-
-@pytest.mark.parametrize("settings, ahead", [
-    ({}, "clean"), ({"prefault_ahead": False}, None), ({"flush_mode": FlushMode.SYNC}, None),
-    ({"warm_segments": True}, "dirty"), ({"warm_segments": True, "flush_mode": FlushMode.SYNC}, None),
-], ids=["async-default", "async-off", "sync", "async-warm", "sync-warm"])
-def test_pages_are_pre_faulted_ahead_of_the_writer_only_with_async_flushing(tmp_path, settings, ahead):
-    """By default (ASYNC) the allocator reads clean pages in ahead of the writer; warm_segments makes them dirty;
-    SYNC never (its fdatasyncs would write dirty ones back, and clean ones save a SYNC put little)."""
-    from mqstore.commitlog.mapped_file import MADV_POPULATE_READ, MADV_POPULATE_WRITE
-    from mqstore.flush import allocator as allocator_module
-
-    with MessageStore.open(tmp_path, small_config(**settings)) as store:
-        bodies = [bytes([i % 251]) * 3000 for i in range(100)]  # several 64 KiB segments: the allocator's rolls
-        for body in bodies:
-            store.put(Message("t", body))
-        assert store.wait_dispatched(10)
-        assert [m.body for m in store.get("t", 0, 0, max_count=100).messages] == bodies
-        allocator = store._allocator
-        if allocator_module._madvise is None:
-            ahead = None  # no madvise: nothing is pre-faulted
-        if ahead is None:
-            assert allocator._writer_position is None and allocator.warmed_ahead_bytes == 0
-        else:
-            assert allocator._writer_position is not None
-            assert allocator._ahead_advice == (MADV_POPULATE_READ if ahead == "clean" else MADV_POPULATE_WRITE)

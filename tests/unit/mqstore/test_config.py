@@ -41,7 +41,7 @@ def test_config_is_frozen_and_keyword_only():
     ("max_message_size_bytes", 65536),  # does not fit a 64 KiB segment with the largest topic and properties
     ("flush_mode", "SYNC"), ("store_host", "example.com"), ("store_host", None), ("born_host", "1.2.3.256"),
     ("store_port", 65536), ("born_port", -1), ("max_dispatch_lag_bytes", -1), ("max_dispatch_lag_bytes", 1.5),
-    ("write_fault_readahead", 0), ("warm_segments", "yes"), ("prefault_ahead", 1),
+    ("write_fault_readahead", 0), ("warm_segments", "yes"),
 ])
 def test_out_of_range_values_are_refused_when_built(field, value):
     with pytest.raises(InvalidConfigError):
