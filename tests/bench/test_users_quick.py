@@ -64,3 +64,19 @@ def test_a_row_is_judged_on_the_median_of_its_per_round_ratios():
     assert slower["ratio"]["values"] == [0.5, 0.25] and slower["met"] is False and slower["gap"]
     alone = users.make_row("g", "g", ">= 1.5M", 1.5e6, [1.6e6, 1.4e6, 1.7e6], "msgs/s", by_ratio=False)
     assert alone["value"] == 1.6e6 and alone["met"] is True and alone["ratio"] is None
+
+
+def test_the_table_names_each_re_run_with_its_note():
+    """Rows measured again with --only --merge come from another run than the introduction's: the table says which
+    and when, with the re-run's note."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from reports.targets import report_users
+
+    users = _users()
+    row = users.make_row("x", "x row", ">= 2x", 2.0, [10.0, 30.0, 21.0], "msgs/s", reference=[10.0, 10.0, 10.0])
+    data = {"rows": [row], "met": 1, "not_met": 0, "rounds": 5, "minutes": 14, "note": "First run.",
+            "reruns": [{"only": ["async"], "date_utc": "2026-01-02 03:04", "rounds": 3, "note": "after a change."},
+                       {"only": ["get", "scan"], "date_utc": "2026-01-03 03:04", "rounds": 5, "note": None}]}
+    intro = report_users(data).split("\n\n")[0]
+    assert intro.endswith("First run. Measured again later (`--only ... --merge`): async at 2026-01-02 03:04 UTC, "
+                          "3 rounds (after a change); get, scan at 2026-01-03 03:04 UTC, 5 rounds.")
