@@ -28,8 +28,6 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Iterable
 
-import pyarrow as pa
-import pyarrow.fs as pafs
 from isal import isal_zlib
 
 from mqstore.commitlog.errors import CorruptionError, InvalidConfigError, StoreIOError
@@ -56,6 +54,20 @@ SECRET_QUERY_KEYS = frozenset({"access_key", "secret_key", "session_token", "pas
 
 
 UPLOAD_PHASES = ("read", "crc", "put", "verify_read", "verify_crc")  # what an UploadMeter counts
+
+# pyarrow and pyarrow.fs, imported when the first location is made (_import_pyarrow), not with this module: every
+# store's open imports it (recovery reads a tier's history through it), and importing pyarrow cost that open
+# about 0.1 s of a store that has no tier.
+pa = pafs = None
+
+
+def _import_pyarrow() -> None:
+    global pa, pafs
+    if pafs is None:
+        import pyarrow
+        import pyarrow.fs
+
+        pa, pafs = pyarrow, pyarrow.fs
 
 
 class UploadMeter:
@@ -119,6 +131,7 @@ class TierLocation:
     """A tier's root directory on a filesystem; keys are relative paths with `/` (as on disk in a store)."""
 
     def __init__(self, filesystem: pafs.FileSystem, root: str, uri: str):
+        _import_pyarrow()  # for the methods' `pa.ArrowException` and `pafs` names
         self.filesystem = filesystem
         self.root = root.rstrip("/")
         self.uri = redacted(uri)
@@ -133,6 +146,7 @@ class TierLocation:
             raise InvalidConfigError(f"a tier location must be a non-empty URI or path, got {uri!r}")
         if "://" not in uri:
             uri = "file://" + os.path.abspath(uri)
+        _import_pyarrow()
         try:
             filesystem, root = pafs.FileSystem.from_uri(uri)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:

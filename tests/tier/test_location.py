@@ -60,3 +60,22 @@ def test_a_scheme_nothing_opens_is_a_config_error():
         TierLocation.open("nosuchscheme://bucket/prefix")
     with pytest.raises(InvalidConfigError):
         TierLocation.open("")
+
+
+def test_a_store_without_a_tier_opens_without_importing_pyarrow(tmp_path):
+    """Recovery imports this module on every open; pyarrow comes with the first location, not with the module
+    (its import cost every open about 0.1 s)."""
+    import subprocess
+    import sys
+
+    program = ("import sys\n"
+               "from mqstore import Message, MessageStore, StoreConfig\n"
+               f"with MessageStore.open({str(tmp_path / 'store')!r}, StoreConfig(dispatch_process=False)) as store:\n"
+               "    store.put(Message('t', b'x'))\n"
+               "print(sorted(name for name in sys.modules if name.split('.')[0] == 'pyarrow'))\n"
+               "from mqstore.tier.location import TierLocation\n"
+               f"TierLocation.open({str(tmp_path / 'tier')!r})\n"
+               "print('pyarrow.fs' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "True"]
