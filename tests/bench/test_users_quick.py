@@ -69,10 +69,9 @@ def test_a_row_is_judged_on_the_median_of_its_per_round_ratios():
 def test_the_table_names_each_re_run_with_its_note():
     """Rows measured again with --only --merge come from another run than the introduction's: the table says which
     and when, with the re-run's note."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    users = _users()  # puts bench/ on sys.path
     from reports.targets import report_users
 
-    users = _users()
     row = users.make_row("x", "x row", ">= 2x", 2.0, [10.0, 30.0, 21.0], "msgs/s", reference=[10.0, 10.0, 10.0])
     data = {"rows": [row], "met": 1, "not_met": 0, "rounds": 5, "minutes": 14, "note": "First run.",
             "reruns": [{"only": ["async"], "date_utc": "2026-01-02 03:04", "rounds": 3, "note": "after a change."},
