@@ -127,6 +127,11 @@ int mq_rewrite_direct(const mq_rewrite *rewrite, const mq_rewrite_decision *deci
  * PROPERTIES into a new bytes object, the UNIQ_KEY's digits left as zeros at *key_at (NULL: no UNIQ_KEY), or
  * returns NULL with an error. Neither runs Python code nor allocates a tracked object: call mq_write_tail right
  * after mq_plan_properties, before anything that may (the keys list and the properties dict are read in place). */
+#define MQ_PLAN_TEXTS 24
+typedef struct {
+    const char *text;  /* UTF-8, borrowed from the str it was read from */
+    Py_ssize_t length;
+} mq_text;
 typedef struct {
     PyObject *tags;        /* an exact str, or NULL: no TAGS */
     PyObject *keys;        /* an exact tuple or list of exact strs, or NULL: no KEYS */
@@ -134,6 +139,11 @@ typedef struct {
     int unique_key;        /* a UNIQ_KEY is added (the log adds them and the message has none) */
     const char *suffix;    /* the record-CRC placeholder, or "" */
     Py_ssize_t suffix_length, length;  /* length: all of PROPERTIES */
+    /* The texts as checked, in the order they are written (the tags, each key, each property's name and value),
+     * for mq_write_tail; `texts` -1: there were more than MQ_PLAN_TEXTS, and mq_write_tail reads them again. */
+    int texts;
+    Py_ssize_t key_count;
+    mq_text text[MQ_PLAN_TEXTS];
 } mq_properties_plan;
 int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_properties_plan *plan);
 PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *plan, char **key_at);

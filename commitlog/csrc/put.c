@@ -681,8 +681,8 @@ static const char name_deliver_ms[] = "TIMER_DELIVER_MS", name_delay_ms[] = "TIM
  * unless it carries REAL_TOPIC (rewritten already). */
 static const char name_delay_level[] = "DELAY", name_real_topic[] = "REAL_TOPIC";
 
-/* Whether `length` bytes of UTF-8 hold neither separator, \x01 nor \x02 (nor a space, with `no_space`). */
-static int separator_free(const char *text, Py_ssize_t length, int no_space) {
+/* Whether `length` bytes hold neither separator, \x01 nor \x02 (nor a space, with `no_space`), byte by byte. */
+static int bytes_separator_free(const char *text, Py_ssize_t length, int no_space) {
     for (Py_ssize_t i = 0; i < length; i++) {  /* UTF-8 puts no byte below 0x80 inside a longer character */
         char c = text[i];
         if (c == '\x01' || c == '\x02' || (no_space && c == ' ')) return 0;
@@ -690,11 +690,54 @@ static int separator_free(const char *text, Py_ssize_t length, int no_space) {
     return 1;
 }
 
+/* Whether a word of eight bytes may hold a separator: a byte below 3 (a \x00 too) or, with `no_space`, a space. */
+static inline int word_suspect(uint64_t word, int no_space) {
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    uint64_t suspect = (word - ones * 3) & ~word & highs;
+    if (no_space) {
+        uint64_t spaced = word ^ (ones * ' ');  /* a space becomes a zero byte */
+        suspect |= (spaced - ones) & ~spaced & highs;
+    }
+    return suspect != 0;
+}
+
+/* bytes_separator_free eight bytes at a time (the last word overlapping the one before it; 4 to 7 bytes as two
+ * overlapping halves of one word): a suspect word (word_suspect) sends the text to the byte-by-byte check, which
+ * decides (a \x00 is allowed). */
+static int separator_free(const char *text, Py_ssize_t length, int no_space) {
+    uint64_t word;
+    if (length >= 8) {
+        for (Py_ssize_t i = 0; i < length; i += 8) {
+            memcpy(&word, text + (length - i >= 8 ? i : length - 8), sizeof word);
+            if (word_suspect(word, no_space)) return bytes_separator_free(text, length, no_space);
+        }
+        return 1;
+    }
+    if (length >= 4) {
+        uint32_t low, high;
+        memcpy(&low, text, sizeof low);
+        memcpy(&high, text + length - 4, sizeof high);
+        word = (uint64_t)high << 32 | low;
+        return word_suspect(word, no_space) ? bytes_separator_free(text, length, no_space) : 1;
+    }
+    return bytes_separator_free(text, length, no_space);
+}
+
+/* The UTF-8 bytes of an exact str: an ASCII one's own, read in place; another's through the UTF-8 cache CPython
+ * keeps on the str (NULL with an error when it cannot be encoded). */
+static inline const char *utf8_of(PyObject *value, Py_ssize_t *length) {
+    if (PyUnicode_IS_COMPACT_ASCII(value)) {
+        *length = PyUnicode_GET_LENGTH(value);
+        return (const char *)PyUnicode_DATA(value);
+    }
+    return PyUnicode_AsUTF8AndSize(value, length);
+}
+
 /* The UTF-8 bytes of `value` when it is an exact str without the separators \x01 and \x02 (nor a space, with
  * `no_space`): 1, else 0 (an error of the encoding is dropped: the Python path raises it). */
 static int checked_text(PyObject *value, int no_space, const char **text, Py_ssize_t *length) {
     if (!PyUnicode_CheckExact(value)) return 0;
-    *text = PyUnicode_AsUTF8AndSize(value, length);
+    *text = utf8_of(value, length);
     if (*text == NULL) {
         PyErr_Clear();
         return 0;
@@ -709,13 +752,28 @@ static int is_name(const char *text, Py_ssize_t length, const char *name) {
 /* Check the tags, keys and properties as _properties_text does and measure PROPERTIES: 1, or 0 when the Python
  * path must run (another type, a value it refuses, PROPERTIES over the limit). Used by put_batch's prepare_batch
  * too (message_type.c): one encoding of PROPERTIES for both compiled paths. */
+/* A checked text kept in the plan for mq_write_tail, while there is room (else texts -1: it reads them again). */
+static inline void keep_text(mq_properties_plan *plan, const char *text, Py_ssize_t length) {
+    if (plan->texts >= 0 && plan->texts < MQ_PLAN_TEXTS) {
+        plan->text[plan->texts++] = (mq_text){text, length};
+    } else {
+        plan->texts = -1;
+    }
+}
+
 int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_properties_plan *plan) {
     const char *text;
     Py_ssize_t length, total = 0;
-    *plan = (mq_properties_plan){NULL, NULL, NULL, 0, "", 0, 0};
+    /* each field set, the text array left as it is: keep_text fills what mq_write_tail reads */
+    plan->tags = plan->keys = plan->properties = NULL;
+    plan->unique_key = 0;
+    plan->suffix = "";
+    plan->suffix_length = plan->length = plan->key_count = 0;
+    plan->texts = 0;
     if (m->tags != Py_None) {
         if (!checked_text(m->tags, 0, &text, &length) || length == 0) return 0;
         plan->tags = m->tags;
+        keep_text(plan, text, length);
         total += sizeof name_tags + length + 1;  /* sizeof counts the \x01 after the name */
     }
     Py_ssize_t count = PyTuple_CheckExact(m->keys) ? PyTuple_GET_SIZE(m->keys)
@@ -723,9 +781,11 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
     if (count < 0) return 0;
     if (count > 0) {
         plan->keys = m->keys;
+        plan->key_count = count;
         total += sizeof name_keys + count;  /* the name, \x01, the spaces between keys and the \x02 */
         for (Py_ssize_t i = 0; i < count; i++) {
             if (!checked_text(PySequence_Fast_GET_ITEM(m->keys, i), 1, &text, &length) || length == 0) return 0;
+            keep_text(plan, text, length);
             total += length;
         }
     }
@@ -750,6 +810,8 @@ int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_prope
             delay_request |= length == 5 && is_name(text, length, name_delay_level);
             delay_rewritten |= length == 10 && is_name(text, length, name_real_topic);
             has_unique_key |= is_name(text, length, name_unique);
+            keep_text(plan, text, length);
+            keep_text(plan, value_text, value_length);
             total += length + value_length + 2;
         }
         if (PyDict_GET_SIZE(m->properties) > 0) plan->properties = m->properties;
@@ -789,13 +851,65 @@ static void put_bytes(cursor *c, const char *data, Py_ssize_t length) {
 
 static void put_text(cursor *c, PyObject *value) {
     Py_ssize_t length;
-    const char *text = PyUnicode_AsUTF8AndSize(value, &length);  /* cached by mq_plan_properties */
+    const char *text = utf8_of(value, &length);  /* checked by mq_plan_properties */
     if (text == NULL) {
         PyErr_Clear();
         c->at = c->end + 1;
         return;
     }
     put_bytes(c, text, length);
+}
+
+/* The tags, keys and user properties from the texts the plan kept (no Python object is read again). */
+static void write_kept_texts(cursor *c, const mq_properties_plan *plan) {
+    const mq_text *text = plan->text, *end = plan->text + plan->texts;
+    if (plan->tags != NULL) {
+        put_bytes(c, "TAGS\x01", sizeof name_tags);
+        put_bytes(c, text->text, text->length);
+        text++;
+        put_bytes(c, "\x02", 1);
+    }
+    if (plan->keys != NULL) {
+        put_bytes(c, "KEYS\x01", sizeof name_keys);
+        for (Py_ssize_t i = 0; i < plan->key_count; i++, text++) {
+            if (i > 0) put_bytes(c, " ", 1);
+            put_bytes(c, text->text, text->length);
+        }
+        put_bytes(c, "\x02", 1);
+    }
+    for (; text + 1 < end; text += 2) {  /* the properties' names and values */
+        put_bytes(c, text[0].text, text[0].length);
+        put_bytes(c, "\x01", 1);
+        put_bytes(c, text[1].text, text[1].length);
+        put_bytes(c, "\x02", 1);
+    }
+}
+
+/* The tags, keys and user properties read again from their objects (a plan with more texts than it keeps). */
+static void write_texts(cursor *c, const mq_properties_plan *plan) {
+    if (plan->tags != NULL) {
+        put_bytes(c, "TAGS\x01", sizeof name_tags);
+        put_text(c, plan->tags);
+        put_bytes(c, "\x02", 1);
+    }
+    if (plan->keys != NULL) {
+        put_bytes(c, "KEYS\x01", sizeof name_keys);
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(plan->keys); i++) {
+            if (i > 0) put_bytes(c, " ", 1);
+            put_text(c, PySequence_Fast_GET_ITEM(plan->keys, i));
+        }
+        put_bytes(c, "\x02", 1);
+    }
+    if (plan->properties != NULL) {
+        Py_ssize_t at = 0;
+        PyObject *name, *value;
+        while (PyDict_Next(plan->properties, &at, &name, &value)) {
+            put_text(c, name);
+            put_bytes(c, "\x01", 1);
+            put_text(c, value);
+            put_bytes(c, "\x02", 1);
+        }
+    }
 }
 
 /* TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES as prepare encodes them, into a new bytes object, with the
@@ -809,28 +923,10 @@ PyObject *mq_write_tail(const mq_message_parts *m, const mq_properties_plan *pla
     put_bytes(&c, PyBytes_AS_STRING(prefix), prefix_length);
     char length_bytes[2] = {(char)(plan->length >> 8), (char)(plan->length & 0xFF)};
     put_bytes(&c, length_bytes, 2);
-    if (plan->tags != NULL) {
-        put_bytes(&c, "TAGS\x01", sizeof name_tags);
-        put_text(&c, plan->tags);
-        put_bytes(&c, "\x02", 1);
-    }
-    if (plan->keys != NULL) {
-        put_bytes(&c, "KEYS\x01", sizeof name_keys);
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(plan->keys); i++) {
-            if (i > 0) put_bytes(&c, " ", 1);
-            put_text(&c, PySequence_Fast_GET_ITEM(plan->keys, i));
-        }
-        put_bytes(&c, "\x02", 1);
-    }
-    if (plan->properties != NULL) {
-        Py_ssize_t at = 0;
-        PyObject *name, *value;
-        while (PyDict_Next(plan->properties, &at, &name, &value)) {
-            put_text(&c, name);
-            put_bytes(&c, "\x01", 1);
-            put_text(&c, value);
-            put_bytes(&c, "\x02", 1);
-        }
+    if (plan->texts >= 0) {
+        write_kept_texts(&c, plan);
+    } else {
+        write_texts(&c, plan);
     }
     for (int i = 0; i < m->added_count; i++) {
         put_bytes(&c, m->added[i].name, m->added[i].name_length);
@@ -884,7 +980,7 @@ static PyObject *put_with(AppenderObject *self, const writer_state *s, PyObject 
                           const mq_rewrite_decision *decided) {
     mq_message_parts parts;
     const mq_common_parts *m = &parts.common;
-    mq_properties_plan plan = {0};
+    mq_properties_plan plan;  /* plan_record sets what is read of it */
     int64_t offset, size;
     PyObject *queue_offsets;
     int ready = read_end(self, &offset, &queue_offsets);

@@ -37,6 +37,11 @@ static const char *const name_texts[N_COUNT] = {
 static PyObject *names[N_COUNT];
 static PyObject *zero_queue = NULL;
 
+/* The property names scan looks for (N_DELAY .. N_OUT_MS), by length: no two have the same (mq_rewrite_init). */
+#define NAME_LENGTH_MIN 5
+#define NAME_LENGTH_MAX 16
+static int name_of_length[NAME_LENGTH_MAX + 1];
+
 #define DELAY_LEVEL_DIGITS_MAX 10   /* Java's Integer.parseInt as schedule/format.py's parse_java_int takes it */
 #define TIMER_DIGITS_MAX 19         /* Long.parseLong as timer/rewrite.py's _parse takes it */
 
@@ -44,6 +49,15 @@ int mq_rewrite_init(void) {
     for (int n = 0; n < N_COUNT; n++) {
         names[n] = PyUnicode_InternFromString(name_texts[n]);
         if (names[n] == NULL) return -1;
+    }
+    for (int length = 0; length <= NAME_LENGTH_MAX; length++) name_of_length[length] = -1;
+    for (int n = N_DELAY; n <= N_OUT_MS; n++) {
+        size_t length = strlen(name_texts[n]);
+        if (length < NAME_LENGTH_MIN || length > NAME_LENGTH_MAX || name_of_length[length] >= 0) {
+            PyErr_SetString(PyExc_SystemError, "put_rewrite.c: the property names' lengths must differ");
+            return -1;
+        }
+        name_of_length[length] = n;
     }
     zero_queue = PyLong_FromLong(0);
     return zero_queue == NULL ? -1 : 0;
@@ -103,13 +117,11 @@ static void scan(PyObject *properties, found_names *found) {
             continue;
         }
         Py_ssize_t length = PyUnicode_GET_LENGTH(key);
-        if (length < 5 || length > 16 || PyUnicode_KIND(key) != PyUnicode_1BYTE_KIND) continue;
-        const char *text = (const char *)PyUnicode_1BYTE_DATA(key);
-        if (text[0] != 'D' && text[0] != 'R' && text[0] != 'T') continue;
-        for (int n = N_DELAY; n <= N_OUT_MS; n++) {
-            if (PyUnicode_GET_LENGTH(names[n]) == length && memcmp(PyUnicode_1BYTE_DATA(names[n]), text, length) == 0)
-                found->values[n] = value;
-        }
+        if (length < NAME_LENGTH_MIN || length > NAME_LENGTH_MAX || PyUnicode_KIND(key) != PyUnicode_1BYTE_KIND)
+            continue;
+        int n = name_of_length[length];  /* the names' lengths differ: one to compare */
+        if (n >= 0 && memcmp(PyUnicode_1BYTE_DATA(names[n]), PyUnicode_1BYTE_DATA(key), (size_t)length) == 0)
+            found->values[n] = value;
     }
 }
 
@@ -304,8 +316,14 @@ static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *prop
     return result;
 }
 
+/* Whether `value` is an exact str equal to names[name] (compared in place: no Python code runs). */
 static int text_is(PyObject *value, int name) {
-    return PyUnicode_CheckExact(value) && PyUnicode_Compare(value, names[name]) == 0;
+    if (value == names[name]) return 1;
+    if (!PyUnicode_CheckExact(value)) return 0;
+    PyObject *other = names[name];  /* ASCII: an equal str is of the same kind and length */
+    return PyUnicode_KIND(value) == PyUnicode_KIND(other) &&
+           PyUnicode_GET_LENGTH(value) == PyUnicode_GET_LENGTH(other) &&
+           memcmp(PyUnicode_DATA(value), PyUnicode_DATA(other), (size_t)PyUnicode_GET_LENGTH(other)) == 0;
 }
 
 /* What the properties `found` ask of the services this store has: a delay level (DELAY, not rewritten yet), a
@@ -451,19 +469,30 @@ int mq_rewrite_prepare(mq_rewrite *rewrite, PyObject *message, mq_rewrite_decisi
     return result;
 }
 
-/* str(value) into `out` (at least 21 bytes), without snprintf's cost: its length. */
+/* str(value) into `out` (at least 21 bytes), without snprintf's cost, two digits a step: its length. */
 static int decimal_text(char *out, long long value) {
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                "8081828384858687888990919293949596979899";
     char digits[20];
     unsigned long long magnitude = value < 0 ? 0 - (unsigned long long)value : (unsigned long long)value;
-    int count = 0;
-    do {
-        digits[count++] = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude != 0);
+    int at = (int)sizeof digits;  /* digits fill from the end */
+    while (magnitude >= 100) {
+        unsigned pair = (unsigned)(magnitude % 100);
+        magnitude /= 100;
+        digits[--at] = pairs[2 * pair + 1];
+        digits[--at] = pairs[2 * pair];
+    }
+    if (magnitude >= 10) {
+        digits[--at] = pairs[2 * magnitude + 1];
+        digits[--at] = pairs[2 * magnitude];
+    } else {
+        digits[--at] = (char)('0' + magnitude);
+    }
     int length = 0;
     if (value < 0) out[length++] = '-';
-    while (count > 0) out[length++] = digits[--count];
-    return length;
+    memcpy(out + length, digits + at, sizeof digits - (size_t)at);
+    return length + (int)sizeof digits - at;
 }
 
 int mq_rewrite_direct(const mq_rewrite *rewrite, const mq_rewrite_decision *decided, mq_message_parts *parts) {

@@ -21,7 +21,7 @@ from mqstore.commitlog import _native, native
 from mqstore.commitlog.commitlog import CommitLog
 
 import mqstore.store.engine as engine_module
-from mqstore import FlushMode, Message, MessageStore, PutStatus, StoreClosedError
+from mqstore import FlushMode, InvalidMessageError, Message, MessageStore, PutStatus, StoreClosedError
 from tests.conftest import wait_until
 from tests.unit.commitlog.test_native_codec import FixedClock
 from tests.unit.mqstore.conftest import config
@@ -63,7 +63,17 @@ def _properties_shape(rng: random.Random, i: int) -> dict:
                                "a%d" % (i % 3): str(i)}
         if rng.random() < 0.1:
             shape["properties"]["UNIQ_KEY"] = "own-%d" % i
+        if rng.random() < 0.15:  # more texts than the compiled plan keeps (24): its tail reads them again
+            shape["properties"].update(_many_properties(rng, rng.randint(10, 16)))
     return shape
+
+
+def _many_properties(rng: random.Random, count: int) -> dict:
+    """`count` properties whose names and values are 1 to 20 characters (around the compiled check's 4- and 8-byte
+    words), some with a \x00 (allowed) or a character of several UTF-8 bytes."""
+    alphabet = "abcXYZ09_-.\x00é名"
+    return {f"n{j}" + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 18))):
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20))) for j in range(count)}
 
 
 def _messages(seed: int, count: int = 400) -> list[Message]:
@@ -181,6 +191,13 @@ INVALID = [
     Message("topic0", b"x", properties={"n": "v\x02"}),
     Message("topic0", b"x", properties=[("n", "v")]),
     Message("topic0", b"x", tags="t", properties={"big": "x" * 32_760}),  # PROPERTIES over 32767 bytes
+    Message("topic0", b"x", tags="abcdefghijk\x01"),  # separators in the compiled check's last, overlapping word
+    Message("topic0", b"x", tags="abcdefgh\x02ijklmnop"),
+    Message("topic0", b"x", properties={"n": "ab\x01cd"}),  # in the 4-7 byte case
+    Message("topic0", b"x", properties={"nam\x02": "v"}),
+    Message("topic0", b"x", keys=("abcdefghi jk",)),
+    Message("topic0", b"x", keys=("ab cd",)),
+    Message("topic0", b"x", properties={f"p{j}": "v" for j in range(14)} | {"last": "\x01"}),  # past the plan's 24
 ]
 
 
@@ -212,6 +229,33 @@ def test_invalid_messages_give_the_python_errors(tmp_path, monkeypatch, index):
     assert len(set(outcomes["python"][:-1])) >= 25
     assert {kind for kind, _ in outcomes["python"][:-1]} == {"InvalidMessageError"}  # lone surrogates too
     assert ("UNIQ_KEY" in outcomes["python"][-1]) == index
+
+
+def test_a_separator_anywhere_in_a_text_is_refused_and_a_nul_kept(tmp_path, monkeypatch):
+    """The compiled put checks a text eight bytes at a time: a \x01 or \x02 (a space in a key) at any position
+    of texts of 1 to 40 bytes is refused with nothing written; a \x00 at any position is stored as it was given."""
+    store, counting = _open(tmp_path, "compiled-put")
+    with store:
+        store.put(Message("topic0", b"first"))
+        for length in range(1, 41):
+            for at in range(length):
+                def text(character):
+                    return "x" * at + character + "y" * (length - at - 1)
+                end = store._commitlog.readable_end()
+                for bad in (Message("topic0", b"x", tags=text("\x01")), Message("topic0", b"x", tags=text("\x02")),
+                            Message("topic0", b"x", keys=("k", text(" "))),
+                            Message("topic0", b"x", properties={text("\x02"): "v"}),
+                            Message("topic0", b"x", properties={"n": text("\x01")})):
+                    with pytest.raises(InvalidMessageError):
+                        store.put(bad)
+                assert store._commitlog.readable_end() == end
+                kept = store.put(Message("topic0", b"x", tags=text("\x00"), keys=(text("\x00"),),
+                                         properties={text("\x00"): text("\x00")}))
+                stored = store.read_at(kept.commitlog_offset)
+                assert (stored.tags, stored.keys, stored.properties[text("\x00")]) == (
+                    text("\x00"), (text("\x00"),), text("\x00"))
+    # the compiled put checked them all (it leaves a refused text, and a put that rolls the segment, to Python)
+    assert counting.done >= 40 * 41 // 2 - 20 and counting.left >= 5 * 40 * 41 // 2
 
 
 # --- the CommitLog's numbers -----------------------------------------------------------------------------------

@@ -104,6 +104,28 @@ def test_the_compiled_timer_rewrite_reads_the_system_clock_itself(tmp_path):
             (tfmt.TIMER_TOPIC, "t", "0")
 
 
+@needs_native
+def test_the_compiled_timer_rewrite_writes_every_number_of_digits_as_python_does(tmp_path, monkeypatch):
+    """TIMER_OUT_MS and REAL_QID as the compiled rewrite writes them (two digits a step): every length of number,
+    with the digit pairs at their edges (0, 9, 10, 99, 100, ...), against the Python rewrite's str()."""
+    monkeypatch.setattr(native, "NATIVE", _native)
+    clock = ManualClock(1)
+    config = StoreConfig(segment_size_bytes=1 << 20, index_enabled=False, timer_precision_ms=1,
+                         timer_max_delay_ms=1 << 53, max_queues_per_topic=128)
+    with MessageStore.open(str(tmp_path), config, clock=clock) as store:
+        store.put(Message("t", b"x", properties={"TIMER_DELIVER_MS": "5"}))  # starts the timer thread
+        calls = _count_python_rewrites(store)
+        outs = sorted({10**n + delta for n in range(16) for delta in (-1, 0, 1)} - {0} | {2, 5, 47, 123_456_789})
+        queues = [0, 9, 10, 99, 100, 127]
+        for index, out in enumerate(outs):
+            queue = queues[index % len(queues)]
+            stored = store.read_at(store.put(Message("t", b"x", queue_id=queue,
+                                                     properties={"TIMER_DELIVER_MS": str(out + 1)})).commitlog_offset)
+            assert (stored.properties["TIMER_OUT_MS"], stored.properties["REAL_QID"]) == \
+                (str(out_time_ms(out + 1, 1)), str(queue)) == (str(out), str(queue))
+        assert calls == []  # every one was the compiled rewrite's
+
+
 BAD = [{"DELAY": "19"}, {"DELAY": "-1"}, {"DELAY": "x"}, {"DELAY": ""}, {"DELAY": "1.0"}, {"DELAY": "99999999999"},
        {"DELAY": " 1"}, {"TIMER_DELAY_MS": "soon"}, {"TIMER_DELAY_MS": "-5"}, {"TIMER_DELAY_SEC": "-1"},
        {"TIMER_DELAY_SEC": "3601"}, {"TIMER_DELAY_SEC": "9223372036854775807"}, {"TIMER_DELAY_MS": "1" * 20},
