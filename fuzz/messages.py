@@ -7,6 +7,7 @@ from fuzz.provider import Input
 
 TOPIC_ALPHABET = "abcXYZ019_%|-"
 TEXT_ALPHABET = "aZ9 \x01\x02=;:é☃\ud800"  # separators, a space, non-ASCII, a lone surrogate
+CLEAN_ALPHABET = "aZ9=;:\x00é☃"  # no separator nor space (a \x00 is allowed): long texts the compiled put accepts
 TOPIC_LENGTH_MAX = 127
 BODY_LENGTH_MAX = 8192  # the harness stores' max_message_size_bytes
 KNOWN_TOPICS = ("t0", "t1", "Topic_A", "%RETRY%g", "a|b-c")
@@ -49,7 +50,7 @@ def tags(source: Input):
     if kind < 3:
         return None
     if kind < 6:
-        return source.text(12, TEXT_ALPHABET)
+        return source.text(24, TEXT_ALPHABET if source.flag() else CLEAN_ALPHABET)
     return source.pick(("", "TagA", Text("TagB"), 5, b"tag"))
 
 
@@ -58,7 +59,8 @@ def keys(source: Input):
     if kind < 3:
         return ()
     if kind < 6:
-        values = [source.text(10, TEXT_ALPHABET) for _ in range(source.below(4) + 1)]
+        alphabet = TEXT_ALPHABET if source.flag() else CLEAN_ALPHABET
+        values = [source.text(20, alphabet) for _ in range(source.below(4) + 1)]
         return values if source.flag() else tuple(values)
     return source.pick(("k1", b"k1", [1], ["a b"], [""], None, ("k", None)))
 
@@ -85,8 +87,10 @@ def properties(source: Input):
         return delayed(source)
     if kind < 3:
         return {}
-    if kind < 6:
-        return {source.text(8, TEXT_ALPHABET): source.text(12, TEXT_ALPHABET) for _ in range(source.below(3) + 1)}
+    if kind < 6:  # up to 16 entries: past the 24 texts the compiled plan keeps
+        alphabet = TEXT_ALPHABET if source.flag() else CLEAN_ALPHABET
+        count = source.below(16) + 1 if source.below(4) == 0 else source.below(3) + 1
+        return {source.text(12, alphabet): source.text(20, alphabet) for _ in range(count)}
     return source.pick(({"TAGS": "x"}, {"KEYS": "k"}, {1: "a"}, {"a": 1}, None, [("a", "b")], {"": ""},
                         {"UNIQ_KEY": "u"}, {"a" * 40000: "b"}))
 
