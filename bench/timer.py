@@ -17,6 +17,12 @@
 2. Firing error: a store holding PENDING timers due in one to two hours; then PROBES timers due 0.2 s .. 0.2 s +
    PROBE_WINDOW_S ahead, on the system clock. Error = the delivered copy's store timestamp minus its
    TIMER_DELIVER_MS (never negative: a timer is not delivered early); p50, p99, max.
+4. RocketMQ 4.4.0's own DELAY put (bench/java/DelayedPuts.java, its DefaultMessageStore with its defaults, ASYNC,
+   warmed): a plain put, a DELAY put (level 18) and a plain put as long as the DELAY record, ROCKETMQ_ROUNDS rounds
+   in turns after ROCKETMQ_WARMUP puts of each; the same ratios as section 1's, for what RocketMQ's own format costs
+   RocketMQ. Needs its jars ($MQSTORE_ROCKETMQ_HOME, else ../shared/rocketmq-4.4.0) and a JDK; skipped with the
+   reason otherwise. Its HA service binds a port: the JVM runs in a network namespace of its own where the
+   kernel allows one (`unshare -rn`).
 3. Memory: a child process links N timers into a fresh wheel and TimerLog (the service's own enqueue code, no
    store around it) and reports its peak RSS; N = 1M and 10M (quick: 100k and 1M). The wheel is one 38.7 MB
    mapping and the TimerLog is written with pwrite, so RSS should not grow with N.
@@ -46,8 +52,10 @@ from mqstore.store.clock import SYSTEM_CLOCK  # noqa: E402
 
 HOUR_MS = 3_600_000
 LEVEL = 18  # the default levels' last: 2 h, so nothing is delivered during the run
-FULL = {"rounds": 5, "puts_per_round": 300_000, "pending": 1_000_000, "probes": 2000, "memory": (1_000_000, 10_000_000)}
-QUICK = {"rounds": 2, "puts_per_round": 20_000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000)}
+FULL = {"rounds": 5, "puts_per_round": 300_000, "pending": 1_000_000, "probes": 2000, "memory": (1_000_000, 10_000_000),
+        "rocketmq": (5, 300_000, 200_000)}
+QUICK = {"rounds": 2, "puts_per_round": 20_000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000),
+         "rocketmq": (2, 20_000, 2_000)}
 PROBE_WINDOW_S = 5.0
 PROBE_LEAD_MS = 200
 LINK_BATCH = 100_000
@@ -196,6 +204,73 @@ def memory(counts) -> list[dict]:
     return rows
 
 
+ROCKETMQ_SEGMENT_BYTES = 1 << 30  # RocketMQ's default CommitLog file size
+JAVA_OPTIONS = ["--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+                "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-exports",
+                "java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]  # RocketMQ 4.4.0's mappings on Java 17
+ROCKETMQ_KINDS = {"plain": "plain", "delayed": "level", "sized": "level_sized"}  # its names: section 1's
+
+
+def rocketmq_jars() -> tuple[list[str] | None, str]:
+    """RocketMQ 4.4.0's jars ($MQSTORE_ROCKETMQ_HOME, else ../shared/rocketmq-4.4.0) and a JDK: (the jars, ""), or
+    (None, why not)."""
+    home = os.environ.get("MQSTORE_ROCKETMQ_HOME") or os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "..", "shared", "rocketmq-4.4.0")
+    lib = os.path.join(home, "lib")
+    jars = sorted(os.path.join(lib, name) for name in os.listdir(lib) if name.endswith(".jar")) \
+        if os.path.isdir(lib) else []
+    if not any("rocketmq-store" in jar for jar in jars):
+        return None, f"no RocketMQ 4.4.0 jars at {lib} (set MQSTORE_ROCKETMQ_HOME)"
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        return None, "no JDK (java and javac) on PATH"
+    return jars, ""
+
+
+def private_network() -> list[str]:
+    """The command prefix that runs a command in a network namespace of its own with only loopback up, or [] where
+    the kernel does not let this user make one."""
+    prefix = ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return []
+    done = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
+    return prefix if done.returncode == 0 else []
+
+
+def rocketmq_delay(work: str, rounds: int, count: int, warmup: int) -> dict:
+    """Section 4: RocketMQ 4.4.0's plain, DELAY and same-size puts (bench/java/DelayedPuts.java); {"skipped": why}
+    without its jars or a JDK."""
+    jars, why = rocketmq_jars()
+    if jars is None:
+        return {"skipped": why}
+    classes, store, home = (os.path.join(work, name) for name in ("classes", "store", "home"))
+    for folder in (classes, store, home):
+        os.makedirs(folder)
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "DelayedPuts.java")
+    classpath = os.pathsep.join(jars)
+    subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", classes, source], check=True, capture_output=True)
+    command = [*private_network(), "java", *JAVA_OPTIONS, f"-Duser.home={home}", "-cp",
+               classpath + os.pathsep + classes, "DelayedPuts", store, str(ROCKETMQ_SEGMENT_BYTES), str(count),
+               str(rounds), str(warmup), str(LEVEL)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=WAIT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"DelayedPuts failed ({done.returncode}): {done.stderr[-2000:]}")
+    row = {"rounds": rounds, "puts_per_round": count, "warmup": warmup, "record_bytes": {},
+           "private_network": bool(command[0] == "unshare")}
+    for line in done.stdout.splitlines():
+        kind, size, wall, cpu = line.split()
+        name = ROCKETMQ_KINDS[kind]
+        row["record_bytes"][name] = int(size.split("=")[1])
+        walls, cpus = (json.loads(part.split("=")[1]) for part in (wall, cpu))
+        row[name] = {"put": float(np.median(walls)) / 1000, "put_cpu": float(np.median(cpus)) / 1000,
+                     "put_rounds": [value / 1000 for value in walls]}
+    for key, part in (("", "put"), ("cpu_", "put_cpu")):
+        for kind in ("level", "level_sized"):
+            row[f"{kind}_{key}over_plain"] = row[kind][part] / row["plain"][part]
+        row[f"level_{key}over_sized"] = row["level"][part] / row["level_sized"][part]
+    return row
+
+
 KIND_NAMES = {"plain": "plain put (100 B, tag, key)", "timer": "TIMER_DELAY_MS put (1 h)",
               "timer_sized": "plain put as long as the TIMER_DELAY_MS record", "level": f"DELAY put (level {LEVEL})",
               "level_sized": "plain put as long as the DELAY record"}
@@ -221,6 +296,37 @@ def put_rows(put: dict) -> list[tuple[str, dict]]:
     return rows
 
 
+def rocketmq_rows(rocketmq: dict) -> list[tuple[str, dict]]:
+    """Section 4's rows as put_rows gives section 1's (put call and CPU only)."""
+    rows = []
+    for kind in ("plain", "level", "level_sized"):
+        cells = {}
+        for part, key in (("put", ""), ("put_cpu", "cpu_")):
+            ratio = ""
+            if kind != "plain":
+                ratio = f" ({rocketmq[f'{kind}_{key}over_plain']:.2f}x"
+                ratio += f"; {rocketmq[f'level_{key}over_sized']:.2f}x same size)" if kind == "level" else ")"
+            cells[part] = f"{rocketmq[kind][part]:.2f}{ratio}"
+        rows.append((f"{KIND_NAMES[kind]}, {rocketmq['record_bytes'][kind]} B", cells))
+    return rows
+
+
+def rocketmq_lines(rocketmq: dict | None, put: dict) -> list[str]:
+    """Section 4 as Markdown lines (nothing for a result from before it)."""
+    if rocketmq is None:
+        return []
+    if "skipped" in rocketmq:
+        return [f"RocketMQ 4.4.0's own DELAY put: not measured ({rocketmq['skipped']}).\n"]
+    lines = ["| RocketMQ 4.4.0, same run (us a put; median of rounds) | put call | its CPU |", "|---|---|---|"]
+    lines += [f"| {name} | {cells['put']} | {cells['put_cpu']} |" for name, cells in rocketmq_rows(rocketmq)]
+    lines.append(f"\nIts own DefaultMessageStore at its defaults (ASYNC, index on), one thread, after "
+                 f"{rocketmq['warmup']:,} puts of each kind; {rocketmq['rounds']} rounds of "
+                 f"{rocketmq['puts_per_round']:,} puts of each kind in turns, after section 1 (not interleaved with "
+                 f"it). No UNIQ_KEY (a producer adds one; the store does not). mqstore's DELAY put call "
+                 f"{put['level']['put']:.2f} us against RocketMQ's {rocketmq['level']['put']:.2f} us.\n")
+    return lines
+
+
 def markdown(result: dict) -> str:
     put = result["put_cost"]
     lines = [f"`.venv/bin/python {result['command']}` ({result['date']}, Python {result['python']}, "
@@ -232,6 +338,7 @@ def markdown(result: dict) -> str:
                      f"{row['total']} |")
     lines.append(f"\n{put['rounds']} rounds of {put['puts_per_round']:,} puts of each kind in turns, default "
                  f"settings, {put['segments']} CommitLog segments at the end.\n")
+    lines += rocketmq_lines(result.get("rocketmq"), put)
     fire = result.get("firing")
     if fire is None:
         return "\n".join(lines) + "\n"
@@ -265,6 +372,9 @@ def main() -> int:
                   "python": platform.python_version(), "cpus": os.cpu_count(),
                   "put_cost": put_cost(os.path.join(work, "put"), plan["rounds"], plan["puts_per_round"])}
         shutil.rmtree(os.path.join(work, "put"))
+        os.makedirs(os.path.join(work, "rocketmq"))
+        result["rocketmq"] = rocketmq_delay(os.path.join(work, "rocketmq"), *plan["rocketmq"])
+        shutil.rmtree(os.path.join(work, "rocketmq"))
         if args.put_only:
             print(markdown(result))
             return 0

@@ -23,7 +23,23 @@ def report_timer(data: dict) -> str:
             + table(put_rows, [("put", "kind", text), ("put call", "put", preformatted),
                                ("its CPU", "put_cpu", preformatted), ("dispatch", "dispatch", preformatted),
                                ("timer ingestion", "ingest", preformatted), ("total", "total", preformatted)])
+            + rocketmq_block(data.get("rocketmq"), put)
             + "\n\n" + table(rows, [("measure", "measure", text), ("value", "value", text)]))
+
+
+def rocketmq_block(rocketmq: dict | None, put: dict) -> str:
+    """RocketMQ 4.4.0's own DELAY put in the same run (bench/timer.py, section 4), or why it was not measured."""
+    if rocketmq is None:
+        return ""
+    if "skipped" in rocketmq:
+        return f"\n\nRocketMQ 4.4.0's own DELAY put: not measured ({rocketmq['skipped']})."
+    rows = [dict(cells, kind=name) for name, cells in timer_bench.rocketmq_rows(rocketmq)]
+    return (f"\n\nRocketMQ 4.4.0's own store in the same run, after the rows above: {rocketmq['rounds']} alternating "
+            f"rounds of {rocketmq['puts_per_round']:,} puts of each kind after {rocketmq['warmup']:,} of each (its "
+            f"defaults, ASYNC, no UNIQ_KEY). mqstore's DELAY put call {put['level']['put']:.2f} us against its "
+            f"{rocketmq['level']['put']:.2f} us.\n\n"
+            + table(rows, [("put", "kind", text), ("put call", "put", preformatted),
+                           ("its CPU", "put_cpu", preformatted)]))
 
 
 def report_lease(data: dict) -> str:
