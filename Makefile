@@ -30,12 +30,16 @@ demo: $(STAMP)
 # run failing fails the target.
 TEST_WORKERS ?= 2
 OWN_INTERPRETER := tests/native/test_finalizers.py
-test: lint
-	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not long" --durations=25 \
+# $(call suite,ENVIRONMENT,PYTEST_OPTIONS): every test not marked long, the workers' run then OWN_INTERPRETER's
+define suite
+	@$(1) $(BIN)/python -m pytest $(2) -n $(TEST_WORKERS) --dist loadfile -m "not long" \
 		$(addprefix --ignore=,$(OWN_INTERPRETER)); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
-	$(BIN)/python -m pytest -m "not long" $(OWN_INTERPRETER); second=$$?; \
+	$(1) $(BIN)/python -m pytest $(2) -m "not long" $(OWN_INTERPRETER); second=$$?; \
 	if [ $$status -ne 0 ]; then exit $$status; fi; exit $$second
+endef
+test: lint
+	$(call suite,,--durations=25)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -51,11 +55,7 @@ test-fast: lint
 # The suite with the pure-Python codec (the compiled one stays built: the codec tests compare the two), every test
 # not marked long, as make test runs them (the workers, then OWN_INTERPRETER); CI runs it after the sanitizer pass.
 test-python: $(STAMP)
-	@MQSTORE_NATIVE=0 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not long" \
-		$(addprefix --ignore=,$(OWN_INTERPRETER)); status=$$?; \
-	if [ $$status -eq 5 ]; then echo "pytest collected no test: failing on purpose"; fi; \
-	MQSTORE_NATIVE=0 $(BIN)/python -m pytest -q -m "not long" $(OWN_INTERPRETER); second=$$?; \
-	if [ $$status -ne 0 ]; then exit $$status; fi; exit $$second
+	$(call suite,MQSTORE_NATIVE=0,-q)
 
 bench: $(STAMP)
 	$(BIN)/python bench/put_get.py
