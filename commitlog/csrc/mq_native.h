@@ -126,7 +126,8 @@ int mq_rewrite_direct(const mq_rewrite *rewrite, const mq_rewrite_decision *deci
  * refuses, PROPERTIES over the limit); mq_write_tail then writes TOPICLENGTH + TOPIC + PROPERTIESLENGTH +
  * PROPERTIES into a new bytes object, the UNIQ_KEY's digits left as zeros at *key_at (NULL: no UNIQ_KEY), or
  * returns NULL with an error. Neither runs Python code nor allocates a tracked object: call mq_write_tail right
- * after mq_plan_properties, before anything that may (the keys list and the properties dict are read in place). */
+ * after mq_plan_properties, before anything that may (the keys list and the properties dict are read in place, and
+ * the plan keeps pointers into their strs' UTF-8). */
 #define MQ_PLAN_TEXTS 24
 typedef struct {
     const char *text;  /* UTF-8, borrowed from the str it was read from */

@@ -749,9 +749,6 @@ static int is_name(const char *text, Py_ssize_t length, const char *name) {
     return (size_t)length == strlen(name) && memcmp(text, name, (size_t)length) == 0;
 }
 
-/* Check the tags, keys and properties as _properties_text does and measure PROPERTIES: 1, or 0 when the Python
- * path must run (another type, a value it refuses, PROPERTIES over the limit). Used by put_batch's prepare_batch
- * too (message_type.c): one encoding of PROPERTIES for both compiled paths. */
 /* A checked text kept in the plan for mq_write_tail, while there is room (else texts -1: it reads them again). */
 static inline void keep_text(mq_properties_plan *plan, const char *text, Py_ssize_t length) {
     if (plan->texts >= 0 && plan->texts < MQ_PLAN_TEXTS) {
@@ -761,6 +758,9 @@ static inline void keep_text(mq_properties_plan *plan, const char *text, Py_ssiz
     }
 }
 
+/* Check the tags, keys and properties as _properties_text does and measure PROPERTIES: 1, or 0 when the Python
+ * path must run (another type, a value it refuses, PROPERTIES over the limit). Used by put_batch's prepare_batch
+ * too (message_type.c): one encoding of PROPERTIES for both compiled paths. */
 int mq_plan_properties(const mq_message_parts *m, int adds_unique_keys, mq_properties_plan *plan) {
     const char *text;
     Py_ssize_t length, total = 0;
