@@ -162,3 +162,27 @@ def test_both_property_scans_find_what_property_value_finds(seed, chunk_bytes, m
     if native is not None:
         monkeypatch.setattr(dispatch_batch, "NATIVE", native)
         assert dispatch_batch._found_properties_native(buffer, np.asarray(starts), np.asarray(ends), names) == expected
+
+
+@pytest.mark.skipif(dispatch_batch.NATIVE is None, reason="MQSTORE_NATIVE=0: only the pure-Python codec is there")
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_scan_finds_many_names_in_one_walk(seed):
+    """The compiled scan looks for every name in one walk of a record's pairs: names that are prefixes, suffixes
+    and extensions of one another (TAG, TAGS, XTAGS), one letter, and names inside values all find, in random
+    and damaged properties, the value `format.property_value` finds for each name alone."""
+    rng = random.Random(seed)
+    names = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"XTAGS", b"TAG", b"a", b"bc")
+    tokens = _TOKENS + [b"\x02XTAGS\x01", b"\x02TAG\x01", b"TAG\x01", b"\x02a\x01", b"a\x01", b"\x02bc\x01"]
+    data, starts, ends, blobs = bytearray(), [], [], []
+    for _ in range(400):
+        blob = b"".join(rng.choice(tokens) for _ in range(rng.randrange(0, 16)))
+        data += rng.choice([b"", b"TAG\x01", b"\x02"])
+        starts.append(len(data))
+        data += blob
+        ends.append(len(data))
+        blobs.append(blob)
+    buffer = bytes(data)
+    expected = [[(row, fmt.property_value(blob, name)) for row, blob in enumerate(blobs)
+                 if fmt.property_value(blob, name) is not None] for name in names]
+    assert all(len(column) > 10 for column in expected)
+    assert dispatch_batch._found_properties_native(buffer, np.asarray(starts), np.asarray(ends), names) == expected
