@@ -47,6 +47,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from users import rocketmq_home  # noqa: E402  (bench/users.py: where RocketMQ's harness is)
+
 from mqstore import Message, MessageStore, StoreConfig  # noqa: E402
 from mqstore.store.clock import SYSTEM_CLOCK  # noqa: E402
 
@@ -213,18 +215,15 @@ ROCKETMQ_KINDS = {"plain": "plain", "delayed": "level", "sized": "level_sized"} 
 
 
 def rocketmq_jars() -> tuple[list[str] | None, str]:
-    """RocketMQ 4.4.0's jars ($MQSTORE_ROCKETMQ_HOME, else ../shared/rocketmq-4.4.0) and a JDK: (the jars, ""), or
-    (None, why not)."""
-    home = os.environ.get("MQSTORE_ROCKETMQ_HOME") or os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "..", "shared", "rocketmq-4.4.0")
+    """RocketMQ 4.4.0's jars (where bench/users.py finds its harness) and a JDK: (the jars, ""), or (None, why
+    not)."""
+    home = rocketmq_home()
+    if home is None:
+        return None, "no RocketMQ 4.4.0 harness or no java (set MQSTORE_ROCKETMQ_HOME)"
+    if shutil.which("javac") is None:
+        return None, "no JDK: javac is not on PATH"
     lib = os.path.join(home, "lib")
-    jars = sorted(os.path.join(lib, name) for name in os.listdir(lib) if name.endswith(".jar")) \
-        if os.path.isdir(lib) else []
-    if not any("rocketmq-store" in jar for jar in jars):
-        return None, f"no RocketMQ 4.4.0 jars at {lib} (set MQSTORE_ROCKETMQ_HOME)"
-    if shutil.which("java") is None or shutil.which("javac") is None:
-        return None, "no JDK (java and javac) on PATH"
-    return jars, ""
+    return sorted(os.path.join(lib, name) for name in os.listdir(lib) if name.endswith(".jar")), ""
 
 
 def private_network() -> list[str]:
