@@ -91,8 +91,9 @@ PyObject *mq_message_moved(PyObject *object, PyObject *topic, PyObject *queue_id
 typedef struct {
     PyObject *timer;         /* the TimerService; NULL: no timer rewrite */
     PyObject *schedule;      /* the ScheduleService; NULL: no delay-level rewrite */
+    PyObject *timer_wake, *schedule_wake;  /* their `_wake` Events, read once (the services never replace them) */
     PyObject *system_clock;  /* SYSTEM_CLOCK: when it is the timer's clock, the time is read here */
-    long long max_delay_ms, level_count, queues_max;  /* the timer's precision is read on every put */
+    long long max_delay_ms, level_count, queues_max;  /* the timer's `_put_state` is read on every timer put */
 } mq_rewrite;
 int mq_rewrite_init(void);
 /* Set from Python's arguments (timer, schedule, system_clock, max_delay_ms, level_count, queues_max), once; 0, or
@@ -107,19 +108,25 @@ PyObject *mq_rewrite_apply(mq_rewrite *rewrite, PyObject *message);
  * rewrite sets or drops is already there). mq_rewrite_prepare runs what may call Python code (the timer's clock,
  * waking the service) and decides: MQ_REWRITE_NONE (put `message` as it is), MQ_REWRITE_DIRECT (`decided`
  * filled; the caller takes the message's parts and calls mq_rewrite_direct) or MQ_REWRITE_FALLBACK (call
- * mq_rewrite_apply), or -1 with an error. mq_rewrite_direct, which runs no Python code, decides again from the
- * parts taken: when that is what `decided` says, it moves the parts to the new topic and queue and adds the
- * properties (1); else 0 (Python code run in between changed the message: the Python path puts it), or -1 with
- * an error. */
+ * mq_rewrite_apply), or -1 with an error. mq_rewrite_direct, which runs no Python code, checks the parts taken
+ * against what was decided (decides again from them unless they are the objects decided from, unchanged): when
+ * that is what `decided` says, it moves the parts to the new topic and queue and adds the properties (1); else 0
+ * (Python code run in between changed the message: the Python path puts it), or -1 with an error. */
 enum { MQ_REWRITE_NONE, MQ_REWRITE_DIRECT, MQ_REWRITE_FALLBACK };
 typedef struct {
     int kind;                        /* what was decided: the rewrite's own code (put_rewrite.c) */
     long long queue, level, out_ms;  /* the message's queue id; the delay level; TIMER_OUT_MS */
     long long now_ms, precision_ms;  /* the timer's clock and precision when they were read */
     int timer_ready;                 /* now_ms and precision_ms were read (a timer request) */
+    /* With MQ_REWRITE_DIRECT: the topic, queue id and properties it was decided from, held until
+     * mq_rewrite_decision_release, and the properties' dict version then (MQ_DICT_VERSION): mq_rewrite_direct
+     * decides again only when the parts it is given are other objects or the dict changed. */
+    PyObject *topic, *queue_id, *properties;
+    uint64_t properties_version;
 } mq_rewrite_decision;
 int mq_rewrite_prepare(mq_rewrite *rewrite, PyObject *message, mq_rewrite_decision *decided);
 int mq_rewrite_direct(const mq_rewrite *rewrite, const mq_rewrite_decision *decided, mq_message_parts *parts);
+void mq_rewrite_decision_release(mq_rewrite_decision *decided);
 
 /* put.c: what commitlog.py's _properties_text (+ the UNIQ_KEY and the record-CRC placeholder) gives a message, as
  * checked and measured by mq_plan_properties (1, or 0 when the Python path must run: another type, a value it

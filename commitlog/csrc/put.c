@@ -1084,7 +1084,7 @@ static PyObject *appender_put(AppenderObject *self, PyObject *message) {
     mq_rewrite_decision decided = {0};
     if (self->rewrite.timer != NULL || self->rewrite.schedule != NULL) {  /* before the state is copied: the
                                                                           * rewrite may run Python code */
-        int planned = mq_rewrite_prepare(&self->rewrite, message, &decided);
+        int planned = mq_rewrite_prepare(&self->rewrite, message, &decided);  /* DIRECT: `decided` holds */
         if (planned < 0) return NULL;
         if (planned == MQ_REWRITE_FALLBACK) {  /* a shape the put does not move in place: a new Message */
             rewritten = mq_rewrite_apply(&self->rewrite, message);
@@ -1098,6 +1098,7 @@ static PyObject *appender_put(AppenderObject *self, PyObject *message) {
     hold_state(&s, 1);
     PyObject *result = self->usable ? put_with(self, &s, message, &decided) : Py_NewRef(Py_None);
     hold_state(&s, 0);
+    mq_rewrite_decision_release(&decided);
     Py_XDECREF(rewritten);
     return result;
 }

@@ -18,22 +18,27 @@
  *
  * The compiled single put makes no new Message for the common shapes (no property the rewrite sets or drops is
  * there already): mq_rewrite_prepare decides and wakes the service (the steps that may run Python code), then
- * put.c takes the message's fields and mq_rewrite_direct decides again from them, running no Python code up to
- * the record's bytes: the parts are moved to the service's topic and queue, and the rewrite's properties written
- * after the message's own, as a new Message's dict would hold them. A message Python code changed in between
- * (the second decision differs) goes to the Python path. Against a new Message this saved about 0.25 us of CPU a
- * timer put and 0.15 us a DELAY put here (decision 0054), the dict, the Message and the collections they set off.
+ * put.c takes the message's fields and mq_rewrite_direct checks them against the decision, running no Python
+ * code up to the record's bytes: the parts are moved to the service's topic and queue, and the rewrite's
+ * properties written after the message's own, as a new Message's dict would hold them. A message Python code
+ * changed in between (the second decision differs) goes to the Python path. Against a new Message this saved
+ * about 0.25 us of CPU a timer put and 0.15 us a DELAY put here (decision 0054), the dict, the Message and the
+ * collections they set off.
+ *
+ * Each step reads only what it must (decision 0054): the decision holds the topic, queue id and properties it
+ * was made from, and with the dict version (MQ_DICT_VERSION) a dict the clock or the wake-up left unchanged is
+ * not scanned again, nor the parts taken when they are those objects; the services' `_wake` Events are read once,
+ * by set_rewrite; the timer's thread, precision and clock are one attribute, `_put_state`.
  */
 #include "mq_native.h"
 
 #include <time.h>
 
 enum { N_DELAY, N_REAL_TOPIC, N_REAL_QID, N_DELIVER_MS, N_DELAY_MS, N_DELAY_SEC, N_OUT_MS, N_SCHEDULE_TOPIC,
-       N_TIMER_TOPIC, N_CLOCK, N_THREAD, N_WAKE, N_FLAG, N_SET, N_NOW_MS, N_PRECISION, N_COUNT };
+       N_TIMER_TOPIC, N_PUT_STATE, N_WAKE, N_FLAG, N_SET, N_NOW_MS, N_COUNT };
 static const char *const name_texts[N_COUNT] = {
     "DELAY", "REAL_TOPIC", "REAL_QID", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_OUT_MS",
-    "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "clock", "_thread", "_wake", "_flag", "set", "now_ms",
-    "precision_ms"};
+    "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "_put_state", "_wake", "_flag", "set", "now_ms"};
 static PyObject *names[N_COUNT];
 static PyObject *zero_queue = NULL;
 
@@ -77,8 +82,16 @@ int mq_rewrite_set(mq_rewrite *rewrite, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "set_rewrite: set already");
         return -1;
     }
+    PyObject *timer_wake = NULL, *schedule_wake = NULL;  /* read once: the services never replace their Event */
+    if ((timer != Py_None && (timer_wake = PyObject_GetAttr(timer, names[N_WAKE])) == NULL) ||
+        (schedule != Py_None && (schedule_wake = PyObject_GetAttr(schedule, names[N_WAKE])) == NULL)) {
+        Py_XDECREF(timer_wake);
+        return -1;
+    }
     rewrite->timer = timer == Py_None ? NULL : Py_NewRef(timer);
     rewrite->schedule = schedule == Py_None ? NULL : Py_NewRef(schedule);
+    rewrite->timer_wake = timer_wake;
+    rewrite->schedule_wake = schedule_wake;
     rewrite->system_clock = Py_NewRef(system_clock);
     rewrite->max_delay_ms = max_delay_ms;
     rewrite->level_count = level_count;
@@ -89,12 +102,16 @@ int mq_rewrite_set(mq_rewrite *rewrite, PyObject *args) {
 void mq_rewrite_clear(mq_rewrite *rewrite) {
     Py_CLEAR(rewrite->timer);
     Py_CLEAR(rewrite->schedule);
+    Py_CLEAR(rewrite->timer_wake);
+    Py_CLEAR(rewrite->schedule_wake);
     Py_CLEAR(rewrite->system_clock);
 }
 
 int mq_rewrite_traverse(mq_rewrite *rewrite, visitproc visit, void *arg) {
     Py_VISIT(rewrite->timer);
     Py_VISIT(rewrite->schedule);
+    Py_VISIT(rewrite->timer_wake);
+    Py_VISIT(rewrite->schedule_wake);
     Py_VISIT(rewrite->system_clock);
     return 0;
 }
@@ -149,10 +166,8 @@ static int parse_decimal(PyObject *value, int digits_max, long long *out) {
     return 1;
 }
 
-/* `if not service._wake.is_set(): service._wake.set()`: 0, or -1 with an error. */
-static int wake(PyObject *service) {
-    PyObject *event = PyObject_GetAttr(service, names[N_WAKE]);
-    if (event == NULL) return -1;
+/* `if not event.is_set(): event.set()` for a service's `_wake` Event: 0, or -1 with an error. */
+static int wake(PyObject *event) {
     PyObject *flag = PyObject_GetAttr(event, names[N_FLAG]);
     int result = flag == NULL ? -1 : 0;
     if (flag != NULL && flag != Py_True) {
@@ -161,29 +176,47 @@ static int wake(PyObject *service) {
         Py_XDECREF(done);
     }
     Py_XDECREF(flag);
-    Py_DECREF(event);
     return result;
 }
 
-/* The timer's clock now: 1 with *now_ms, 0 for the Python path, -1 with an error. */
-static int timer_now_ms(const mq_rewrite *rewrite, long long *now_ms) {
-    PyObject *clock = PyObject_GetAttr(rewrite->timer, names[N_CLOCK]);
-    if (clock == NULL) return -1;
+/* `clock`'s time now: 1 with *now_ms, 0 for the Python path, -1 with an error. */
+static int timer_now_ms(const mq_rewrite *rewrite, PyObject *clock, long long *now_ms) {
     if (clock == rewrite->system_clock) {  /* SystemClock.now_ms: time.time_ns() // 1_000_000 */
-        Py_DECREF(clock);
         struct timespec now;
         if (clock_gettime(CLOCK_REALTIME, &now) != 0 || now.tv_sec < 0) return 0;
         *now_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         return 1;
     }
     PyObject *value = PyObject_CallMethodNoArgs(clock, names[N_NOW_MS]);
-    Py_DECREF(clock);
     if (value == NULL) return -1;
     int overflow = 0;
     *now_ms = PyLong_CheckExact(value) ? PyLong_AsLongLongAndOverflow(value, &overflow) : 0;
     int usable = PyLong_CheckExact(value) && !overflow && !PyErr_Occurred();
     Py_DECREF(value);
     return usable;
+}
+
+/* The timer's precision and clock reading into `decided`, from its `_put_state` (None until its thread runs, then
+ * (precision_ms, clock): TimerService._publish_put_state): 1, 0 when the Python path must decide (a thread not
+ * started yet, a precision or a time that is not a usable int), -1 with an error. May run Python code (a test's
+ * clock). */
+static int read_timer_clock(const mq_rewrite *rewrite, mq_rewrite_decision *decided) {
+    PyObject *state = PyObject_GetAttr(rewrite->timer, names[N_PUT_STATE]);
+    if (state == NULL) return -1;
+    int ready = 0;
+    long long precision = 0, now_ms = 0;
+    if (PyTuple_CheckExact(state) && PyTuple_GET_SIZE(state) == 2 && PyLong_CheckExact(PyTuple_GET_ITEM(state, 0))) {
+        int overflow = 0;
+        precision = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(state, 0), &overflow);
+        if (!overflow && precision > 0)  /* the clock is borrowed from `state`, held across its call */
+            ready = timer_now_ms(rewrite, PyTuple_GET_ITEM(state, 1), &now_ms);
+    }
+    Py_DECREF(state);
+    if (ready <= 0) return ready;
+    decided->now_ms = now_ms;
+    decided->precision_ms = precision;
+    decided->timer_ready = 1;
+    return 1;
 }
 
 /* --- the two rewrites ------------------------------------------------------------------------------------------ */
@@ -251,7 +284,7 @@ static PyObject *to_schedule(mq_rewrite *rewrite, PyObject *message, PyObject *c
     if (add_real(copy, topic, queue_id, queue) < 0) return NULL;
     PyObject *level_queue = PyLong_FromLongLong(level - 1);
     if (level_queue == NULL) return NULL;
-    PyObject *moved = wake(rewrite->schedule) < 0 ? NULL
+    PyObject *moved = wake(rewrite->schedule_wake) < 0 ? NULL
                       : mq_message_moved(message, names[N_SCHEDULE_TOPIC], level_queue, copy);
     Py_DECREF(level_queue);
     return moved;
@@ -276,20 +309,10 @@ static int delivery_time_ms(const found_names *found, long long now_ms, long lon
  * not in the future), None for the Python path, NULL with an error. */
 static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *properties, PyObject *topic,
                           PyObject *queue_id, long long queue) {
-    PyObject *thread = PyObject_GetAttr(rewrite->timer, names[N_THREAD]);
-    if (thread == NULL) return NULL;
-    int started = thread != Py_None;
-    Py_DECREF(thread);
-    PyObject *precision_value = PyObject_GetAttr(rewrite->timer, names[N_PRECISION]);  /* set again on start */
-    if (precision_value == NULL) return NULL;
-    int overflow = 0;
-    long long precision = PyLong_CheckExact(precision_value)
-                          ? PyLong_AsLongLongAndOverflow(precision_value, &overflow) : 0;
-    Py_DECREF(precision_value);
-    if (overflow || precision <= 0) return Py_NewRef(Py_None);
-    long long now_ms, deliver_ms, waited_ms;
-    int ready = started ? timer_now_ms(rewrite, &now_ms) : 0;  /* not started: the Python path starts it */
+    mq_rewrite_decision clock = {0};
+    int ready = read_timer_clock(rewrite, &clock);  /* not started: the Python path starts it */
     if (ready <= 0) return ready < 0 ? NULL : Py_NewRef(Py_None);
+    long long now_ms = clock.now_ms, precision = clock.precision_ms, deliver_ms, waited_ms;
     PyObject *copy;  /* read from here on: no finalizer changes it */
     int copied = copy_properties(properties, 0, &copy);
     if (copied <= 0) return copied < 0 ? NULL : Py_NewRef(Py_None);
@@ -308,7 +331,7 @@ static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *prop
         PyObject *text = number == NULL ? NULL : PyObject_Str(number);
         Py_XDECREF(number);
         if (text != NULL && PyDict_SetItem(copy, names[N_OUT_MS], text) == 0 && add_real(copy, topic, queue_id, queue) == 0 &&
-            wake(rewrite->timer) == 0)
+            wake(rewrite->timer_wake) == 0)
             result = mq_message_moved(message, names[N_TIMER_TOPIC], zero_queue, copy);
         Py_XDECREF(text);
     }
@@ -376,30 +399,26 @@ static PyObject *rewrite_held(mq_rewrite *rewrite, PyObject *message, PyObject *
 
 enum { DECIDED_NONE, DECIDED_FALLBACK, DECIDED_NEEDS_NOW, DECIDED_LEVEL, DECIDED_TIMER };
 
-/* What rewrite_held does with a message of this topic, queue id and properties, decided from the properties in
- * place without running Python code: DECIDED_NONE (the message as it is), DECIDED_LEVEL or DECIDED_TIMER (moved,
+/* What rewrite_held does with a message of this topic, queue id and properties (`found` by scan), decided from
+ * the properties in place without running Python code: DECIDED_NONE (the message as it is), DECIDED_LEVEL or DECIDED_TIMER (moved,
  * its properties kept as they are and the rewrite's added after them, as none it sets or drops is there: the
  * level or TIMER_OUT_MS and the queue in `decided`), DECIDED_NEEDS_NOW (a timer request, and `decided` has no
  * reading of the timer's clock yet), or DECIDED_FALLBACK (anything else: mq_rewrite_apply decides it, makes the
  * new Message or hands the message to the Python path). */
-static int decide(const mq_rewrite *rewrite, PyObject *topic, PyObject *queue_id, PyObject *properties,
-                  mq_rewrite_decision *decided) {
-    if (properties == NULL || !PyDict_CheckExact(properties) || PyDict_GET_SIZE(properties) == 0)
-        return DECIDED_NONE;
-    found_names found;
-    scan(properties, &found);
-    requests asked = requests_of(rewrite, &found);
+static int decide_found(const mq_rewrite *rewrite, PyObject *topic, PyObject *queue_id, const found_names *found,
+                        mq_rewrite_decision *decided) {
+    requests asked = requests_of(rewrite, found);
     int asks_timer = asked.asks_timer, delay_request = asked.delay_request, timer_request = asked.timer_request;
     if (!delay_request && !timer_request) return DECIDED_NONE;
-    if (found.foreign || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id)) return DECIDED_FALLBACK;
+    if (found->foreign || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id)) return DECIDED_FALLBACK;
     int overflow = 0;
     long long queue = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
     if (overflow || queue < 0 || queue >= rewrite->queues_max) return DECIDED_FALLBACK;
     decided->queue = queue;
-    if (found.values[N_REAL_QID] != NULL) return DECIDED_FALLBACK;  /* a rewrite replaces it where it is */
+    if (found->values[N_REAL_QID] != NULL) return DECIDED_FALLBACK;  /* a rewrite replaces it where it is */
     if (delay_request && !text_is(topic, N_SCHEDULE_TOPIC)) {
         long long level;
-        if (!parse_decimal(found.values[N_DELAY], DELAY_LEVEL_DIGITS_MAX, &level) || level < 0 ||
+        if (!parse_decimal(found->values[N_DELAY], DELAY_LEVEL_DIGITS_MAX, &level) || level < 0 ||
             level > rewrite->level_count)
             return DECIDED_FALLBACK;  /* the Python path raises */
         if (level > 0) {
@@ -410,9 +429,9 @@ static int decide(const mq_rewrite *rewrite, PyObject *topic, PyObject *queue_id
     }
     if (!timer_request || text_is(topic, N_TIMER_TOPIC)) return DECIDED_NONE;
     if (!decided->timer_ready) return DECIDED_NEEDS_NOW;
-    if (found.values[N_REAL_TOPIC] != NULL) return DECIDED_FALLBACK;  /* replaced where it is */
+    if (found->values[N_REAL_TOPIC] != NULL) return DECIDED_FALLBACK;  /* replaced where it is */
     long long deliver_ms, waited_ms, now_ms = decided->now_ms, precision = decided->precision_ms;
-    if (!delivery_time_ms(&found, now_ms, &deliver_ms) || deliver_ms < 0) return DECIDED_FALLBACK;
+    if (!delivery_time_ms(found, now_ms, &deliver_ms) || deliver_ms < 0) return DECIDED_FALLBACK;
     if (deliver_ms <= now_ms) return DECIDED_NONE;
     if (__builtin_sub_overflow(deliver_ms, now_ms, &waited_ms) || waited_ms > rewrite->max_delay_ms)
         return DECIDED_FALLBACK;  /* the Python path refuses it */
@@ -421,52 +440,83 @@ static int decide(const mq_rewrite *rewrite, PyObject *topic, PyObject *queue_id
     return DECIDED_TIMER;
 }
 
-/* The timer's thread, precision and clock into `decided`, as to_timer reads them: 1, 0 when the Python path must
- * decide (a thread not started yet, a precision or a time that is not a usable int), -1 with an error. May run
- * Python code (a test's clock). */
-static int read_timer_clock(const mq_rewrite *rewrite, mq_rewrite_decision *decided) {
-    PyObject *thread = PyObject_GetAttr(rewrite->timer, names[N_THREAD]);
-    if (thread == NULL) return -1;
-    int started = thread != Py_None;
-    Py_DECREF(thread);
-    if (!started) return 0;
-    PyObject *precision_value = PyObject_GetAttr(rewrite->timer, names[N_PRECISION]);
-    if (precision_value == NULL) return -1;
-    int overflow = 0;
-    long long precision = PyLong_CheckExact(precision_value)
-                          ? PyLong_AsLongLongAndOverflow(precision_value, &overflow) : 0;
-    Py_DECREF(precision_value);
-    if (overflow || precision <= 0) return 0;
-    long long now_ms;
-    int ready = timer_now_ms(rewrite, &now_ms);
-    if (ready <= 0) return ready;
-    decided->now_ms = now_ms;
-    decided->precision_ms = precision;
-    decided->timer_ready = 1;
-    return 1;
+/* decide_found for these properties, scanned here. */
+static int decide(const mq_rewrite *rewrite, PyObject *topic, PyObject *queue_id, PyObject *properties,
+                  mq_rewrite_decision *decided) {
+    if (properties == NULL || !PyDict_CheckExact(properties) || PyDict_GET_SIZE(properties) == 0)
+        return DECIDED_NONE;
+    found_names found;
+    scan(properties, &found);
+    return decide_found(rewrite, topic, queue_id, &found, decided);
+}
+
+/* The properties dict's version, for unchanged(); 0 without MQ_DICT_VERSION (then nothing is unchanged). */
+static uint64_t version_of(PyObject *properties) {
+#ifdef MQ_DICT_VERSION
+    return properties != NULL && PyDict_CheckExact(properties) ? ((PyDictObject *)properties)->ma_version_tag : 0;
+#else
+    (void)properties;
+    return 0;
+#endif
+}
+
+/* Whether `properties` is the dict `version` was read from, unchanged since (a dict's version changes with every
+ * change of it in 3.11, and a new dict has a new one): its borrowed values are still the ones read then. The
+ * caller holds it. Always 0 without MQ_DICT_VERSION. */
+static int unchanged(PyObject *properties, uint64_t version) {
+    return version != 0 && version_of(properties) == version;
 }
 
 int mq_rewrite_prepare(mq_rewrite *rewrite, PyObject *message, mq_rewrite_decision *decided) {
     *decided = (mq_rewrite_decision){0};
     PyObject *topic, *queue_id, *properties;
     if (!mq_message_routing(message, &topic, &queue_id, &properties)) return MQ_REWRITE_NONE;
-    int kind = decide(rewrite, topic, queue_id, properties, decided);
+    int kind = DECIDED_NONE;
+    found_names found;
+    uint64_t version = version_of(properties);  /* before the scan: no Python code runs up to the decision */
+    if (properties != NULL && PyDict_CheckExact(properties) && PyDict_GET_SIZE(properties) > 0) {
+        scan(properties, &found);
+        kind = decide_found(rewrite, topic, queue_id, &found, decided);
+    }
     int result = MQ_REWRITE_FALLBACK;
-    if (kind == DECIDED_NEEDS_NOW) {  /* the clock may run Python code: the properties are read again after it */
+    if (kind == DECIDED_NEEDS_NOW) {  /* the clock may run Python code: the properties are read again after it
+                                       * unless their dict is known unchanged */
         int ready = read_timer_clock(rewrite, decided);
-        if (ready < 0) result = -1;
-        kind = ready > 0 ? decide(rewrite, topic, queue_id, properties, decided) : DECIDED_FALLBACK;
+        if (ready < 0) {
+            result = -1;
+        } else if (ready == 0) {
+            kind = DECIDED_FALLBACK;
+        } else if (unchanged(properties, version)) {
+            kind = decide_found(rewrite, topic, queue_id, &found, decided);
+        } else {
+            version = version_of(properties);
+            kind = decide(rewrite, topic, queue_id, properties, decided);
+        }
     }
     if (result >= 0 && kind == DECIDED_NONE) {
         result = MQ_REWRITE_NONE;
     } else if (result >= 0 && (kind == DECIDED_LEVEL || kind == DECIDED_TIMER)) {
         decided->kind = kind;
-        result = wake(kind == DECIDED_LEVEL ? rewrite->schedule : rewrite->timer) < 0 ? -1 : MQ_REWRITE_DIRECT;
+        result = wake(kind == DECIDED_LEVEL ? rewrite->schedule_wake : rewrite->timer_wake) < 0 ? -1
+                 : MQ_REWRITE_DIRECT;
+    }
+    if (result == MQ_REWRITE_DIRECT) {  /* held for mq_rewrite_direct's check */
+        decided->topic = topic;
+        decided->queue_id = queue_id;
+        decided->properties = properties;
+        decided->properties_version = version;
+        return result;
     }
     Py_DECREF(topic);
     Py_DECREF(queue_id);
     Py_XDECREF(properties);
     return result;
+}
+
+void mq_rewrite_decision_release(mq_rewrite_decision *decided) {
+    Py_CLEAR(decided->topic);
+    Py_CLEAR(decided->queue_id);
+    Py_CLEAR(decided->properties);
 }
 
 /* str(value) into `out` (at least 21 bytes), without snprintf's cost, two digits a step: its length. */
@@ -497,11 +547,15 @@ static int decimal_text(char *out, long long value) {
 
 int mq_rewrite_direct(const mq_rewrite *rewrite, const mq_rewrite_decision *decided, mq_message_parts *parts) {
     mq_rewrite_decision again = *decided;
-    int kind = decide(rewrite, parts->common.topic, parts->common.queue_id, parts->properties, &again);
-    if (kind != decided->kind || again.queue != decided->queue ||
-        (kind == DECIDED_LEVEL && again.level != decided->level) ||
-        (kind == DECIDED_TIMER && again.out_ms != decided->out_ms))
-        return 0;  /* changed since it was decided (and the service woken): the Python path decides again */
+    int kind = decided->kind;
+    if (parts->common.topic != decided->topic || parts->common.queue_id != decided->queue_id ||
+        parts->properties != decided->properties || !unchanged(parts->properties, decided->properties_version)) {
+        kind = decide(rewrite, parts->common.topic, parts->common.queue_id, parts->properties, &again);
+        if (kind != decided->kind || again.queue != decided->queue ||
+            (kind == DECIDED_LEVEL && again.level != decided->level) ||
+            (kind == DECIDED_TIMER && again.out_ms != decided->out_ms))
+            return 0;  /* changed since it was decided (and the service woken): the Python path decides again */
+    }
     long long queue = kind == DECIDED_LEVEL ? again.level - 1 : 0;
     PyObject *queue_id = PyLong_FromLongLong(queue);  /* not a tracked object: no Python code runs */
     if (queue_id == NULL) return -1;

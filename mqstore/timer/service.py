@@ -81,9 +81,11 @@ class TimerService:
         self.roll_window_slots = min(max(2, roll_window_slots), tfmt.SLOTS_TOTAL - tfmt.BLANK_SLOTS)
         self.error: BaseException | None = None
         self.delivered_count = self.rolled_count = self.enqueued_count = 0
+        # The compiled put holds _wake from the start (commitlog/csrc/put_rewrite.c): it is never replaced.
         self._wake, self._stop = threading.Event(), threading.Event()
         self._progress = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._put_state: tuple | None = None  # _publish_put_state
         self._start_lock = threading.Lock()
         self._files_open = False
         self._topic_hashes: dict[bytes | None, int] = {}
@@ -111,7 +113,14 @@ class TimerService:
     def use_clock(self, clock) -> None:
         """Take time from `clock` from now on (tests: a ManualClock)."""
         self.clock = clock
+        self._publish_put_state()
         self._wake.set()
+
+    def _publish_put_state(self) -> None:
+        """What the compiled put reads of this service on a timer put, in one attribute (put_rewrite.c's
+        read_timer_clock): None while the thread is not running (the Python rewrite then starts it), else
+        (precision_ms, clock). Set again whenever one of them changes."""
+        self._put_state = None if self._thread is None else (self.precision_ms, self.clock)
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     def start_if_used(self) -> None:
@@ -131,6 +140,7 @@ class TimerService:
                 self._thread.start()
                 self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-timer-flush", daemon=True)
                 self._flusher.start()
+                self._publish_put_state()
 
     def _open_files(self) -> None:
         root = self.root_dir
@@ -178,6 +188,7 @@ class TimerService:
             thread.join()
             self._flusher.join()
             self._thread = self._flusher = None
+            self._publish_put_state()
             if checkpoint and self.error is None:
                 self._write_checkpoint()
 

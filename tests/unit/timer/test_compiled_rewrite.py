@@ -18,6 +18,7 @@ from mqstore import InvalidMessageError, Message, MessageStore, StoreConfig
 from mqstore.store.clock import SYSTEM_CLOCK, ManualClock
 from mqstore.timer import format as tfmt
 from mqstore.timer.rewrite import out_time_ms
+from mqstore.timer.service import TimerService
 from tests.unit.commitlog.test_native_codec import FixedClock
 from tests.unit.mqstore.test_compiled_put import PATHS, _same_unique_keys
 
@@ -102,6 +103,25 @@ def test_the_compiled_timer_rewrite_reads_the_system_clock_itself(tmp_path):
         assert out_time_ms(before + 60000, precision) <= out_ms <= out_time_ms(after + 60000, precision)
         assert (stored.topic, stored.properties["REAL_TOPIC"], stored.properties["REAL_QID"]) == \
             (tfmt.TIMER_TOPIC, "t", "0")
+
+
+@needs_native
+def test_the_compiled_timer_rewrite_follows_the_timers_clock_and_thread(tmp_path, monkeypatch):
+    """What the compiled rewrite reads of the timer (its `_put_state`) follows the timer: nothing before its thread
+    runs (the Python rewrite starts it), then its precision and clock, a clock given by use_clock included."""
+    with _open(tmp_path, "compiled-put", monkeypatch) as store:
+        timer = store.timer
+        assert timer._put_state is None
+        message = Message("t", b"x", properties={"TIMER_DELAY_MS": "5000"})
+        store.put(message)  # the Python path: a topic not seen yet, and it starts the thread
+        assert timer._thread is not None
+        assert timer._put_state == (timer.precision_ms, timer.clock) == (10, timer.clock)
+        calls = _count_python_rewrites(store)
+        timer.use_clock(ManualClock(START_MS + 100_000))
+        stored = store.read_at(store.put(message).commitlog_offset)
+        assert calls == []  # the compiled rewrite's, with the new clock
+        assert stored.properties["TIMER_OUT_MS"] == str(START_MS + 100_000 + 5000 - 10)
+    assert timer._thread is None and timer._put_state is None
 
 
 @needs_native
@@ -259,14 +279,23 @@ CHANGES = [("TIMER_DELAY_MS", "9000", [("TIMER_DELAY_MS", "9000"), ("TIMER_OUT_M
 
 
 @needs_native
+@pytest.mark.parametrize("how", ["in place", "replaced"])
 @pytest.mark.parametrize("when", ["clock", "wake"])
 @pytest.mark.parametrize("name,value,stored", CHANGES)
-def test_a_delayed_message_changed_during_its_compiled_rewrite_is_put_as_it_is_then(tmp_path, monkeypatch, when,
-                                                                                    name, value, stored):
+def test_a_delayed_message_changed_during_its_compiled_rewrite_is_put_as_it_is_then(tmp_path, monkeypatch, how,
+                                                                                    when, name, value, stored):
     """Changed while the time is read (before the rewrite is decided): put as changed, in place when it still can
     be. Changed while the service is woken (after): the compiled put sees it and hands the message to the Python
-    path. Either way the record is the Python path's for the changed message."""
+    path. Either way the record is the Python path's for the changed message. The properties dict is changed in
+    place (its version tells) or replaced by a changed copy (another object)."""
     written = {}
+    timer_init = TimerService.__init__
+
+    def with_changing_wake(self, *args, **kwargs):  # the compiled put holds the Event it finds at open
+        timer_init(self, *args, **kwargs)
+        self._wake = ChangingWake()
+
+    monkeypatch.setattr(TimerService, "__init__", with_changing_wake)
     for path in ("python", "compiled-put"):
         monkeypatch.setattr(commitlog_module, "_time_ns", FixedClock())
         _same_unique_keys(monkeypatch)
@@ -275,19 +304,27 @@ def test_a_delayed_message_changed_during_its_compiled_rewrite_is_put_as_it_is_t
             template = Message("t", b"x", queue_id=1, properties={"TIMER_DELAY_MS": "5000"})
             store.put(template)
             store.put(template)  # the topics are known, the timer thread started: the compiled put takes the next
-            wake = store.timer._wake = ChangingWake()
+            wake = store.timer._wake
+            assert isinstance(wake, ChangingWake)
             message = Message("t", b"y", queue_id=1, properties={"TIMER_DELAY_MS": "5000"})
             if path == "python":
                 message.properties[name] = value  # what the compiled put's clock or wake-up does
             else:
                 in_place = store._commitlog._appender.rewritten_in_place
-                (clock if when == "clock" else wake).armed = (
-                    threading.get_ident(), lambda: message.properties.__setitem__(name, value))
+
+                def change():
+                    if how == "in place":
+                        message.properties[name] = value
+                    else:
+                        message.properties = {**message.properties, name: value}
+
+                (clock if when == "clock" else wake).armed = (threading.get_ident(), change)
             result = store.put(message)
             if path == "compiled-put":
                 assert (clock.armed, wake.armed) == (None, None)  # the change was made
                 moved = store._commitlog._appender.rewritten_in_place - in_place
-                assert moved == (when == "clock" and name == "TIMER_DELAY_MS")
+                # in place only when the dict decided from is the one put (a replaced one is checked and handed on)
+                assert moved == (when == "clock" and how == "in place" and name == "TIMER_DELAY_MS")
             assert store.timer.precision_ms == 10
             segment = (tmp_path / path / "commitlog" / f"{0:020d}").read_bytes()
             record = segment[result.commitlog_offset:result.commitlog_offset + result.size_bytes]
