@@ -1,6 +1,7 @@
 """Fuzzing the compiled put path against Python code run in the middle of a call: a finalizer, armed to run at a
 garbage collection the call's own allocations set off, replaces a field of a message being put (its topic, body,
-tags, keys, properties, queue id) or empties the batch list.
+tags, keys, properties, queue id), sets one of its properties in place (a delay, a timer, what the delayed
+messages' rewrites add) or empties the batch list.
 
 Which value a put stores then depends on when the finalizer ran, so nothing is compared with the pure-Python codec.
 What must hold: the process survives (under `make fuzz-python` the sanitizer build reports any read of freed memory
@@ -37,8 +38,10 @@ REPLACEMENTS = {
     "body": (b"", b"replaced" * 20, None, "text", bytearray(b"ba")),
     "tags": (None, "TagZ", 5),
     "keys": ((), ("k",), None),
-    "properties": ({}, {"p": "v"}, None),
+    "properties": ({}, {"p": "v"}, None, {"TIMER_DELAY_MS": "5"}, {"DELAY": "2"}),
     "queue_id": (0, 7, 99, None),
+    "property": (("TIMER_DELAY_MS", "7"), ("DELAY", "3"), ("DELAY", "0"), ("REAL_QID", "1"), ("TIMER_OUT_MS", "1"),
+                 ("p", "v")),  # set in the message's properties dict, in place
 }
 
 
@@ -59,6 +62,10 @@ class Finalizer:
             Finalizer(plan)
         elif plan["message"] is None:
             plan["batch"].clear()
+        elif plan["field"] == "property":
+            properties = plan["message"].properties
+            if isinstance(properties, dict):
+                properties[plan["value"][0]] = plan["value"][1]
         else:
             setattr(plan["message"], plan["field"], plan["value"])
 
