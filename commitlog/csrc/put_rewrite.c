@@ -330,8 +330,8 @@ static PyObject *to_timer(mq_rewrite *rewrite, PyObject *message, PyObject *prop
         PyObject *number = PyLong_FromLongLong(out_ms);
         PyObject *text = number == NULL ? NULL : PyObject_Str(number);
         Py_XDECREF(number);
-        if (text != NULL && PyDict_SetItem(copy, names[N_OUT_MS], text) == 0 && add_real(copy, topic, queue_id, queue) == 0 &&
-            wake(rewrite->timer_wake) == 0)
+        if (text != NULL && PyDict_SetItem(copy, names[N_OUT_MS], text) == 0 &&
+            add_real(copy, topic, queue_id, queue) == 0 && wake(rewrite->timer_wake) == 0)
             result = mq_message_moved(message, names[N_TIMER_TOPIC], zero_queue, copy);
         Py_XDECREF(text);
     }
@@ -400,11 +400,11 @@ static PyObject *rewrite_held(mq_rewrite *rewrite, PyObject *message, PyObject *
 enum { DECIDED_NONE, DECIDED_FALLBACK, DECIDED_NEEDS_NOW, DECIDED_LEVEL, DECIDED_TIMER };
 
 /* What rewrite_held does with a message of this topic, queue id and properties (`found` by scan), decided from
- * the properties in place without running Python code: DECIDED_NONE (the message as it is), DECIDED_LEVEL or DECIDED_TIMER (moved,
- * its properties kept as they are and the rewrite's added after them, as none it sets or drops is there: the
- * level or TIMER_OUT_MS and the queue in `decided`), DECIDED_NEEDS_NOW (a timer request, and `decided` has no
- * reading of the timer's clock yet), or DECIDED_FALLBACK (anything else: mq_rewrite_apply decides it, makes the
- * new Message or hands the message to the Python path). */
+ * the properties in place without running Python code: DECIDED_NONE (the message as it is), DECIDED_LEVEL or
+ * DECIDED_TIMER (moved, its properties kept as they are and the rewrite's added after them, as none it sets or
+ * drops is there: the level or TIMER_OUT_MS and the queue in `decided`), DECIDED_NEEDS_NOW (a timer request, and
+ * `decided` has no reading of the timer's clock yet), or DECIDED_FALLBACK (anything else: mq_rewrite_apply
+ * decides it, makes the new Message or hands the message to the Python path). */
 static int decide_found(const mq_rewrite *rewrite, PyObject *topic, PyObject *queue_id, const found_names *found,
                         mq_rewrite_decision *decided) {
     requests asked = requests_of(rewrite, found);
