@@ -12,8 +12,8 @@
    threads beside the puts on the same interpreter, so what they cost during the put calls shows in that column.
    "Its CPU" is the putting thread's own CPU time (time.thread_time) during the put calls: the rest of the put
    call's wall time is spent waiting for the interpreter while dispatch and the services run (or for another
-   process on the machine). Medians over rounds, in microseconds a put; `--put-only` runs this section alone and
-   writes no files.
+   process on the machine). Medians over rounds, in microseconds a put; `--put-only` runs this section and
+   section 4 (RocketMQ's put costs) alone and writes no files.
 2. Firing error: a store holding PENDING timers due in one to two hours; then PROBES timers due 0.2 s .. 0.2 s +
    PROBE_WINDOW_S ahead, on the system clock. Error = the delivered copy's store timestamp minus its
    TIMER_DELIVER_MS (never negative: a timer is not delivered early); p50, p99, max.
@@ -356,7 +356,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--out", default=None, help="result JSON path (the Markdown table goes beside it)")
-    parser.add_argument("--put-only", action="store_true", help="section 1 only (no result files)")
+    parser.add_argument("--put-only", action="store_true", help="sections 1 and 4: put costs (no result files)")
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child is not None:
