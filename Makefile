@@ -152,7 +152,7 @@ test-asan: asan-build
 # normal build (atheris's coverage of Python code; a preloaded ASan runtime would take over its coverage hooks),
 # then every input of the corpus that grew is run again with the sanitizer build above. Corpora stay in
 # $(FUZZ_DIR)/python/NAME/corpus; a failing input is written beside them (crash-*).
-FUZZ_HARNESSES ?= put_path message_type flush_gate codec finalizers
+FUZZ_HARNESSES ?= put_path message_type flush_gate codec finalizers timer_link
 
 fuzz-python: asan-build
 	@for name in $(FUZZ_HARNESSES); do \

@@ -708,9 +708,10 @@ class CommitLog:
                               queue=queue)
 
     def read_values(self, commitlog_offsets, sizes, number_name: bytes, text_name: bytes,
-                    queue: tuple[str, int, int] | None = None, span: tuple[int, int] | None = None) -> np.ndarray:
+                    queue: tuple[str, int, int] | None = None, span: tuple[int, int] | None = None,
+                    out: np.ndarray | None = None) -> np.ndarray:
         """Two property values of many records, checked as read_many checks them, without decoding messages
-        (commitlog/record_values.py: its rows and columns). `queue` = (topic, queue_id, first entry)."""
+        (commitlog/record_values.py: its rows and columns, and `out`). `queue` = (topic, queue_id, first entry)."""
         if self._closed:
             raise StoreClosedError("the commitlog is closed")
         if len(commitlog_offsets):
@@ -721,7 +722,7 @@ class CommitLog:
                 raise InvalidMessageError(f"commitlog offsets {low}..{high} are not all inside the log "
                                           f"[{self.min_offset()}, {self._end})")
         return read_values(self.codec, self.segment_at, commitlog_offsets, sizes, number_name, text_name,
-                           record_crc_from=self.record_crc_from, queue=queue)
+                           record_crc_from=self.record_crc_from, queue=queue, out=out)
 
     # --- durability and lifecycle --------------------------------------------------------------------------
     def truncate(self, commitlog_offset: int, salvage=None) -> int:

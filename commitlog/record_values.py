@@ -59,15 +59,19 @@ def values_of(raw: bytes, number_name: bytes, text_name: bytes) -> tuple[int, in
 
 
 def read_values(codec, segments, commitlog_offsets, sizes, number_name: bytes, text_name: bytes, *,
-                record_crc_from: int | None = None, queue: tuple[str, int, int] | None = None) -> np.ndarray:
+                record_crc_from: int | None = None, queue: tuple[str, int, int] | None = None,
+                out: np.ndarray | None = None) -> np.ndarray:
     """The rows (count x COLUMNS int64) of the records at `commitlog_offsets`, whose TOTALSIZE an index gives in
     `sizes`; `segments(offset)` is the MappedFile holding an offset. With `queue` = (topic, queue_id, first entry)
     records[i] must be entry first + i of that queue. Damage raises CorruptionError, as decode_records does.
-    `codec`: the compiled core, or None for the Python path."""
+    `codec`: the compiled core, or None for the Python path. With `out` (int64, count x COLUMNS) the rows are
+    written there and the compiled pass keeps the interpreter lock: the caller is a service thread that would
+    otherwise wait out a producer's switch interval for it (the timer's enqueue, timer_link.c)."""
     offsets = np.ascontiguousarray(commitlog_offsets, dtype=np.int64)
     lengths = np.ascontiguousarray(sizes, dtype=np.int64)
     count = len(offsets)
-    rows = np.zeros((count, COLUMNS), dtype=np.int64)
+    rows = np.zeros((count, COLUMNS), dtype=np.int64) if out is None else out
+    assert rows.shape == (count, COLUMNS) and rows.dtype == np.int64
     topic_raw = None if queue is None else queue[0].encode("ascii")
     queue_id, first_entry = (0, 0) if queue is None else (queue[1], queue[2])
     required = -1 if record_crc_from is None else record_crc_from
@@ -77,7 +81,8 @@ def read_values(codec, segments, commitlog_offsets, sizes, number_name: bytes, t
             segment = segments(int(offsets[done]))
             if segment.view is not None:
                 done = codec.record_values(segment.view, segment.base_offset, offsets, lengths, done,
-                                           required, topic_raw, queue_id, first_entry, number_name, text_name, rows)
+                                           required, topic_raw, queue_id, first_entry, number_name, text_name, rows,
+                                           out is not None)
                 if done == count:
                     break
         # a record the compiled pass does not take (another version or host width, or damage), or no compiled core

@@ -21,6 +21,7 @@ from mqstore.consumequeue import format as cqf
 log = logging.getLogger(__name__)
 
 UNIT = cqf.CONSUME_QUEUE_UNIT
+INT64_MAX = (1 << 63) - 1
 
 
 REFRESH_WINDOW_UNITS = 64  # a reader's refresh looks at this many entries past its end first
@@ -409,6 +410,31 @@ class ConsumeQueue:
             raise CorruptionError(f"queue entry {start + bad} is not a valid unit", path=self.files[index].path,
                                   offset=position * cqf.UNIT_SIZE_BYTES, rule="consumequeue.1")
         return result
+
+    def read_arrays(self, queue_offset: int, offsets_out: np.ndarray, sizes_out: np.ndarray) -> tuple[int, int, int]:
+        """The commitlog offsets and sizes of the units from `queue_offset` that exist, up to len(offsets_out), into
+        offsets_out and sizes_out (int64): (how many, least offset, greatest offset), (0, 0, -1) for none. For a
+        service that reads a queue in bulk (the timer's enqueue): compiled, nothing is allocated per unit and the
+        interpreter lock is kept (mqstore/commitlog/csrc/timer_link.c says why). `queue_offset` must be at least
+        min_offset; a unit that is not valid raises CorruptionError, as `read` reports it."""
+        stop = min(queue_offset + len(offsets_out), self.max_offset)
+        if stop <= queue_offset:
+            return 0, 0, -1
+        count = stop - queue_offset
+        if self.codec is None:
+            units = self.read(queue_offset, count)
+            offsets_out[:count], sizes_out[:count] = units["commitlog_offset"], units["size"]
+            return count, int(offsets_out[:count].min()), int(offsets_out[:count].max())
+        low, high, at = INT64_MAX, -1, 0
+        while at < count:
+            index, position = self._locate(queue_offset + at)
+            take = min(count - at, self.entries_per_file - position)
+            span = self.codec.queue_arrays(self.files[index].view, position, take, offsets_out, sizes_out, at)
+            if span is None:
+                self.read(queue_offset, count)  # raises with the file and the position of the bad unit
+                raise CorruptionError(f"queue entries from {queue_offset} changed while read", path=self.directory)
+            low, high, at = min(low, span[0]), max(high, span[1]), at + take
+        return count, low, high
 
     def read_lists(self, queue_offset: int, count: int) -> tuple[list[int], list[int], int, int]:
         """The commitlog offsets and sizes of the units [queue_offset, queue_offset + count) that exist, as lists

@@ -1,7 +1,7 @@
 """Run one harness under atheris: `python -m fuzz.run NAME [libFuzzer options] [CORPUS_DIR ...]`.
 
-NAME is a module of this package with `one_input(data)`: put_path, message_type, flush_gate, codec or
-finalizers. The modules
+NAME is a module of this package with `one_input(data)`: put_path, message_type, flush_gate, codec, finalizers
+or timer_link. The modules
 of mqstore and of the harnesses are instrumented for atheris's Python coverage; the compiled core runs as built
 (`make fuzz-python` runs it with the AddressSanitizer + UndefinedBehaviorSanitizer build). libFuzzer's options
 pass through: -max_total_time=SECONDS, -runs=N, -artifact_prefix=DIR/ (where a failing input is written).
@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-HARNESSES = ("put_path", "message_type", "flush_gate", "codec", "finalizers")
+HARNESSES = ("put_path", "message_type", "flush_gate", "codec", "finalizers", "timer_link")
 FINDING_KINDS_MAX = 200  # distinct findings a keep-going run records before it stops recording
 
 

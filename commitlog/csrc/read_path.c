@@ -82,6 +82,63 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(queue_arrays_doc,
+"queue_arrays(buffer, first_unit, count, offsets_out, sizes_out, at) -> (offset_min, offset_max) or None\n\n"
+"queue_lists into int64 arrays: the commitlog offsets and sizes of `count` units from unit `first_unit` of\n"
+"`buffer`, written to offsets_out[at:at + count] and sizes_out[at:at + count], with the least and greatest\n"
+"offset. None when a unit breaks the validity rule (what was written before it stays). For a service that reads\n"
+"a queue in bulk (the timer's enqueue): no list, no object per unit, and the interpreter lock kept.");
+
+static PyObject *queue_arrays(PyObject *self, PyObject *args) {
+    PyObject *buffer_object, *offsets_object, *sizes_object;
+    long long first, count, at;
+    if (!PyArg_ParseTuple(args, "OLLOOL", &buffer_object, &first, &count, &offsets_object, &sizes_object, &at))
+        return NULL;
+    Py_buffer view, offsets, sizes;
+    if (PyObject_GetBuffer(buffer_object, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (mq_int64_buffer(offsets_object, &offsets, 1, "offsets_out") < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (mq_int64_buffer(sizes_object, &sizes, 1, "sizes_out") < 0) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&offsets);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int64_t units = (int64_t)view.len / MQ_UNIT_SIZE_BYTES, room = (int64_t)(offsets.len / 8);
+    if ((int64_t)(sizes.len / 8) < room) room = (int64_t)(sizes.len / 8);
+    /* no first + count or at + count: they come from the caller and may overflow */
+    if (first < 0 || count < 1 || first > units || count > units - first || at < 0 || at > room ||
+        count > room - at) {
+        PyErr_Format(PyExc_ValueError, "queue_arrays: %lld units from unit %lld of %lld, to %lld of %lld", count,
+                     first, (long long)units, at, (long long)room);
+        goto done;
+    }
+    const uint8_t *from = (const uint8_t *)view.buf + first * MQ_UNIT_SIZE_BYTES;
+    int64_t *offset_out = (int64_t *)offsets.buf + at, *size_out = (int64_t *)sizes.buf + at;
+    int64_t offset_min = INT64_MAX, offset_max = -1;
+    for (long long i = 0; i < count; i++) {
+        const uint8_t *unit = from + i * MQ_UNIT_SIZE_BYTES;  /* read once: a writer may be writing the file */
+        int64_t offset_value = mq_get_i64(unit);
+        int32_t size_value = mq_get_i32(unit + MQ_UNIT_OFFSET_SIZE);
+        if (offset_value < 0 || size_value <= 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (offset_value < offset_min) offset_min = offset_value;
+        if (offset_value > offset_max) offset_max = offset_value;
+        offset_out[i] = offset_value;
+        size_out[i] = size_value;
+    }
+    result = Py_BuildValue("(LL)", (long long)offset_min, (long long)offset_max);
+done:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&sizes);
+    return result;
+}
+
 /* format.py's property_value: where the value of property `name` lies in `raw` (1), or 0 when it has none. The
  * first "name\x01" at the start of `raw` or just after a \x02 is the one, that is the first item (the items
  * start at 0 and after each \x02) that begins with it; its value runs to the next \x02 or the end. */
@@ -233,6 +290,7 @@ static PyObject *directory_stamp(PyObject *self, PyObject *path) {
 PyMethodDef mq_read_path_methods[] = {
     {"directory_stamp", directory_stamp, METH_O, directory_stamp_doc},
     {"queue_lists", (PyCFunction)(void (*)(void))queue_lists, METH_FASTCALL, queue_lists_doc},
+    {"queue_arrays", queue_arrays, METH_VARARGS, queue_arrays_doc},
     {"stored_tags", stored_tags, METH_O, stored_tags_doc},
     {"stored_keys", stored_keys, METH_O, stored_keys_doc},
     {NULL, NULL, 0, NULL},

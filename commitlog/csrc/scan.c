@@ -303,16 +303,18 @@ static PyObject *index_layout(PyObject *self, PyObject *unused) {
 
 static PyObject *scan_columns(PyObject *self, PyObject *unused) { return PyLong_FromLong(MQ_SCAN_COLUMNS); }
 
-/* record_values: scan_core.c's mq_record_values over one segment, GIL released. Every argument is taken and every
- * buffer held before the loop; the bytes arguments are the caller's (held by its frame for the call). */
+/* record_values: scan_core.c's mq_record_values over one segment, GIL released unless `keep_lock` (the timer's
+ * enqueue, which would wait out a producer's switch interval to get it back: timer_link.c). Every argument is
+ * taken and every buffer held before the loop; the bytes arguments are the caller's (held by its frame). */
 static PyObject *record_values(PyObject *self, PyObject *args) {
     PyObject *segment_object, *offsets_object, *sizes_object, *topic_object, *out_object;
     const char *number_name, *text_name;
     Py_ssize_t number_name_length, text_name_length;
     long long segment_base, first, required_from, queue_id, first_entry;
-    if (!PyArg_ParseTuple(args, "OLOOLLOLLy#y#O", &segment_object, &segment_base, &offsets_object, &sizes_object,
+    int keep_lock = 0;
+    if (!PyArg_ParseTuple(args, "OLOOLLOLLy#y#O|p", &segment_object, &segment_base, &offsets_object, &sizes_object,
                           &first, &required_from, &topic_object, &queue_id, &first_entry, &number_name,
-                          &number_name_length, &text_name, &text_name_length, &out_object))
+                          &number_name_length, &text_name, &text_name_length, &out_object, &keep_lock))
         return NULL;
     if (topic_object != Py_None && !PyBytes_CheckExact(topic_object)) {
         PyErr_SetString(PyExc_TypeError, "record_values: topic must be bytes or None");
@@ -351,9 +353,13 @@ static PyObject *record_values(PyObject *self, PyObject *args) {
             .number_name = (const uint8_t *)number_name, .number_name_length = (int64_t)number_name_length,
             .text_name = (const uint8_t *)text_name, .text_name_length = (int64_t)text_name_length};
         int64_t done;
-        Py_BEGIN_ALLOW_THREADS
-        done = mq_record_values(&in, (int64_t *)out.buf);
-        Py_END_ALLOW_THREADS
+        if (keep_lock) {
+            done = mq_record_values(&in, (int64_t *)out.buf);
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            done = mq_record_values(&in, (int64_t *)out.buf);
+            Py_END_ALLOW_THREADS
+        }
         result = PyLong_FromLongLong(done);
     }
     PyBuffer_Release(&segment);
@@ -366,11 +372,11 @@ static PyObject *record_values(PyObject *self, PyObject *args) {
 PyMethodDef mq_scan_methods[] = {
     {"record_values", record_values, METH_VARARGS,
      "record_values(buffer, segment_base, offsets, sizes, first, record_crc_from, topic_raw or None, queue_id,"
-     " first_entry, number_name, text_name, out) -> int: for the records at offsets[first:] (int64 arrays, the"
-     " segment's buffer starting at commitlog offset segment_base), checked as decode_run checks them, a row of"
-     " out per record (scan_core.h, MQ_VALUE_*): the number property's value, whether it is digits, the text"
-     " property's state and Java hash. Returns the index of the first record outside the segment or not"
-     " accepted (len: all done)."},
+     " first_entry, number_name, text_name, out, keep_lock=False) -> int: for the records at offsets[first:]"
+     " (int64 arrays, the segment's buffer starting at commitlog offset segment_base), checked as decode_run checks"
+     " them, a row of out per record (scan_core.h, MQ_VALUE_*): the number property's value, whether it is digits,"
+     " the text property's state and Java hash. Returns the index of the first record outside the segment or not"
+     " accepted (len: all done). The interpreter lock is let go during the pass unless keep_lock."},
     {"scan_segment", scan_segment, METH_VARARGS,
      "scan_segment(buffer, size_bytes, base, pos, limit, records_max, zeros_end, check_crc, required_from, columns)"
      " -> (count, stop, error, blank, topic_rows or None, tags_non_ascii): walk and check the records of one"

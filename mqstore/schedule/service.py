@@ -213,7 +213,12 @@ class ScheduleService:
         message = self._converted(stored)
         if message is None:
             return True
-        if self.store.reput(message, self.store.reput_header(stored)).status not in STORED:
+        try:
+            result = self.store.reput(message, self.store.reput_header(stored))
+        except InvalidMessageError as exc:  # REAL_TOPIC or REAL_QID no store takes: RocketMQ drops it too
+            log.warning("schedule message at %d cannot be delivered, skipped: %s", commitlog_offset, exc)
+            return True
+        if result.status not in STORED:
             return False
         self.delivered_count += 1
         return True

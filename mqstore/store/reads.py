@@ -262,26 +262,36 @@ class Reads:
         return queue.read(offset, count) if queue is not None else cqf.make_units([], [], [])
 
     def queue_values(self, topic: str, queue_id: int, offset: int, max_count: int, number_name: bytes,
-                     text_name: bytes):
+                     text_name: bytes, out: tuple | None = None):
         """For a service that reads one queue in bulk (mqstore/timer: TIMER_OUT_MS and REAL_TOPIC): (commitlog
         offsets, sizes, rows) of up to `max_count` entries from `offset`, rows as commitlog/record_values.py gives
         them, every record checked as get() checks it. None when `offset` is not an entry, or the records are not
-        all in the local log (the tier's, or removed meanwhile): get() then gives the status or the messages."""
+        all in the local log (the tier's, or removed meanwhile): get() then gives the status or the messages.
+        With `out` = (offsets, sizes, rows), int64 arrays of at least max_count entries (rows: max_count x
+        COLUMNS), the values are written to their first entries and views of those returned: with the compiled
+        core nothing is allocated per batch and the interpreter lock is kept throughout (timer_link.c says why)."""
         self._check_open()
         queue = self._queue(topic, queue_id)
         if queue is None or not queue.min_offset <= offset < queue.max_offset:
             return None
-        units = queue.read(offset, max_count)
-        if not len(units):
-            return None
-        offsets, sizes = units["commitlog_offset"], units["size"]
-        span = (int(offsets.min()), int(offsets.max()))
+        if out is None:
+            units = queue.read(offset, max_count)
+            if not len(units):
+                return None
+            offsets, sizes = units["commitlog_offset"], units["size"]
+            span = (int(offsets.min()), int(offsets.max()))
+            rows = None
+        else:
+            count, low, high = queue.read_arrays(offset, out[0][:max_count], out[1][:max_count])
+            if not count:
+                return None
+            offsets, sizes, rows, span = out[0][:count], out[1][:count], out[2][:count], (low, high)
         log_ = self._commitlog
         if span[0] < log_.min_offset():
             return None
         try:
             rows = log_.read_values(offsets, sizes, number_name, text_name, (queue.topic, queue.queue_id, offset),
-                                    span)
+                                    span, out=rows)
         except InvalidMessageError:
             if span[0] >= log_.min_offset():
                 raise

@@ -99,23 +99,50 @@ class TimerLog:
         os.pwrite(fd, tfmt.blank_bytes(base + self.file_size - position), position - base)
         self._dirty.add(base)
 
-    def positions_for(self, count: int) -> np.ndarray:
-        """Where the next `count` units go: after the end, each file ending in a blank of at least 16 bytes."""
+    def _runs(self, count: int) -> list[tuple[int, int]]:
+        """Where the next `count` units go, as runs (first position, units) in one file each: after the end, each
+        file keeping room for a blank of at least 16 bytes (timer_link.c's unit_positions follows this rule)."""
         unit, size = tfmt.UNIT_SIZE_BYTES, self.file_size
         per_file = (size - tfmt.BLANK_SIZE_BYTES) // unit
-        positions = np.empty(count, dtype=np.int64)
-        position, done = self.end, 0
-        while done < count:
+        runs, position = [], self.end
+        while count > 0:
             base = _file_of(position, size)
             room = max(0, (base + size - tfmt.BLANK_SIZE_BYTES - position) // unit)
             if room == 0:
                 position = base + size
                 room = per_file
-            take = min(room, count - done)
-            positions[done:done + take] = position + unit * np.arange(take, dtype=np.int64)
-            done += take
+            take = min(room, count)
+            runs.append((position, take))
+            count -= take
             position += take * unit
+        return runs
+
+    def positions_for(self, count: int) -> np.ndarray:
+        """Where the next `count` units go (_runs), one position per unit."""
+        positions = np.empty(count, dtype=np.int64)
+        done = 0
+        for position, take in self._runs(count):
+            positions[done:done + take] = position + tfmt.UNIT_SIZE_BYTES * np.arange(take, dtype=np.int64)
+            done += take
         return positions
+
+    def append_encoded(self, data, count: int, write_at) -> int:
+        """`append` for `count` units already encoded in `data` (their prev_position set from positions_for's
+        positions), written with `write_at(fd, data, offset)` (the compiled core's, which keeps the interpreter
+        lock); returns the new end. The files and blanks are those `append` writes."""
+        unit = tfmt.UNIT_SIZE_BYTES
+        cursor, done = self.end, 0
+        view = memoryview(data)
+        for position, take in self._runs(count):
+            base = _file_of(position, self.file_size)
+            if _file_of(cursor, self.file_size) != base:
+                self._write_blank(cursor)
+            write_at(self._fd(base, create=True), view[done * unit:(done + take) * unit], position - base)
+            self._dirty.add(base)
+            cursor = position + take * unit
+            done += take
+        self.end = cursor
+        return cursor
 
     def read_unit(self, position: int) -> np.void:
         """The unit at `position`, checked (rules 1-3)."""

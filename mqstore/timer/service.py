@@ -32,7 +32,8 @@ import time
 
 import numpy as np
 
-from mqstore.commitlog.errors import ConfigMismatchError, StoreError
+from mqstore.commitlog import native
+from mqstore.commitlog.errors import ConfigMismatchError, InvalidMessageError, StoreError
 from mqstore.commitlog.mapped_file import write_file_atomically
 from mqstore.commitlog.message import Message, PutStatus
 from mqstore.commitlog.record_values import (
@@ -40,6 +41,7 @@ from mqstore.commitlog.record_values import (
     NUMBER,
     NUMBER_OK,
     TEXT_HASH,
+    TEXT_HASHED,
     TEXT_NOT_ASCII,
     TEXT_STATE,
     property_value,
@@ -92,6 +94,10 @@ class TimerService:
         self._flusher: threading.Thread | None = None
         self._snapshot: tuple[int, int, int] | None = None  # (read time, TimerLog end, queue offset) done so far
         self._checkpointed: tuple[int, int, int] | None = None
+        # The compiled enqueue (_enqueue_compiled), or None for the Python one, which is its reference; its buffers
+        # are the service's own, made once: a batch allocates nothing per message.
+        self._native = native.NATIVE
+        self._buffers: tuple | None = None
         settings = os.path.join(root_dir, "config", tfmt.SETTINGS_FILE_NAME)
         if os.path.exists(settings):  # the saved precision, before any put computes a TIMER_OUT_MS with it
             self._check_precision(settings)
@@ -267,8 +273,26 @@ class TimerService:
     def _enqueue(self, write_time: int) -> int:
         """Link a batch of the timer queue's messages into the wheel; how many messages were read."""
         start = self.queue_offset
-        values = self.store.queue_values(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID, start, ENQUEUE_BATCH_MESSAGES,
-                                         _OUT_MS_NAME, _REAL_TOPIC_NAME)
+        if self._native is not None:
+            if self._buffers is None or len(self._buffers[0]) != ENQUEUE_BATCH_MESSAGES:
+                batch = ENQUEUE_BATCH_MESSAGES
+                self._buffers = (np.empty(batch, dtype=np.int64), np.empty(batch, dtype=np.int64),
+                                 np.empty((batch, COLUMNS), dtype=np.int64), bytearray(batch * tfmt.UNIT_SIZE_BYTES),
+                                 np.empty((batch, 4), dtype=np.int64))
+            values = self.store.queue_values(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID, start, ENQUEUE_BATCH_MESSAGES,
+                                             _OUT_MS_NAME, _REAL_TOPIC_NAME, out=self._buffers[:3])
+            if values is not None:
+                offsets, sizes, rows = values
+                count = len(offsets)
+                kept = self._link_compiled(write_time, offsets, sizes, rows, count)
+                if kept is None:
+                    return 0  # a put of a due timer was refused (a full disk): the whole batch again next pass
+                self.queue_offset = start + count
+                self.enqueued_count += kept
+                return count
+        else:
+            values = self.store.queue_values(tfmt.TIMER_TOPIC, tfmt.TIMER_QUEUE_ID, start, ENQUEUE_BATCH_MESSAGES,
+                                             _OUT_MS_NAME, _REAL_TOPIC_NAME)
         if values is not None:  # two values of each record, read in one pass without building messages
             offsets, sizes, rows = values
         else:  # no entry at `start` (get() tells why), or records in the tier: through get()
@@ -287,18 +311,56 @@ class TimerService:
         count = len(offsets)
         keep = rows[:, NUMBER_OK] == 1
         for index in np.flatnonzero(~keep).tolist():  # not put through the rewrite: RocketMQ cannot place it
-            log.warning("timer message at %d has no TIMER_OUT_MS the wheel can hold (ASCII digits up to 2**63-1): "
-                        "skipped", int(offsets[index]))
+            self._warn_skipped(int(offsets[index]))
         hashes = rows[:, TEXT_HASH].copy()  # REAL_TOPIC's Java hash; 0 without one (java_string_hash(None))
         for index in np.flatnonzero(rows[:, TEXT_STATE] == TEXT_NOT_ASCII).tolist():
-            raw = self.store.read_at(int(offsets[index])).properties_raw
-            hashes[index] = self._topic_hash(property_value(raw, _REAL_TOPIC_NAME))
+            hashes[index] = self._hash_at(int(offsets[index]))
         out_ms = rows[:, NUMBER]
         if not self._link(write_time, out_ms[keep], offsets[keep], sizes[keep], hashes[keep]):
             return 0  # a put of a due timer was refused (a full disk): the whole batch again on the next pass
         self.queue_offset = start + count
         self.enqueued_count += int(keep.sum())
         return count
+
+    @staticmethod
+    def _warn_skipped(offset: int) -> None:
+        log.warning("timer message at %d has no TIMER_OUT_MS the wheel can hold (ASCII digits up to 2**63-1): "
+                    "skipped", offset)
+
+    def _hash_at(self, offset: int) -> int:
+        """The Java hash of the REAL_TOPIC of the record at `offset`, decoded by this service's rule."""
+        return self._topic_hash(property_value(self.store.read_at(offset).properties_raw, _REAL_TOPIC_NAME))
+
+    def _link_compiled(self, write_time: int, offsets, sizes, rows, count: int) -> int | None:
+        """What _enqueue's choice of rows and _link do, by the compiled core (timer_link.c), which keeps the
+        interpreter lock: the timers kept, or None when a put of a timer already due was refused (nothing linked).
+        Python code runs only for the rare rows: a REAL_TOPIC not ASCII, a timer already due, one skipped."""
+        _, _, _, units, slot_rows = self._buffers
+        skip_due = False
+        while True:
+            result = self._native.timer_link(rows, offsets, sizes, count, write_time, self.read_time_ms,
+                                             self.precision_ms, self.roll_window_slots, self.timer_log.end,
+                                             self.timer_log.file_size, self.wheel.slots, units, slot_rows, skip_due)
+            if result[0] == "hash":
+                for index in result[1]:
+                    rows[index, TEXT_HASH] = self._hash_at(int(offsets[index]))
+                    rows[index, TEXT_STATE] = TEXT_HASHED
+                continue
+            if result[0] == "due":  # delivered first, as _link does
+                indexes, magic = result[1], result[2]
+                if self._deliver_units([int(offsets[index]) for index in indexes], magic,
+                                       [write_time] * len(indexes)) < len(indexes):
+                    return None
+                skip_due = True
+                continue
+            _, linked, groups, skipped, end = result
+            for index in skipped:
+                self._warn_skipped(int(offsets[index]))
+            if linked:
+                written_end = self.timer_log.append_encoded(units, linked, self._native.write_at)
+                assert written_end == end, (written_end, end)
+                self._native.timer_put_slots(self.wheel.slots, slot_rows, groups, self.precision_ms)  # after them
+            return count - len(skipped)
 
     def _topic_hash(self, topic: bytes | None) -> int:
         value = self._topic_hashes.get(topic)
@@ -406,9 +468,19 @@ class TimerService:
                 log.warning("timer message at %d unreadable, skipped: %s", offset, exc)
                 done += 1
                 continue
-            message = self._converted(stored, int(enqueued), bool(int(unit_magic) & tfmt.MAGIC_ROLL))
-            if message is not None and self.store.reput(message, self.store.reput_header(stored)).status not in STORED:
-                return done
+            roll = bool(int(unit_magic) & tfmt.MAGIC_ROLL)
+            message = self._converted(stored, int(enqueued), roll)
+            if message is not None:
+                try:
+                    if self.store.reput(message, self.store.reput_header(stored)).status not in STORED:
+                        return done
+                except InvalidMessageError as exc:  # REAL_TOPIC or REAL_QID no store takes: RocketMQ drops it too
+                    log.warning("timer message at %d cannot be delivered, skipped: %s", offset, exc)
+                else:  # counted once put: a refused put is tried again
+                    if roll:
+                        self.rolled_count += 1
+                    else:
+                        self.delivered_count += 1
             done += 1
         return done
 
@@ -419,7 +491,6 @@ class TimerService:
         properties[tfmt.PROPERTY_ENQUEUE_MS] = str(enqueue_ms)
         properties[tfmt.PROPERTY_DEQUEUE_MS] = str(self.clock.now_ms())
         if roll:
-            self.rolled_count += 1
             properties[tfmt.PROPERTY_ROLL_TIMES] = str(int(properties.get(tfmt.PROPERTY_ROLL_TIMES, "0")) + 1)
             topic, queue_id = stored.topic, stored.queue_id
         else:
@@ -429,7 +500,6 @@ class TimerService:
                 log.warning("timer message at %d has no REAL_TOPIC/REAL_QID: skipped", stored.commitlog_offset)
                 return None
             queue_id = int(queue_text)
-            self.delivered_count += 1
         return Message(topic=topic, body=stored.body, queue_id=queue_id, tags=tags, keys=keys,
                        properties=properties, flag=stored.flag, born_timestamp_ms=stored.born_timestamp_ms)
 

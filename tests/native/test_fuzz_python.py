@@ -14,7 +14,8 @@ import pytest
 from mqstore.commitlog import native
 
 ROOT = Path(__file__).resolve().parents[2]
-INPUTS = {"put_path": 600, "message_type": 2000, "flush_gate": 500, "codec": 2000, "finalizers": 150}  # 1-3 s each
+INPUTS = {"put_path": 600, "message_type": 2000, "flush_gate": 500, "codec": 2000, "finalizers": 150,
+          "timer_link": 3000}  # 1-3 s each
 INPUT_BYTES_MAX = 400
 
 
@@ -147,3 +148,30 @@ def test_the_atheris_runner_runs_a_harness(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Done 300 runs" in done.stderr
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_timer_link_harness_reports_a_compiled_link_that_differs(monkeypatch):
+    from fuzz import timer_link
+
+    honest = timer_link.COMPILED
+
+    class Lying:
+        """The compiled core, but timer_link links each slot's first unit to the slot's last but one."""
+
+        def __getattr__(self, name):
+            return getattr(honest, name)
+
+        @staticmethod
+        def timer_link(*args):
+            result = honest.timer_link(*args)
+            if result[0] == "linked" and result[1] > 0:
+                units = args[11]
+                units[4:12] = (int.from_bytes(units[4:12], "big", signed=True) - 52).to_bytes(8, "big", signed=True)
+            return result
+
+    monkeypatch.setattr(timer_link, "COMPILED", Lying())
+    rng = random.Random(1)
+    with pytest.raises(AssertionError, match="timer_link: units differ"):
+        for _ in range(3000):
+            timer_link.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))

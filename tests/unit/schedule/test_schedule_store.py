@@ -135,6 +135,23 @@ def test_a_schedule_record_without_real_topic_is_skipped(tmp_path):
         assert store.stats()["schedule"]["pending"] == {}
 
 
+@pytest.mark.parametrize("real", [{"REAL_TOPIC": "no such topic!", "REAL_QID": "0"},
+                                  {"REAL_TOPIC": "t", "REAL_QID": "2147483647"}], ids=["topic", "queue"])
+def test_a_schedule_record_no_store_takes_is_skipped_and_the_service_goes_on(tmp_path, real):
+    """A record already on the schedule topic (RocketMQ's, or a copy tool's) whose REAL_TOPIC or REAL_QID no put
+    takes: skipped with a warning, as RocketMQ skips a MESSAGE_ILLEGAL put, and what follows is delivered."""
+    clock = ManualClock()
+    with _open(tmp_path, clock, dispatch_process=False) as store:
+        store.put(Message(sfmt.SCHEDULE_TOPIC, b"x", queue_id=0, properties={"DELAY": "1", **real}))
+        store.put(Message("t", b"y", properties={"DELAY": "1"}))
+        assert store.wait_dispatched(WAIT_S)
+        clock.advance(2000)
+        assert store.schedule.wait_caught_up(WAIT_S) and store.wait_dispatched(WAIT_S)
+        assert [m.body for m in store.get("t", 0, 0).messages] == [b"y"]
+        stats = store.stats()["schedule"]
+        assert stats["pending"] == {} and stats["error"] is None
+
+
 @pytest.mark.usefixtures("codec")
 def test_a_stored_level_above_the_maximum_is_dispatched_as_rocketmq_clamps_it(tmp_path):
     """A record already on the schedule topic (as RocketMQ 4.4.0 or a copy tool stores it) is not rewritten; its

@@ -221,3 +221,19 @@ def test_a_refused_delivery_is_tried_again(tmp_path, clock):
         clock.advance(30)
         bodies = [m.body for m in delivered(store)]
         assert len(refusals) == 3 and sorted(set(bodies)) == sorted([b"due"] + [b"%d" % i for i in range(5)])
+        assert store.timer.stats()["delivered"] == len(bodies)  # counted once put, not at each refusal
+
+
+@pytest.mark.parametrize("real", [{"REAL_TOPIC": "no such topic!", "REAL_QID": "0"},
+                                  {"REAL_TOPIC": "t", "REAL_QID": "2147483647"}], ids=["topic", "queue"])
+def test_a_timer_record_no_store_takes_is_skipped_and_the_service_goes_on(tmp_path, clock, real):
+    """A record already on the timer topic (RocketMQ's, or a copy tool's) whose REAL_TOPIC or REAL_QID no put takes:
+    skipped with a warning, as RocketMQ 5 drops a MESSAGE_ILLEGAL put, and what follows is delivered."""
+    with open_store(tmp_path, clock) as store:
+        store.put(Message(tfmt.TIMER_TOPIC, b"x", properties={"TIMER_OUT_MS": str(START_MS + 10), **real}))
+        store.put(with_delay(Message("t", b"y"), delay_ms=20))
+        assert store.timer.wait_caught_up(WAIT_S)
+        clock.advance(30)
+        assert [m.body for m in delivered(store)] == [b"y"]
+        stats = store.timer.stats()
+        assert (stats["delivered"], stats["pending"], stats["error"]) == (1, 0, None)
