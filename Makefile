@@ -133,7 +133,7 @@ ASAN_ENV = MQSTORE_NATIVE_LIBRARY=$(ASAN_LIBRARY) PYTHONPATH=$(CURDIR)/fuzz/sani
 # the kill -9 series of the crash tests (writer processes, which load the sanitizer build too).
 ASAN_TESTS ?= tests/native tests/unit/commitlog/test_native_codec.py tests/unit/commitlog/test_read_path_native.py \
 	tests/unit/commitlog/test_arrow_properties_native.py tests/unit/mqstore/test_scan.py \
-	tests/unit/mqstore/test_compiled_put.py \
+	tests/unit/mqstore/test_compiled_put.py tests/unit/timer/test_timer_link_compiled.py \
 	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format \
 	tests/unit/timer/test_compiled_rewrite.py tests/unit/timer/test_timer_codecs.py \
 	tests/unit/schedule/test_schedule_codecs.py tests/unit/commitlog/test_record_values.py tests/crash/test_kill_writer.py

@@ -27,6 +27,14 @@
    ../shared/rocketmq-4.4.0) and a JDK; skipped with the reason otherwise. Its HA service binds a port: the JVM
    runs in a network namespace of its own where the kernel allows one (`unshare -rn`).
 
+5. Timers during a burst: one thread puts BURST_PUTS timer messages (the shape of section 1, due in an hour) as fast
+   as it can, and every BURST_PUTS / BURST_PROBES puts a probe due PROBE_LEAD_MS after its put, so that probes fall
+   due while the loop runs. Measured: the share of the loop's timers the service linked by the loop's end, the wait
+   after it until all were, and the probes' firing error (as section 2's). Each round runs the service's compiled
+   link (commitlog/csrc/timer_link.c) and then, on a fresh store, its Python link (the reference, which lets go of
+   the interpreter lock at its numpy calls and writes); medians of BURST_ROUNDS rounds. `--burst-only` runs this
+   section alone and writes no files.
+
 Writes bench/results/timer.json and .md (or timer_quick.*).
 """
 
@@ -55,9 +63,10 @@ from mqstore.store.clock import SYSTEM_CLOCK  # noqa: E402
 HOUR_MS = 3_600_000
 LEVEL = 18  # the default levels' last: 2 h, so nothing is delivered during the run
 FULL = {"rounds": 5, "puts_per_round": 300_000, "pending": 1_000_000, "probes": 2000, "memory": (1_000_000, 10_000_000),
-        "rocketmq": (5, 300_000, 200_000)}
+        "rocketmq": (5, 300_000, 200_000), "burst": (3, 1_000_000, 200)}
 QUICK = {"rounds": 2, "puts_per_round": 20_000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000),
-         "rocketmq": (2, 20_000, 2_000)}
+         "rocketmq": (2, 20_000, 2_000), "burst": (1, 20_000, 20)}
+BURST_LINKS = ("compiled", "python")
 PROBE_WINDOW_S = 5.0
 PROBE_LEAD_MS = 200
 LINK_BATCH = 100_000
@@ -166,6 +175,75 @@ def firing_error(root: str, pending: int, probes: int) -> dict:
             "error_p99_ms": float(np.percentile(values, 99)), "error_max_ms": float(values.max()),
             "error_min_ms": float(values.min()), "store_rss_mib": rss / 1024,
             "precision_ms": store.timer.precision_ms, "pending_after": stats["pending"]}
+
+
+def burst_round(root: str, link: str, count: int, probes: int) -> dict:
+    """Section 5, one round on a fresh store with the service's `link` (BURST_LINKS)."""
+    body = random.Random(3).randbytes(100)
+    timer = Message("delayed", body, tags="a", keys=("k1",), properties={"TIMER_DELAY_MS": str(HOUR_MS)})
+    every = max(1, count // probes)
+    with MessageStore.open(root, StoreConfig()) as store:
+        if link == "python":
+            store.timer._native = None  # the reference link (mqstore/timer/service.py's _link)
+        put, now = store.put, SYSTEM_CLOCK.now_ms
+        for _ in range(1000):
+            put(timer)
+        assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
+        linked_before = store.timer.stats()["enqueued"]
+        started = time.perf_counter()
+        for index in range(count):
+            if index % every == 0:
+                put(Message("probe", b"%d" % index, properties={"TIMER_DELIVER_MS": str(now() + PROBE_LEAD_MS)}))
+            put(timer)
+        loop_s = time.perf_counter() - started
+        linked = store.timer.stats()["enqueued"] - linked_before
+        assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
+        catch_up_s = time.perf_counter() - started - loop_s
+        sent = (count + every - 1) // every
+        errors: list[int] = []
+        deadline = time.monotonic() + PROBE_LEAD_MS / 1000 + 60
+        while len(errors) < sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+            store.wait_dispatched(1)
+            messages = store.get("probe", 0, len(errors), 1000).messages
+            errors.extend(m.store_timestamp_ms - int(m.properties["TIMER_DELIVER_MS"]) for m in messages)
+    values = np.asarray(errors, dtype=np.float64)
+    return {"loop_s": loop_s, "puts_per_s": count / loop_s, "linked_share": linked / (count + sent),
+            "catch_up_s": catch_up_s, "probes": sent, "delivered": len(errors),
+            "error_p50_ms": float(np.percentile(values, 50)), "error_p99_ms": float(np.percentile(values, 99)),
+            "error_max_ms": float(values.max()), "error_min_ms": float(values.min())}
+
+
+def burst(work: str, rounds: int, count: int, probes: int) -> dict:
+    """Section 5: BURST_LINKS in turns, `rounds` rounds; the medians of each."""
+    runs: dict[str, list[dict]] = {link: [] for link in BURST_LINKS}
+    for round_ in range(rounds):
+        for link in BURST_LINKS:
+            root = os.path.join(work, f"burst-{link}-{round_}")
+            runs[link].append(burst_round(root, link, count, probes))
+            shutil.rmtree(root)
+    result = {"rounds": rounds, "puts": count, "probes": probes, "lead_ms": PROBE_LEAD_MS}
+    for link, values in runs.items():
+        result[link] = {key: float(np.median([value[key] for value in values])) for key in values[0]}
+        result[link]["rounds"] = values
+    return result
+
+
+def burst_lines(result: dict | None) -> list[str]:
+    """Section 5 as Markdown lines (nothing for a result from before it)."""
+    if result is None:
+        return []
+    lines = ["| timers during a burst (median of rounds) | puts a second | linked by the loop's end | catch-up after "
+             "it | probe firing error |", "|---|---|---|---|---|"]
+    for link, name in (("compiled", "the service's compiled link"), ("python", "its Python link (the reference)")):
+        row = result[link]
+        lines.append(f"| {name} | {row['puts_per_s'] / 1000:.0f}k | {row['linked_share']:.0%} | "
+                     f"{row['catch_up_s']:.2f} s | p50 {row['error_p50_ms']:.0f} ms, p99 {row['error_p99_ms']:.0f} ms, "
+                     f"max {row['error_max_ms']:.0f} ms |")
+    lines.append(f"\n{result['rounds']} rounds of {result['puts']:,} timer puts from one thread, with a probe due "
+                 f"{result['lead_ms']} ms after its put every {result['puts'] // result['probes']:,} puts; each round "
+                 f"runs both links in turns, on fresh stores with default settings.\n")
+    return lines
 
 
 def memory_child(count: int) -> None:
@@ -338,6 +416,7 @@ def markdown(result: dict) -> str:
     lines.append(f"\n{put['rounds']} rounds of {put['puts_per_round']:,} puts of each kind in turns, default "
                  f"settings, {put['segments']} CommitLog segments at the end.\n")
     lines += rocketmq_lines(result.get("rocketmq"), put)
+    lines += burst_lines(result.get("burst"))
     fire = result.get("firing")
     if fire is None:
         return "\n".join(lines) + "\n"
@@ -357,6 +436,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--out", default=None, help="result JSON path (the Markdown table goes beside it)")
     parser.add_argument("--put-only", action="store_true", help="sections 1 and 4: put costs (no result files)")
+    parser.add_argument("--burst-only", action="store_true", help="section 5: timers during a burst (no result files)")
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child is not None:
@@ -366,6 +446,12 @@ def main() -> int:
     results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     out = args.out or os.path.join(results, "timer_quick.json" if args.quick else "timer.json")
     work = tempfile.mkdtemp(prefix="bench-timer-")
+    if args.burst_only:
+        try:
+            print("\n".join(burst_lines(burst(work, *plan["burst"]))))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     try:
         result = {"date": time.strftime("%Y-%m-%d"), "command": "bench/timer.py" + (" --quick" if args.quick else ""),
                   "python": platform.python_version(), "cpus": os.cpu_count(),
@@ -380,6 +466,7 @@ def main() -> int:
         result["firing"] = firing_error(os.path.join(work, "fire"), plan["pending"], plan["probes"])
         shutil.rmtree(os.path.join(work, "fire"))
         result["memory"] = memory(plan["memory"])
+        result["burst"] = burst(work, *plan["burst"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

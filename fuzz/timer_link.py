@@ -7,7 +7,7 @@
   the model's, or both must refuse (ValueError);
 - `timer_put_slots` then writes the model's slot rows into the wheel: what is read back must be the rows;
 - `queue_arrays` against `queue_lists` over random ConsumeQueue bytes;
-- `write_at` to a file, read back.
+- `pwrite_keep_lock` to a file, read back.
 The service-level comparison with the Python `_link` itself is tests/unit/timer/test_timer_link_compiled.py.
 """
 
@@ -18,9 +18,9 @@ import tempfile
 
 import numpy as np
 from mqstore.commitlog import native
-from mqstore.timer import format as tfmt
 
 from fuzz.provider import Input
+from mqstore.timer import format as tfmt
 
 COMPILED = native.NATIVE
 INT64_MAX, INT64_MIN = (1 << 63) - 1, -(1 << 63)
@@ -224,18 +224,18 @@ def _check_queue_arrays(source: Input) -> None:
         "queue_arrays: values differ"
 
 
-def _check_write_at(source: Input) -> None:
+def _check_pwrite_keep_lock(source: Input) -> None:
     data, offset = source.blob(300), source.pick((0, 1, 4096, -1, INT64_MAX, source.below(1 << 16)))
     fd = _FILE.fileno()
     try:
-        COMPILED.write_at(fd, data, offset)
+        COMPILED.pwrite_keep_lock(fd, data, offset)
     except ValueError:
-        assert offset < 0 or offset > INT64_MAX - len(data), "write_at refused a valid offset"
+        assert offset < 0 or offset > INT64_MAX - len(data), "pwrite_keep_lock refused a valid offset"
         return
     except OSError:
-        assert offset + len(data) > 1 << 40, "write_at failed at a small offset"
+        assert offset + len(data) > 1 << 40, "pwrite_keep_lock failed at a small offset"
         return
-    assert os.pread(fd, len(data), offset) == data, "write_at: the bytes read back differ"
+    assert os.pread(fd, len(data), offset) == data, "pwrite_keep_lock: the bytes read back differ"
 
 
 def one_input(data: bytes) -> None:
@@ -246,4 +246,4 @@ def one_input(data: bytes) -> None:
     elif pick == 2:
         _check_queue_arrays(source)
     else:
-        _check_write_at(source)
+        _check_pwrite_keep_lock(source)

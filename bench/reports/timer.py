@@ -24,7 +24,17 @@ def report_timer(data: dict) -> str:
                                ("its CPU", "put_cpu", preformatted), ("dispatch", "dispatch", preformatted),
                                ("timer ingestion", "ingest", preformatted), ("total", "total", preformatted)])
             + rocketmq_block(data.get("rocketmq"), put)
-            + "\n\n" + table(rows, [("measure", "measure", text), ("value", "value", text)]))
+            + "\n\n" + table(rows, [("measure", "measure", text), ("value", "value", text)])
+            + burst_block(data.get("burst")))
+
+
+def burst_block(burst: dict | None) -> str:
+    """Section 5 of bench/timer.py: timers during a put loop that never pauses, by the compiled and the Python
+    link (nothing for a result from before it)."""
+    if burst is None:
+        return ""
+    lines = timer_bench.burst_lines(burst)
+    return "\n\nTimers during a burst (section 5).\n\n" + "\n".join(lines).rstrip()
 
 
 def rocketmq_block(rocketmq: dict | None, put: dict) -> str:

@@ -958,9 +958,6 @@ static PyObject *native_flush_gate(PyObject *module, PyObject *args) {
     return (PyObject *)self;
 }
 
-/* pwrite of a whole buffer with the GIL kept: for a SYNC append's few hundred bytes into the page cache (about
- * a microsecond), where os.pwrite's letting go of the GIL hands the interpreter to another thread in the middle
- * of the put (while it holds the writer lock) and the put then waits to get it back. */
 /* write_at(fd, data, offset): pwrite all of `data`, with the GIL let go (a stalled disk must not stop every
  * thread). `data`'s buffer is held (y*) until the end; the caller (CommitLog._write_through) holds the writer
  * lock, so that no other thread writes, rolls or closes the segment meanwhile. */

@@ -5,7 +5,7 @@
  * each pwrite (about 40 times a batch of 8192), and a thread that lets go waits for a producer that never pauses
  * until its switch interval ends (5 ms). The batch then took 40-280 ms instead of 2-5 ms, and the wheel fell behind
  * a put loop (docs/decisions/0054-timer-wheel-in-rocketmq-5-format.md). Here a batch is three calls that keep the
- * lock: `timer_link` (the units and slot rows, into the caller's buffers), `write_at` per TimerLog file, and
+ * lock: `timer_link` (the units and slot rows, into the caller's buffers), `pwrite_keep_lock` per TimerLog file, and
  * `timer_put_slots` (into the mapped wheel), in that order, so that the wheel never links a unit not yet written.
  *
  * The layouts are mqstore/timer/format.py's (big-endian; `timer_layout` gives the constants used here, and a test
@@ -320,20 +320,20 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(write_at_doc,
-"write_at(fd, data, offset)\n\n"
+PyDoc_STRVAR(pwrite_keep_lock_doc,
+"pwrite_keep_lock(fd, data, offset)\n\n"
 "pwrite all of `data` at `offset` of `fd`, keeping the interpreter lock (os.pwrite lets go of it, and a thread\n"
 "that lets go waits out another's switch interval to get it back): for writes to the page cache, as the timer's\n"
 "units are. OSError as os.pwrite raises it; a signal's handler runs between two partial writes.");
 
-static PyObject *write_at(PyObject *self, PyObject *args) {
+static PyObject *pwrite_keep_lock(PyObject *self, PyObject *args) {
     int fd;
     long long at;
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "iy*L", &fd, &data, &at)) return NULL;
     PyObject *result = NULL;
     if (at < 0 || data.len > INT64_MAX - at) {
-        PyErr_SetString(PyExc_ValueError, "write_at: the offset is negative or the write passes 2**63");
+        PyErr_SetString(PyExc_ValueError, "pwrite_keep_lock: the offset is negative or the write passes 2**63");
         goto done;
     }
     const char *from = data.buf;
@@ -371,7 +371,7 @@ static PyObject *timer_layout(PyObject *self, PyObject *unused) {
 PyMethodDef mq_timer_methods[] = {
     {"timer_link", timer_link, METH_VARARGS, timer_link_doc},
     {"timer_put_slots", timer_put_slots, METH_VARARGS, timer_put_slots_doc},
-    {"write_at", write_at, METH_VARARGS, write_at_doc},
+    {"pwrite_keep_lock", pwrite_keep_lock, METH_VARARGS, pwrite_keep_lock_doc},
     {"timer_layout", timer_layout, METH_NOARGS,
      "timer_layout() -> (unit size, blank size, slot size, wheel slots, MAGIC_DEFAULT, MAGIC_ROLL): the constants"
      " timer_link.c writes with (mqstore/timer/format.py's)."},

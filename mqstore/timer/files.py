@@ -126,10 +126,10 @@ class TimerLog:
             done += take
         return positions
 
-    def append_encoded(self, data, count: int, write_at) -> int:
+    def append_encoded(self, data, count: int, write) -> int:
         """`append` for `count` units already encoded in `data` (their prev_position set from positions_for's
-        positions), written with `write_at(fd, data, offset)` (the compiled core's, which keeps the interpreter
-        lock); returns the new end. The files and blanks are those `append` writes."""
+        positions), written with `write(fd, data, offset)` (the compiled core's pwrite_keep_lock, which keeps the
+        interpreter lock); returns the new end. The files and blanks are those `append` writes."""
         unit = tfmt.UNIT_SIZE_BYTES
         cursor, done = self.end, 0
         view = memoryview(data)
@@ -137,7 +137,7 @@ class TimerLog:
             base = _file_of(position, self.file_size)
             if _file_of(cursor, self.file_size) != base:
                 self._write_blank(cursor)
-            write_at(self._fd(base, create=True), view[done * unit:(done + take) * unit], position - base)
+            write(self._fd(base, create=True), view[done * unit:(done + take) * unit], position - base)
             self._dirty.add(base)
             cursor = position + take * unit
             done += take

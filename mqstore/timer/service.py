@@ -357,7 +357,7 @@ class TimerService:
             for index in skipped:
                 self._warn_skipped(int(offsets[index]))
             if linked:
-                written_end = self.timer_log.append_encoded(units, linked, self._native.write_at)
+                written_end = self.timer_log.append_encoded(units, linked, self._native.pwrite_keep_lock)
                 assert written_end == end, (written_end, end)
                 self._native.timer_put_slots(self.wheel.slots, slot_rows, groups, self.precision_ms)  # after them
             return count - len(skipped)

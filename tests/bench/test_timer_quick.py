@@ -39,6 +39,13 @@ def test_timer_quick_reports_put_cost_firing_and_memory(tmp_path):
             assert rocketmq[kind]["put"] > 0 and rocketmq[kind]["put_cpu"] > 0
             assert len(rocketmq[kind]["put_rounds"]) == rocketmq["rounds"] == 2
         assert rocketmq["level_over_sized"] == rocketmq["level"]["put"] / rocketmq["level_sized"]["put"]
+    burst = result["burst"]  # section 5: every probe delivered, none early, and the loop's timers all linked after
+    assert burst["rounds"] == 1 and burst["puts"] == 20_000
+    for link in ("compiled", "python"):
+        row = burst[link]
+        assert row["delivered"] == row["probes"] == 20 and row["error_min_ms"] >= 0
+        assert 0 <= row["linked_share"] <= 1 and row["catch_up_s"] >= 0 and row["puts_per_s"] > 0
     table_rows = [line for line in (tmp_path / "timer.md").read_text().splitlines() if line.startswith("| ")]
-    # 2 headers, 5 put rows, firing, 2 memory; RocketMQ's header and 3 rows when it was measured
-    assert len(table_rows) == (10 if "skipped" in rocketmq else 14)
+    # 2 headers, 5 put rows, firing, 2 memory, the burst's header and 2 rows; RocketMQ's header and 3 rows when it
+    # was measured
+    assert len(table_rows) == (13 if "skipped" in rocketmq else 17)
