@@ -179,6 +179,20 @@ class ConsumeQueue:
                                      self.entries_per_file)
             if index < len(files) and _unit_size(files[index].view, position * cqf.UNIT_SIZE_BYTES + _SIZE_AT)[0] == 0:
                 return  # nothing new
+        if self.codec is not None:  # compiled: keeps the interpreter lock (queue_written's doc says why)
+            while True:
+                index, position = self._locate(self.max_offset)
+                if index >= len(self.units):
+                    return
+                left = len(self.units[index]) - position  # a short file: what it has, as the slices below
+                if left <= 0:
+                    return
+                written = self.codec.queue_written(self.files[index].view, position, left)
+                self.max_offset += written
+                if written < left:  # at a free unit; a negative size is damage, reported as written_count does
+                    cqf.written_count(self.units[index][position + written:position + written + 1],
+                                      self.files[index].path, position + written)
+                    return
         window = REFRESH_WINDOW_UNITS
         while True:
             index, position = self._locate(self.max_offset)

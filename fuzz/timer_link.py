@@ -5,9 +5,11 @@
   offsets and sizes, times, precisions, windows, TimerLog ends and file sizes in and out of their bounds, buffers
   shorter than the count, and old wheel slots that match or not. The result, the units and the slot rows must be
   the model's, or both must refuse (ValueError);
-- `timer_put_slots` then writes the model's slot rows into the wheel: what is read back must be the rows;
-- `queue_arrays` against `queue_lists` over random ConsumeQueue bytes;
-- `pwrite_keep_lock` to a file, read back.
+- `timer_put_slots` then writes the model's slot rows into the wheel: what is read back must be the rows, and
+  `timer_next_filled` from around them must find what a scan of the wheel finds;
+- `queue_arrays` against `queue_lists`, and `queue_written` against a count of the sizes, over random
+  ConsumeQueue bytes;
+- `pwrite_keep_lock` to a file, read back, and `pread_keep_lock` against os.pread.
 The service-level comparison with the Python `_link` itself is tests/unit/timer/test_timer_link_compiled.py.
 """
 
@@ -196,16 +198,42 @@ def _check_put_slots(groups: list, precision: int) -> None:
                    int(slot["count"]), int(slot["magic"]))
             wrapped = (units + (1 << 31)) % (1 << 32) - (1 << 31)
             assert got == (time_slot, first, last, wrapped, 0), f"timer_put_slots: {got}"
+        for time_slot, *_ in groups[:1]:  # next_filled from around a slot just written
+            for first, stop in ((time_slot - 2, time_slot + 1), (time_slot, time_slot), (time_slot + 1, time_slot + 9),
+                                (time_slot - 70_000, time_slot + 5)):
+                _check_next_filled(wheel, first, stop)
     finally:
         for time_slot, *_ in groups:
             at = time_slot % tfmt.WHEEL_SLOT_COUNT * tfmt.SLOT_SIZE_BYTES
             WHEEL[at:at + tfmt.SLOT_SIZE_BYTES] = bytes(tfmt.SLOT_SIZE_BYTES)
 
 
+def _check_next_filled(wheel, first: int, stop: int) -> None:
+    try:
+        got = COMPILED.timer_next_filled(WHEEL, first, stop)
+    except ValueError:
+        assert first < 0, "timer_next_filled refused a time slot >= 0"
+        return
+    times = np.arange(first, min(stop, first + 65536), dtype=np.int64)
+    found = np.flatnonzero(wheel["time_slot"][times % tfmt.WHEEL_SLOT_COUNT] == times)
+    expected = int(times[found[0]]) if len(found) else -1
+    assert got == expected, f"timer_next_filled({first}, {stop}): {got} != {expected}"
+
+
 def _check_queue_arrays(source: Input) -> None:
     data = source.blob(20 * 12)
     first, count, at = source.below(14) - 1, source.below(14) - 1, source.below(6) - 1
     offsets, sizes = np.full(source.below(16), -7, dtype=np.int64), np.full(16, -7, dtype=np.int64)
+    units = len(data) // 20
+    try:
+        written = COMPILED.queue_written(data, first, count)
+    except ValueError:
+        assert not (0 <= first <= units and 0 <= count <= units - first), "queue_written refused units it has"
+    else:
+        sizes_read = [int.from_bytes(data[(first + k) * 20 + 8:(first + k) * 20 + 12], "big", signed=True)
+                      for k in range(count)]
+        expected = next((k for k, size in enumerate(sizes_read) if size <= 0), count)
+        assert written == expected, f"queue_written: {written} != {expected}"
     try:
         lists = COMPILED.queue_lists(data, first, count)
     except ValueError:
@@ -236,6 +264,19 @@ def _check_pwrite_keep_lock(source: Input) -> None:
         assert offset + len(data) > 1 << 40, "pwrite_keep_lock failed at a small offset"
         return
     assert os.pread(fd, len(data), offset) == data, "pwrite_keep_lock: the bytes read back differ"
+    length = source.pick((len(data), 0, len(data) + 7, 1 << 20, (1 << 20) + 1, -1))
+    try:
+        got = COMPILED.pread_keep_lock(fd, length, offset)
+    except ValueError:
+        assert not 0 <= length <= 1 << 20, "pread_keep_lock refused a valid length"
+        return
+    except OSError as exc:
+        got = OSError, exc.errno
+    try:
+        expected = os.pread(fd, length, offset)
+    except OSError as exc:
+        expected = OSError, exc.errno
+    assert got == expected, f"pread_keep_lock: {got!r:.80} where os.pread gives {expected!r:.80}"
 
 
 def one_input(data: bytes) -> None:

@@ -139,6 +139,34 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(queue_written_doc,
+"queue_written(buffer, first_unit, count) -> int\n\n"
+"consumequeue/format.py's written_count over units [first_unit, first_unit + count) of `buffer` (a queue file's\n"
+"mapping): how many from the first have a size > 0. The caller reports a negative size where it stopped. For a\n"
+"reader of a queue another process writes (ConsumeQueue.refresh), with the interpreter lock kept: numpy's\n"
+"comparison of a big-endian field lets go of it, and a service thread then waits out a producer's switch\n"
+"interval to get it back (timer_link.c). ValueError when the units are not all in the buffer.");
+
+static PyObject *queue_written(PyObject *self, PyObject *args) {
+    PyObject *buffer_object;
+    long long first, count;
+    if (!PyArg_ParseTuple(args, "OLL", &buffer_object, &first, &count)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer_object, &view, PyBUF_SIMPLE) < 0) return NULL;
+    int64_t units = (int64_t)view.len / MQ_UNIT_SIZE_BYTES;
+    if (first < 0 || count < 0 || first > units || count > units - first) {
+        PyErr_Format(PyExc_ValueError, "queue_written: %lld units from unit %lld of %lld", count, first,
+                     (long long)units);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *at = (const uint8_t *)view.buf + first * MQ_UNIT_SIZE_BYTES + MQ_UNIT_OFFSET_SIZE;
+    long long written = 0;
+    while (written < count && mq_get_i32(at + written * MQ_UNIT_SIZE_BYTES) > 0) written++;
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(written);
+}
+
 /* format.py's property_value: where the value of property `name` lies in `raw` (1), or 0 when it has none. The
  * first "name\x01" at the start of `raw` or just after a \x02 is the one, that is the first item (the items
  * start at 0 and after each \x02) that begins with it; its value runs to the next \x02 or the end. */
@@ -291,6 +319,7 @@ PyMethodDef mq_read_path_methods[] = {
     {"directory_stamp", directory_stamp, METH_O, directory_stamp_doc},
     {"queue_lists", (PyCFunction)(void (*)(void))queue_lists, METH_FASTCALL, queue_lists_doc},
     {"queue_arrays", queue_arrays, METH_VARARGS, queue_arrays_doc},
+    {"queue_written", queue_written, METH_VARARGS, queue_written_doc},
     {"stored_tags", stored_tags, METH_O, stored_tags_doc},
     {"stored_keys", stored_keys, METH_O, stored_keys_doc},
     {NULL, NULL, 0, NULL},

@@ -320,6 +320,37 @@ done:
     return result;
 }
 
+#define MQ_TIMER_SCAN_SLOTS 65536  /* slots looked at in one call: a bound on the time the lock is kept */
+
+PyDoc_STRVAR(timer_next_filled_doc,
+"timer_next_filled(wheel, first, stop) -> int\n\n"
+"The first time slot t in [first, min(stop, first + 65536)) whose wheel slot holds t (files.py's\n"
+"TimerWheel.next_filled, in slots of the precision, not ms), or -1 when there is none in that range: the caller\n"
+"goes on from first + 65536. ValueError when first < 0 or the wheel is not a whole wheel file.");
+
+static PyObject *timer_next_filled(PyObject *self, PyObject *args) {
+    PyObject *wheel_object;
+    long long first, stop;
+    if (!PyArg_ParseTuple(args, "OLL", &wheel_object, &first, &stop)) return NULL;
+    Py_buffer wheel;
+    if (PyObject_GetBuffer(wheel_object, &wheel, PyBUF_SIMPLE) < 0) return NULL;
+    if (wheel.len != (Py_ssize_t)MQ_TIMER_SLOT_COUNT * MQ_TIMER_SLOT_SIZE || first < 0) {
+        PyErr_SetString(PyExc_ValueError, "timer_next_filled: not a whole wheel, or a time slot < 0");
+        PyBuffer_Release(&wheel);
+        return NULL;
+    }
+    long long end = stop - first > MQ_TIMER_SCAN_SLOTS ? first + MQ_TIMER_SCAN_SLOTS : stop;  /* no overflow */
+    long long found = -1;
+    for (long long t = first; t < end; t++) {
+        if (mq_get_i64((const uint8_t *)wheel.buf + (t % MQ_TIMER_SLOT_COUNT) * MQ_TIMER_SLOT_SIZE) == t) {
+            found = t;
+            break;
+        }
+    }
+    PyBuffer_Release(&wheel);
+    return PyLong_FromLongLong(found);
+}
+
 PyDoc_STRVAR(pwrite_keep_lock_doc,
 "pwrite_keep_lock(fd, data, offset)\n\n"
 "pwrite all of `data` at `offset` of `fd`, keeping the interpreter lock (os.pwrite lets go of it, and a thread\n"
@@ -363,6 +394,47 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(pread_keep_lock_doc,
+"pread_keep_lock(fd, length, offset) -> bytes\n\n"
+"os.pread, keeping the interpreter lock (pwrite_keep_lock says why): for the timer's reads of single units from\n"
+"the page cache when it delivers a slot. Fewer bytes at the end of the file; OSError as os.pread raises it.");
+
+static PyObject *pread_keep_lock(PyObject *self, PyObject *args) {
+    int fd;
+    Py_ssize_t length;
+    long long at;
+    if (!PyArg_ParseTuple(args, "inL", &fd, &length, &at)) return NULL;
+    if (length < 0 || length > (Py_ssize_t)1 << 20 || at < 0) {
+        PyErr_SetString(PyExc_ValueError, "pread_keep_lock: a length in 0..2**20 and an offset >= 0");
+        return NULL;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, length);  /* this function's own until returned */
+    if (result == NULL) return NULL;
+    Py_ssize_t done = 0;
+    while (done < length) {
+        ssize_t got = pread(fd, PyBytes_AS_STRING(result) + done, (size_t)(length - done), (off_t)(at + done));
+        if (got < 0) {
+            if (errno == EINTR) {
+                if (PyErr_CheckSignals() < 0) goto failed;
+                continue;
+            }
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto failed;
+        }
+        if (got == 0) break;  /* the end of the file */
+        done += got;
+    }
+    if (done < length) {  /* a new, shorter object (no private resize) */
+        PyObject *shorter = PyBytes_FromStringAndSize(PyBytes_AS_STRING(result), done);
+        Py_DECREF(result);
+        return shorter;
+    }
+    return result;
+failed:
+    Py_DECREF(result);
+    return NULL;
+}
+
 static PyObject *timer_layout(PyObject *self, PyObject *unused) {
     return Py_BuildValue("iiiiii", MQ_TIMER_UNIT_SIZE, MQ_TIMER_BLANK_SIZE, MQ_TIMER_SLOT_SIZE, MQ_TIMER_SLOT_COUNT,
                          MQ_TIMER_MAGIC_DEFAULT, MQ_TIMER_MAGIC_ROLL);
@@ -371,7 +443,9 @@ static PyObject *timer_layout(PyObject *self, PyObject *unused) {
 PyMethodDef mq_timer_methods[] = {
     {"timer_link", timer_link, METH_VARARGS, timer_link_doc},
     {"timer_put_slots", timer_put_slots, METH_VARARGS, timer_put_slots_doc},
+    {"timer_next_filled", timer_next_filled, METH_VARARGS, timer_next_filled_doc},
     {"pwrite_keep_lock", pwrite_keep_lock, METH_VARARGS, pwrite_keep_lock_doc},
+    {"pread_keep_lock", pread_keep_lock, METH_VARARGS, pread_keep_lock_doc},
     {"timer_layout", timer_layout, METH_NOARGS,
      "timer_layout() -> (unit size, blank size, slot size, wheel slots, MAGIC_DEFAULT, MAGIC_ROLL): the constants"
      " timer_link.c writes with (mqstore/timer/format.py's)."},

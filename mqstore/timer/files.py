@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from mqstore.commitlog import native
 from mqstore.commitlog.errors import StoreIOError
 from mqstore.timer import format as tfmt
 
@@ -32,6 +33,9 @@ class TimerLog:
         self.file_size = file_size_bytes
         self._fds: dict[int, int] = {}
         self._dirty: set[int] = set()
+        # A unit read while a slot is delivered: with the compiled core without letting go of the interpreter lock
+        # (commitlog/csrc/timer_link.c says why), else os.pread.
+        self._pread = os.pread if native.NATIVE is None else native.NATIVE.pread_keep_lock
         os.makedirs(directory, exist_ok=True)
         bases = sorted(int(name) for name in os.listdir(directory) if name.isdigit())
         self.min_position = bases[0] if bases else 0
@@ -151,7 +155,7 @@ class TimerLog:
                 or position - base + tfmt.UNIT_SIZE_BYTES > self.file_size):
             raise tfmt.damage(self.directory, position, "1", "a TimerLog position outside the log")
         try:
-            data = os.pread(self._fd(base), tfmt.UNIT_SIZE_BYTES, position - base)
+            data = self._pread(self._fd(base), tfmt.UNIT_SIZE_BYTES, position - base)
         except StoreIOError as exc:
             raise tfmt.damage(self.directory, position, "1", "the TimerLog file is missing") from exc
         unit = np.frombuffer(data, dtype=tfmt.TIMER_LOG_UNIT)[0] if len(data) == tfmt.UNIT_SIZE_BYTES else None
@@ -238,6 +242,13 @@ class TimerWheel:
         precision = self.precision_ms
         first, stop = start_ms // precision, -(-stop_ms // precision)
         chunk = 1 << 16
+        if native.NATIVE is not None and first >= 0:  # compiled: keeps the interpreter lock (timer_link.c)
+            while first < stop:
+                found = native.NATIVE.timer_next_filled(self.slots, first, stop)
+                if found >= 0:
+                    return found * precision
+                first += chunk
+            return None
         while first < stop:
             times = np.arange(first, min(stop, first + chunk), dtype=np.int64)
             found = np.flatnonzero(self.slots["time_slot"][times % tfmt.WHEEL_SLOT_COUNT] == times)

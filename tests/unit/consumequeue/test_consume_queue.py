@@ -216,6 +216,7 @@ def test_read_lists_refuses_a_bad_unit_as_read_does(tmp_path, field, value, star
     queue.close()
 
 
+@pytest.mark.usefixtures("codec")  # the compiled count of new entries, and its reference
 def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
     writer = _queue(tmp_path)
     writer.put(0, _units(0, 2))
@@ -230,6 +231,7 @@ def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
     reader.close()
 
 
+@pytest.mark.usefixtures("codec")  # the compiled count of new entries, and its reference
 def test_a_reader_refresh_counts_many_new_entries_and_lists_files_only_when_its_last_file_is_full(tmp_path,
                                                                                                  monkeypatch):
     from mqstore.consumequeue import consume_queue as module
@@ -252,6 +254,7 @@ def test_a_reader_refresh_counts_many_new_entries_and_lists_files_only_when_its_
     reader.close()
 
 
+@pytest.mark.usefixtures("codec")  # the compiled count of new entries, and its reference
 def test_a_reader_refresh_follows_retention_and_the_files_made_after_it(tmp_path):
     writer = _queue(tmp_path)
     writer.put(0, _units(0, 10))  # files at queue offsets 0, 4, 8
@@ -267,6 +270,7 @@ def test_a_reader_refresh_follows_retention_and_the_files_made_after_it(tmp_path
     reader.close()
 
 
+@pytest.mark.usefixtures("codec")  # the compiled count of new entries, and its reference
 def test_a_reader_whose_every_file_was_deleted_starts_again_at_the_writers_first(tmp_path):
     writer = _queue(tmp_path)
     writer.put(0, _units(0, 3))
@@ -294,6 +298,7 @@ def test_a_negative_size_is_damage_not_the_end_of_the_queue(tmp_path, writable):
     queue.close()
 
 
+@pytest.mark.usefixtures("codec")  # the compiled count of new entries, and its reference
 def test_a_reader_refresh_reports_a_negative_size_past_what_it_has_seen(tmp_path):
     writer = _queue(tmp_path)
     writer.put(0, _units(0, 2))
