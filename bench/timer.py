@@ -1,6 +1,6 @@
 """Timers (mqstore/timer/): what a delayed put costs, how late timers fire with many pending, what memory they hold.
 
-    .venv/bin/python bench/timer.py            # full run (about 2 minutes)
+    .venv/bin/python bench/timer.py            # full run (about a minute)
     .venv/bin/python bench/timer.py --quick    # smoke run (a few seconds)
 
 1. Put cost: ASYNC puts of a 100-byte body with a tag and a key, plain, with TIMER_DELAY_MS (one hour) and with

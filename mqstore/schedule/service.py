@@ -215,7 +215,8 @@ class ScheduleService:
             return True
         try:
             result = self.store.reput(message, self.store.reput_header(stored))
-        except InvalidMessageError as exc:  # REAL_TOPIC or REAL_QID no store takes: RocketMQ drops it too
+        except InvalidMessageError as exc:  # REAL_TOPIC or REAL_QID no put takes (RocketMQ 5's timer drops it;
+            # RocketMQ 4.4.0 tries it again every 10 s, and its level delivers nothing more)
             log.warning("schedule message at %d cannot be delivered, skipped: %s", commitlog_offset, exc)
             return True
         if result.status not in STORED:

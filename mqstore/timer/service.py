@@ -474,7 +474,8 @@ class TimerService:
                 try:
                     if self.store.reput(message, self.store.reput_header(stored)).status not in STORED:
                         return done
-                except InvalidMessageError as exc:  # REAL_TOPIC or REAL_QID no store takes: RocketMQ drops it too
+                except InvalidMessageError as exc:  # REAL_TOPIC or REAL_QID no put takes: RocketMQ 5 drops it
+                    # too (TimerMessageStore: MESSAGE_ILLEGAL is PUT_NO_RETRY)
                     log.warning("timer message at %d cannot be delivered, skipped: %s", offset, exc)
                 else:  # counted once put: a refused put is tried again
                     if roll:
