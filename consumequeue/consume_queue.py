@@ -429,7 +429,7 @@ class ConsumeQueue:
         """The commitlog offsets and sizes of the units from `queue_offset` that exist, up to len(offsets_out), into
         offsets_out and sizes_out (int64): (how many, least offset, greatest offset), (0, 0, -1) for none. For a
         service that reads a queue in bulk (the timer's enqueue): compiled, nothing is allocated per unit and the
-        interpreter lock is kept (mqstore/commitlog/csrc/timer_link.c says why). `queue_offset` must be at least
+        interpreter lock is kept (commitlog/csrc/timer_link.c says why). `queue_offset` must be at least
         min_offset; a unit that is not valid raises CorruptionError, as `read` reports it."""
         stop = min(queue_offset + len(offsets_out), self.max_offset)
         if stop <= queue_offset:

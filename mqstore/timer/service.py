@@ -94,7 +94,7 @@ class TimerService:
         self._flusher: threading.Thread | None = None
         self._snapshot: tuple[int, int, int] | None = None  # (read time, TimerLog end, queue offset) done so far
         self._checkpointed: tuple[int, int, int] | None = None
-        # The compiled enqueue (_enqueue_compiled), or None for the Python one, which is its reference; its buffers
+        # The compiled core for the enqueue (_link_compiled), or None for the Python _link, its reference; its buffers
         # are the service's own, made once: a batch allocates nothing per message.
         self._native = native.NATIVE
         self._buffers: tuple | None = None
