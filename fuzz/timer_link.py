@@ -215,7 +215,9 @@ def _check_next_filled(wheel, first: int, stop: int) -> None:
         assert first < 0, "timer_next_filled refused a time slot >= 0"
         return
     times = np.arange(first, min(stop, first + 65536), dtype=np.int64)
-    found = np.flatnonzero(wheel["time_slot"][times % tfmt.WHEEL_SLOT_COUNT] == times)
+    # np.equal, not ==: atheris traces each == of the code it instruments, and with == here the fuzzing process grew
+    # by about 5 KB an input (2 GB, libFuzzer's limit, in 300 s); with np.equal it stays flat
+    found = np.flatnonzero(np.equal(wheel["time_slot"][times % tfmt.WHEEL_SLOT_COUNT], times))
     expected = int(times[found[0]]) if len(found) else -1
     assert got == expected, f"timer_next_filled({first}, {stop}): {got} != {expected}"
 
