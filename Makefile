@@ -147,8 +147,8 @@ test-asan: asan-build
 	$(ASAN_ENV) $(BIN)/python -c "from mqstore.commitlog import _native; print('sanitizer build:', _native.__file__)"
 	$(ASAN_ENV) $(BIN)/python -m pytest $(ASAN_PYTEST_ARGS) -p asan_check -p no:cacheprovider $(wildcard $(ASAN_TESTS))
 
-# The Python-level harnesses (fuzz/: the put path, Message, the FlushGate, the codec bindings, each differential
-# against the pure-Python codec or against invariants) under atheris, SECONDS seconds each, coverage-guided with the
+# The Python-level harnesses (fuzz/: the put path, Message, the FlushGate, the codec bindings, finalizers, the timer's
+# compiled link, each differential against the pure-Python codec, a model or invariants) under atheris, SECONDS seconds each, coverage-guided with the
 # normal build (atheris's coverage of Python code; a preloaded ASan runtime would take over its coverage hooks),
 # then every input of the corpus that grew is run again with the sanitizer build above. Corpora stay in
 # $(FUZZ_DIR)/python/NAME/corpus; a failing input is written beside them (crash-*).
