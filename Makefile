@@ -148,10 +148,10 @@ test-asan: asan-build
 	$(ASAN_ENV) $(BIN)/python -m pytest $(ASAN_PYTEST_ARGS) -p asan_check -p no:cacheprovider $(wildcard $(ASAN_TESTS))
 
 # The Python-level harnesses (fuzz/: the put path, Message, the FlushGate, the codec bindings, finalizers, the timer's
-# compiled link, each differential against the pure-Python codec, a model or invariants) under atheris, SECONDS seconds each, coverage-guided with the
-# normal build (atheris's coverage of Python code; a preloaded ASan runtime would take over its coverage hooks),
-# then every input of the corpus that grew is run again with the sanitizer build above. Corpora stay in
-# $(FUZZ_DIR)/python/NAME/corpus; a failing input is written beside them (crash-*).
+# compiled link, each differential against the pure-Python codec, a model or invariants) under atheris, SECONDS
+# seconds each, coverage-guided with the normal build (atheris's coverage of Python code; a preloaded ASan runtime
+# would take over its coverage hooks), then every input of the corpus that grew is run again with the sanitizer
+# build above. Corpora stay in $(FUZZ_DIR)/python/NAME/corpus; a failing input is written beside them (crash-*).
 FUZZ_HARNESSES ?= put_path message_type flush_gate codec finalizers timer_link
 
 fuzz-python: asan-build
