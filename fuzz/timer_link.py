@@ -200,7 +200,8 @@ def _check_put_slots(groups: list, precision: int) -> None:
             assert got == (time_slot, first, last, wrapped, 0), f"timer_put_slots: {got}"
         for time_slot, *_ in groups[:1]:  # next_filled from around a slot just written
             for first, stop in ((time_slot - 2, time_slot + 1), (time_slot, time_slot), (time_slot + 1, time_slot + 9),
-                                (time_slot - 70_000, time_slot + 5)):
+                                (time_slot - 70_000, time_slot + 5), (time_slot, INT64_MIN),
+                                (INT64_MAX - 3, INT64_MAX)):
                 _check_next_filled(wheel, first, stop)
     finally:
         for time_slot, *_ in groups:
@@ -214,7 +215,8 @@ def _check_next_filled(wheel, first: int, stop: int) -> None:
     except ValueError:
         assert first < 0, "timer_next_filled refused a time slot >= 0"
         return
-    times = np.arange(first, min(stop, first + 65536), dtype=np.int64)
+    end = min(stop, first + 65536)
+    times = np.arange(first, max(first, end), dtype=np.int64)
     # np.equal, not ==: atheris traces each == of the code it instruments, and with == here the fuzzing process grew
     # by about 5 KB an input (2 GB, libFuzzer's limit, in 300 s); with np.equal it stays flat
     found = np.flatnonzero(np.equal(wheel["time_slot"][times % tfmt.WHEEL_SLOT_COUNT], times))
@@ -255,7 +257,7 @@ def _check_queue_arrays(source: Input) -> None:
 
 
 def _check_pwrite_keep_lock(source: Input) -> None:
-    data, offset = source.blob(300), source.pick((0, 1, 4096, -1, INT64_MAX, source.below(1 << 16)))
+    data, offset = source.blob(300), source.pick((0, 1, 4096, -1, INT64_MAX, INT64_MAX - 5, source.below(1 << 16)))
     fd = _FILE.fileno()
     try:
         COMPILED.pwrite_keep_lock(fd, data, offset)
@@ -270,7 +272,7 @@ def _check_pwrite_keep_lock(source: Input) -> None:
     try:
         got = COMPILED.pread_keep_lock(fd, length, offset)
     except ValueError:
-        assert not 0 <= length <= 1 << 20, "pread_keep_lock refused a valid length"
+        assert not 0 <= length <= 1 << 20 or length > INT64_MAX - offset, "pread_keep_lock refused a valid length"
         return
     except OSError as exc:
         got = OSError, exc.errno

@@ -339,7 +339,8 @@ static PyObject *timer_next_filled(PyObject *self, PyObject *args) {
         PyBuffer_Release(&wheel);
         return NULL;
     }
-    long long end = stop - first > MQ_TIMER_SCAN_SLOTS ? first + MQ_TIMER_SCAN_SLOTS : stop;  /* no overflow */
+    /* stop - first only when stop > first >= 0 (it cannot overflow then), and first + the bound only below stop */
+    long long end = stop <= first ? first : stop - first > MQ_TIMER_SCAN_SLOTS ? first + MQ_TIMER_SCAN_SLOTS : stop;
     long long found = -1;
     for (long long t = first; t < end; t++) {
         if (mq_get_i64((const uint8_t *)wheel.buf + (t % MQ_TIMER_SLOT_COUNT) * MQ_TIMER_SLOT_SIZE) == t) {
@@ -404,8 +405,8 @@ static PyObject *pread_keep_lock(PyObject *self, PyObject *args) {
     Py_ssize_t length;
     long long at;
     if (!PyArg_ParseTuple(args, "inL", &fd, &length, &at)) return NULL;
-    if (length < 0 || length > (Py_ssize_t)1 << 20 || at < 0) {
-        PyErr_SetString(PyExc_ValueError, "pread_keep_lock: a length in 0..2**20 and an offset >= 0");
+    if (length < 0 || length > (Py_ssize_t)1 << 20 || at < 0 || length > INT64_MAX - at) {
+        PyErr_SetString(PyExc_ValueError, "pread_keep_lock: a length in 0..2**20, an offset >= 0, a sum < 2**63");
         return NULL;
     }
     PyObject *result = PyBytes_FromStringAndSize(NULL, length);  /* this function's own until returned */
