@@ -88,9 +88,12 @@ static void unit_positions(int64_t end, int64_t file_size, int64_t count, int64_
 }
 
 /* The slot and magic of the timer of row `row` (service.py's _link: a timer past the roll window is linked at
- * its edge, or half of it when it is near, with MAGIC_ROLL). out_ms >= 0, checked by the caller. */
+ * its edge, or half of it when it is near, with MAGIC_ROLL). out_ms >= 0, checked by the caller; taken as 0 if
+ * not, since an allocation between the check and here may run a finalizer that changes the caller's rows (the
+ * result is then wrong but defined, and the memory held). */
 static void slot_of(int64_t out_ms, int64_t write_time, int64_t precision, int64_t window, int64_t *slot_ms,
                     int32_t *magic) {
+    if (out_ms < 0) out_ms = 0;
     int64_t slot = floor_div(out_ms, precision) * precision;  /* <= out_ms: no overflow */
     int64_t span = window * precision;                        /* <= 2**52 (checked) */
     *magic = MQ_TIMER_MAGIC_DEFAULT;
