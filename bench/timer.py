@@ -63,7 +63,7 @@ from mqstore.store.clock import SYSTEM_CLOCK  # noqa: E402
 HOUR_MS = 3_600_000
 LEVEL = 18  # the default levels' last: 2 h, so nothing is delivered during the run
 FULL = {"rounds": 5, "puts_per_round": 300_000, "pending": 1_000_000, "probes": 2000, "memory": (1_000_000, 10_000_000),
-        "rocketmq": (5, 300_000, 200_000), "burst": (3, 1_000_000, 200)}
+        "rocketmq": (5, 300_000, 200_000), "burst": (3, 3_000_000, 600)}
 QUICK = {"rounds": 2, "puts_per_round": 20_000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000),
          "rocketmq": (2, 20_000, 2_000), "burst": (1, 20_000, 20)}
 BURST_LINKS = ("compiled", "python")
