@@ -45,6 +45,9 @@ def test_timer_quick_reports_put_cost_firing_and_memory(tmp_path):
         row = burst[link]
         assert row["delivered"] == row["probes"] == 20 and row["error_min_ms"] >= 0
         assert 0 <= row["linked_share"] <= 1 and row["catch_up_s"] >= 0 and row["puts_per_s"] > 0
+        assert 0 <= row["late_in_stall"] <= row["late"] <= row["probes"]  # the machine watch beside the round
+        assert row["machine_longest_ms"] > 0
+        assert row["error_p99_outside_stalls_ms"] <= row["error_max_ms"]
     table_rows = [line for line in (tmp_path / "timer.md").read_text().splitlines() if line.startswith("| ")]
     # 2 headers, 5 put rows, firing, 2 memory, the burst's header and 2 rows; RocketMQ's header and 3 rows when it
     # was measured
