@@ -130,13 +130,14 @@ ASAN_ENV = MQSTORE_NATIVE_LIBRARY=$(ASAN_LIBRARY) PYTHONPATH=$(CURDIR)/fuzz/sani
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # What the sanitizer pass runs: the tests of the compiled core and its bindings (tests/native, with the fuzz
 # harnesses' short pass), the two-codec differential tests, the golden bytes, the compiled put, the flush gate, and
-# the kill -9 series of the crash tests (writer processes, which load the sanitizer build too).
+# the kill -9 series of the crash tests (writer processes, which load the sanitizer build too), the reader's map.
 ASAN_TESTS ?= tests/native tests/unit/commitlog/test_native_codec.py tests/unit/commitlog/test_read_path_native.py \
 	tests/unit/commitlog/test_arrow_properties_native.py tests/unit/mqstore/test_scan.py \
 	tests/unit/mqstore/test_compiled_put.py tests/unit/timer/test_timer_link_compiled.py \
 	tests/unit/mqstore/test_put_entry.py tests/unit/flush/test_flushwait.py tests/format \
 	tests/unit/timer/test_compiled_rewrite.py tests/unit/timer/test_timer_codecs.py \
-	tests/unit/schedule/test_schedule_codecs.py tests/unit/commitlog/test_record_values.py tests/crash/test_kill_writer.py
+	tests/unit/schedule/test_schedule_codecs.py tests/unit/commitlog/test_record_values.py \
+	tests/crash/test_kill_writer.py tests/unit/commitlog/test_read_map.py
 ASAN_PYTEST_ARGS ?= -q
 
 asan-build: $(STAMP)

@@ -6,7 +6,10 @@ all of it: `create(reserve_bytes=...)` reserves the start and `reserve(end)` ext
 shows up as an error from the reservation rather than as SIGBUS on a later write into an unreserved page of the
 mapping, while the disk a file takes follows what was written (docs/storage.md). Writers write through `view`
 (a memoryview over the mapping); `flush()` writes the file's dirty pages to disk (fdatasync). The owner decides
-what is written where: this class keeps no positions beyond how far blocks are reserved.
+what is written where: this class keeps no positions beyond how far blocks are reserved. `open(keep_lock=True)`
+of a file read-only maps it with the compiled core's `map_read_keep_lock` where there is one (commitlog/csrc/
+read_map.c), which keeps the interpreter lock while it maps: a reader thread then does not wait for a busy
+producer at each of numpy's system calls. Its `array` is then a plain read-only array, not a memmap.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import threading
 
 import numpy as np
 from mqstore.commitlog.errors import CorruptionError, FlushFailedError, StoreClosedError, StoreIOError
+from mqstore.commitlog.native import NATIVE
 
 log = logging.getLogger(__name__)
 
@@ -145,16 +149,23 @@ class MappedFile:
 
     @classmethod
     def open(cls, path: str, base_offset: int, size_bytes: int, *, writable: bool,
-             format_name: str = "commitlog") -> "MappedFile":
+             format_name: str = "commitlog", keep_lock: bool = False) -> "MappedFile":
         """Map an existing file, which must be exactly `size_bytes` long (else CorruptionError with the rule
-        "<format_name>.file-size")."""
+        "<format_name>.file-size"). `keep_lock`: see the module's docstring (read-only files only)."""
+        if keep_lock and not writable and size_bytes > 0 and _map_read is not None:
+            try:
+                mapping = _map_read(path, size_bytes)
+            except OSError as exc:
+                raise StoreIOError(f"cannot map {path}: {exc.strerror}") from exc
+            if isinstance(mapping, int):
+                raise _size_error(path, mapping, size_bytes, format_name)
+            return cls(path, base_offset, size_bytes, np.frombuffer(mapping, dtype=np.uint8), False)
         try:
             actual = os.path.getsize(path)
         except OSError as exc:
             raise StoreIOError(f"cannot stat {path}: {exc.strerror}") from exc
         if actual != size_bytes:
-            raise CorruptionError(f"file is {actual} bytes, expected {size_bytes}", path=path,
-                                  offset=min(actual, size_bytes), rule=f"{format_name}.file-size")
+            raise _size_error(path, actual, size_bytes, format_name)
         try:
             array = np.memmap(path, dtype=np.uint8, mode="r+" if writable else "r", shape=(size_bytes,))
             fd = os.open(path, os.O_RDWR) if writable else None
@@ -252,7 +263,8 @@ class MappedFile:
         reference count: the mapping is referred to by the memmap array (twice) and by every view through it;
         when only this frame's name for it is left, nobody can read it any more and it is closed at once (which
         also closes the descriptor it keeps). Otherwise a reader in another thread, or a batch that looks up
-        properties later, still has it, and the mapping and its descriptor go with the last of them.
+        properties later, still has it, and the mapping and its descriptor go with the last of them. A compiled
+        read-only mapping (map_read_keep_lock) has no descriptor and always goes with its last reference.
         """
         if self._closed:
             return
@@ -279,6 +291,15 @@ class MappedFile:
 # MappedFile.flush as defined here: the compiled SYNC leader (flushwait.c) does its fdatasync itself only while the
 # class still has this one (a test's recorder of flushes replaces it).
 DEFINED_FLUSH = MappedFile.flush
+
+
+# The compiled read-only map (commitlog/csrc/read_map.c), or None: np.memmap then, the reference.
+_map_read = getattr(NATIVE, "map_read_keep_lock", None)
+
+
+def _size_error(path: str, actual: int, size_bytes: int, format_name: str) -> CorruptionError:
+    return CorruptionError(f"file is {actual} bytes, expected {size_bytes}", path=path,
+                           offset=min(actual, size_bytes), rule=f"{format_name}.file-size")
 
 
 def _reserve(fd: int, start: int, length: int) -> None:

@@ -75,7 +75,7 @@ class ConsumeQueue:
             if not self.writable and name == names[-1] and os.path.getsize(path) == 0:
                 break  # an empty last file: a reader racing a writer creating it
             mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=self.writable,
-                                     format_name="consumequeue")
+                                     format_name="consumequeue", keep_lock=True)
             self.files.append(mapped)
             self.units.append(mapped.array.view(np.ndarray).view(UNIT))
         if not self.files:
@@ -111,20 +111,42 @@ class ConsumeQueue:
             previous = int(units[count - 1]["commitlog_offset"])
 
     def refresh(self, *, list_files: bool = False) -> None:
-        """For a reader of a store another process writes: pick up the entries written since, and the files. The
-        directory is listed only when the last file this reader holds is full (a new file can only follow a full
-        one), or it has none, or `list_files` says so: listing drops the files the writer's retention deleted
-        (`min_offset` moves to the first file left) and maps the new ones."""
+        """For a reader of a store another process writes: pick up the entries written since, and the files. When
+        the last file this reader holds is full (a new file can only follow a full one), the next file is mapped by
+        its name. The directory is listed only when the reader has no file, or `list_files` says so: listing drops
+        the files the writer's retention deleted (`min_offset` moves to the first file left) and maps the new ones.
+        `follow_log_min` asks for it whenever the log's minimum moves."""
         if self.writable:
             return
         with self.lock:
             self._count_new_entries()
             files = self.files  # (the end of the last file inline: a reader refreshes on every get)
-            if list_files or not files or (self.max_offset >= files[-1].base_offset // cqf.UNIT_SIZE_BYTES
-                                           + self.entries_per_file):
+            if list_files or not files:
                 self._list_files()
                 self._count_new_entries()
                 self._skip_fillers()
+            while self.files and self.max_offset >= (self.files[-1].base_offset // cqf.UNIT_SIZE_BYTES
+                                                     + self.entries_per_file) and self._map_next_file():
+                self._count_new_entries()
+
+    def _map_next_file(self) -> bool:
+        """Map the file after the last one held, found by its name: os.listdir lets go of the interpreter lock at
+        every entry, and a thread that lets go waits for a busy producer's switch interval each time (the timer
+        service's batches waited 5-60 ms at each roll of its queue). False when it is not there yet."""
+        byte_offset = self.files[-1].base_offset + self.file_size_bytes
+        path = os.path.join(self.directory, cqf.file_name(byte_offset // cqf.UNIT_SIZE_BYTES))
+        try:
+            mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False,
+                                     format_name="consumequeue", keep_lock=True)
+        except CorruptionError:
+            return False  # being created by the writer right now
+        except StoreIOError:
+            if os.path.exists(path):
+                raise
+            return False  # the writer has not rolled yet
+        self.files.append(mapped)
+        self.units.append(mapped.array.view(np.ndarray).view(UNIT))
+        return True
 
     def _skip_fillers(self) -> None:
         """A reader that just mapped a queue's first file: `min_offset` past the fillers at its start."""
@@ -160,7 +182,7 @@ class ConsumeQueue:
             path = os.path.join(self.directory, name)
             try:
                 mapped = MappedFile.open(path, byte_offset, self.file_size_bytes, writable=False,
-                                         format_name="consumequeue")
+                                         format_name="consumequeue", keep_lock=True)
             except CorruptionError:
                 break  # being created by the writer right now
             except StoreIOError:

@@ -9,12 +9,15 @@
   `timer_next_filled` from around them must find what a scan of the wheel finds;
 - `queue_arrays` against `queue_lists`, and `queue_written` against a count of the sizes, over random
   ConsumeQueue bytes;
-- `pwrite_keep_lock` to a file, read back, and `pread_keep_lock` against os.pread.
+- `pwrite_keep_lock` to a file, read back, and `pread_keep_lock` against os.pread;
+- `map_read_keep_lock` (commitlog/csrc/read_map.c, the ConsumeQueue reader's map) of files of any size asked for
+  at any size: the file's bytes, its actual size, or the refusal, as the file and the bounds say.
 The service-level comparison with the Python `_link` itself is tests/unit/timer/test_timer_link_compiled.py.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 
@@ -30,6 +33,8 @@ TIME_MAX, PRECISION_MAX, LOG_END_MAX, FILE_SIZE_MAX = 1 << 53, 1 << 31, 1 << 60,
 START_MS = 1_700_000_000_000
 WHEEL = bytearray(tfmt.WHEEL_SIZE_BYTES)  # one wheel for every input: the slots an input sets are zeroed after
 _FILE = tempfile.NamedTemporaryFile(prefix="mqstore-fuzz-timer-")
+_MAP_FILE = tempfile.NamedTemporaryFile(prefix="mqstore-fuzz-map-")
+MAP_SIZE_MAX = 1 << 62  # read_map.c's bound
 
 
 def _i64(source: Input, near: tuple) -> int:
@@ -283,12 +288,45 @@ def _check_pwrite_keep_lock(source: Input) -> None:
     assert got == expected, f"pread_keep_lock: {got!r:.80} where os.pread gives {expected!r:.80}"
 
 
+def _check_map_read_keep_lock(source: Input) -> None:
+    fd, path = _MAP_FILE.fileno(), _MAP_FILE.name
+    file_size = source.pick((0, 1, 4095, 4096, 4097, source.below(1 << 16)))
+    os.ftruncate(fd, file_size)
+    data = source.blob(64)
+    at = source.below(max(1, file_size - len(data) + 1)) if file_size >= len(data) else 0
+    os.pwrite(fd, data[: max(0, file_size - at)], at)
+    size = source.pick((file_size, file_size + 1, file_size - 1, 0, -1, MAP_SIZE_MAX, MAP_SIZE_MAX + 1, INT64_MAX,
+                        INT64_MIN, source.below(1 << 17)))
+    target = source.pick((path, path.encode(), os.path.dirname(path), path + ".missing"))
+    try:
+        mapping = COMPILED.map_read_keep_lock(target, size)
+    except ValueError:
+        assert not 0 < size <= MAP_SIZE_MAX, "map_read_keep_lock refused a valid size"
+        return
+    except OSError as exc:
+        expected = {os.path.dirname(path): errno.EISDIR, path + ".missing": errno.ENOENT}.get(target)
+        assert 0 < size <= MAP_SIZE_MAX and exc.errno == expected, f"map_read_keep_lock: {exc!r} for {target!r}"
+        return
+    assert target in (path, path.encode()), f"map_read_keep_lock mapped {target!r}"
+    if isinstance(mapping, int):
+        assert mapping == file_size != size, f"map_read_keep_lock: {mapping} for a file of {file_size} asked at {size}"
+        return
+    assert size == file_size and mapping.size == size, "map_read_keep_lock mapped a size the file does not have"
+    view = np.frombuffer(mapping, dtype=np.uint8)
+    del mapping  # the array keeps the mapping
+    expected = os.pread(fd, file_size, 0)
+    assert np.equal(view, np.frombuffer(expected, dtype=np.uint8)).all(), "map_read_keep_lock: the bytes differ"
+    assert not view.flags.writeable, "map_read_keep_lock: a writable mapping"
+
+
 def one_input(data: bytes) -> None:
     source = Input(data)
-    pick = source.below(4)
+    pick = source.below(5)
     if pick <= 1:
         _check_timer_link(source)
     elif pick == 2:
         _check_queue_arrays(source)
-    else:
+    elif pick == 3:
         _check_pwrite_keep_lock(source)
+    else:
+        _check_map_read_keep_lock(source)

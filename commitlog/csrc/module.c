@@ -106,6 +106,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddFunctions(module, mq_flush_methods) < 0) { Py_DECREF(module); return NULL; }
     if (PyModule_AddFunctions(module, mq_batch_methods) < 0) { Py_DECREF(module); return NULL; }
     if (PyModule_AddFunctions(module, mq_timer_methods) < 0) { Py_DECREF(module); return NULL; }
+    if (PyModule_AddFunctions(module, mq_read_map_methods) < 0 || mq_read_map_init(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     if (PyModule_AddFunctions(module, mq_read_path_methods) < 0 || mq_read_path_init(module) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -5,6 +5,7 @@ build."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -173,5 +174,32 @@ def test_the_timer_link_harness_reports_a_compiled_link_that_differs(monkeypatch
     monkeypatch.setattr(timer_link, "COMPILED", Lying())
     rng = random.Random(1)
     with pytest.raises(AssertionError, match="timer_link: units differ"):
+        for _ in range(3000):
+            timer_link.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
+def test_the_timer_link_harness_reports_a_read_map_that_differs(monkeypatch):
+    from fuzz import timer_link
+
+    honest = timer_link.COMPILED
+
+    class Lying:
+        """The compiled core, but map_read_keep_lock takes a file one byte shorter than the size asked for the
+        right one (a size check off by one) and hands back its bytes padded to the size asked."""
+
+        def __getattr__(self, name):
+            return getattr(honest, name)
+
+        @staticmethod
+        def map_read_keep_lock(path, size):
+            result = honest.map_read_keep_lock(path, size)
+            if isinstance(result, int) and result == size - 1 and result > 0:
+                return memoryview(os.pread(timer_link._MAP_FILE.fileno(), result, 0) + b"\0")
+            return result
+
+    monkeypatch.setattr(timer_link, "COMPILED", Lying())
+    rng = random.Random(1)
+    with pytest.raises(AssertionError, match="map_read_keep_lock mapped a size the file does not have"):
         for _ in range(3000):
             timer_link.one_input(rng.randbytes(rng.randrange(INPUT_BYTES_MAX)))

@@ -232,8 +232,8 @@ def test_a_reader_refresh_sees_new_entries_and_files(tmp_path):
 
 
 @pytest.mark.usefixtures("codec")  # the compiled count of new entries, and its reference
-def test_a_reader_refresh_counts_many_new_entries_and_lists_files_only_when_its_last_file_is_full(tmp_path,
-                                                                                                 monkeypatch):
+def test_a_reader_refresh_counts_many_new_entries_and_maps_the_next_file_by_name(tmp_path, monkeypatch):
+    # os.listdir lets go of the interpreter lock at every entry (ConsumeQueue._map_next_file says what that cost)
     from mqstore.consumequeue import consume_queue as module
 
     per_file = 1000  # more than a refresh's first window
@@ -248,7 +248,7 @@ def test_a_reader_refresh_counts_many_new_entries_and_lists_files_only_when_its_
     assert reader.max_offset == 703 and listings == []  # its last file is not full: nothing new to list
     writer.put(703, _units(70_300, 500))  # fills the file, starts the next
     reader.refresh()
-    assert reader.max_offset == 1203 and len(listings) == 1
+    assert reader.max_offset == 1203 and listings == [] and len(reader.files) == 2
     assert reader.read(995, 10)["commitlog_offset"].tolist() == [i * 100 for i in range(995, 1005)]
     writer.close()
     reader.close()
@@ -262,7 +262,9 @@ def test_a_reader_refresh_follows_retention_and_the_files_made_after_it(tmp_path
     assert (reader.min_offset, reader.max_offset, len(reader.files)) == (0, 10, 3)
     assert writer.delete_files_below(800) == 2  # entries 0-7 point below 800: two files go
     writer.put(10, _units(1000, 5))  # fills the third file, starts a fourth (queue offset 12)
-    reader.refresh()
+    reader.refresh()  # the next file, by its name; the deleted ones are still held
+    assert reader.max_offset == 15 and len(reader.files) == 4
+    reader.follow_log_min(800)  # as every read of the store does once the log's minimum moved: lists the files
     assert reader.min_offset == 8 and reader.max_offset == 15
     assert [f.base_offset for f in reader.files] == [f.base_offset for f in writer.files]
     assert reader.read(8, 7)["commitlog_offset"].tolist() == [800, 900] + [1000 + i * 100 for i in range(5)]
@@ -277,7 +279,9 @@ def test_a_reader_whose_every_file_was_deleted_starts_again_at_the_writers_first
     reader = _queue(tmp_path, writable=False)
     writer.put(3, _units(300, 14))  # queue offsets 0-16: files at 0, 4, 8, 12, 16
     assert writer.delete_files_below(1300) == 3  # the reader's only file and two it never saw
-    reader.refresh()
+    reader.refresh()  # the file after its own is gone: nothing new for it
+    assert (reader.min_offset, reader.max_offset, len(reader.files)) == (0, 4, 1)
+    reader.follow_log_min(1200)  # the log now starts at entry 12
     assert (reader.min_offset, reader.max_offset) == (12, 17)
     assert reader.read(12, 5)["commitlog_offset"].tolist() == [1200 + i * 100 for i in range(5)]
     writer.close()
