@@ -140,10 +140,10 @@ class ConsumeQueue:
                                      format_name="consumequeue", keep_lock=True)
         except CorruptionError:
             return False  # being created by the writer right now
-        except StoreIOError:
-            if os.path.exists(path):
-                raise
-            return False  # the writer has not rolled yet
+        except StoreIOError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return False  # the writer has not rolled yet (it may have since: the next refresh maps it)
+            raise
         self.files.append(mapped)
         self.units.append(mapped.array.view(np.ndarray).view(UNIT))
         return True

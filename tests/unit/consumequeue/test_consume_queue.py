@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from mqstore.commitlog.errors import CorruptionError
+from mqstore.commitlog.errors import CorruptionError, StoreIOError
 from mqstore.consumequeue import format as cqf
 from mqstore.consumequeue.consume_queue import ConsumeQueue, ConsumeQueueTable
 
@@ -250,6 +250,36 @@ def test_a_reader_refresh_counts_many_new_entries_and_maps_the_next_file_by_name
     reader.refresh()
     assert reader.max_offset == 1203 and listings == [] and len(reader.files) == 2
     assert reader.read(995, 10)["commitlog_offset"].tolist() == [i * 100 for i in range(995, 1005)]
+    writer.close()
+    reader.close()
+
+
+@pytest.mark.parametrize("error", ["missing", "refused"])
+def test_a_reader_that_finds_no_next_file_waits_for_it_and_other_errors_are_raised(tmp_path, monkeypatch, error):
+    # The next file is looked for by name: not there is the common case, also when the writer makes it between the
+    # failed open and any later look (which must not turn a missing file into an error); other errors are real.
+    from mqstore.consumequeue import consume_queue as module
+
+    writer = _queue(tmp_path)
+    writer.put(0, _units(0, 4))  # the first file, full
+    reader = _queue(tmp_path, writable=False)
+    writer.put(4, _units(400, 2))  # the writer rolls: the second file exists from here on
+    real_open = module.MappedFile.open
+
+    def failing_open(path, *args, **kwargs):
+        cause = FileNotFoundError(2, "No such file or directory") if error == "missing" else PermissionError(13, "no")
+        raise StoreIOError(f"cannot map {path}: {cause.strerror}") from cause
+
+    monkeypatch.setattr(module.MappedFile, "open", failing_open)
+    if error == "missing":  # as if the open came just before the writer made the file
+        reader.refresh()
+        assert (reader.max_offset, len(reader.files)) == (4, 1)
+    else:
+        with pytest.raises(StoreIOError, match="cannot map"):
+            reader.refresh()
+    monkeypatch.setattr(module.MappedFile, "open", real_open)
+    reader.refresh()
+    assert (reader.max_offset, len(reader.files)) == (6, 2)
     writer.close()
     reader.close()
 
