@@ -11,7 +11,8 @@
   ConsumeQueue bytes;
 - `pwrite_keep_lock` to a file, read back, and `pread_keep_lock` against os.pread;
 - `map_read_keep_lock` (commitlog/csrc/read_map.c, the ConsumeQueue reader's map) of files of any size asked for
-  at any size: the file's bytes, its actual size, or the refusal, as the file and the bounds say.
+  at any size: the file's bytes, its actual size, or the refusal, as the file and the bounds say; and
+  `listdir_keep_lock` (the schedule service's listing) of a directory of files with any names, against os.listdir.
 The service-level comparison with the Python `_link` itself is tests/unit/timer/test_timer_link_compiled.py.
 """
 
@@ -34,6 +35,7 @@ START_MS = 1_700_000_000_000
 WHEEL = bytearray(tfmt.WHEEL_SIZE_BYTES)  # one wheel for every input: the slots an input sets are zeroed after
 _FILE = tempfile.NamedTemporaryFile(prefix="mqstore-fuzz-timer-")
 _MAP_FILE = tempfile.NamedTemporaryFile(prefix="mqstore-fuzz-map-")
+_LIST_DIRECTORY = tempfile.TemporaryDirectory(prefix="mqstore-fuzz-list-")
 MAP_SIZE_MAX = 1 << 62  # read_map.c's bound
 
 
@@ -288,7 +290,30 @@ def _check_pwrite_keep_lock(source: Input) -> None:
     assert got == expected, f"pread_keep_lock: {got!r:.80} where os.pread gives {expected!r:.80}"
 
 
+def _check_listdir_keep_lock(source: Input) -> None:
+    directory = _LIST_DIRECTORY.name
+    for name in os.listdir(directory):
+        os.unlink(os.path.join(directory, name))
+    for _ in range(source.below(6)):
+        name = source.blob(40).replace(b"/", b"_").replace(b"\0", b"_")
+        if name not in (b"", b".", b".."):
+            open(os.path.join(directory.encode(), name), "wb").close()
+    target = source.pick((directory, directory.encode(), directory + "/missing", _MAP_FILE.name))
+    try:
+        got = sorted(COMPILED.listdir_keep_lock(target))
+    except OSError as exc:
+        got = OSError, exc.errno, exc.filename
+    try:
+        expected = sorted(os.fsdecode(name) for name in os.listdir(target))
+    except OSError as exc:
+        expected = OSError, exc.errno, exc.filename
+    assert got == expected, f"listdir_keep_lock: {got!r:.120} where os.listdir gives {expected!r:.120}"
+
+
 def _check_map_read_keep_lock(source: Input) -> None:
+    if source.below(4) == 0:
+        _check_listdir_keep_lock(source)
+        return
     fd, path = _MAP_FILE.fileno(), _MAP_FILE.name
     file_size = source.pick((0, 1, 4095, 4096, 4097, source.below(1 << 16)))
     os.ftruncate(fd, file_size)

@@ -38,7 +38,7 @@ extern PyMethodDef mq_message_methods[]; /* message_type.c: prepare of the commo
 extern PyMethodDef mq_batch_methods[];   /* batch.c: put_batch's PutResults */
 extern PyMethodDef mq_read_path_methods[]; /* read_path.c: a queue's entries as lists, StoredMessage's TAGS, KEYS */
 int mq_read_path_init(PyObject *module);
-extern PyMethodDef mq_read_map_methods[]; /* read_map.c: a whole file mapped read-only, keeping the lock */
+extern PyMethodDef mq_read_map_methods[]; /* read_map.c: a file mapped, a directory listed, keeping the lock */
 int mq_read_map_init(PyObject *module);
 extern PyMethodDef mq_timer_methods[];   /* timer_link.c: the timer service's enqueue of a batch */
 

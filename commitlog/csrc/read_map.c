@@ -1,4 +1,5 @@
-/* A read-only mapping of a whole file, made while the interpreter lock is held: `map_read_keep_lock`.
+/* File-system calls made while the interpreter lock is held: a read-only mapping of a whole file
+ * (`map_read_keep_lock`) and a directory's names (`listdir_keep_lock`).
  *
  * Why: a reader of a store another process writes (the writer's own dispatch process, or a read_only store) maps
  * each new ConsumeQueue file as the writer rolls to it. np.memmap makes about ten system calls for that (open,
@@ -13,8 +14,10 @@
  */
 #include "mq_native.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -76,9 +79,9 @@ PyDoc_STRVAR(map_read_keep_lock_doc,
 "with the errno and the path when it cannot be opened, examined or mapped.");
 
 static PyObject *map_read_keep_lock(PyObject *self, PyObject *args) {
-    PyObject *path_object = NULL;
+    PyObject *path = NULL, *path_object = NULL;  /* as given (for errors), and as bytes */
     long long size;
-    if (!PyArg_ParseTuple(args, "O&L", PyUnicode_FSConverter, &path_object, &size)) return NULL;
+    if (!PyArg_ParseTuple(args, "OL", &path, &size) || !PyUnicode_FSConverter(path, &path_object)) return NULL;
     PyObject *result = NULL;
     ReadMapping *mapping = NULL;
     struct stat status;
@@ -114,15 +117,59 @@ static PyObject *map_read_keep_lock(PyObject *self, PyObject *args) {
     result = (PyObject *)mapping;
     goto done;
 os_error:
-    PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_object);
+    PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
 done:
     if (fd >= 0) close(fd);  /* the mapping stays valid without it */
     Py_DECREF(path_object);
     return result;
 }
 
+PyDoc_STRVAR(listdir_keep_lock_doc,
+"listdir_keep_lock(path) -> list of str\n\n"
+"os.listdir(path) for a path (str or bytes; names as str, decoded as os.listdir decodes them), keeping the\n"
+"interpreter lock: os.listdir lets go of it at every entry, and the schedule service lists its levels' queues on\n"
+"every pass. For small directories on a local file system. OSError as os.listdir raises it.");
+
+static PyObject *listdir_keep_lock(PyObject *self, PyObject *args) {
+    PyObject *path = NULL, *path_object = NULL;  /* as given (for errors), and as bytes */
+    if (!PyArg_ParseTuple(args, "O", &path) || !PyUnicode_FSConverter(path, &path_object)) return NULL;
+    PyObject *names = NULL;
+    DIR *directory = opendir(PyBytes_AS_STRING(path_object));
+    if (directory == NULL) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+        goto done;
+    }
+    names = PyList_New(0);
+    if (names == NULL) goto done;
+    for (;;) {
+        errno = 0;
+        struct dirent *entry = readdir(directory);
+        if (entry == NULL) {
+            if (errno != 0) {
+                PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+                Py_CLEAR(names);
+            }
+            break;
+        }
+        const char *name = entry->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+        PyObject *text = PyUnicode_DecodeFSDefault(name);
+        if (text == NULL || PyList_Append(names, text) < 0) {
+            Py_XDECREF(text);
+            Py_CLEAR(names);
+            break;
+        }
+        Py_DECREF(text);
+    }
+done:
+    if (directory != NULL) closedir(directory);
+    Py_DECREF(path_object);
+    return names;
+}
+
 PyMethodDef mq_read_map_methods[] = {
     {"map_read_keep_lock", map_read_keep_lock, METH_VARARGS, map_read_keep_lock_doc},
+    {"listdir_keep_lock", listdir_keep_lock, METH_VARARGS, listdir_keep_lock_doc},
     {NULL, NULL, 0, NULL},
 };
 

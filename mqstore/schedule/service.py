@@ -22,10 +22,14 @@ queue is in due order: one level, one delay, store timestamps ascending). A due 
 CLOCK_BACK_TOLERANCE_MS past now + the level's delay (the clock went back) is delivered now, as RocketMQ's
 correctDeliverTimestamp does.
 
-Crash semantics: at-least-once, as RocketMQ. After a pass that delivered, the CommitLog is flushed and then
-config/delayOffset.json written (atomic rename): a kill -9 between a re-put and that write delivers the message
-again after reopen; nothing is lost (the offset never passes a re-put that is not durable) and nothing is early
-(a unit is delivered only once the clock passed its due time). docs/decisions/0053-delay-levels.md.
+Crash semantics: at-least-once, as RocketMQ. A second thread (`mqstore-schedule-flush`, as the timer's) takes the
+offsets every FLUSH_INTERVAL_MS of the clock, flushes the CommitLog, then writes them to config/delayOffset.json
+(atomic rename), and once more when the service stops: a kill -9 redelivers what was delivered since the last
+write; nothing is lost (the offsets written never pass a re-put that is not durable) and nothing is early (a unit
+is delivered only once the clock passed its due time). The delivering thread does not wait for fdatasync: done
+there after every pass that delivered, the flush and the file's write let go of the interpreter lock a dozen
+times, and under a producer that never waits each let-go cost up to its switch interval (5 ms), so units due
+meanwhile fired 50-100 ms late. docs/decisions/0053-delay-levels.md.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import time
 
 from mqstore.commitlog.errors import InvalidMessageError, StoreError
 from mqstore.commitlog.message import Message, PutStatus
+from mqstore.commitlog.native import NATIVE
 from mqstore.schedule import format as sfmt
 from mqstore.schedule import progress
 
@@ -44,8 +49,10 @@ log = logging.getLogger(__name__)
 
 READ_BATCH_UNITS = 256  # units of one level read at once
 POLL_INTERVAL_MS = 100  # the longest the thread sleeps between looks (RocketMQ's DELAY_FOR_A_WHILE)
+FLUSH_INTERVAL_MS = 200  # the flush thread writes the offsets this often (the timer's checkpoint period)
 CLOCK_BACK_TOLERANCE_MS = 60_000  # a due time this far past now + delay is taken as a clock that went back
 STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+_listdir = getattr(NATIVE, "listdir_keep_lock", None) or os.listdir  # commitlog/csrc/read_map.c, or the reference
 # mqstore/timer/format.py's REQUEST_PROPERTIES (this package does not import the timer's): removed by the rewrite
 TIMER_REQUEST_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC")
 
@@ -67,6 +74,8 @@ class ScheduleService:
         self.offsets_path = os.path.join(config_dir, sfmt.OFFSET_FILE_NAME)
         self._topic_directory = os.path.join(root_dir, "consumequeue", sfmt.SCHEDULE_TOPIC)
         self.offsets = progress.read_offsets(self.offsets_path, len(self.delays))
+        self._saved = dict(self.offsets)  # what delayOffset.json holds
+        self._save_lock = threading.Lock()
         self.delivered_count = 0
         self.error: BaseException | None = None
         # The compiled put holds _wake from the start (commitlog/csrc/put_rewrite.c): it is never replaced.
@@ -74,6 +83,7 @@ class ScheduleService:
         self._progress = threading.Condition()
         self._passes_started = self._pass_complete = 0
         self._thread: threading.Thread | None = None
+        self._flusher: threading.Thread | None = None
 
     # --- the put side and dispatch ---------------------------------------------------------------------------
     def rewrite(self, message):
@@ -120,16 +130,24 @@ class ScheduleService:
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="mqstore-schedule", daemon=True)
+            self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-schedule-flush", daemon=True)
             self._thread.start()
+            self._flusher.start()
 
     def stop(self) -> None:
-        """Stop the thread (each pass that delivered saved its progress already)."""
+        """Stop the threads, then save the offsets of what they delivered (after a flush of the log)."""
         thread = self._thread
         if thread is not None:
             self._stop.set()
             self._wake.set()
             thread.join()
-            self._thread = None
+            self._flusher.join()
+            self._thread = self._flusher = None
+            try:
+                self.save_offsets()
+            except StoreError as exc:  # a failed flush: the log keeps it and raises it again at the store's close
+                log.error("schedule offsets not saved: %s", exc)
+                self.error = exc
 
     # --- the loop ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -162,20 +180,39 @@ class ScheduleService:
                 complete, wait_ms = False, 0
             elif next_due is not None:
                 wait_ms = max(0, min(wait_ms, next_due - now))
-        if delivered:
-            self._flush_log()  # the re-puts are durable before the offsets that pass them
-            progress.write_offsets(self.offsets_path, self.offsets)
         with self._progress:
             if complete:
                 self._pass_complete = number
             self._progress.notify_all()
         return wait_ms
 
+    def _flush_loop(self) -> None:
+        """The flush thread: save_offsets every FLUSH_INTERVAL_MS of the clock."""
+        try:
+            while not self.clock.wait(self._stop, FLUSH_INTERVAL_MS):
+                self.save_offsets()
+        except BaseException as exc:  # the deliveries go on, unsaved: stats() and wait_caught_up report it
+            log.exception("the schedule flush thread stopped")
+            self.error = exc
+
+    def save_offsets(self) -> None:
+        """Write the offsets to config/delayOffset.json, taken before a flush of the log: every re-put they pass
+        was written before they were taken, so is durable after it. Nothing when they did not change."""
+        with self._save_lock:  # one writer of the file (and of its .tmp) at a time
+            offsets = dict(self.offsets)
+            if offsets == self._saved:
+                return
+            self._flush_log()
+            progress.write_offsets(self.offsets_path, offsets)
+            self._saved = offsets
+
     def _levels_with_queues(self) -> list[int]:
         """The levels whose schedule queue exists, from one listing of the topic's directory: asking the store
-        for a queue it does not know makes a store that follows its dispatch process reload its queue table."""
+        for a queue it does not know makes a store that follows its dispatch process reload its queue table. Listed
+        by the compiled core where there is one, which keeps the interpreter lock (os.listdir lets go of it at every
+        entry: under a producer that never waits, up to 5 ms each, on every pass)."""
         try:
-            names = os.listdir(self._topic_directory)
+            names = _listdir(self._topic_directory)
         except FileNotFoundError:
             return []
         queue_ids = sorted(int(name) for name in names if name.isdigit() and len(name) <= 9)

@@ -141,3 +141,48 @@ def test_a_reader_maps_the_next_queue_file_as_the_writer_rolls(tmp_path):
         assert len(queue.files) == 4
         kinds = {type(one.array) for one in queue.files}
         assert kinds == ({np.ndarray} if NATIVE is not None else {np.memmap})
+
+
+@compiled_only
+def test_the_compiled_listing_names_what_os_listdir_names(tmp_path):
+    names = ["0", "17", "a b", "caf\u00e9", "x" * 200]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    os.mkdir(tmp_path / "sub")
+    with open(os.path.join(os.fsencode(tmp_path), b"bad-\xff"), "wb"):  # not UTF-8: surrogate-escaped, as os.listdir
+        pass
+    assert sorted(NATIVE.listdir_keep_lock(str(tmp_path))) == sorted(os.listdir(tmp_path))
+    assert sorted(NATIVE.listdir_keep_lock(os.fsencode(tmp_path))) == sorted(os.listdir(tmp_path))
+    assert NATIVE.listdir_keep_lock(str(tmp_path / "sub")) == []
+    with pytest.raises(FileNotFoundError) as missing:
+        NATIVE.listdir_keep_lock(str(tmp_path / "missing"))
+    assert missing.value.filename == str(tmp_path / "missing")
+    with pytest.raises(NotADirectoryError):
+        NATIVE.listdir_keep_lock(str(tmp_path / "0"))
+    with pytest.raises(TypeError):
+        NATIVE.listdir_keep_lock(5)
+
+
+@compiled_only
+def test_the_compiled_listing_keeps_the_interpreter_lock(tmp_path):
+    for index in range(30):
+        (tmp_path / str(index)).write_bytes(b"")
+    turns, stop = [0], threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            turns[0] += 1
+
+    interval = sys.getswitchinterval()
+    thread = threading.Thread(target=other)
+    sys.setswitchinterval(1.0)
+    try:
+        thread.start()
+        before = turns[0]
+        listed = [NATIVE.listdir_keep_lock(str(tmp_path)) for _ in range(20)]
+        during = turns[0] - before
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        thread.join()
+    assert during == 0 and all(len(names) == 30 for names in listed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from mqstore.commitlog import format as fmt
@@ -169,3 +170,50 @@ def test_a_stored_level_above_the_maximum_is_dispatched_as_rocketmq_clamps_it(tm
         clock.set(result.store_timestamp_ms + 10_000)
         assert store.schedule.wait_caught_up(WAIT_S) and store.wait_dispatched(WAIT_S)
         assert [m.body for m in store.get("t", 1, 0).messages] == [b"x"]
+
+
+def test_deliveries_do_not_wait_for_the_flush_and_the_offsets_follow_a_flush(tmp_path):
+    # The delivering pass only re-puts; the flush thread takes the offsets, flushes the log, then writes them,
+    # every FLUSH_INTERVAL_MS of the clock (the module's docstring says why), and once more at close.
+    from mqstore.schedule import service as schedule_service
+
+    clock = ManualClock()
+    path = tmp_path / "config" / sfmt.OFFSET_FILE_NAME
+    with _open(tmp_path, clock, dispatch_process=False) as store:
+        schedule = store.schedule
+        schedule.stop()  # passes run here, in this thread, one at a time
+        schedule._stop.clear()
+        events = []
+        real_flush = schedule._flush_log
+
+        def recording_flush():
+            events.append(("flush", schedule.offsets[1], path.exists()))
+            return real_flush()
+
+        schedule._flush_log = recording_flush
+        result = store.put(Message("orders", b"a", properties={"DELAY": "1"}))
+        assert store.wait_dispatched(WAIT_S)
+        clock.set(result.store_timestamp_ms + 1000)
+        schedule.run_once()
+        assert store.wait_dispatched(WAIT_S) and len(store.get("orders", 0, 0).messages) == 1
+        assert schedule.offsets[1] == 1 and events == [] and not path.exists()  # delivered, nothing flushed
+        schedule.save_offsets()
+        assert events == [("flush", 1, False)]  # the flush came before the offsets were written
+        assert json.loads(path.read_text())["offsetTable"]["1"] == 1
+        schedule.save_offsets()
+        assert len(events) == 1  # nothing new: no flush, no write
+
+        schedule.start()  # the threads again: the flush thread writes after FLUSH_INTERVAL_MS of the clock
+        second = store.put(Message("orders", b"b", properties={"DELAY": "1"}))
+        clock.set(max(clock.now_ms(), second.store_timestamp_ms + 1000))
+        assert schedule.wait_caught_up(WAIT_S) and schedule.offsets[1] == 2
+        clock.advance(schedule_service.FLUSH_INTERVAL_MS)
+        deadline = time.monotonic() + WAIT_S
+        while json.loads(path.read_text())["offsetTable"]["1"] != 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert json.loads(path.read_text())["offsetTable"]["1"] == 2 and events[-1] == ("flush", 2, True)
+        third = store.put(Message("orders", b"c", properties={"DELAY": "1"}))
+        clock.set(max(clock.now_ms(), third.store_timestamp_ms + 1000))
+        assert schedule.wait_caught_up(WAIT_S) and schedule.offsets[1] == 3
+    assert json.loads(path.read_text())["offsetTable"]["1"] == 3  # written at close at the latest
+    assert events[-1] == ("flush", 3, True)
