@@ -32,7 +32,8 @@
    due while the loop runs. Measured: the share of the loop's timers the service linked by the loop's end, the wait
    after it until all were, and the probes' firing error (as section 2's). Each round runs the service's compiled
    link (commitlog/csrc/timer_link.c) and then, on a fresh store, its Python link (the reference, which lets go of
-   the interpreter lock at its numpy calls and writes); medians of BURST_ROUNDS rounds. Beside each round a bare
+   the interpreter lock at its numpy calls and writes), and then the same loop of DELAY puts (level 18) with a
+   level-1 probe as often, for the schedule service; medians of BURST_ROUNDS rounds. Beside each round a bare
    process that only sleeps 1 ms at a time (bench/machine_watch.py) records its own stalls, the machine's: the
    probes later than LATE_MS are counted with those whose wait overlapped such a stall, and the p99 is given again
    over the probes whose wait overlapped none. `--burst-only` runs this section alone and writes no files.
@@ -70,7 +71,7 @@ FULL = {"rounds": 5, "puts_per_round": 300_000, "pending": 1_000_000, "probes": 
         "rocketmq": (5, 300_000, 200_000), "burst": (3, 3_000_000, 600)}
 QUICK = {"rounds": 2, "puts_per_round": 20_000, "pending": 20_000, "probes": 100, "memory": (100_000, 1_000_000),
          "rocketmq": (2, 20_000, 2_000), "burst": (1, 20_000, 20)}
-BURST_LINKS = ("compiled", "python")
+BURST_LINKS = ("compiled", "python", "schedule")  # the timer service's two links, then the schedule service
 PROBE_WINDOW_S = 5.0
 PROBE_LEAD_MS = 200
 LATE_MS = 50  # section 5 counts the probes later than this (section 2's target for the p99)
@@ -183,45 +184,54 @@ def firing_error(root: str, pending: int, probes: int) -> dict:
 
 
 def burst_round(root: str, link: str, count: int, probes: int) -> dict:
-    """Section 5, one round on a fresh store with the service's `link` (BURST_LINKS), a MachineWatch beside it."""
+    """Section 5, one round on a fresh store with the service's `link` (BURST_LINKS), a MachineWatch beside it.
+    "schedule": DELAY puts (level LEVEL) with level-1 probes, for the schedule service."""
     body = random.Random(3).randbytes(100)
-    timer = Message("delayed", body, tags="a", keys=("k1",), properties={"TIMER_DELAY_MS": str(HOUR_MS)})
+    timers = link != "schedule"
+    bulk = Message("delayed", body, tags="a", keys=("k1",),
+                   properties={"TIMER_DELAY_MS": str(HOUR_MS)} if timers else {"DELAY": str(LEVEL)})
     every = max(1, count // probes)
     with MessageStore.open(root, StoreConfig()) as store, MachineWatch() as watch:
         if link == "python":
             store.timer._native = None  # the reference link (mqstore/timer/service.py's _link)
+        lead_ms = PROBE_LEAD_MS if timers else store.schedule.delays[0]
         put, now = store.put, SYSTEM_CLOCK.now_ms
         for _ in range(1000):
-            put(timer)
-        assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
-        linked_before = store.timer.stats()["enqueued"]
+            put(bulk)
+        if timers:
+            assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
+            linked_before = store.timer.stats()["enqueued"]
         started = time.perf_counter()
         for index in range(count):
-            if index % every == 0:
-                put(Message("probe", b"%d" % index, properties={"TIMER_DELIVER_MS": str(now() + PROBE_LEAD_MS)}))
-            put(timer)
+            if index % every == 0:  # a level's due time is its store timestamp + delay: taken here just before
+                due = now() + lead_ms
+                put(Message("probe", b"%d" % due, properties={"TIMER_DELIVER_MS": str(due)} if timers else
+                            {"DELAY": "1"}))
+            put(bulk)
         loop_s = time.perf_counter() - started
-        linked = store.timer.stats()["enqueued"] - linked_before
-        assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
+        if timers:
+            linked = store.timer.stats()["enqueued"] - linked_before
+            assert store.timer.wait_caught_up(WAIT_S), store.timer.stats()
         catch_up_s = time.perf_counter() - started - loop_s
         sent = (count + every - 1) // every
-        fired: list[tuple[int, int]] = []  # (TIMER_DELIVER_MS, the delivered copy's store timestamp)
-        deadline = time.monotonic() + PROBE_LEAD_MS / 1000 + 60
+        fired: list[tuple[int, int]] = []  # (due time, the delivered copy's store timestamp)
+        deadline = time.monotonic() + lead_ms / 1000 + 60
         while len(fired) < sent and time.monotonic() < deadline:
             time.sleep(0.05)
             store.wait_dispatched(1)
             messages = store.get("probe", 0, len(fired), 1000).messages
-            fired.extend((int(m.properties["TIMER_DELIVER_MS"]), m.store_timestamp_ms) for m in messages)
+            fired.extend((int(m.body), m.store_timestamp_ms) for m in messages)
     values = np.asarray([stored - due for due, stored in fired], dtype=np.float64)
     # A probe whose wait overlaps a stall of the bare process waited (at least partly) for the machine.
     in_stall = np.asarray([watch.overlaps(due / 1000, stored / 1000) for due, stored in fired], dtype=bool)
     late = values > LATE_MS
     outside = values[~in_stall]
-    return {"loop_s": loop_s, "puts_per_s": count / loop_s, "linked_share": linked / (count + sent),
-            "catch_up_s": catch_up_s, "probes": sent, "delivered": len(fired),
-            "error_p50_ms": float(np.percentile(values, 50)), "error_p99_ms": float(np.percentile(values, 99)),
-            "error_max_ms": float(values.max()), "error_min_ms": float(values.min()),
-            "late": int(late.sum()), "late_in_stall": int((late & in_stall).sum()),
+    return {"loop_s": loop_s, "puts_per_s": count / loop_s,
+            "linked_share": linked / (count + sent) if timers else float("nan"),
+            "catch_up_s": catch_up_s if timers else float("nan"), "probes": sent, "delivered": len(fired),
+            "lead_ms": lead_ms, "error_p50_ms": float(np.percentile(values, 50)),
+            "error_p99_ms": float(np.percentile(values, 99)), "error_max_ms": float(values.max()),
+            "error_min_ms": float(values.min()), "late": int(late.sum()), "late_in_stall": int((late & in_stall).sum()),
             "error_p99_outside_stalls_ms": float(np.percentile(outside, 99)) if len(outside) else 0.0,
             "machine_longest_ms": watch.result["longest_ms"], "machine_stalls": len(watch.result["stalls"])}
 
@@ -250,23 +260,32 @@ def burst_lines(result: dict | None) -> list[str]:
              "it | probe firing error |" + (f" probes over {LATE_MS} ms (during a stall) | a bare process's longest "
                                            "wait |" if watched else ""),
              "|---|---|---|---|---|" + ("---|---|" if watched else "")]
-    for link, name in (("compiled", "the service's compiled link"), ("python", "its Python link (the reference)")):
+    names = (("compiled", "the timer service's compiled link"), ("python", "its Python link (the reference)"),
+             ("schedule", "the schedule service: DELAY puts, level-1 probes"))
+    for link, name in names:
+        if link not in result:  # results from before the schedule's row
+            continue
         row = result[link]
-        line = (f"| {name} | {row['puts_per_s'] / 1000:.0f}k | {row['linked_share']:.0%} | "
-                f"{row['catch_up_s']:.2f} s | p50 {row['error_p50_ms']:.0f} ms, p99 {row['error_p99_ms']:.0f} ms, "
-                f"max {row['error_max_ms']:.0f} ms |")
+        linked = "n/a" if np.isnan(row["linked_share"]) else f"{row['linked_share']:.0%}"
+        catch_up = "n/a" if np.isnan(row["catch_up_s"]) else f"{row['catch_up_s']:.2f} s"
+        line = (f"| {name} | {row['puts_per_s'] / 1000:.0f}k | {linked} | {catch_up} | p50 {row['error_p50_ms']:.0f} "
+                f"ms, p99 {row['error_p99_ms']:.0f} ms, max {row['error_max_ms']:.0f} ms |")
         if watched:
             line += f" {row['late']:.0f} ({row['late_in_stall']:.0f}) | {row['machine_longest_ms']:.0f} ms |"
         lines.append(line)
     lines.append(f"\n{result['rounds']} rounds of {result['puts']:,} timer puts from one thread, with a probe due "
                  f"{result['lead_ms']} ms after its put every {result['puts'] // result['probes']:,} puts; each round "
-                 f"runs both links in turns, on fresh stores with default settings.")
+                 f"runs both links in turns, on fresh stores with default settings" +
+                 (f", then {result['puts']:,} DELAY puts (level {LEVEL}) with a level-1 probe (due "
+                  f"{result['schedule']['lead_ms']:.0f} ms after its put) as often." if "schedule" in result else "."))
     if watched:
-        lines.append("The compiled link round by round: " + "; ".join(
-            f"p99 {one['error_p99_ms']:.0f} ms ({one['error_p99_outside_stalls_ms']:.0f} ms over the probes whose "
-            f"wait overlapped no stall), {one['late']} over {LATE_MS} ms ({one['late_in_stall']} during a stall), "
-            f"longest wait of the bare process {one['machine_longest_ms']:.0f} ms"
-            for one in result["compiled"]["rounds"]) + ".")
+        for link, name in (("compiled", "The compiled link"), ("schedule", "The schedule service")):
+            if link in result:
+                lines.append(f"{name} round by round: " + "; ".join(
+                    f"p99 {one['error_p99_ms']:.0f} ms ({one['error_p99_outside_stalls_ms']:.0f} ms over the probes "
+                    f"whose wait overlapped no stall), {one['late']} over {LATE_MS} ms ({one['late_in_stall']} during "
+                    f"a stall), longest wait of the bare process {one['machine_longest_ms']:.0f} ms"
+                    for one in result[link]["rounds"]) + ".")
         lines.append(f"A stall: the bare process (bench/machine_watch.py, sleeping 1 ms at a time beside the store) "
                      f"woke more than {MACHINE_STALL_MS:.0f} ms after its previous wake-up.")
     lines.append("")
