@@ -9,8 +9,7 @@ from .cells import number, preformatted, rate, ratio, table, text
 
 def report_timer(data: dict) -> str:
     put, fire = data["put_cost"], data["firing"]
-    firing = (f"p50 {fire['error_p50_ms']:.0f} ms, p99 {fire['error_p99_ms']:.0f} ms, "
-              f"max {fire['error_max_ms']:.0f} ms, min {fire['error_min_ms']:.0f} ms")
+    firing = timer_bench.firing_text(fire)
     put_rows = [dict(cells, kind=name) for name, cells in timer_bench.put_rows(put)]
     rows = [{"measure": f"firing error, {fire['pending_held']:,} pending, {fire['probes']} probes "
                         f"({fire['precision_ms']} ms slots)", "value": firing}]

@@ -26,6 +26,7 @@ def test_timer_quick_reports_put_cost_firing_and_memory(tmp_path):
     assert firing["pending_held"] >= firing["pending"] == 20_000
     assert firing["delivered"] == firing["probes"]
     assert firing["error_min_ms"] >= 0  # no probe was stored before its TIMER_DELIVER_MS
+    assert 0 <= firing["late_in_stall"] <= firing["late"] <= firing["probes"] and firing["machine_longest_ms"] > 0
     assert [row["timers"] for row in result["memory"]] == [100_000, 1_000_000]
     for row in result["memory"]:
         assert row["pending"] == row["timers"] and row["rss_after_mib"] > 0
