@@ -483,8 +483,7 @@ def markdown(result: dict) -> str:
     if fire is None:
         return "\n".join(lines) + "\n"
     lines += ["| measure | value |", "|---|---|",
-              f"| firing error with {fire['pending_held']:,} pending, {fire['probes']} probes | p50 "
-              f"{firing_text(fire)} |"]
+              f"| firing error with {fire['pending_held']:,} pending, {fire['probes']} probes | {firing_text(fire)} |"]
     for row in result["memory"]:
         lines.append(f"| RSS after linking {row['timers']:,} timers | {row['rss_after_mib']:.0f} MiB "
                      f"(peak {row['rss_peak_mib']:.0f} MiB, before {row['rss_before_mib']:.0f} MiB; TimerLog "
