@@ -5,8 +5,6 @@ memory lives exactly as long as something refers to it. ConsumeQueue readers map
 from __future__ import annotations
 
 import os
-import sys
-import threading
 
 import numpy as np
 import pytest
@@ -16,6 +14,7 @@ from mqstore.commitlog.mapped_file import MappedFile
 from mqstore.commitlog.native import NATIVE
 
 from mqstore import Message, MessageStore, StoreConfig
+from tests.lock_held import turns_of_another_thread
 
 compiled_only = pytest.mark.skipif(NATIVE is None, reason="the compiled core is not built (or MQSTORE_NATIVE=0)")
 
@@ -102,28 +101,11 @@ def test_the_compiled_map_checks_its_arguments():
 
 @compiled_only
 def test_the_compiled_map_keeps_the_interpreter_lock(tmp_path):
-    """As test_timer_link_compiled's test of a batch: with a switch interval far longer than the map, a thread
-    that counts while it runs must not count during it (np.memmap lets go at each of its system calls)."""
+    """tests/lock_held.py's test (np.memmap lets go at each of its system calls)."""
     path = tmp_path / "f"
     path.write_bytes(bytes(1 << 20))
-    turns, stop = [0], threading.Event()
-
-    def other() -> None:
-        while not stop.is_set():
-            turns[0] += 1
-
-    interval = sys.getswitchinterval()
-    thread = threading.Thread(target=other)
-    sys.setswitchinterval(1.0)
-    try:
-        thread.start()
-        before = turns[0]
-        mapped = [MappedFile.open(str(path), 0, 1 << 20, writable=False, keep_lock=True) for _ in range(20)]
-        during = turns[0] - before
-    finally:
-        stop.set()
-        sys.setswitchinterval(interval)
-        thread.join()
+    mapped, during = turns_of_another_thread(
+        lambda: [MappedFile.open(str(path), 0, 1 << 20, writable=False, keep_lock=True) for _ in range(20)])
     assert during == 0 and all(one.array.size == 1 << 20 for one in mapped)
 
 
@@ -167,22 +149,5 @@ def test_the_compiled_listing_names_what_os_listdir_names(tmp_path):
 def test_the_compiled_listing_keeps_the_interpreter_lock(tmp_path):
     for index in range(30):
         (tmp_path / str(index)).write_bytes(b"")
-    turns, stop = [0], threading.Event()
-
-    def other() -> None:
-        while not stop.is_set():
-            turns[0] += 1
-
-    interval = sys.getswitchinterval()
-    thread = threading.Thread(target=other)
-    sys.setswitchinterval(1.0)
-    try:
-        thread.start()
-        before = turns[0]
-        listed = [NATIVE.listdir_keep_lock(str(tmp_path)) for _ in range(20)]
-        during = turns[0] - before
-    finally:
-        stop.set()
-        sys.setswitchinterval(interval)
-        thread.join()
+    listed, during = turns_of_another_thread(lambda: [NATIVE.listdir_keep_lock(str(tmp_path)) for _ in range(20)])
     assert during == 0 and all(len(names) == 30 for names in listed)

@@ -7,8 +7,6 @@ it exists: a batch is linked without letting go of the interpreter lock."""
 from __future__ import annotations
 
 import os
-import sys
-import threading
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ from mqstore import Message, MessageStore, StoreConfig
 from mqstore.store.clock import ManualClock
 from mqstore.timer import format as tfmt
 from mqstore.timer import service as timer_service
+from tests.lock_held import turns_of_another_thread
 
 pytestmark = pytest.mark.skipif(native.NATIVE is None, reason="MQSTORE_NATIVE=0: only the pure-Python codec is there")
 
@@ -167,24 +166,7 @@ def test_a_batch_is_linked_without_letting_go_of_the_interpreter_lock(tmp_path):
         timer_service.ENQUEUE_BATCH_MESSAGES = count
         try:
             assert timer._enqueue(START_MS) == count  # the first batch opens the TimerLog file (os.open lets go)
-            turns, stop = [0], threading.Event()
-
-            def other() -> None:
-                while not stop.is_set():
-                    turns[0] += 1
-
-            interval = sys.getswitchinterval()
-            thread = threading.Thread(target=other)
-            sys.setswitchinterval(1.0)
-            try:
-                thread.start()
-                before = turns[0]
-                linked = timer._enqueue(START_MS)
-                during = turns[0] - before
-            finally:
-                stop.set()
-                sys.setswitchinterval(interval)
-                thread.join()
+            linked, during = turns_of_another_thread(lambda: timer._enqueue(START_MS))
         finally:
             timer_service.ENQUEUE_BATCH_MESSAGES = original
         assert linked == count and timer.enqueued_count == 2 * count
