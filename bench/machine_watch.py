@@ -5,7 +5,7 @@ before it, with the machine's CPU time accounted in /proc/stat meanwhile (jiffie
 store's thread that is late by as much at the same moment is late for a reason outside the store: the bare
 process shares nothing with it but the machine. Measured on the project's machine (bench/README.md, "Timers
 during a burst"): idle, or beside two busy loops, this process waits no more than a few milliseconds; beside a
-store putting flat out it sometimes waits 60-450 ms while /proc/stat accounts almost no CPU time to either core,
+store putting flat out it sometimes waits 60-160 ms while /proc/stat accounts almost no CPU time to either core,
 the signature of the virtual machine itself not running.
 
     with MachineWatch() as watch:
