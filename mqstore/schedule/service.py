@@ -169,13 +169,12 @@ class ScheduleService:
             self._passes_started += 1
             number = self._passes_started
         now = self.clock.now_ms()
-        wait_ms, delivered, complete = POLL_INTERVAL_MS, 0, True
+        wait_ms, complete = POLL_INTERVAL_MS, True
         for level in self._levels_with_queues():
             if self._stop.is_set():
                 complete = False
                 break
-            done, next_due, more = self._deliver_level(level, now)
-            delivered += done
+            _, next_due, more = self._deliver_level(level, now)
             if more:
                 complete, wait_ms = False, 0
             elif next_due is not None:
